@@ -1,0 +1,93 @@
+import type { OpDef } from '../ops/op.js';
+import type { DType, HostArray, Shape, Tensor } from '../tensor.js';
+
+export const BACKEND_NAMES = ['cpu', 'webgpu', 'cuda'] as const;
+export type BackendName = (typeof BACKEND_NAMES)[number];
+
+export interface PoolStats {
+  /** Device buffers created since the backend started. */
+  readonly created: number;
+  /** Allocations served from the free lists. */
+  readonly reused: number;
+  readonly liveBytes: number;
+  readonly pooledBytes: number;
+}
+
+/**
+ * A compute backend. Work is enqueued by `run` and happens in order; `download` and `sync` wait
+ * for it. Tensors come from a pool: `free` returns storage for reuse, so a steady-state loop
+ * allocates nothing.
+ */
+export interface Backend {
+  readonly name: BackendName;
+  /** Storage dtypes this backend can allocate. */
+  readonly dtypes: ReadonlySet<DType>;
+  /** A short description of the device, for logs and reports. */
+  readonly description: string;
+  alloc(shape: Shape, dtype: DType): Tensor;
+  /** A view of `count` elements from `offset` (elements) of `base`'s storage, shaped `shape`. */
+  view(base: Tensor, offset: number, shape: Shape): Tensor;
+  free(t: Tensor): void;
+  /** Float tensors take Float32Array (converted to the storage dtype), integer ones Int32/Uint32Array. */
+  upload(t: Tensor, data: HostArray): void;
+  download(t: Tensor): Promise<HostArray>;
+  /** Whether this backend has a kernel for the op. */
+  supports(opName: string): boolean;
+  /** Validate the call against the op's declaration and enqueue it. */
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void;
+  /** Wait for all enqueued work; rethrows device errors raised meanwhile. */
+  sync(): Promise<void>;
+  poolStats(): PoolStats;
+  destroy(): void;
+}
+
+/** Round a byte size up to the pool's bucket granularity. */
+export function poolBucket(bytes: number): number {
+  return Math.max(256, Math.ceil(bytes / 256) * 256);
+}
+
+/**
+ * Free lists keyed by bucket size: shared by every backend's allocator so that reuse and
+ * accounting behave the same everywhere.
+ */
+export class BufferPool<B> {
+  private readonly free = new Map<number, B[]>();
+  private created = 0;
+  private reused = 0;
+  private liveBytes = 0;
+  private pooledBytes = 0;
+
+  constructor(private readonly make: (bytes: number) => B, private readonly destroyBuffer: (b: B) => void) {}
+
+  take(bytes: number): { buffer: B; bytes: number } {
+    const size = poolBucket(bytes);
+    const list = this.free.get(size);
+    const hit = list?.pop();
+    this.liveBytes += size;
+    if (hit !== undefined) {
+      this.reused++;
+      this.pooledBytes -= size;
+      return { buffer: hit, bytes: size };
+    }
+    this.created++;
+    return { buffer: this.make(size), bytes: size };
+  }
+
+  give(buffer: B, bytes: number): void {
+    const list = this.free.get(bytes) ?? [];
+    list.push(buffer);
+    this.free.set(bytes, list);
+    this.liveBytes -= bytes;
+    this.pooledBytes += bytes;
+  }
+
+  stats(): PoolStats {
+    return { created: this.created, reused: this.reused, liveBytes: this.liveBytes, pooledBytes: this.pooledBytes };
+  }
+
+  destroyAll(): void {
+    for (const list of this.free.values()) for (const b of list) this.destroyBuffer(b);
+    this.free.clear();
+    this.pooledBytes = 0;
+  }
+}

@@ -1,0 +1,224 @@
+/**
+ * The parity harness: runs an op case on a backend with fresh random inputs and poisoned outputs
+ * and compares against the float64 CPU reference; checks backward ops against central finite
+ * differences of their forward op in float64. Drives the tests and `mdlm bench kernels`.
+ */
+import type { Backend } from '../backend/backend.js';
+import { roundTo } from '../convert.js';
+import { type OpCase, type OpDef, type RefArgs, type RefArray, refArrayFor, resolveArgDtype } from '../ops/op.js';
+import { PhiloxStream, RngPurpose } from '../rng/philox.js';
+import { type DType, type HostArray, type Tensor, isFloat, shapeStr } from '../tensor.js';
+
+export interface ParityRecord {
+  readonly op: string;
+  readonly case: string;
+  readonly backend: string;
+  readonly check: 'reference' | 'finite-difference';
+  readonly shape: string;
+  readonly dtype: DType;
+  readonly relErr: number;
+  /** Which output had the largest error. */
+  readonly worst: string;
+  readonly tol: number;
+  readonly pass: boolean;
+  /** Mean milliseconds per call (when timed). */
+  readonly ms?: number;
+  readonly tflops?: number;
+  readonly seed: number;
+  readonly error?: string;
+}
+
+export interface ParityOptions {
+  readonly seed: number;
+  readonly dtype?: DType;
+  /** Time the backend: this many calls after one warm-up. */
+  readonly timeReps?: number;
+}
+
+/** Float tolerance used for finite-difference checks (float64 both sides). */
+export const FD_TOLERANCE = 1e-5;
+const POISON_INT = 0x7eadbeef;
+
+export function caseShape<A>(op: OpDef<A>, attrs: A): string {
+  const shapes = op.shapes(attrs);
+  return op.args.filter((a) => a.role === 'in').map((a) => `${a.name}${shapeStr(shapes[a.name]!)}`).join(' ');
+}
+
+function roundInputs<A>(op: OpDef<A>, args: RefArgs, attrs: A, dtype: DType): RefArgs {
+  const out: RefArgs = {};
+  for (const a of op.args) {
+    const v = args[a.name];
+    if (!v) continue;
+    const d = resolveArgDtype(op, a, attrs, dtype);
+    if (v instanceof Float64Array) {
+      const r = new Float64Array(v.length);
+      for (let i = 0; i < v.length; i++) r[i] = roundTo(d, v[i]!);
+      out[a.name] = r;
+    } else {
+      out[a.name] = v.slice();
+    }
+  }
+  return out;
+}
+
+/** The reference on a case: inputs as sampled, outputs preallocated, run in float64. */
+export function runReference<A>(op: OpDef<A>, inputs: RefArgs, attrs: A, dtype: DType): RefArgs {
+  const shapes = op.shapes(attrs);
+  const args: RefArgs = {};
+  for (const a of op.args) {
+    const n = shapes[a.name]!.reduce((x, y) => x * y, 1);
+    if (a.role === 'out') args[a.name] = refArrayFor(resolveArgDtype(op, a, attrs, dtype), n);
+    else {
+      const v = inputs[a.name];
+      if (!v) throw new Error(`${op.name}: sample() gave no values for '${a.name}'`);
+      if (v.length !== n) throw new Error(`${op.name}: sample() gave ${v.length} values for '${a.name}', shape needs ${n}`);
+      args[a.name] = v.slice();
+    }
+  }
+  op.reference(args, attrs);
+  return args;
+}
+
+export function relativeError(got: ArrayLike<number>, want: ArrayLike<number>, integer: boolean): number {
+  if (integer) {
+    let bad = 0;
+    for (let i = 0; i < want.length; i++) if (got[i] !== want[i]) bad++;
+    return want.length === 0 ? 0 : bad / want.length;
+  }
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < want.length; i++) {
+    const g = got[i]!;
+    const w = want[i]!;
+    if (!Number.isFinite(g) && g !== w) return Infinity;
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return den === 0 ? Math.sqrt(num) : Math.sqrt(num / den);
+}
+
+function toHost(v: RefArray, dtype: DType): HostArray {
+  if (dtype === 'i32') return v instanceof Int32Array ? v : Int32Array.from(v);
+  if (dtype === 'u32') return v instanceof Uint32Array ? v : Uint32Array.from(v);
+  return Float32Array.from(v);
+}
+
+function poison(dtype: DType, n: number): HostArray {
+  if (dtype === 'i32') return new Int32Array(n).fill(POISON_INT);
+  if (dtype === 'u32') return new Uint32Array(n).fill(POISON_INT);
+  return new Float32Array(n).fill(NaN);
+}
+
+/** One op case on one backend against the reference. */
+export async function checkParity<A>(backend: Backend, op: OpDef<A>, c: OpCase<A>, opts: ParityOptions): Promise<ParityRecord> {
+  const dtype = opts.dtype ?? 'f32';
+  const rng = new PhiloxStream(opts.seed, RngPurpose.harness);
+  const base = { op: op.name, case: c.label, backend: backend.name, check: 'reference' as const, shape: caseShape(op, c.attrs), dtype, seed: opts.seed };
+  const inputs = roundInputs(op, op.sample(rng, c.attrs), c.attrs, dtype);
+  const want = runReference(op, inputs, c.attrs, dtype);
+  const shapes = op.shapes(c.attrs);
+  const tensors: Record<string, Tensor> = {};
+  const tol = op.tolerance[dtype] ?? op.tolerance.f32 ?? 1e-5;
+  try {
+    for (const a of op.args) {
+      const d = resolveArgDtype(op, a, c.attrs, dtype);
+      const t = backend.alloc(shapes[a.name]!, d);
+      tensors[a.name] = t;
+      backend.upload(t, a.role === 'out' ? poison(d, t.size) : toHost(inputs[a.name]!, d));
+    }
+    backend.run(op, tensors, c.attrs);
+    let relErr = 0;
+    let worst = '';
+    for (const a of op.args) {
+      if (a.role === 'in') continue;
+      const d = resolveArgDtype(op, a, c.attrs, dtype);
+      const got = await backend.download(tensors[a.name]!);
+      const e = relativeError(got, want[a.name]!, !isFloat(d));
+      if (e > relErr || worst === '') {
+        relErr = Math.max(relErr, e);
+        worst = a.name;
+      }
+    }
+    let ms: number | undefined;
+    let tflops: number | undefined;
+    if (opts.timeReps && opts.timeReps > 0) {
+      backend.run(op, tensors, c.attrs);
+      await backend.sync();
+      const t0 = performance.now();
+      for (let i = 0; i < opts.timeReps; i++) backend.run(op, tensors, c.attrs);
+      await backend.sync();
+      ms = (performance.now() - t0) / opts.timeReps;
+      const f = op.flops?.(c.attrs);
+      if (f) tflops = f / (ms * 1e-3) / 1e12;
+    }
+    return { ...base, relErr, worst, tol, pass: relErr <= tol, ...(ms !== undefined ? { ms } : {}), ...(tflops !== undefined ? { tflops } : {}) };
+  } catch (e) {
+    return { ...base, relErr: Infinity, worst: '', tol, pass: false, error: (e as Error).message };
+  } finally {
+    for (const t of Object.values(tensors)) backend.free(t);
+  }
+}
+
+function lossOf<F>(forward: OpDef<F>, inputs: RefArgs, attrs: F, cot: Readonly<Record<string, Float64Array>>): number {
+  const out = runReference(forward, inputs, attrs, 'f32');
+  let l = 0;
+  for (const [name, dy] of Object.entries(cot)) {
+    const y = out[name]!;
+    for (let i = 0; i < dy.length; i++) l += y[i]! * dy[i]!;
+  }
+  return l;
+}
+
+/**
+ * A backward op's reference against central finite differences of L(x) = Σ_o ⟨F(x)_o, dY_o⟩,
+ * in float64, at `probes` random coordinates of each gradient.
+ */
+export function checkGradient<A>(op: OpDef<A>, c: OpCase<A>, seed: number, probes = 24): ParityRecord {
+  const g = op.gradient;
+  if (!g) throw new Error(`${op.name} has no gradient check`);
+  const rng = new PhiloxStream(seed, RngPurpose.harness, 1);
+  const sampled = op.sample(rng, c.attrs);
+  const bwd = runReference(op, sampled, c.attrs, 'f32');
+  const fattrs = g.forwardAttrs(c.attrs);
+  const forward = g.forward as OpDef<unknown>;
+  const finputs: RefArgs = {};
+  for (const [fname, bname] of Object.entries(g.inputs)) finputs[fname] = sampled[bname]!.slice();
+  const cot: Record<string, Float64Array> = {};
+  for (const [fout, bname] of Object.entries(g.cotangents)) cot[fout] = sampled[bname] as Float64Array;
+  let relErr = 0;
+  let worst = '';
+  for (const [gname, fname] of Object.entries(g.grads)) {
+    const x = finputs[fname] as Float64Array;
+    const analytic = bwd[gname]!;
+    const pass = g.passthrough?.[gname];
+    const fd: number[] = [];
+    const an: number[] = [];
+    const count = Math.min(probes, x.length);
+    for (let p = 0; p < count; p++) {
+      const i = count === x.length ? p : rng.int(x.length);
+      const x0 = x[i]!;
+      const h = 1e-5 * Math.max(1, Math.abs(x0));
+      x[i] = x0 + h;
+      const lp = lossOf(forward, finputs, fattrs, cot);
+      x[i] = x0 - h;
+      const lm = lossOf(forward, finputs, fattrs, cot);
+      x[i] = x0;
+      fd.push((lp - lm) / (2 * h));
+      an.push(analytic[i]! - (pass ? sampled[pass]![i]! : 0));
+    }
+    const e = relativeError(an, fd, false);
+    if (e > relErr || worst === '') {
+      relErr = Math.max(relErr, e);
+      worst = gname;
+    }
+  }
+  return {
+    op: op.name, case: c.label, backend: 'cpu-f64', check: 'finite-difference', shape: caseShape(op, c.attrs), dtype: 'f32',
+    relErr, worst, tol: FD_TOLERANCE, pass: relErr <= FD_TOLERANCE, seed,
+  };
+}
+
+/** A fresh seed per run (inputs are never the same twice); printed in every record to reproduce. */
+export function freshSeed(): number {
+  return Math.floor(Math.random() * 2 ** 40);
+}

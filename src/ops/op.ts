@@ -1,0 +1,189 @@
+/**
+ * An op is declared once, as data plus a CPU reference: its arguments with roles and dtypes, the
+ * shape every argument must have for given attributes, a float64 reference implementation,
+ * random test cases and tolerances. Backends implement kernels for ops by name; the parity
+ * harness walks the registry of these declarations.
+ */
+import { fail } from '../errors.js';
+import { type DType, type Shape, type Tensor, isFloat, sameShape, shapeStr } from '../tensor.js';
+import type { PhiloxStream } from '../rng/philox.js';
+
+/** in: read only; out: written (poisoned before a parity run); inout: read and updated in place. */
+export type ArgRole = 'in' | 'out' | 'inout';
+
+/** 'float' means the op's compute float dtype (f32 on CPU/WebGPU, bf16 on CUDA). */
+export type ArgDType = DType | 'float';
+
+export interface ArgSpec {
+  readonly name: string;
+  readonly role: ArgRole;
+  readonly dtype: ArgDType;
+}
+
+/** Host arrays the reference reads and writes: floats in float64, integers as they are. */
+export type RefArray = Float64Array | Int32Array | Uint32Array;
+export type RefArgs = Record<string, RefArray>;
+
+export interface OpCase<A> {
+  /** Short label for reports, e.g. "causal gqa 4/2". */
+  readonly label: string;
+  readonly attrs: A;
+}
+
+/** How a backward op is checked against central finite differences of its forward op. */
+export interface GradientCheck<A, F> {
+  readonly forward: OpDef<F>;
+  forwardAttrs(attrs: A): F;
+  /** forward input name -> backward arg holding the same values */
+  readonly inputs: Readonly<Record<string, string>>;
+  /** forward output name -> backward input holding its cotangent dY */
+  readonly cotangents: Readonly<Record<string, string>>;
+  /** backward output name -> forward input it is the gradient of */
+  readonly grads: Readonly<Record<string, string>>;
+  /** backward output -> backward input added to it as is (fused residual gradients) */
+  readonly passthrough?: Readonly<Record<string, string>>;
+}
+
+export interface OpDef<A = Record<string, never>> {
+  readonly name: string;
+  readonly summary: string;
+  readonly args: readonly ArgSpec[];
+  /** Float dtypes this op accepts for its 'float' args (default: f32 only). */
+  readonly floatDtypes?: readonly DType[];
+  /** Checks attribute values (throw MdlmError('BAD_ARGUMENT') naming the op and attribute). */
+  validate?(attrs: A): void;
+  /** The shape each argument must have. */
+  shapes(attrs: A): Record<string, Shape>;
+  /** Concrete dtype of an arg whose dtype depends on attributes (e.g. cast). */
+  argDtype?(arg: string, attrs: A): DType;
+  /** The float64 reference: reads 'in'/'inout' args, writes 'out'/'inout' args (preallocated). */
+  reference(args: RefArgs, attrs: A): void;
+  /** Parity cases; 'bench' cases are the sizes timed by `mdlm bench kernels`. */
+  cases(scale: 'test' | 'bench'): readonly OpCase<A>[];
+  /** Fresh random values for every 'in' and 'inout' arg (never all zeros). */
+  sample(rng: PhiloxStream, attrs: A): RefArgs;
+  /** Relative-error tolerance per float dtype of the outputs (integer outputs must match exactly). */
+  readonly tolerance: Partial<Record<DType, number>>;
+  /** Floating-point operations of one call, for TFLOP/s in benchmarks. */
+  flops?(attrs: A): number;
+  readonly gradient?: GradientCheck<A, never> | GradientCheck<A, unknown>;
+}
+
+/** Declare an op with its attribute type inferred; the identity, for typing. */
+export function defineOp<A>(def: OpDef<A>): OpDef<A> {
+  return def;
+}
+
+/** Declare the gradient-check link from a backward op to its forward op. */
+export function gradientOf<A, F>(check: GradientCheck<A, F>): GradientCheck<A, F> {
+  return check;
+}
+
+export function resolveArgDtype<A>(op: OpDef<A>, arg: ArgSpec, attrs: A, floatDtype: DType): DType {
+  if (op.argDtype) {
+    const d = op.argDtype(arg.name, attrs);
+    if (d) return d;
+  }
+  return arg.dtype === 'float' ? floatDtype : arg.dtype;
+}
+
+/** The float dtype of a call: the dtype of its 'float' tensors, which must all agree. */
+export function callFloatDtype<A>(op: OpDef<A>, tensors: Readonly<Record<string, Tensor>>): DType {
+  let found: DType | undefined;
+  for (const a of op.args) {
+    if (a.dtype !== 'float') continue;
+    const t = tensors[a.name];
+    if (!t) continue;
+    if (found && t.dtype !== found) {
+      fail('BAD_DTYPE', `${op.name}: argument '${a.name}' is ${t.dtype} but other float arguments are ${found}`);
+    }
+    found = t.dtype;
+  }
+  return found ?? 'f32';
+}
+
+/**
+ * Validate a call: every argument present, no stray ones, dtypes and shapes as declared, no
+ * output aliasing another argument. Errors name the op, the argument, expected and given.
+ */
+export function validateCall<A>(op: OpDef<A>, tensors: Readonly<Record<string, Tensor>>, attrs: A): DType {
+  op.validate?.(attrs);
+  const names = new Set(op.args.map((a) => a.name));
+  for (const k of Object.keys(tensors)) {
+    if (!names.has(k)) fail('BAD_ARGUMENT', `${op.name}: unknown argument '${k}'; it takes ${[...names].join(', ')}`);
+  }
+  const floatDtype = callFloatDtype(op, tensors);
+  const allowed = op.floatDtypes ?? ['f32'];
+  const expected = op.shapes(attrs);
+  for (const a of op.args) {
+    const t = tensors[a.name];
+    if (!t) fail('BAD_ARGUMENT', `${op.name}: missing argument '${a.name}'`);
+    const want = resolveArgDtype(op, a, attrs, floatDtype);
+    if (a.dtype === 'float' && !op.argDtype && !allowed.includes(t.dtype)) {
+      fail('BAD_DTYPE', `${op.name}: argument '${a.name}' is ${t.dtype}; this op takes ${allowed.join(' or ')}`);
+    }
+    if (t.dtype !== want) fail('BAD_DTYPE', `${op.name}: argument '${a.name}' must be ${want}, got ${t.dtype}`);
+    const shape = expected[a.name];
+    if (!shape) throw new Error(`${op.name}: shapes() gives no shape for '${a.name}'`);
+    if (!sameShape(shape, t.shape)) {
+      fail('BAD_SHAPE', `${op.name}: argument '${a.name}' expected shape ${shapeStr(shape)}, got ${shapeStr(t.shape)}`);
+    }
+  }
+  for (const a of op.args) {
+    if (a.role === 'in') continue;
+    const t = tensors[a.name]!;
+    for (const b of op.args) {
+      if (b === a) continue;
+      const u = tensors[b.name]!;
+      if (u.handle === t.handle && overlaps(t, u)) {
+        fail('BAD_ARGUMENT', `${op.name}: output '${a.name}' overlaps argument '${b.name}'; give it its own buffer`);
+      }
+    }
+  }
+  return floatDtype;
+}
+
+function overlaps(a: Tensor, b: Tensor): boolean {
+  return a.offset < b.offset + b.size && b.offset < a.offset + a.size;
+}
+
+export function refArrayFor(dtype: DType, n: number): RefArray {
+  if (dtype === 'i32') return new Int32Array(n);
+  if (dtype === 'u32') return new Uint32Array(n);
+  return new Float64Array(n);
+}
+
+export function isFloatArg(op: OpDef<unknown>, a: ArgSpec, attrs: unknown): boolean {
+  return isFloat(resolveArgDtype(op, a, attrs, 'f32'));
+}
+
+/** Helpers for op declarations' random inputs. */
+export function randn(rng: PhiloxStream, n: number, scale = 1): Float64Array {
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) out[i] = rng.normal() * scale;
+  return out;
+}
+
+export function randu(rng: PhiloxStream, n: number, lo: number, hi: number): Float64Array {
+  const out = new Float64Array(n);
+  for (let i = 0; i < n; i++) out[i] = lo + (hi - lo) * rng.uniform();
+  return out;
+}
+
+export function randint(rng: PhiloxStream, n: number, lo: number, hi: number): Int32Array {
+  const out = new Int32Array(n);
+  for (let i = 0; i < n; i++) out[i] = lo + rng.int(hi - lo);
+  return out;
+}
+
+export function badAttr(op: string, attr: string, value: unknown, want: string): never {
+  return fail('BAD_ARGUMENT', `${op}: attribute '${attr}' is ${JSON.stringify(value)}; ${want}`);
+}
+
+/** Require positive integer attributes. */
+export function requireDims<A>(op: string, attrs: A, keys: readonly (keyof A & string)[]): void {
+  for (const k of keys) {
+    const v = attrs[k];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v <= 0) badAttr(op, k, v, 'expected a positive integer');
+  }
+}

@@ -1,0 +1,110 @@
+/**
+ * Node side of backend selection: the capability probe, and creating a backend by name or 'auto'
+ * (the best one that works here). The core never imports this file; a browser passes its own
+ * navigator.gpu to WebGpuBackend.create.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { BACKEND_NAMES, type Backend, type BackendName } from '../backend/backend.js';
+import { CpuBackend } from '../backend/cpu/cpu.js';
+import { WEBGPU_KERNELS } from '../backend/webgpu/kernels/index.js';
+import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter } from '../backend/webgpu/webgpu.js';
+import { fail } from '../errors.js';
+
+export const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const SHADER_DIR = join(PACKAGE_ROOT, 'shaders');
+export const CUDA_ADDON = join(PACKAGE_ROOT, 'cuda', 'build', 'Release', 'mdlm_cuda.node');
+
+export type BackendChoice = BackendName | 'auto';
+
+export function loadShaderFile(name: string): string {
+  return readFileSync(join(SHADER_DIR, `${name}.wgsl`), 'utf8');
+}
+
+export interface BackendProbe {
+  readonly name: BackendName;
+  readonly available: boolean;
+  readonly reason?: string;
+  readonly detail?: WebGpuAdapterDescription | Readonly<Record<string, unknown>>;
+}
+
+let gpuInstance: GPU | null | undefined;
+
+/** Dawn's GPU object, or null with the reason the npm `webgpu` package could not load. */
+async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {
+  if (gpuInstance !== undefined) return gpuInstance ? { gpu: gpuInstance } : { gpu: null, reason: 'the webgpu package failed to load' };
+  // Dawn on Vulkan wants a runtime dir; lavapipe and the Vulkan loader run without one but warn.
+  process.env.XDG_RUNTIME_DIR ??= '/tmp';
+  try {
+    const mod = (await import('webgpu')) as { create: (flags: string[]) => GPU; globals: Record<string, unknown> };
+    Object.assign(globalThis, mod.globals);
+    gpuInstance = mod.create([]);
+    return { gpu: gpuInstance };
+  } catch (e) {
+    gpuInstance = null;
+    return { gpu: null, reason: `the webgpu package (Dawn) failed to load: ${(e as Error).message}` };
+  }
+}
+
+const NO_ADAPTER =
+  'no WebGPU adapter: Dawn found no Vulkan device. On Linux without a GPU install Mesa lavapipe from ' +
+  'bookworm-backports (apt-get install -t bookworm-backports mesa-vulkan-drivers libvulkan1); with a GPU install its Vulkan driver';
+
+export async function probeWebGpu(): Promise<BackendProbe> {
+  const { gpu, reason } = await nodeGpu();
+  if (!gpu) return { name: 'webgpu', available: false, reason: reason! };
+  const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (!adapter) return { name: 'webgpu', available: false, reason: NO_ADAPTER };
+  return { name: 'webgpu', available: true, detail: describeAdapter(adapter) };
+}
+
+export function probeCuda(): BackendProbe {
+  if (!existsSync(CUDA_ADDON)) {
+    return {
+      name: 'cuda',
+      available: false,
+      reason: `the CUDA addon is not built (${CUDA_ADDON} missing); on a machine with the CUDA toolkit run npm run build:cuda`,
+    };
+  }
+  try {
+    const addon = createRequire(import.meta.url)(CUDA_ADDON) as { probe?: () => Record<string, unknown> };
+    const info = addon.probe?.() ?? {};
+    return info.available === false
+      ? { name: 'cuda', available: false, reason: String(info.reason ?? 'no CUDA device'), detail: info }
+      : { name: 'cuda', available: true, detail: info };
+  } catch (e) {
+    return { name: 'cuda', available: false, reason: `the CUDA addon failed to load: ${(e as Error).message}` };
+  }
+}
+
+export async function probeAll(): Promise<BackendProbe[]> {
+  return [{ name: 'cpu', available: true, detail: { description: new CpuBackend().description } }, await probeWebGpu(), probeCuda()];
+}
+
+/** The order 'auto' tries: fastest first. */
+const AUTO_ORDER: readonly BackendName[] = ['cuda', 'webgpu', 'cpu'];
+
+export function parseBackendChoice(s: string): BackendChoice {
+  if (s === 'auto' || (BACKEND_NAMES as readonly string[]).includes(s)) return s as BackendChoice;
+  return fail('BAD_ARGUMENT', `unknown backend '${s}'; expected auto, ${BACKEND_NAMES.join(', ')}`);
+}
+
+export async function createBackend(choice: BackendChoice): Promise<Backend> {
+  if (choice === 'auto') {
+    for (const name of AUTO_ORDER) {
+      const probe = name === 'cpu' ? { available: true } : name === 'webgpu' ? await probeWebGpu() : probeCuda();
+      if (probe.available) return createBackend(name);
+    }
+  }
+  if (choice === 'cpu' || choice === 'auto') return new CpuBackend();
+  if (choice === 'webgpu') {
+    const probe = await probeWebGpu();
+    if (!probe.available) fail('BACKEND_UNAVAILABLE', `backend webgpu is unavailable: ${probe.reason}. Use --backend cpu, or run 'mdlm probe' for details`);
+    const { gpu } = await nodeGpu();
+    return WebGpuBackend.create({ gpu: gpu!, loadShader: loadShaderFile, kernels: WEBGPU_KERNELS });
+  }
+  const probe = probeCuda();
+  return fail('BACKEND_UNAVAILABLE', `backend cuda is unavailable: ${probe.reason ?? 'the CUDA backend is not implemented in this build'}. Use --backend webgpu or cpu, or run 'mdlm probe'`);
+}
