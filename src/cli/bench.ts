@@ -1,0 +1,108 @@
+/** `mdlm bench kernels`: the parity harness as a benchmark over the op registry. */
+import { Command } from 'commander';
+import type { Backend } from '../backend/backend.js';
+import { fail } from '../errors.js';
+import { type ParityRecord, checkGradient, checkParity, freshSeed } from '../harness/parity.js';
+import { OPS } from '../ops/index.js';
+import type { OpDef } from '../ops/op.js';
+import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+
+export interface BenchKernelsOptions {
+  readonly backends: readonly string[];
+  readonly ops?: readonly string[];
+  readonly scale: 'test' | 'bench';
+  readonly reps: number;
+  readonly seed: number;
+  readonly gradients: boolean;
+  readonly onRecord?: (r: ParityRecord) => void;
+}
+
+function selectOps(names: readonly string[] | undefined): OpDef<unknown>[] {
+  if (!names || names.length === 0) return [...OPS];
+  return names.map((n) => OPS.find((o) => o.name === n) ?? fail('BAD_ARGUMENT', `unknown op '${n}'; ops: ${OPS.map((o) => o.name).join(', ')}`));
+}
+
+export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRecord[]> {
+  const ops = selectOps(opts.ops);
+  const records: ParityRecord[] = [];
+  const emit = (r: ParityRecord): void => {
+    records.push(r);
+    opts.onRecord?.(r);
+  };
+  const backends: Backend[] = [];
+  for (const name of opts.backends) {
+    const choice = parseBackendChoice(name);
+    backends.push(await createBackend(choice));
+  }
+  try {
+    for (const op of ops) {
+      for (const [i, c] of op.cases(opts.scale).entries()) {
+        const seed = opts.seed + i;
+        for (const b of backends) {
+          if (!b.supports(op.name)) {
+            emit({ op: op.name, case: c.label, backend: b.name, check: 'reference', shape: '', dtype: 'f32', relErr: Infinity, worst: '', tol: 0, pass: false, seed, error: `no ${b.name} kernel` });
+            continue;
+          }
+          emit(await checkParity(b, op, c, { seed, timeReps: opts.reps }));
+        }
+        if (opts.gradients && op.gradient && opts.scale === 'test') emit(checkGradient(op, c, seed));
+      }
+    }
+  } finally {
+    for (const b of backends) b.destroy();
+  }
+  return records;
+}
+
+function fmt(x: number | undefined, digits = 3): string {
+  if (x === undefined) return '-';
+  if (!Number.isFinite(x)) return String(x);
+  return x === 0 ? '0' : x < 1e-3 || x >= 1e5 ? x.toExponential(2) : x.toFixed(digits);
+}
+
+export function formatRecordRow(r: ParityRecord): string {
+  return [
+    r.op.padEnd(22), r.case.slice(0, 26).padEnd(26), r.backend.padEnd(8), fmt(r.relErr).padStart(9), fmt(r.tol).padStart(9),
+    (r.pass ? 'pass' : 'FAIL').padEnd(5), fmt(r.ms).padStart(9), fmt(r.tflops).padStart(8), ` ${r.shape}${r.error ? `  error: ${r.error}` : ''}`,
+  ].join(' ');
+}
+
+export const RECORD_HEADER = [
+  'op'.padEnd(22), 'case'.padEnd(26), 'backend'.padEnd(8), 'rel.err'.padStart(9), 'tol'.padStart(9), 'pass'.padEnd(5), 'ms'.padStart(9), 'TFLOP/s'.padStart(8), ' shape',
+].join(' ');
+
+export function benchCommand(): Command {
+  const bench = new Command('bench').description('Benchmarks');
+  bench
+    .command('kernels')
+    .description('Check every op against the CPU reference on each backend and time it')
+    .option('--backend <list>', 'comma-separated backends', 'cpu,webgpu')
+    .option('--ops <list>', 'comma-separated op names (default: all)')
+    .option('--scale <scale>', "'test' (small shapes, fast) or 'bench' (training-size shapes)", 'test')
+    .option('--reps <n>', 'timed calls per case', '5')
+    .option('--seed <n>', 'input seed (default: fresh each run)')
+    .option('--no-gradients', 'skip finite-difference checks of backward ops')
+    .option('--json', 'print a JSON array of records')
+    .action(async (o: { backend: string; ops?: string; scale: string; reps: string; seed?: string; gradients: boolean; json?: boolean }) => {
+      if (o.scale !== 'test' && o.scale !== 'bench') fail('BAD_ARGUMENT', `--scale must be 'test' or 'bench', got '${o.scale}'`);
+      const reps = Number(o.reps);
+      if (!Number.isInteger(reps) || reps < 0) fail('BAD_ARGUMENT', `--reps must be a non-negative integer, got '${o.reps}'`);
+      const seed = o.seed === undefined ? freshSeed() : Number(o.seed);
+      if (!Number.isSafeInteger(seed) || seed < 0) fail('BAD_ARGUMENT', `--seed must be a non-negative integer, got '${o.seed}'`);
+      if (!o.json) console.log(RECORD_HEADER);
+      const records = await benchKernels({
+        backends: o.backend.split(',').map((s) => s.trim()).filter(Boolean),
+        ...(o.ops ? { ops: o.ops.split(',').map((s) => s.trim()).filter(Boolean) } : {}),
+        scale: o.scale,
+        reps,
+        seed,
+        gradients: o.gradients,
+        ...(o.json ? {} : { onRecord: (r: ParityRecord) => console.log(formatRecordRow(r)) }),
+      });
+      if (o.json) console.log(JSON.stringify(records, null, 2));
+      const failed = records.filter((r) => !r.pass);
+      if (!o.json) console.log(`\n${records.length - failed.length} passed, ${failed.length} failed (seed ${seed})`);
+      if (failed.length > 0) process.exitCode = 1;
+    });
+  return bench;
+}
