@@ -9,8 +9,8 @@ export function formatProbe(probes: readonly BackendProbe[]): string {
     if (!p.detail) continue;
     const d = p.detail as Record<string, unknown>;
     for (const [k, v] of Object.entries(d)) {
-      if (k === 'limits' && v && typeof v === 'object') {
-        lines.push('        limits:');
+      if ((k === 'limits' || k === 'keyFeatures') && v && typeof v === 'object') {
+        lines.push(`        ${k === 'limits' ? 'limits' : 'key features'}:`);
         for (const [lk, lv] of Object.entries(v)) lines.push(`          ${lk}: ${lv}`);
       } else if (Array.isArray(v)) {
         lines.push(`        ${k}: ${v.length ? v.join(', ') : '(none)'}`);

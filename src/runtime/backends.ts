@@ -33,7 +33,7 @@ export interface BackendProbe {
 let gpuInstance: GPU | null | undefined;
 
 /** Dawn's GPU object, or null with the reason the npm `webgpu` package could not load. */
-async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {
+export async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {
   if (gpuInstance !== undefined) return gpuInstance ? { gpu: gpuInstance } : { gpu: null, reason: 'the webgpu package failed to load' };
   // Dawn on Vulkan wants a runtime dir; lavapipe and the Vulkan loader run without one but warn.
   process.env.XDG_RUNTIME_DIR ??= '/tmp';

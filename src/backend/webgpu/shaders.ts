@@ -138,13 +138,17 @@ export async function compileShader(device: GPUDevice, name: string, load: Shade
     return fail('NOT_FOUND', `shader '${name}' could not be read: ${(e as Error).message}`);
   }
   const { code, segments } = assembled;
+  // Scoped so a compile error is reported here, with its location, not as a stray device error.
+  device.pushErrorScope('validation');
   const module = device.createShaderModule({ label: name, code });
   const info = await module.getCompilationInfo();
+  const scoped = await device.popErrorScope();
   const errors = info.messages.filter((m) => m.type === 'error');
   if (errors.length > 0) {
     const lines = errors.map((m) => `${locate(segments, m.lineNum)}:${m.linePos}: ${m.message}`);
     fail('WGSL_COMPILE', `WGSL compile error in shader '${name}':\n  ${lines.join('\n  ')}`);
   }
+  if (scoped) fail('WGSL_COMPILE', `shader '${name}' was rejected: ${scoped.message}`);
   let entries: Map<string, ReflectedEntry>;
   try {
     entries = reflectShader(name, code);

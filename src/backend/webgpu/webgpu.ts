@@ -36,6 +36,8 @@ export interface WebGpuAdapterDescription {
   readonly device: string;
   readonly description: string;
   readonly features: readonly string[];
+  /** The features mdlm's kernels can use, present or not. */
+  readonly keyFeatures: Readonly<Record<string, boolean>>;
   readonly limits: Readonly<Record<string, number>>;
 }
 
@@ -61,6 +63,7 @@ export function describeAdapter(adapter: GPUAdapter): WebGpuAdapterDescription {
     device: info.device,
     description: info.description,
     features: [...adapter.features].sort(),
+    keyFeatures: Object.fromEntries(WANTED_FEATURES.map((f) => [f, adapter.features.has(f)])),
     limits,
   };
 }
