@@ -1,0 +1,53 @@
+/** The CLI as a user runs it: bin/mdlm.js over the compiled dist/ (npm test builds it first). */
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+import { hasWebGpu } from './support/webgpu.js';
+
+function mdlm(...args: string[]): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, ['bin/mdlm.js', ...args], { encoding: 'utf8', timeout: 120_000 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('mdlm CLI', () => {
+  it('probe --json lists every backend with availability and reasons', () => {
+    const r = mdlm('probe', '--json');
+    expect(r.code).toBe(0);
+    const probes = JSON.parse(r.stdout) as { name: string; available: boolean; reason?: string; detail?: Record<string, unknown> }[];
+    expect(probes.map((p) => p.name)).toEqual(['cpu', 'webgpu', 'cuda']);
+    const cuda = probes.find((p) => p.name === 'cuda')!;
+    if (!cuda.available) expect(cuda.reason).toMatch(/addon|driver|GPU/);
+    const webgpu = probes.find((p) => p.name === 'webgpu')!;
+    expect(webgpu.available).toBe(hasWebGpu);
+    if (webgpu.available) {
+      expect(webgpu.detail).toHaveProperty('limits.maxStorageBufferBindingSize');
+      expect(webgpu.detail).toHaveProperty('keyFeatures');
+    }
+  });
+
+  it('bench kernels --json emits passing records for the chosen ops', () => {
+    const backends = hasWebGpu ? 'cpu,webgpu' : 'cpu';
+    const r = mdlm('bench', 'kernels', '--backend', backends, '--ops', 'add', '--json', '--reps', '1');
+    expect(r.code, r.stderr).toBe(0);
+    const records = JSON.parse(r.stdout) as { op: string; backend: string; relErr: number; tol: number; pass: boolean; ms: number; shape: string }[];
+    expect(records.length).toBe(backends.split(',').length);
+    for (const rec of records) {
+      expect(rec).toMatchObject({ op: 'add', pass: true });
+      expect(rec.relErr).toBeLessThanOrEqual(rec.tol);
+      expect(rec.ms).toBeGreaterThan(0);
+      expect(rec.shape).toContain('[1003]');
+    }
+  });
+
+  it('an unknown op is a clear error with a non-zero exit', () => {
+    const r = mdlm('bench', 'kernels', '--backend', 'cpu', '--ops', 'nosuchop');
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("unknown op 'nosuchop'");
+    expect(r.stderr).not.toContain('    at ');
+  });
+
+  it('asking for an unavailable backend says why and what to do', () => {
+    const r = mdlm('bench', 'kernels', '--backend', 'cuda', '--ops', 'add');
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(/BACKEND_UNAVAILABLE: backend cuda is unavailable: .*(addon|driver|GPU).*--backend/);
+  });
+});
