@@ -1,7 +1,8 @@
 /**
  * Parameters, their gradients and optimizer state live in flat device buffers; layers hold views.
- * Views start on 64-element (256-byte) boundaries, as WebGPU storage bindings require. Two groups
- * keep weight decay off norms (and anything else registered with decay: false) without a mask.
+ * Views start on 64-element (256-byte) boundaries, as WebGPU storage bindings require. Decayed
+ * parameters come first and the rest (norms) after, so AdamW runs on two ranges without a mask
+ * and the global gradient norm is one reduction over the whole gradient buffer.
  */
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
@@ -20,13 +21,14 @@ export interface ParamSpec {
 }
 
 export interface Param extends ParamSpec {
-  readonly group: 0 | 1; // 0: weight decay, 1: none
-  readonly offset: number; // elements into its group's flat buffer
+  readonly offset: number; // elements into the flat buffers
   value: Tensor;
   grad: Tensor;
 }
 
-export interface ParamGroup {
+/** A contiguous range of the flat buffers: all decayed parameters, then all others. */
+export interface ParamRange {
+  readonly offset: number;
   readonly size: number;
   readonly value: Tensor;
   readonly grad: Tensor;
@@ -35,12 +37,14 @@ export interface ParamGroup {
 export class ParamStore {
   private readonly specs: ParamSpec[] = [];
   private params: Param[] | null = null;
-  private groupTensors: [ParamGroup, ParamGroup] | null = null;
-  private zeros: Float32Array[] = [];
+  private flatValue: Tensor | null = null;
+  private flatGrad: Tensor | null = null;
+  private ranges: { decay: ParamRange; noDecay: ParamRange } | null = null;
+  private zeros: Float32Array | null = null;
 
   constructor(readonly backend: Backend) {}
 
-  /** Declare a parameter; returns a handle whose tensors exist after `materialize`. */
+  /** Declare a parameter; its tensors exist after `materialize`. */
   declare(name: string, shape: Shape, init: ParamInit, decay: boolean): Param {
     if (this.params) throw new Error(`ParamStore: '${name}' declared after materialize()`);
     if (this.specs.some((s) => s.name === name)) throw new Error(`ParamStore: duplicate parameter '${name}'`);
@@ -53,34 +57,35 @@ export class ParamStore {
   /** Allocate the flat buffers, give every parameter its views, and initialise from `seed`. */
   materialize(seed: number): void {
     if (this.params) throw new Error('ParamStore: materialize() called twice');
-    const sizes: [number, number] = [0, 0];
-    const layout = this.specs.map((s) => {
-      const group = s.decay ? 0 : 1;
-      const offset = sizes[group];
-      sizes[group] += Math.ceil(numel(s.shape) / ALIGN) * ALIGN;
-      return { spec: s, group: group as 0 | 1, offset };
+    const ordered = [...this.specs.filter((s) => s.decay), ...this.specs.filter((s) => !s.decay)];
+    let size = 0;
+    let decayEnd = 0;
+    const offsets = new Map<ParamSpec, number>();
+    for (const s of ordered) {
+      offsets.set(s, size);
+      size += Math.ceil(numel(s.shape) / ALIGN) * ALIGN;
+      if (s.decay) decayEnd = size;
+    }
+    size = Math.max(size, ALIGN);
+    const b = this.backend;
+    const value = b.alloc([size], 'f32');
+    const grad = b.alloc([size], 'f32');
+    this.flatValue = value;
+    this.flatGrad = grad;
+    const range = (offset: number, n: number): ParamRange => ({
+      offset, size: n, value: b.view(value, offset, [n]), grad: b.view(grad, offset, [n]),
     });
-    const groups = sizes.map((n) => {
-      const size = Math.max(n, ALIGN);
-      return { size, value: this.backend.alloc([size], 'f32'), grad: this.backend.alloc([size], 'f32') };
-    }) as [ParamGroup, ParamGroup];
-    this.groupTensors = groups;
-    const host = groups.map((g) => new Float32Array(g.size));
-    this.params = layout.map(({ spec, group, offset }, index) => {
+    this.ranges = { decay: range(0, Math.max(decayEnd, 0)), noDecay: range(decayEnd, size - decayEnd) };
+    const host = new Float32Array(size);
+    this.params = this.specs.map((spec, index) => {
+      const offset = offsets.get(spec)!;
       const p = spec as Param;
-      Object.assign(p, {
-        group,
-        offset,
-        value: this.backend.view(groups[group].value, offset, spec.shape),
-        grad: this.backend.view(groups[group].grad, offset, spec.shape),
-      });
-      fillInit(host[group]!, offset, numel(spec.shape), spec.init, seed, index);
+      Object.assign(p, { offset, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape) });
+      fillInit(host, offset, numel(spec.shape), spec.init, seed, index);
       return p;
     });
-    groups.forEach((g, i) => {
-      this.backend.upload(g.value, host[i]!);
-      this.backend.upload(g.grad, new Float32Array(g.size));
-    });
+    b.upload(value, host);
+    this.zeroGrads();
   }
 
   get list(): readonly Param[] {
@@ -88,11 +93,27 @@ export class ParamStore {
     return this.params;
   }
 
-  get groups(): readonly [ParamGroup, ParamGroup] {
-    if (!this.groupTensors) throw new Error('ParamStore: not materialized');
-    return this.groupTensors;
+  get value(): Tensor {
+    if (!this.flatValue) throw new Error('ParamStore: not materialized');
+    return this.flatValue;
   }
 
+  get grad(): Tensor {
+    if (!this.flatGrad) throw new Error('ParamStore: not materialized');
+    return this.flatGrad;
+  }
+
+  get decayRange(): ParamRange {
+    if (!this.ranges) throw new Error('ParamStore: not materialized');
+    return this.ranges.decay;
+  }
+
+  get noDecayRange(): ParamRange {
+    if (!this.ranges) throw new Error('ParamStore: not materialized');
+    return this.ranges.noDecay;
+  }
+
+  /** Number of parameter values (excluding alignment padding). */
   get count(): number {
     return this.specs.reduce((n, s) => n + numel(s.shape), 0);
   }
@@ -101,22 +122,17 @@ export class ParamStore {
     return this.list.find((p) => p.name === name) ?? fail('NOT_FOUND', `no parameter named '${name}'`);
   }
 
-  /** Zero both gradient buffers (start of an accumulation window). */
+  /** Zero the gradient buffer (start of an accumulation window). */
   zeroGrads(): void {
-    this.groups.forEach((g, i) => {
-      this.zeros[i] ??= new Float32Array(g.size);
-      this.backend.upload(g.grad, this.zeros[i]!);
-    });
+    this.zeros ??= new Float32Array(this.grad.size);
+    this.backend.upload(this.grad, this.zeros);
   }
 
   destroy(): void {
-    for (const g of this.groupTensors ?? []) {
-      this.backend.free(g.value);
-      this.backend.free(g.grad);
-    }
+    if (this.flatValue) this.backend.free(this.flatValue);
+    if (this.flatGrad) this.backend.free(this.flatGrad);
   }
 }
-
 /** Initial values keyed by (seed, parameter index): the same on every backend and rank. */
 function fillInit(out: Float32Array, offset: number, n: number, init: ParamInit, seed: number, index: number): void {
   if (init.kind === 'zeros') return;

@@ -1,0 +1,186 @@
+/**
+ * The decoder: token embedding, N pre-norm blocks (RMSNorm, RoPE grouped-query attention, SwiGLU),
+ * final RMSNorm, LM head (tied to the embedding or not). Parameter names are Hugging Face's, so a
+ * checkpoint is a plain name -> tensor map. All activations are allocated at construction for a
+ * fixed (batch, seqLen); a step allocates nothing.
+ */
+import type { Backend } from '../backend/backend.js';
+import { fail } from '../errors.js';
+import { crossEntropy, crossEntropyBackward } from '../ops/cross_entropy.js';
+import { reduce } from '../ops/reduce.js';
+import type { Tensor } from '../tensor.js';
+import { Arena } from '../nn/arena.js';
+import { AttentionScratch } from '../nn/attention.js';
+import { BlockScratch, DecoderBlock } from '../nn/block.js';
+import { Embedding } from '../nn/embedding.js';
+import { Linear } from '../nn/linear.js';
+import { MlpScratch } from '../nn/mlp.js';
+import { ParamStore } from '../nn/params.js';
+import { RMSNorm } from '../nn/rmsnorm.js';
+import { Workspace } from '../nn/workspace.js';
+import type { ModelConfig } from './config.js';
+
+/** One batch as the model consumes it (host arrays of batch·seqLen entries). */
+export interface ModelBatch {
+  readonly inputs: Int32Array;
+  readonly targets: Int32Array; // negative = ignored
+  readonly segIds: Int32Array;
+  readonly positions: Int32Array;
+}
+
+export class LlamaModel {
+  readonly store: ParamStore;
+  readonly rows: number;
+  readonly embed: Embedding;
+  readonly blocks: DecoderBlock[];
+  readonly finalNorm: RMSNorm;
+  readonly head: Linear;
+  private readonly arena: Arena;
+  private readonly ws: Workspace;
+  // Inputs, device-side.
+  readonly ids: Tensor;
+  readonly targets: Tensor;
+  readonly weights: Tensor;
+  private readonly segIds: Tensor;
+  private readonly positions: Tensor;
+  // Activations.
+  private readonly streams: Tensor[];
+  private readonly normed: Tensor;
+  private readonly rstdFinal: Tensor;
+  private readonly logits: Tensor;
+  private readonly tokenLoss: Tensor;
+  private readonly lse: Tensor;
+  private readonly lossSum: Tensor;
+  // Gradients.
+  private readonly dLoss: Tensor;
+  private readonly dLogits: Tensor;
+  private readonly dNormed: Tensor;
+  private readonly dStream: Tensor;
+  private readonly zeros: Tensor;
+  private causal = true;
+
+  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number) {
+    validateModel(cfg);
+    const b = backend;
+    const T = cfg.seqLen;
+    const N = batch * T;
+    const headDim = cfg.dModel / cfg.nHeads;
+    this.rows = N;
+    this.store = new ParamStore(b);
+    this.arena = new Arena(b);
+    const std = cfg.initStd;
+    const outStd = std / Math.sqrt(2 * cfg.nLayers);
+    const dims = {
+      batch, seqLen: T, heads: cfg.nHeads, kvHeads: cfg.nKvHeads, headDim, ropeBase: cfg.ropeTheta,
+      dModel: cfg.dModel, ffnHidden: cfg.ffnHidden, normEps: cfg.normEps,
+    };
+    this.embed = new Embedding(this.store, 'model.embed_tokens', cfg.vocabSize, cfg.dModel, std);
+    const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);
+    const attnScratch = new AttentionScratch(this.arena, dims);
+    const mlpScratch = new MlpScratch(this.arena, N, cfg.ffnHidden);
+    this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd));
+    this.finalNorm = new RMSNorm(this.store, 'model.norm', cfg.dModel, cfg.normEps);
+    this.head = cfg.tieEmbeddings
+      ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
+      : new Linear(this.store, 'lm_head', cfg.dModel, cfg.vocabSize, std);
+    const maxWeight = Math.max(cfg.vocabSize * cfg.dModel, cfg.ffnHidden * cfg.dModel, cfg.dModel * cfg.dModel);
+    this.ws = new Workspace(this.arena, maxWeight, N * cfg.dModel);
+    const a = this.arena;
+    this.ids = a.alloc([N], 'i32');
+    this.targets = a.alloc([N], 'i32');
+    this.weights = a.alloc([N]);
+    this.segIds = a.alloc([batch, T], 'i32');
+    this.positions = a.alloc([batch, T], 'i32');
+    this.streams = Array.from({ length: cfg.nLayers + 1 }, () => a.alloc([N, cfg.dModel]));
+    this.normed = a.alloc([N, cfg.dModel]);
+    this.rstdFinal = a.alloc([N]);
+    this.logits = a.alloc([N, cfg.vocabSize]);
+    this.tokenLoss = a.alloc([N]);
+    this.lse = a.alloc([N]);
+    this.lossSum = a.alloc([1]);
+    this.dLoss = a.alloc([N]);
+    this.dLogits = a.alloc([N, cfg.vocabSize]);
+    this.dNormed = a.alloc([N, cfg.dModel]);
+    this.dStream = a.alloc([N, cfg.dModel]);
+    this.zeros = a.alloc([N, cfg.dModel]);
+    b.upload(this.zeros, new Float32Array(N * cfg.dModel));
+    // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
+    b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
+    this.store.materialize(seed);
+  }
+
+  get paramCount(): number {
+    return this.store.count;
+  }
+
+  get activationBytes(): number {
+    return this.arena.totalBytes;
+  }
+
+  /** Upload a batch's token ids, targets, documents and positions. */
+  setBatch(batch: ModelBatch, causal: boolean): void {
+    const n = this.rows;
+    for (const [name, arr] of Object.entries(batch) as [string, Int32Array][]) {
+      if (arr.length !== n) fail('BAD_SHAPE', `model batch: '${name}' has ${arr.length} entries, expected batch·seqLen = ${n}`);
+    }
+    this.causal = causal;
+    const b = this.backend;
+    b.upload(this.ids, batch.inputs);
+    b.upload(this.targets, batch.targets);
+    b.upload(this.segIds, batch.segIds);
+    b.upload(this.positions, batch.positions);
+  }
+
+  /** Per-token loss weights (1 for AR, w(t) at masked positions for diffusion). */
+  setWeights(weights: Float32Array): void {
+    this.backend.upload(this.weights, weights);
+  }
+
+  /** Forward pass to the per-token weighted losses; their sum lands in `lossSum`. */
+  forward(): void {
+    const b = this.backend;
+    const N = this.rows;
+    const cfg = this.cfg;
+    this.embed.forward(b, this.ids, this.streams[0]!, N);
+    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.segIds, this.positions, this.causal));
+    this.finalNorm.forward(b, this.streams[cfg.nLayers]!, this.normed, this.rstdFinal, N);
+    this.head.forward(b, this.normed, this.logits, N);
+    b.run(crossEntropy, { logits: this.logits, targets: this.targets, weights: this.weights, loss: this.tokenLoss, lse: this.lse }, { rows: N, vocab: cfg.vocabSize });
+    b.run(reduce, { x: b.view(this.tokenLoss, 0, [1, N]), out: this.lossSum }, { rows: 1, cols: N, kind: 'sum' });
+  }
+
+  /** The mean weighted loss of the last forward (waits for the device). */
+  async loss(): Promise<number> {
+    const [s] = (await this.backend.download(this.lossSum)) as Float32Array;
+    return s! / this.rows;
+  }
+
+  /** Per-token weighted losses of the last forward. */
+  async tokenLosses(): Promise<Float32Array> {
+    return (await this.backend.download(this.tokenLoss)) as Float32Array;
+  }
+
+  /** Accumulate parameter gradients of the mean loss of the last forward. */
+  backward(): void {
+    const b = this.backend;
+    const N = this.rows;
+    const cfg = this.cfg;
+    b.run(crossEntropyBackward, { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: this.dLogits }, { rows: N, vocab: cfg.vocabSize });
+    this.head.backward(b, this.ws, this.normed, this.dLogits, this.dNormed, 'write', N);
+    this.finalNorm.backward(b, this.ws, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
+    for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.ws, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
+    this.embed.backward(b, this.ws, this.ids, this.dStream, N);
+  }
+
+  destroy(): void {
+    this.arena.destroy();
+    this.store.destroy();
+  }
+}
+
+export function validateModel(cfg: ModelConfig): void {
+  const bad = (field: string, why: string): never => fail('BAD_CONFIG', `model.${field}: ${why}`);
+  if (cfg.dModel % cfg.nHeads !== 0) bad('nHeads', `${cfg.nHeads} heads do not divide dModel ${cfg.dModel}`);
+  if (cfg.nHeads % cfg.nKvHeads !== 0) bad('nKvHeads', `${cfg.nKvHeads} KV heads do not divide ${cfg.nHeads} heads`);
+  if ((cfg.dModel / cfg.nHeads) % 2 !== 0) bad('nHeads', `head dimension ${cfg.dModel / cfg.nHeads} must be even for RoPE`);
+}

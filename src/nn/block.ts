@@ -1,0 +1,82 @@
+/**
+ * A pre-norm decoder block: h2 = h + attn(norm1(h)); out = h2 + mlp(norm2(h2)). The first
+ * residual add is fused into norm2. Backward writes the block input's gradient in place of the
+ * output gradient (the stream gradient buffer is updated block by block).
+ */
+import type { Backend } from '../backend/backend.js';
+import { add } from '../ops/add.js';
+import type { Tensor } from '../tensor.js';
+import type { Arena } from './arena.js';
+import { type AttentionScratch, type AttentionShape, SelfAttention } from './attention.js';
+import { type MlpScratch, SwiGluMlp } from './mlp.js';
+import type { ParamStore } from './params.js';
+import { RMSNorm } from './rmsnorm.js';
+import type { Workspace } from './workspace.js';
+
+/** Temporaries shared by all blocks. */
+export class BlockScratch {
+  readonly branch: Tensor; // attention or MLP output before the residual add
+  readonly dNorm: Tensor;
+  readonly dMid: Tensor;
+  constructor(arena: Arena, rows: number, dModel: number) {
+    this.branch = arena.alloc([rows, dModel]);
+    this.dNorm = arena.alloc([rows, dModel]);
+    this.dMid = arena.alloc([rows, dModel]);
+  }
+}
+
+export interface BlockDims extends AttentionShape {
+  readonly dModel: number;
+  readonly ffnHidden: number;
+  readonly normEps: number;
+}
+
+export class DecoderBlock {
+  readonly norm1: RMSNorm;
+  readonly attn: SelfAttention;
+  readonly norm2: RMSNorm;
+  readonly mlp: SwiGluMlp;
+  private readonly n1: Tensor;
+  private readonly rstd1: Tensor;
+  private readonly mid: Tensor;
+  private readonly n2: Tensor;
+  private readonly rstd2: Tensor;
+  private readonly rows: number;
+
+  constructor(
+    store: ParamStore, arena: Arena, index: number, readonly d: BlockDims,
+    private readonly scratch: BlockScratch, attnScratch: AttentionScratch, mlpScratch: MlpScratch, std: number, outStd: number,
+  ) {
+    const name = `model.layers.${index}`;
+    this.rows = d.batch * d.seqLen;
+    this.norm1 = new RMSNorm(store, `${name}.input_layernorm`, d.dModel, d.normEps);
+    this.attn = new SelfAttention(store, arena, `${name}.self_attn`, d.dModel, d, attnScratch, std, outStd);
+    this.norm2 = new RMSNorm(store, `${name}.post_attention_layernorm`, d.dModel, d.normEps);
+    this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd);
+    const nd = [this.rows, d.dModel];
+    this.n1 = arena.alloc(nd);
+    this.rstd1 = arena.alloc([this.rows]);
+    this.mid = arena.alloc(nd);
+    this.n2 = arena.alloc(nd);
+    this.rstd2 = arena.alloc([this.rows]);
+  }
+
+  /** out = block(h); h must stay untouched until backward (the model keeps every block input). */
+  forward(b: Backend, h: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+    const sc = this.scratch;
+    this.norm1.forward(b, h, this.n1, this.rstd1, this.rows);
+    this.attn.forward(b, this.n1, sc.branch, segIds, positions, causal);
+    this.norm2.forwardAdd(b, h, sc.branch, this.mid, this.n2, this.rstd2, this.rows);
+    this.mlp.forward(b, this.n2, sc.branch);
+    b.run(add, { a: this.mid, b: sc.branch, out }, { n: out.size });
+  }
+
+  /** On entry `dStream` holds d(out); on exit d(h). */
+  backward(b: Backend, ws: Workspace, h: Tensor, dStream: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+    const sc = this.scratch;
+    this.mlp.backward(b, ws, this.n2, dStream, sc.dNorm);
+    this.norm2.backward(b, ws, sc.dNorm, this.mid, this.rstd2, dStream, sc.dMid, this.rows);
+    this.attn.backward(b, ws, this.n1, sc.dMid, sc.dNorm, segIds, positions, causal);
+    this.norm1.backward(b, ws, sc.dNorm, h, this.rstd1, sc.dMid, dStream, this.rows);
+  }
+}

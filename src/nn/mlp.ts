@@ -1,0 +1,53 @@
+/** SwiGLU MLP: down(silu(gate(x)) · up(x)). Saves the gate and up projections and their product. */
+import type { Backend } from '../backend/backend.js';
+import { swiglu, swigluBackward } from '../ops/swiglu.js';
+import type { Tensor } from '../tensor.js';
+import type { Arena } from './arena.js';
+import { Linear } from './linear.js';
+import type { ParamStore } from './params.js';
+import type { Workspace } from './workspace.js';
+
+/** Temporaries shared by every MLP (only one runs at a time). */
+export class MlpScratch {
+  readonly dHidden: Tensor;
+  readonly dGate: Tensor;
+  readonly dUp: Tensor;
+  constructor(arena: Arena, rows: number, hidden: number) {
+    this.dHidden = arena.alloc([rows, hidden]);
+    this.dGate = arena.alloc([rows, hidden]);
+    this.dUp = arena.alloc([rows, hidden]);
+  }
+}
+
+export class SwiGluMlp {
+  readonly gate: Linear;
+  readonly up: Linear;
+  readonly down: Linear;
+  private readonly g: Tensor;
+  private readonly u: Tensor;
+  private readonly h: Tensor;
+
+  constructor(store: ParamStore, arena: Arena, name: string, dModel: number, readonly hidden: number, readonly rows: number, private readonly scratch: MlpScratch, std: number, outStd: number) {
+    this.gate = new Linear(store, `${name}.gate_proj`, dModel, hidden, std);
+    this.up = new Linear(store, `${name}.up_proj`, dModel, hidden, std);
+    this.down = new Linear(store, `${name}.down_proj`, hidden, dModel, outStd);
+    this.g = arena.alloc([rows, hidden]);
+    this.u = arena.alloc([rows, hidden]);
+    this.h = arena.alloc([rows, hidden]);
+  }
+
+  forward(b: Backend, x: Tensor, out: Tensor): void {
+    this.gate.forward(b, x, this.g, this.rows);
+    this.up.forward(b, x, this.u, this.rows);
+    b.run(swiglu, { gate: this.g, up: this.u, out: this.h }, { rows: this.rows, hidden: this.hidden });
+    this.down.forward(b, this.h, out, this.rows);
+  }
+
+  backward(b: Backend, ws: Workspace, x: Tensor, dout: Tensor, dx: Tensor): void {
+    const sc = this.scratch;
+    this.down.backward(b, ws, this.h, dout, sc.dHidden, 'write', this.rows);
+    b.run(swigluBackward, { dout: sc.dHidden, gate: this.g, up: this.u, dgate: sc.dGate, dup: sc.dUp }, { rows: this.rows, hidden: this.hidden });
+    this.gate.backward(b, ws, x, sc.dGate, dx, 'write', this.rows);
+    this.up.backward(b, ws, x, sc.dUp, dx, 'add', this.rows);
+  }
+}

@@ -1,0 +1,16 @@
+/** Autoregressive objective: causal attention, next-token cross-entropy with weight 1. */
+import type { LlamaModel } from '../model/llama.js';
+import type { Objective, TokenBatch } from './objective.js';
+
+export class ArObjective implements Objective {
+  readonly name = 'ar' as const;
+  readonly causal = true;
+  private ones: Float32Array | null = null;
+
+  prepare(model: LlamaModel, batch: TokenBatch): void {
+    // Targets of −1 (no next token in the same document) are ignored by the loss.
+    model.setBatch({ inputs: batch.tokens, targets: batch.targets, segIds: batch.segIds, positions: batch.positions }, this.causal);
+    this.ones ??= new Float32Array(batch.tokens.length).fill(1);
+    model.setWeights(this.ones);
+  }
+}

@@ -1,0 +1,27 @@
+/**
+ * Objectives turn a batch of token windows into what the model consumes: input ids, targets and
+ * per-token loss weights on the device, and whether attention is causal. Both objectives share
+ * every kernel; only these differ.
+ */
+import type { LlamaModel } from '../model/llama.js';
+
+/** What the data loader yields (structurally its Batch): rows of seqLen tokens. */
+export interface TokenBatch {
+  readonly batchSize: number;
+  readonly seqLen: number;
+  /** [batch·seqLen] input tokens. */
+  readonly tokens: Int32Array;
+  /** [batch·seqLen] the next token of each input (−1: none). */
+  readonly targets: Int32Array;
+  /** [batch·seqLen] document index per position (packed documents), else zeros. */
+  readonly segIds: Int32Array;
+  /** [batch·seqLen] position within its document. */
+  readonly positions: Int32Array;
+}
+
+export interface Objective {
+  readonly name: 'ar' | 'mdlm';
+  readonly causal: boolean;
+  /** Put the batch on the device for `step` (noise keyed by seed, step and rank). */
+  prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number): void;
+}
