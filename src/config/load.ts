@@ -375,6 +375,21 @@ export function readConfigFile(file: string): Obj {
   return data;
 }
 
+/**
+ * `--train.steps 10` on its own should just work: a warmup that comes from the schema default or
+ * a preset (not one the user wrote in a file or flag) is capped at train.steps. An explicit
+ * conflict stays an error.
+ */
+function capImplicitWarmup(cfg: Obj, origins: Origins): void {
+  const o = origins.get('train.warmupSteps');
+  if (o !== undefined && !o.startsWith('preset ')) return;
+  const train = isObj(cfg.train) ? cfg.train : undefined;
+  const steps = train?.steps;
+  if (typeof steps !== 'number' || !Number.isInteger(steps) || steps < 1) return;
+  const warm = typeof train!.warmupSteps === 'number' ? train!.warmupSteps : (TrainConfigSchema.parse({}).train.warmupSteps);
+  if (warm > steps) train!.warmupSteps = steps;
+}
+
 /** Preset, then file, then dotted overrides; validated. */
 export function resolveConfig(opts: ResolveOptions = {}): TrainConfig {
   const origins: Origins = new Map();
@@ -391,6 +406,7 @@ export function resolveConfig(opts: ResolveOptions = {}): TrainConfig {
     cfg = deepMerge(cfg, f);
   }
   cfg = applyOverrides(cfg, opts.overrides ?? {}, origins);
+  capImplicitWarmup(cfg, origins);
   const src = [opts.preset && `preset '${opts.preset}'`, opts.file && `file '${opts.file}'`, Object.keys(opts.overrides ?? {}).length > 0 && 'flags'].filter(Boolean).join(' + ');
   return parseConfig(cfg, origins, `invalid config${src ? ` (${src})` : ''}`);
 }
