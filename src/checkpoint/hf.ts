@@ -1,0 +1,334 @@
+/**
+ * mdlm parameters ⇄ Hugging Face Llama / Qwen2 names, and config.json.
+ *
+ * Layout contract with src/model: a linear weight is stored [out, in] (torch.nn.Linear, llm.c),
+ * y = x·Wᵀ, so mdlm and HF shapes are identical and nothing is transposed on import/export.
+ * RoPE must rotate dimension i with i + headDim/2 (HF `rotate_half`, GPT-NeoX style), not
+ * interleaved pairs; otherwise q/k rows would need permuting.
+ *
+ *   mdlm name                  HF name                                          shape
+ *   embed                      model.embed_tokens.weight                        [V, d]
+ *   layers.{i}.attn_norm       model.layers.{i}.input_layernorm.weight          [d]
+ *   layers.{i}.attn.wq         model.layers.{i}.self_attn.q_proj.weight         [H·hd, d]
+ *   layers.{i}.attn.wk         model.layers.{i}.self_attn.k_proj.weight         [Hkv·hd, d]
+ *   layers.{i}.attn.wv         model.layers.{i}.self_attn.v_proj.weight         [Hkv·hd, d]
+ *   layers.{i}.attn.bq|bk|bv   model.layers.{i}.self_attn.{q,k,v}_proj.bias     (model.qkvBias; Qwen2)
+ *   layers.{i}.attn.q_norm     model.layers.{i}.self_attn.q_norm.weight         [hd] (model.qkNorm; Qwen3)
+ *   layers.{i}.attn.k_norm     model.layers.{i}.self_attn.k_norm.weight         [hd] (model.qkNorm; Qwen3)
+ *   layers.{i}.attn.wo         model.layers.{i}.self_attn.o_proj.weight         [d, H·hd]
+ *   layers.{i}.mlp_norm        model.layers.{i}.post_attention_layernorm.weight [d]
+ *   layers.{i}.mlp.w_gate      model.layers.{i}.mlp.gate_proj.weight            [F, d]
+ *   layers.{i}.mlp.w_up        model.layers.{i}.mlp.up_proj.weight              [F, d]
+ *   layers.{i}.mlp.w_down      model.layers.{i}.mlp.down_proj.weight            [d, F]
+ *   final_norm                 model.norm.weight                                [d]
+ *   lm_head                    lm_head.weight                                   [V, d] (untied only)
+ */
+import { fail } from '../errors.js';
+import { defaultFfnHidden, ModelSchema, type ModelConfig, type ObjectiveConfig, type TrainConfig } from '../config/schema.js';
+import { parseConfig } from '../config/load.js';
+import type { LoadedTensor, TensorMap, TensorSource, WritableDType } from './safetensors.js';
+import { toFloat32 } from './safetensors.js';
+
+export type ParamKind = 'embedding' | 'linear' | 'norm' | 'bias';
+
+export interface ParamSpec {
+  /** mdlm name. */
+  name: string;
+  /** Hugging Face name. */
+  hf: string;
+  /** Shape (identical in mdlm and HF: [out, in] for linears). */
+  shape: number[];
+  kind: ParamKind;
+  /** Block index, or undefined for embedding / final norm / lm_head. */
+  layer?: number;
+}
+
+/** Every parameter of the model, in a stable order (embedding, blocks, final norm, lm_head). */
+export function paramSpecs(m: ModelConfig): ParamSpec[] {
+  const d = m.dModel;
+  const hd = d / m.nHeads;
+  const q = m.nHeads * hd;
+  const kv = m.nKvHeads * hd;
+  const F = m.ffnHidden;
+  const out: ParamSpec[] = [{ name: 'embed', hf: 'model.embed_tokens.weight', shape: [m.vocabSize, d], kind: 'embedding' }];
+  for (let i = 0; i < m.nLayers; i++) {
+    const L = `model.layers.${i}`;
+    const p = (name: string, hf: string, shape: number[], kind: ParamKind) => out.push({ name: `layers.${i}.${name}`, hf: `${L}.${hf}`, shape, kind, layer: i });
+    p('attn_norm', 'input_layernorm.weight', [d], 'norm');
+    p('attn.wq', 'self_attn.q_proj.weight', [q, d], 'linear');
+    p('attn.wk', 'self_attn.k_proj.weight', [kv, d], 'linear');
+    p('attn.wv', 'self_attn.v_proj.weight', [kv, d], 'linear');
+    if (m.qkvBias) {
+      p('attn.bq', 'self_attn.q_proj.bias', [q], 'bias');
+      p('attn.bk', 'self_attn.k_proj.bias', [kv], 'bias');
+      p('attn.bv', 'self_attn.v_proj.bias', [kv], 'bias');
+    }
+    if (m.qkNorm) {
+      p('attn.q_norm', 'self_attn.q_norm.weight', [hd], 'norm');
+      p('attn.k_norm', 'self_attn.k_norm.weight', [hd], 'norm');
+    }
+    p('attn.wo', 'self_attn.o_proj.weight', [d, q], 'linear');
+    p('mlp_norm', 'post_attention_layernorm.weight', [d], 'norm');
+    p('mlp.w_gate', 'mlp.gate_proj.weight', [F, d], 'linear');
+    p('mlp.w_up', 'mlp.up_proj.weight', [F, d], 'linear');
+    p('mlp.w_down', 'mlp.down_proj.weight', [d, F], 'linear');
+  }
+  out.push({ name: 'final_norm', hf: 'model.norm.weight', shape: [d], kind: 'norm' });
+  if (!m.tieEmbeddings) out.push({ name: 'lm_head', hf: 'lm_head.weight', shape: [m.vocabSize, d], kind: 'linear' });
+  return out;
+}
+
+const numel = (s: readonly number[]) => s.reduce((a, b) => a * b, 1);
+const shapeStr = (s: readonly number[]) => `[${s.join(', ')}]`;
+
+function listSome(xs: string[], n = 6): string {
+  return xs.length <= n ? xs.join(', ') : `${xs.slice(0, n).join(', ')} and ${xs.length - n} more`;
+}
+
+/** mdlm tensors (Float32Array by mdlm name) → safetensors entries by HF name. */
+export function toHfTensors(m: ModelConfig, params: Record<string, Float32Array>, dtype: Exclude<WritableDType, 'I32'> = 'F32'): TensorMap {
+  const specs = paramSpecs(m);
+  const missing = specs.filter((s) => !(s.name in params)).map((s) => s.name);
+  if (missing.length) fail('BAD_ARGUMENT', `toHfTensors: model parameters missing: ${listSome(missing)}`);
+  const known = new Set(specs.map((s) => s.name));
+  const extra = Object.keys(params).filter((k) => !known.has(k));
+  if (extra.length) fail('BAD_ARGUMENT', `toHfTensors: parameters not in the model config: ${listSome(extra)} (does model.qkvBias / qkNorm / tieEmbeddings match the model?)`);
+  const out: TensorMap = {};
+  for (const s of specs) {
+    const data = params[s.name]!;
+    if (data.length !== numel(s.shape)) fail('BAD_ARGUMENT', `toHfTensors: '${s.name}' has ${data.length} values, expected ${shapeStr(s.shape)} = ${numel(s.shape)}`);
+    out[s.hf] = { dtype, shape: s.shape, data };
+  }
+  return out;
+}
+
+/** Tensors that HF checkpoints may carry and that hold no parameters. */
+const IGNORED = /(^|\.)rotary_emb\.inv_freq$|(^|\.)masked_bias$|(^|\.)attn\.bias$/;
+
+/**
+ * Read HF-named tensors into mdlm parameters (Float32Array by mdlm name), checking that every
+ * parameter is there with its shape and that nothing is left over that the model cannot hold.
+ */
+export function fromHfTensors(m: ModelConfig, src: TensorSource | Record<string, LoadedTensor>, source: string): Record<string, Float32Array> {
+  const isSource = typeof (src as TensorSource).names === 'function';
+  const names = isSource ? (src as TensorSource).names() : Object.keys(src);
+  const shapeOf = (n: string) => (isSource ? (src as TensorSource).info(n)!.shape : (src as Record<string, LoadedTensor>)[n]!.shape);
+  const read = (n: string) => (isSource ? (src as TensorSource).readFloat32(n) : toFloat32((src as Record<string, LoadedTensor>)[n]!, n, source));
+  const have = new Set(names);
+  const specs = paramSpecs(m);
+  const expected = new Set(specs.map((s) => s.hf));
+  const problems: string[] = [];
+
+  const extra = names.filter((n) => !expected.has(n) && !IGNORED.test(n));
+  const biases = extra.filter((n) => /self_attn\.[qkv]_proj\.bias$/.test(n));
+  if (biases.length && !m.qkvBias) {
+    problems.push(`it has q/k/v projection biases (Qwen2 style, e.g. ${biases[0]}) but the model has none; set model.qkvBias true to load them`);
+  }
+  const qkn = extra.filter((n) => /self_attn\.[qk]_norm\.weight$/.test(n));
+  if (qkn.length && !m.qkNorm) problems.push(`it has per-head q/k norms (e.g. ${qkn[0]}) but model.qkNorm is false; set model.qkNorm true`);
+  let lmHeadTied = false;
+  if (have.has('lm_head.weight') && m.tieEmbeddings) {
+    // Tied checkpoints sometimes store the shared matrix twice; accept only an exact copy.
+    const a = read('lm_head.weight');
+    const b = have.has('model.embed_tokens.weight') ? read('model.embed_tokens.weight') : undefined;
+    lmHeadTied = b !== undefined && a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
+    if (!lmHeadTied) problems.push('it has a separate lm_head.weight but model.tieEmbeddings is true; set model.tieEmbeddings false to load it');
+  }
+  const unknown = extra.filter((n) => !biases.includes(n) && !qkn.includes(n) && !(n === 'lm_head.weight' && m.tieEmbeddings));
+  if (unknown.length) problems.push(`it has tensors the mdlm model cannot hold: ${listSome(unknown)}`);
+
+  const missing = specs.filter((s) => !have.has(s.hf));
+  if (missing.length) {
+    const hint = missing.some((s) => s.name === 'lm_head') ? ' (no lm_head.weight: the checkpoint ties embeddings; set model.tieEmbeddings true)' : '';
+    problems.push(`it lacks ${missing.length} tensor(s) the model needs: ${listSome(missing.map((s) => `${s.hf} (mdlm ${s.name})`), 4)}${hint}`);
+  }
+  for (const s of specs) {
+    if (!have.has(s.hf)) continue;
+    const got = shapeOf(s.hf);
+    if (got.length !== s.shape.length || got.some((x, i) => x !== s.shape[i])) {
+      problems.push(`${s.hf} has shape ${shapeStr(got)} but the model config needs ${shapeStr(s.shape)} (mdlm ${s.name})`);
+    }
+  }
+  if (problems.length) fail('BAD_FILE', `${source} does not match the model config:\n  ${problems.slice(0, 12).join('\n  ')}`);
+
+  const out: Record<string, Float32Array> = {};
+  for (const s of specs) out[s.name] = read(s.hf);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// config.json
+
+export type TorchDType = 'float32' | 'bfloat16' | 'float16';
+
+/** What mdlm adds to config.json: everything needed to rebuild the run, plus the [MASK] id. */
+export interface MdlmSection {
+  version: 1;
+  objective: ObjectiveConfig['kind'];
+  /** [MASK] token id (mdlm objective), null for ar. */
+  mask_token_id: number | null;
+  /** True for mdlm: the model uses bidirectional attention, unlike the HF architecture named. */
+  bidirectional: boolean;
+  /** The resolved training config, when known. */
+  config?: TrainConfig;
+}
+
+export interface HfConfigOptions {
+  objective?: ObjectiveConfig;
+  trainConfig?: TrainConfig;
+  torchDtype?: TorchDType;
+  bosTokenId?: number | null;
+  eosTokenId?: number | null;
+}
+
+/** The HF architecture that can hold this model: Llama, Qwen2 (q/k/v biases) or Qwen3 (q/k norms). */
+export function hfArchitecture(m: ModelConfig): { modelType: 'llama' | 'qwen2' | 'qwen3'; architecture: string } {
+  if (m.qkvBias && m.qkNorm) fail('BAD_CONFIG', 'model.qkvBias and model.qkNorm together have no Hugging Face architecture (Qwen2 has biases, Qwen3 has q/k norms); turn one off');
+  if (m.qkvBias) return { modelType: 'qwen2', architecture: 'Qwen2ForCausalLM' };
+  if (m.qkNorm) return { modelType: 'qwen3', architecture: 'Qwen3ForCausalLM' };
+  return { modelType: 'llama', architecture: 'LlamaForCausalLM' };
+}
+
+export function hfConfigFromModel(m: ModelConfig, opts: HfConfigOptions = {}): Record<string, unknown> {
+  const arch = hfArchitecture(m);
+  const objective = opts.objective ?? opts.trainConfig?.objective;
+  const kind = objective?.kind ?? 'ar';
+  const cfg: Record<string, unknown> = {
+    architectures: [arch.architecture],
+    model_type: arch.modelType,
+    hidden_size: m.dModel,
+    intermediate_size: m.ffnHidden,
+    num_attention_heads: m.nHeads,
+    num_key_value_heads: m.nKvHeads,
+    num_hidden_layers: m.nLayers,
+    head_dim: m.dModel / m.nHeads,
+    vocab_size: m.vocabSize,
+    max_position_embeddings: m.seqLen,
+    rms_norm_eps: m.normEps,
+    rope_theta: m.ropeTheta,
+    rope_scaling: null,
+    hidden_act: 'silu',
+    tie_word_embeddings: m.tieEmbeddings,
+    initializer_range: m.initStd,
+    attention_dropout: 0,
+    torch_dtype: opts.torchDtype ?? 'float32',
+    bos_token_id: opts.bosTokenId ?? null,
+    eos_token_id: opts.eosTokenId ?? null,
+    use_cache: kind === 'ar',
+  };
+  if (arch.modelType === 'llama') Object.assign(cfg, { attention_bias: false, mlp_bias: false, pretraining_tp: 1 });
+  if (arch.modelType !== 'llama') Object.assign(cfg, { use_sliding_window: false, sliding_window: null, max_window_layers: m.nLayers });
+  if (arch.modelType === 'qwen3') cfg.attention_bias = false;
+  const mdlm: MdlmSection = {
+    version: 1,
+    objective: kind,
+    mask_token_id: kind === 'mdlm' ? (objective?.maskTokenId ?? m.vocabSize - 1) : null,
+    bidirectional: kind === 'mdlm',
+  };
+  if (opts.trainConfig) mdlm.config = opts.trainConfig;
+  cfg.mdlm = mdlm;
+  return cfg;
+}
+
+export interface ModelFromHf {
+  model: ModelConfig;
+  modelType: 'llama' | 'qwen2' | 'qwen3';
+  torchDtype: string | undefined;
+  bosTokenId: number | null;
+  eosTokenId: number | null;
+  /** The `mdlm` section when the checkpoint was written by mdlm (its config validated). */
+  mdlm?: MdlmSection;
+}
+
+/** Read a Llama / Qwen2 / Qwen3 config.json (already parsed) into the mdlm model config. */
+export function modelFromHfConfig(json: unknown, source = 'config.json'): ModelFromHf {
+  const bad = (msg: string): never => fail('BAD_FILE', `${source}: ${msg}`);
+  if (typeof json !== 'object' || json === null || Array.isArray(json)) return bad('must be a JSON object');
+  const c = json as Record<string, unknown>;
+  const modelType = c.model_type;
+  if (modelType !== 'llama' && modelType !== 'qwen2' && modelType !== 'qwen3') {
+    return bad(`model_type ${JSON.stringify(modelType)} is not supported; mdlm reads llama, qwen2 and qwen3 configs`);
+  }
+  const int = (k: string, dflt?: number): number => {
+    const v = c[k] ?? dflt;
+    if (v === undefined) return bad(`missing "${k}"`);
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) return bad(`"${k}" must be a positive integer, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  const num = (k: string, dflt: number): number => {
+    const v = c[k] ?? dflt;
+    if (typeof v !== 'number' || !(v > 0)) return bad(`"${k}" must be a positive number, got ${JSON.stringify(v)}`);
+    return v;
+  };
+  const act = c.hidden_act ?? 'silu';
+  if (act !== 'silu') bad(`hidden_act ${JSON.stringify(act)} is not supported; mdlm's MLP is SwiGLU (silu)`);
+  if (c.rope_scaling !== undefined && c.rope_scaling !== null) bad(`rope_scaling ${JSON.stringify(c.rope_scaling)} is not supported; mdlm implements plain RoPE`);
+  if (c.use_sliding_window === true) bad('use_sliding_window true is not supported; mdlm uses full attention');
+  if (c.mlp_bias === true) bad('mlp_bias true is not supported: mdlm MLP projections have no biases');
+  if (modelType === 'llama' && c.attention_bias === true) bad('attention_bias true (Llama: biases on q, k, v and o) is not supported; mdlm can hold q/k/v biases only (Qwen2 style)');
+  const dModel = int('hidden_size');
+  const nHeads = int('num_attention_heads');
+  if (dModel % nHeads !== 0) bad(`hidden_size ${dModel} is not a multiple of num_attention_heads ${nHeads}`);
+  if (c.head_dim !== undefined && c.head_dim !== null && c.head_dim !== dModel / nHeads) {
+    bad(`head_dim ${JSON.stringify(c.head_dim)} differs from hidden_size / num_attention_heads = ${dModel / nHeads}; mdlm derives the head dimension from model.dModel / model.nHeads`);
+  }
+  const nKvHeads = int('num_key_value_heads', nHeads);
+  if (nHeads % nKvHeads !== 0) bad(`num_key_value_heads ${nKvHeads} does not divide num_attention_heads ${nHeads}`);
+  const tie = c.tie_word_embeddings ?? false;
+  if (typeof tie !== 'boolean') bad(`"tie_word_embeddings" must be true or false, got ${JSON.stringify(tie)}`);
+  const tokenId = (k: string): number | null => {
+    const v = c[k];
+    if (Array.isArray(v)) return typeof v[0] === 'number' ? v[0] : null; // Llama 3 lists several EOS ids
+    return typeof v === 'number' ? v : null;
+  };
+  const raw = {
+    vocabSize: int('vocab_size'),
+    dModel,
+    nLayers: int('num_hidden_layers'),
+    nHeads,
+    nKvHeads,
+    ffnHidden: int('intermediate_size', defaultFfnHidden(dModel)),
+    seqLen: int('max_position_embeddings', 2048),
+    ropeTheta: num('rope_theta', 10000),
+    normEps: num('rms_norm_eps', 1e-6),
+    qkNorm: modelType === 'qwen3',
+    qkvBias: modelType === 'qwen2',
+    tieEmbeddings: tie as boolean,
+    initStd: num('initializer_range', 0.02),
+  };
+  const parsed = ModelSchema.safeParse(raw);
+  if (!parsed.success) bad(`gives an invalid model config: ${parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ')}`);
+  const model = raw as ModelConfig;
+  const hd = dModel / nHeads;
+  if (hd % 2 !== 0) bad(`head dimension ${hd} is odd; RoPE needs an even head dimension`);
+
+  const result: ModelFromHf = {
+    model,
+    modelType,
+    torchDtype: typeof c.torch_dtype === 'string' ? c.torch_dtype : undefined,
+    bosTokenId: tokenId('bos_token_id'),
+    eosTokenId: tokenId('eos_token_id'),
+  };
+  if (c.mdlm !== undefined) result.mdlm = readMdlmSection(c.mdlm, model, source);
+  return result;
+}
+
+function readMdlmSection(v: unknown, model: ModelConfig, source: string): MdlmSection {
+  const bad = (msg: string): never => fail('BAD_FILE', `${source}: mdlm section: ${msg}`);
+  if (typeof v !== 'object' || v === null) return bad('must be an object');
+  const s = v as Record<string, unknown>;
+  if (s.version !== 1) bad(`version ${JSON.stringify(s.version)} is not supported (this mdlm writes version 1)`);
+  if (s.objective !== 'ar' && s.objective !== 'mdlm') bad(`objective ${JSON.stringify(s.objective)} must be ar or mdlm`);
+  const mask = s.mask_token_id;
+  if (mask !== null && (typeof mask !== 'number' || !Number.isInteger(mask) || mask < 0 || mask >= model.vocabSize)) {
+    bad(`mask_token_id ${JSON.stringify(mask)} must be null or an id below vocab_size ${model.vocabSize}`);
+  }
+  const out: MdlmSection = { version: 1, objective: s.objective as 'ar' | 'mdlm', mask_token_id: mask as number | null, bidirectional: s.bidirectional === true };
+  if (s.config !== undefined) {
+    const cfg = parseConfig(s.config, new Map(), `${source}: mdlm.config is not a valid mdlm config`);
+    const diff = (Object.keys(model) as (keyof ModelConfig)[]).filter((k) => cfg.model[k] !== model[k]);
+    if (diff.length) bad(`mdlm.config.model disagrees with the Hugging Face fields on ${diff.map((k) => `${k} (${String(cfg.model[k])} vs ${String(model[k])})`).join(', ')}; the file was edited by hand?`);
+    out.config = cfg;
+  }
+  return out;
+}

@@ -1,0 +1,173 @@
+/**
+ * The one validated training configuration. Every field has a default and a description (the CLI
+ * turns them into flags and help text through `configFields()` in ./load.ts). Objects are strict:
+ * an unknown key is an error, not silently ignored.
+ *
+ * The defaults are the `small` preset (≈10M parameters, byte tokenizer, seq 256): a run that works
+ * on CPU / WebGPU without any flag.
+ *
+ * Derived defaults (filled after parsing, so `TrainConfig` has every field):
+ *   model.nKvHeads     = model.nHeads                          (multi-head attention)
+ *   model.ffnHidden    = ceil(8·dModel/3 / 64)·64              (Llama's SwiGLU sizing, multiple of 64)
+ *   objective.maskTokenId = model.vocabSize − 1                (mdlm only; the last id is [MASK])
+ */
+import * as z from 'zod';
+
+const int = (min: number) => z.number().int().min(min);
+const pos = () => z.number().positive();
+const nonNeg = () => z.number().min(0);
+
+export const SCHEDULES = ['linear', 'cosine', 'polynomial', 'loglinear'] as const;
+export const OBJECTIVES = ['ar', 'mdlm'] as const;
+export const WEIGHTINGS = ['elbo', 'empirical'] as const;
+export const DATA_MODES = ['window', 'packed'] as const;
+export const LR_DECAYS = ['cosine', 'wsd', 'constant'] as const;
+export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
+export const NON_FINITE = ['stop', 'skip'] as const;
+
+export const ModelSchema = z.strictObject({
+  vocabSize: int(2).default(264).describe('Vocabulary size (embedding rows). Pad to a multiple of 64 for fast matmuls; for mdlm it must also hold the [MASK] id.'),
+  dModel: int(1).default(384).describe('Hidden size d of the residual stream.'),
+  nLayers: int(1).default(6).describe('Number of transformer blocks.'),
+  nHeads: int(1).default(6).describe('Number of attention (query) heads; must divide model.dModel.'),
+  nKvHeads: int(1).optional().describe('Number of key/value heads (grouped-query attention); must divide model.nHeads. Default: model.nHeads.'),
+  ffnHidden: int(1).optional().describe('SwiGLU hidden size (gate/up projection width). Default: ceil(8·dModel/3 / 64)·64.'),
+  seqLen: int(1).default(256).describe('Maximum sequence length (positions); training windows have this length.'),
+  ropeTheta: pos().default(10000).describe('RoPE base frequency θ.'),
+  normEps: pos().default(1e-5).describe('RMSNorm epsilon.'),
+  qkNorm: z.boolean().default(false).describe('RMSNorm on queries and keys per head before RoPE (Qwen3 / OLMo2 style).'),
+  qkvBias: z.boolean().default(false).describe('Biases on the q/k/v projections (Qwen2 style). Needed to import Qwen2 checkpoints.'),
+  tieEmbeddings: z.boolean().default(true).describe('Share the token embedding matrix with the output projection (lm_head).'),
+  initStd: pos().default(0.02).describe('Standard deviation of the normal initialisation of weight matrices.'),
+});
+
+export const ObjectiveSchema = z.strictObject({
+  kind: z.enum(OBJECTIVES).default('mdlm').describe('Training objective: ar (causal, next-token CE) or mdlm (bidirectional, absorbing-[MASK] diffusion).'),
+  schedule: z.enum(SCHEDULES).default('linear').describe('mdlm noise schedule α(t): linear 1−t, cosine cos(πt/2), polynomial 1−t^exponent, loglinear (MDLM/SEDD log-linear noise σ(t) = −log(1 − (1−ε)t), i.e. α(t) = 1 − (1−ε)t with ε = 1e-3).'),
+  exponent: pos().default(1).describe('Exponent of the polynomial schedule α(t) = 1 − t^exponent (ignored by the other schedules).'),
+  tMin: z.number().min(0).default(1e-3).describe('Smallest noise level ε: t ~ U(tMin, tMax). Keeps the 1/t ELBO weight finite.'),
+  tMax: z.number().max(1).default(1).describe('Largest noise level: t ~ U(tMin, tMax).'),
+  antithetic: z.boolean().default(true).describe('Low-discrepancy t across the batch (stratified: t_i = (u + i/B) mod 1), lowering the variance of the loss.'),
+  weighting: z.enum(WEIGHTINGS).default('elbo').describe("mdlm loss weight: elbo = the schedule's ELBO weight (1/t for linear); empirical = MegaDLMs' 1/p with p the realised masked fraction of the sequence."),
+  varilenProb: z.number().min(0).max(1).default(0).describe('Probability of truncating a training sequence to a random length (MegaDLMs uses 0.01).'),
+  evalNoiseLevels: int(1).default(8).describe('Number of fixed, evenly spaced noise levels t at which the ELBO is evaluated (mdlm eval).'),
+  maskTokenId: int(0).optional().describe('Token id of [MASK] (mdlm). Default: model.vocabSize − 1.'),
+});
+
+export const DataSchema = z.strictObject({
+  path: z.string().min(1).optional().describe('Training data: a text file, a token shard directory or a Megatron .bin/.idx prefix. Default: the built-in Brown corpus.'),
+  tokenizer: z.string().min(1).default('byte').describe('Tokenizer: byte, gpt2, or a path to a Hugging Face tokenizer.json.'),
+  mode: z.enum(DATA_MODES).default('packed').describe('window: random windows of model.seqLen tokens; packed: documents packed back to back, separated by EOS.'),
+  valFraction: z.number().min(0).max(0.5).default(0.01).describe('Fraction of the data held out for validation.'),
+});
+
+export const TrainSchema = z.strictObject({
+  steps: int(1).default(2000).describe('Number of optimizer steps.'),
+  batchSize: int(1).default(32).describe('Sequences per micro-batch (per rank).'),
+  gradAccum: int(1).default(1).describe('Micro-batches accumulated per optimizer step.'),
+  lr: pos().default(1e-3).describe('Peak learning rate.'),
+  minLr: nonNeg().default(1e-4).describe('Learning rate at the end of the decay.'),
+  warmupSteps: int(0).default(100).describe('Linear warmup steps from 0 to train.lr.'),
+  decay: z.enum(LR_DECAYS).default('cosine').describe('Learning-rate decay after warmup: cosine to minLr, wsd (warmup-stable-decay: constant, then linear to minLr over the last wsdDecayFraction of steps) or constant.'),
+  wsdDecayFraction: z.number().min(0).max(1).default(0.2).describe('Fraction of train.steps spent decaying in the wsd schedule.'),
+  weightDecay: nonNeg().default(0.1).describe('AdamW decoupled weight decay (matrices only; norms, biases and embeddings excluded).'),
+  beta1: z.number().min(0).lt(1).default(0.9).describe('AdamW β1.'),
+  beta2: z.number().min(0).lt(1).default(0.95).describe('AdamW β2.'),
+  adamEps: pos().default(1e-8).describe('AdamW ε.'),
+  gradClip: nonNeg().default(1).describe('Clip the global gradient norm to this value (0 = no clipping).'),
+  evalEvery: int(0).default(250).describe('Evaluate every this many steps (0 = only at the end).'),
+  evalBatches: int(1).default(20).describe('Validation batches per evaluation.'),
+  saveEvery: int(0).default(1000).describe('Save a checkpoint every this many steps (0 = only at the end).'),
+  keepCheckpoints: int(0).default(3).describe('Keep only the newest this many checkpoints (0 = keep all).'),
+  logEvery: int(1).default(10).describe('Log training metrics every this many steps.'),
+  seed: int(0).default(1234).describe('Seed of every random draw (init, data order, noise levels, masks).'),
+  nonFinite: z.enum(NON_FINITE).default('stop').describe('On a NaN/Inf loss or gradient: stop the run (nothing is saved) or skip the step.'),
+});
+
+type Issue = { path: (string | number)[]; message: string };
+
+/** The raw (input) schema: strict objects with defaults, before derived defaults and cross-field checks. */
+export const RawConfigSchema = z.strictObject({
+  model: ModelSchema.prefault({}).describe('Model architecture (Llama-style: RMSNorm, RoPE, SwiGLU, GQA).'),
+  objective: ObjectiveSchema.prefault({}).describe('Training objective and its noise process.'),
+  data: DataSchema.prefault({}).describe('Training data and tokenizer.'),
+  train: TrainSchema.prefault({}).describe('Optimisation, schedule, evaluation and checkpointing.'),
+  backend: z.enum(BACKENDS).default('auto').describe('Compute backend: auto (probe: cuda, then webgpu, then cpu), cpu, webgpu or cuda.'),
+  out: z.string().min(1).default('runs/mdlm').describe('Output directory for checkpoints and logs.'),
+});
+
+type Raw = z.output<typeof RawConfigSchema>;
+
+export function defaultFfnHidden(dModel: number): number {
+  return Math.ceil((8 * dModel) / 3 / 64) * 64;
+}
+
+/** Derived defaults, then every check that involves more than one field. */
+function finish(raw: Raw, issues: Issue[]) {
+  const model = {
+    ...raw.model,
+    nKvHeads: raw.model.nKvHeads ?? raw.model.nHeads,
+    ffnHidden: raw.model.ffnHidden ?? defaultFfnHidden(raw.model.dModel),
+  };
+  const objective = {
+    ...raw.objective,
+    maskTokenId: raw.objective.maskTokenId ?? model.vocabSize - 1,
+  };
+  const cfg = { ...raw, model, objective };
+
+  const m = model;
+  if (m.dModel % m.nHeads !== 0) {
+    issues.push({ path: ['model', 'nHeads'], message: `model.nHeads (${m.nHeads}) must divide model.dModel (${m.dModel}); try ${divisorsNear(m.dModel, m.nHeads)}` });
+  } else {
+    const headDim = m.dModel / m.nHeads;
+    if (headDim % 2 !== 0) issues.push({ path: ['model', 'nHeads'], message: `head dimension model.dModel / model.nHeads = ${headDim} must be even for RoPE; change model.nHeads or model.dModel` });
+  }
+  if (m.nHeads % m.nKvHeads !== 0) {
+    issues.push({ path: ['model', 'nKvHeads'], message: `model.nKvHeads (${m.nKvHeads}) must divide model.nHeads (${m.nHeads}); try ${divisorsNear(m.nHeads, m.nKvHeads)}` });
+  }
+  const tok = raw.data.tokenizer;
+  const needed = tok === 'byte' ? 257 : tok === 'gpt2' ? 50257 : 0; // byte: 256 bytes + EOS; gpt2: 50256 + <|endoftext|>
+  const neededMdlm = needed + (raw.objective.kind === 'mdlm' && raw.objective.maskTokenId === undefined ? 1 : 0);
+  if (needed > 0 && m.vocabSize < neededMdlm) {
+    issues.push({ path: ['model', 'vocabSize'], message: `model.vocabSize (${m.vocabSize}) is too small for the ${tok} tokenizer: it needs at least ${neededMdlm} ids${neededMdlm > needed ? ' (including [MASK], which defaults to the last id)' : ''}` });
+  }
+  if (objective.maskTokenId >= m.vocabSize) {
+    issues.push({ path: ['objective', 'maskTokenId'], message: `objective.maskTokenId (${objective.maskTokenId}) must be < model.vocabSize (${m.vocabSize})` });
+  } else if (raw.objective.kind === 'mdlm' && raw.objective.maskTokenId !== undefined && needed > 0 && raw.objective.maskTokenId < needed) {
+    issues.push({ path: ['objective', 'maskTokenId'], message: `objective.maskTokenId (${raw.objective.maskTokenId}) collides with a real token of the ${tok} tokenizer (ids 0..${needed - 1}); use an id ≥ ${needed}` });
+  }
+  const o = raw.objective;
+  if (o.tMin >= o.tMax) issues.push({ path: ['objective', 'tMin'], message: `objective.tMin (${o.tMin}) must be < objective.tMax (${o.tMax})` });
+  if (o.kind === 'mdlm' && o.weighting === 'elbo' && o.tMin === 0) {
+    issues.push({ path: ['objective', 'tMin'], message: 'objective.tMin = 0 makes the ELBO weight 1/t infinite; use a small ε such as 1e-3 (or objective.weighting empirical)' });
+  }
+  const t = raw.train;
+  if (t.minLr > t.lr) issues.push({ path: ['train', 'minLr'], message: `train.minLr (${t.minLr}) must be <= train.lr (${t.lr})` });
+  if (t.warmupSteps > t.steps) issues.push({ path: ['train', 'warmupSteps'], message: `train.warmupSteps (${t.warmupSteps}) must be <= train.steps (${t.steps})` });
+  if (t.decay === 'wsd' && t.warmupSteps + Math.round(t.wsdDecayFraction * t.steps) > t.steps) {
+    issues.push({ path: ['train', 'wsdDecayFraction'], message: `warmup (${t.warmupSteps}) plus the wsd decay (${t.wsdDecayFraction} × ${t.steps} steps) exceed train.steps (${t.steps})` });
+  }
+  return cfg;
+}
+
+function divisorsNear(n: number, near: number): string {
+  const ds: number[] = [];
+  for (let d = 1; d <= n; d++) if (n % d === 0) ds.push(d);
+  ds.sort((a, b) => Math.abs(a - near) - Math.abs(b - near));
+  return `one of ${ds.slice(0, 3).sort((a, b) => a - b).join(', ')}`;
+}
+
+/** The full schema: raw schema, derived defaults and cross-field checks. */
+export const TrainConfigSchema = RawConfigSchema.transform((raw, ctx) => {
+  const issues: Issue[] = [];
+  const cfg = finish(raw, issues);
+  for (const i of issues) ctx.issues.push({ code: 'custom', message: i.message, path: i.path, input: undefined });
+  return cfg;
+});
+
+export type TrainConfig = z.output<typeof TrainConfigSchema>;
+export type TrainConfigInput = z.input<typeof RawConfigSchema>;
+export type ModelConfig = TrainConfig['model'];
+export type ObjectiveConfig = TrainConfig['objective'];
+export type DataConfig = TrainConfig['data'];
+export type TrainSection = TrainConfig['train'];
