@@ -11,6 +11,7 @@ import { fail } from '../errors.js';
 const FILE_RE = /^c[a-r]\d\d$/;
 const NO_SPACE_BEFORE = new Set([',', '.', ';', ':', '!', '?', ')', ']', '}', "''", "'", '%']);
 const NO_SPACE_AFTER = new Set(['(', '[', '{', '``', '`', '$']);
+const DEDUP = new Set([';', '?', '!']);
 const REPLACE: Record<string, string> = { '``': '"', "''": '"', '`': "'" };
 
 export function brownDir(): string {
@@ -38,7 +39,11 @@ export function brownWord(token: string): string {
 export function detokenize(words: string[]): string {
   let out = '';
   let glueNext = true;
+  let prev = '';
   for (const w of words) {
+    // The corpus writes some semicolons and question marks twice (";/. ;/."): keep one.
+    if (w === prev && DEDUP.has(w)) continue;
+    prev = w;
     const text = REPLACE[w] ?? w;
     if (!glueNext && !NO_SPACE_BEFORE.has(w)) out += ' ';
     out += text;
