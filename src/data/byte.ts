@@ -1,6 +1,6 @@
 /** Byte-level tokenizer: ids 0..255 are UTF-8 bytes, then EOS (256), MASK (257), PAD (258). */
-import type { Tokenizer } from './tokenizer.js';
-import { descriptorJson, DESCRIPTOR_FILE } from './tokenizer.js';
+import type { Tokenizer } from './tokenizer_core.js';
+import { descriptorJson, DESCRIPTOR_FILE } from './tokenizer_core.js';
 
 export const BYTE_EOS = 256;
 export const BYTE_MASK = 257;

@@ -5,8 +5,8 @@
  */
 import { Tiktoken } from 'js-tiktoken/lite';
 import gpt2Ranks from 'js-tiktoken/ranks/gpt2';
-import type { Tokenizer } from './tokenizer.js';
-import { descriptorJson, DESCRIPTOR_FILE } from './tokenizer.js';
+import type { Tokenizer } from './tokenizer_core.js';
+import { descriptorJson, DESCRIPTOR_FILE } from './tokenizer_core.js';
 
 export const GPT2_EOS = 50256;
 export const GPT2_MASK = 50257;

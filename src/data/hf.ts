@@ -7,8 +7,8 @@
  */
 import { Tokenizer as HfCore } from '@huggingface/tokenizers';
 import { fail } from '../errors.js';
-import type { Tokenizer } from './tokenizer.js';
-import { HF_TOKENIZER_FILE } from './tokenizer.js';
+import type { Tokenizer } from './tokenizer_core.js';
+import { HF_TOKENIZER_FILE } from './tokenizer_core.js';
 
 const MASK_CANDIDATES = ['<|mask|>', '[MASK]', '<mask>', '<|MASK|>'];
 const EOS_CANDIDATES = ['<|endoftext|>', '</s>', '<|end_of_text|>', '<|eos|>', '<eos>', '[EOS]', '<|im_end|>', '[SEP]'];

@@ -4,44 +4,14 @@
  * `loadTokenizer(spec)` takes `byte`, `gpt2`, a path to a `tokenizer.json`, or a directory that holds
  * either a `tokenizer.json` or the small mdlm descriptor (`tokenizer_config.json` with an
  * `mdlm_tokenizer` key) that `files()` of the byte and gpt2 tokenizers writes. The per-kind modules
- * (byte.ts, gpt2.ts, hf.ts) are pure and browser-safe; only this loader touches the file system.
+ * (byte.ts, gpt2.ts, hf.ts) and tokenizer_core.ts are browser-safe; only this loader touches the file system.
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fail } from '../errors.js';
 
-export interface Tokenizer {
-  /** 'byte', 'gpt2', or 'hf:<path>' — what `loadTokenizer` was given, resolved. */
-  readonly name: string;
-  /** True vocabulary size including the special tokens mdlm added; models may pad beyond it. */
-  readonly vocabSize: number;
-  readonly eosId: number;
-  readonly maskId: number;
-  readonly padId?: number;
-  encode(text: string): number[];
-  decode(ids: ArrayLike<number>): string;
-  /** Files to write into a checkpoint (or data) directory so `loadTokenizer(dir)` reloads this tokenizer. */
-  files(): Record<string, string | Uint8Array>;
-}
-
-/** The descriptor that byte / gpt2 tokenizers write as `tokenizer_config.json`. */
-export interface MdlmTokenizerDescriptor {
-  mdlm_tokenizer: 'byte' | 'gpt2';
-  vocab_size: number;
-  eos_token_id: number;
-  mask_token_id: number;
-  pad_token_id?: number;
-  eos_token: string;
-  mask_token: string;
-  pad_token?: string;
-}
-
-export const DESCRIPTOR_FILE = 'tokenizer_config.json';
-export const HF_TOKENIZER_FILE = 'tokenizer.json';
-
-export function descriptorJson(d: MdlmTokenizerDescriptor): string {
-  return JSON.stringify(d, null, 2) + '\n';
-}
+export * from './tokenizer_core.js';
+import { DESCRIPTOR_FILE, HF_TOKENIZER_FILE, type MdlmTokenizerDescriptor, type Tokenizer } from './tokenizer_core.js';
 
 /** Load a tokenizer from `byte`, `gpt2`, a tokenizer.json path, or a directory containing one. */
 export async function loadTokenizer(spec: string): Promise<Tokenizer> {

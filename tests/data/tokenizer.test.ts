@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { MdlmError } from '../../src/errors.js';
-import { loadTokenizer, type Tokenizer } from '../../src/data/tokenizer.js';
+import { loadTokenizer, tokenizerFromFiles, type Tokenizer } from '../../src/data/tokenizer.js';
 
 function writeFiles(dir: string, files: Record<string, string | Uint8Array>): void {
   mkdirSync(dir, { recursive: true });
@@ -90,6 +90,18 @@ describe('Hugging Face tokenizer.json', () => {
     const r = await loadTokenizer(dir2);
     expect([r.eosId, r.maskId, r.vocabSize]).toEqual([5, 6, 7]);
     expect(r.encode('the cat')).toEqual([1, 2]);
+  });
+
+  it('rebuilds from in-memory files() without the file system (browser path)', async () => {
+    const dir = tmp();
+    writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(wordLevelJson()));
+    const t = await loadTokenizer(dir);
+    const bytes = Object.fromEntries(Object.entries(t.files()).map(([k, v]) => [k, typeof v === 'string' ? new TextEncoder().encode(v) : v]));
+    const r = await tokenizerFromFiles(bytes);
+    expect([r.eosId, r.maskId, r.vocabSize]).toEqual([5, 6, 7]);
+    expect(r.encode('cat sat')).toEqual([2, 3]);
+    expect((await tokenizerFromFiles((await loadTokenizer('byte')).files())).name).toBe('byte');
+    await expect(tokenizerFromFiles({})).rejects.toMatchObject({ code: 'NOT_FOUND' });
   });
 
   it('uses existing <mask> and </s> tokens instead of adding', async () => {
