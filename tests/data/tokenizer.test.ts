@@ -111,6 +111,28 @@ describe('Hugging Face tokenizer.json', () => {
     expect([t.eosId, t.maskId, t.padId, t.vocabSize]).toEqual([5, 6, 7, 8]);
   });
 
+  it('loads a hand-written byte-level BPE with merges and keeps its own <|endoftext|> as EOS', async () => {
+    const tj = {
+      version: '1.0', truncation: null, padding: null,
+      added_tokens: [{ id: 12, content: '<|endoftext|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
+      normalizer: null,
+      pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+      post_processor: null,
+      decoder: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true },
+      model: {
+        type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: false,
+        vocab: { h: 0, e: 1, l: 2, o: 3, 'Ġ': 4, w: 5, r: 6, d: 7, he: 8, ll: 9, hell: 10, hello: 11 },
+        merges: ['h e', 'l l', 'he ll', 'hell o'],
+      },
+    };
+    const dir = tmp();
+    writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tj));
+    const t = await loadTokenizer(dir);
+    expect(t.encode('hello world')).toEqual([11, 4, 5, 3, 6, 2, 7]);
+    expect(t.decode([11, 4, 5, 3, 6, 2, 7])).toBe('hello world');
+    expect([t.eosId, t.maskId, t.vocabSize]).toEqual([12, 13, 14]);
+  });
+
   it('rejects unknown specs and non-tokenizer JSON with MdlmError', async () => {
     await expect(loadTokenizer('no/such/tokenizer.json')).rejects.toMatchObject({ code: 'NOT_FOUND' });
     const dir = tmp();
