@@ -8,6 +8,7 @@ export * from './shard.js';
 export * from './megatron.js';
 export * from './prepare.js';
 export * from './loader.js';
+export * from './dataset.js';
 
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';

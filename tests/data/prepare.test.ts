@@ -6,6 +6,7 @@ import { isValDocument, listInputFiles, prepareData, type PrepareProgress } from
 import { openShard } from '../../src/data/shard.js';
 import { loadTokenizer } from '../../src/data/tokenizer.js';
 import { dataCommand } from '../../src/cli/data.js';
+import { openPreparedData } from '../../src/data/dataset.js';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'mdlm-prep-'));
 
@@ -90,7 +91,10 @@ describe('prepareData', () => {
     expect(meta.train.documents + meta.val.documents).toBe(500);
     expect(meta.val.documents).toBeGreaterThanOrEqual(1);
     expect(printed).toMatch(/train\.bin: \d+ documents/);
-    const val = openShard(join(out, 'val.bin'));
-    expect(val.documents).toBe(meta.val.documents);
+    const data = await openPreparedData(out);
+    expect(data.val.documents).toBe(meta.val.documents);
+    expect(data.tokenizer.name).toBe('byte');
+    expect(data.train.length).toBe(meta.train.tokens);
+    await expect(openPreparedData(tmp())).rejects.toMatchObject({ code: 'NOT_FOUND', message: expect.stringMatching(/no meta\.json/) });
   });
 });
