@@ -29,39 +29,37 @@ export function bf16ToF32(h: number): number {
   return bitsF32((h & 0xffff) << 16);
 }
 
-/** Generic IEEE-style encoder for a format with `e` exponent and `m` mantissa bits. */
-function encodeMini(x: number, e: number, m: number, saturateFinite: boolean, maxFinite: number): number {
+/**
+ * Encoder for a float format with `e` exponent and `m` mantissa bits, from an f32 value: round
+ * to nearest even on the grid of the value's binade (the subnormal grid below the normals).
+ * Results past maxFinite overflow to infinity, or clamp to ±maxFinite in saturating formats
+ * (E4M3, whose all-ones pattern is NaN).
+ */
+function encodeMini(x: number, e: number, m: number, saturate: boolean, maxFinite: number): number {
   const signBit = 1 << (e + m);
+  const infinity = ((1 << e) - 1) << m;
+  if (Number.isNaN(x)) return saturate ? signBit - 1 : infinity | (1 << (m - 1));
   const sign = x < 0 || Object.is(x, -0) ? signBit : 0;
-  const ax = Math.abs(x);
-  const expMax = (1 << e) - 1;
   const bias = (1 << (e - 1)) - 1;
-  if (Number.isNaN(x)) return saturateFinite ? sign | 0x7f : sign | (expMax << m) | (1 << (m - 1));
-  if (ax === Infinity) return saturateFinite ? sign | 0x7e : sign | (expMax << m);
-  // Scale into an integer count of the smallest subnormal step, round half to even.
-  const minExp = 1 - bias;
-  let exp = Math.max(Math.floor(Math.log2(ax || 1)), minExp);
-  if (ax !== 0 && 2 ** exp > ax) exp -= 1; // guard log2 rounding
-  if (ax !== 0 && 2 ** (exp + 1) <= ax) exp += 1;
-  exp = Math.max(exp, minExp);
-  const step = 2 ** (exp - m);
-  let q = ax / step;
+  const code = magnitudeCode(Math.abs(x), m, bias);
+  const top = magnitudeCode(maxFinite, m, bias);
+  return sign | (code <= top ? code : saturate ? top : infinity);
+}
+
+/** The unsigned code of |x| rounded, unbounded above (Infinity for an infinite x). */
+function magnitudeCode(ax: number, m: number, bias: number): number {
+  // The exponent read from the f32 bits is exact; f32 subnormals fall to the clamp, far below.
+  const exp = Math.max(((f32Bits(ax) >>> 23) & 0xff) - 127, 1 - bias);
+  const q = roundHalfEven(ax / 2 ** (exp - m)); // an exact scaling by a power of two
+  // Normals have q in [2^m, 2^(m+1)] (the top carries into the next exponent), subnormals
+  // q < 2^m: both encode as ((exp + bias - 1) << m) + q.
+  return ((exp + bias - 1) << m) + q;
+}
+
+function roundHalfEven(q: number): number {
   const fl = Math.floor(q);
   const frac = q - fl;
-  q = frac > 0.5 || (frac === 0.5 && (fl & 1) === 1) ? fl + 1 : fl;
-  let value = q * step;
-  if (value > maxFinite) {
-    if (saturateFinite) value = maxFinite;
-    else return sign | (expMax << m);
-  }
-  if (value === 0) return sign;
-  // Re-derive fields from the rounded value.
-  let ve = Math.floor(Math.log2(value));
-  if (2 ** ve > value) ve -= 1;
-  if (2 ** (ve + 1) <= value) ve += 1;
-  if (ve < minExp) return sign | Math.round(value / 2 ** (minExp - m)); // subnormal
-  const mant = Math.round((value / 2 ** ve - 1) * (1 << m));
-  return sign | ((ve + bias) << m) | mant;
+  return frac > 0.5 || (frac === 0.5 && fl % 2 === 1) ? fl + 1 : fl;
 }
 
 function decodeMini(b: number, e: number, m: number, e4m3: boolean): number {

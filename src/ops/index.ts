@@ -2,8 +2,21 @@
 import type { OpDef } from './op.js';
 import { add } from './add.js';
 import { axpy } from './axpy.js';
+import { scale } from './scale.js';
+import { cast } from './cast.js';
+import { reduce } from './reduce.js';
+import { gradNorm } from './grad_norm.js';
+import { adamw } from './adamw.js';
 
-export const OPS: readonly OpDef<unknown>[] = [add, axpy] as OpDef<unknown>[];
+export const OPS: readonly OpDef<unknown>[] = [
+  add,
+  axpy,
+  scale,
+  cast,
+  reduce,
+  gradNorm,
+  adamw,
+] as OpDef<unknown>[];
 
 export function findOp(name: string): OpDef<unknown> | undefined {
   return OPS.find((o) => o.name === name);

@@ -314,7 +314,10 @@ export class WebGpuBackend implements Backend {
         const offset = value.offset * DTYPE_BYTES[value.dtype];
         const align = this.device.limits.minStorageBufferOffsetAlignment;
         if (offset % align !== 0) fail('SHADER_BINDING', `${where}: binding '${b.name}' view starts at byte ${offset}, not a multiple of ${align}; align flat-buffer views`);
-        const size = Math.max(4, Math.ceil(value.byteSize / 4) * 4);
+        // Rounded up to 16 bytes so array<vec4<..>> bindings reach a ragged tail (shaders mask
+        // the extra lanes); pool buffers are 256-byte buckets, so this stays inside the buffer and
+        // never reaches the next bindable (offset-aligned) view.
+        const size = Math.min(Math.max(16, Math.ceil(value.byteSize / 16) * 16), h.bytes - offset);
         entries.push({ binding: b.binding, resource: { buffer: h.buffer, offset, size } });
       }
     }

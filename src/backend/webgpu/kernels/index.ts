@@ -2,5 +2,18 @@
 import type { WebGpuKernelEntry } from '../kernel.js';
 import { addKernel } from './add.js';
 import { axpyKernel } from './axpy.js';
+import { scaleKernel } from './scale.js';
+import { castKernel } from './cast.js';
+import { reduceKernel } from './reduce.js';
+import { gradNormKernel } from './grad_norm.js';
+import { adamwKernel } from './adamw.js';
 
-export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [addKernel, axpyKernel];
+export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
+  addKernel,
+  axpyKernel,
+  scaleKernel,
+  castKernel,
+  reduceKernel,
+  gradNormKernel,
+  adamwKernel,
+];

@@ -1,0 +1,40 @@
+// adamw: one fused AdamW step over flat fp32 buffers; one vec4 per thread, the last vec4 masked
+// lane by lane. Bias corrections and the decay factor arrive precomputed (float64 on the host).
+struct Params {
+  n: u32,
+  beta1: f32,
+  beta2: f32,
+  eps: f32,
+  decay: f32,      // 1 - lr * weightDecay
+  stepSize: f32,   // lr / (1 - beta1^step)
+  invSqrtBc2: f32, // 1 / sqrt(1 - beta2^step)
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read_write> param: array<vec4f>;
+@group(0) @binding(2) var<storage, read> grad: array<vec4f>;
+@group(0) @binding(3) var<storage, read_write> m: array<vec4f>;
+@group(0) @binding(4) var<storage, read_write> v: array<vec4f>;
+@group(0) @binding(5) var<storage, read> gradScale: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = gid.x + gid.y * nwg.x * 256u;
+  let first = 4u * i;
+  if (first >= params.n) { return; }
+  let g = grad[i] * gradScale[0];
+  let m1 = params.beta1 * m[i] + (1.0 - params.beta1) * g;
+  let v1 = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
+  let p1 = params.decay * param[i] - params.stepSize * m1 / (sqrt(v1) * params.invSqrtBc2 + params.eps);
+  if (first + 4u <= params.n) {
+    m[i] = m1;
+    v[i] = v1;
+    param[i] = p1;
+  } else {
+    for (var c = 0u; c < params.n - first; c++) {
+      m[i][c] = m1[c];
+      v[i][c] = v1[c];
+      param[i][c] = p1[c];
+    }
+  }
+}

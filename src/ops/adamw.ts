@@ -1,0 +1,88 @@
+/**
+ * adamw: one fused AdamW step over flat fp32 buffers (Loshchilov & Hutter, decoupled weight
+ * decay, PyTorch's formulation). The gradient is multiplied by gradScale[0] first: grad_norm
+ * writes its clip coefficient there on the device, so clipping needs no host round-trip.
+ */
+import { badAttr, defineOp, randn, randu, requireDims } from './op.js';
+
+export interface AdamwAttrs {
+  readonly n: number;
+  readonly lr: number;
+  readonly beta1: number;
+  readonly beta2: number;
+  readonly eps: number;
+  readonly weightDecay: number;
+  /** 1-based step count, for bias correction. */
+  readonly step: number;
+}
+
+/** The per-call scalars of the update, computed once in float64 (the kernel gets them as is). */
+export function adamwScalars({ lr, beta1, beta2, weightDecay, step }: AdamwAttrs): { decay: number; stepSize: number; invSqrtBc2: number } {
+  return {
+    decay: 1 - lr * weightDecay,
+    stepSize: lr / (1 - beta1 ** step),
+    invSqrtBc2: 1 / Math.sqrt(1 - beta2 ** step),
+  };
+}
+
+function checkUnit(attrs: AdamwAttrs, key: 'beta1' | 'beta2'): void {
+  const v = attrs[key];
+  if (!(v >= 0 && v < 1)) badAttr('adamw', key, v, 'expected a number in [0, 1)');
+}
+
+export const adamw = defineOp<AdamwAttrs>({
+  name: 'adamw',
+  summary: 'fused AdamW step: m, v moments, bias correction, decoupled weight decay, grad scale',
+  args: [
+    { name: 'param', role: 'inout', dtype: 'f32' },
+    { name: 'grad', role: 'in', dtype: 'f32' },
+    { name: 'm', role: 'inout', dtype: 'f32' },
+    { name: 'v', role: 'inout', dtype: 'f32' },
+    { name: 'gradScale', role: 'in', dtype: 'f32' },
+  ],
+  validate(attrs) {
+    requireDims('adamw', attrs, ['n', 'step']);
+    checkUnit(attrs, 'beta1');
+    checkUnit(attrs, 'beta2');
+    for (const key of ['lr', 'weightDecay'] as const) {
+      const v = attrs[key];
+      if (!(Number.isFinite(v) && v >= 0)) badAttr('adamw', key, v, 'expected a finite number >= 0');
+    }
+    // eps > 0 keeps the update finite where v = 0.
+    if (!(Number.isFinite(attrs.eps) && attrs.eps > 0)) badAttr('adamw', 'eps', attrs.eps, 'expected a finite number > 0');
+  },
+  shapes: ({ n }) => ({ param: [n], grad: [n], m: [n], v: [n], gradScale: [1] }),
+  reference({ param, grad, m, v, gradScale }, attrs) {
+    const { lr, beta1, beta2, eps, weightDecay, step } = attrs;
+    const bc1 = 1 - beta1 ** step;
+    const bc2 = 1 - beta2 ** step;
+    for (let i = 0; i < param!.length; i++) {
+      const g = grad![i]! * gradScale![0]!;
+      m![i] = beta1 * m![i]! + (1 - beta1) * g;
+      v![i] = beta2 * v![i]! + (1 - beta2) * g * g;
+      const mHat = m![i]! / bc1;
+      const vHat = v![i]! / bc2;
+      param![i] = param![i]! - lr * weightDecay * param![i]! - (lr * mHat) / (Math.sqrt(vHat) + eps);
+    }
+  },
+  cases: (s) => {
+    const base = { lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1 };
+    return s === 'test'
+      ? [
+          { label: 'n%4=3 step 1', attrs: { ...base, n: 1027, step: 1 } },
+          { label: 'n=2 step 7 no decay', attrs: { ...base, n: 2, step: 7, weightDecay: 0 } },
+          { label: 'n%4=0 step 1000', attrs: { ...base, n: 4096, step: 1000, beta2: 0.999 } },
+        ]
+      : [{ label: '134M', attrs: { ...base, n: 1 << 27, lr: 3e-4, step: 100 } }];
+  },
+  sample: (rng, { n }) => ({
+    param: randn(rng, n),
+    grad: randn(rng, n, 0.1),
+    m: randn(rng, n, 0.01),
+    v: randu(rng, n, 0, 1e-3),
+    gradScale: randu(rng, 1, 0.25, 1),
+  }),
+  // f32 state and arithmetic against float64; each output is one short expression per element.
+  tolerance: { f32: 1e-6 },
+  flops: ({ n }) => 14 * n,
+});

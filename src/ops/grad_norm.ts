@@ -1,0 +1,52 @@
+/**
+ * grad_norm: the global L2 norm of a flat gradient buffer and its clip coefficient, both left on
+ * the device: out = [‖x‖₂, scale], scale = min(1, maxNorm / (‖x‖₂ + 1e-6)), or 1 when maxNorm is
+ * 0 (no clipping). adamw reads the scale as its gradScale.
+ */
+import { badAttr, defineOp, randn, requireDims } from './op.js';
+
+export interface GradNormAttrs {
+  readonly n: number;
+  /** Clip threshold; 0 disables clipping (scale 1). */
+  readonly maxNorm: number;
+}
+
+/** Added to the norm before dividing, so a zero gradient gives a finite scale. */
+export const CLIP_EPS = 1e-6;
+
+export function clipScale(norm: number, maxNorm: number): number {
+  return maxNorm > 0 ? Math.min(1, maxNorm / (norm + CLIP_EPS)) : 1;
+}
+
+export const gradNorm = defineOp<GradNormAttrs>({
+  name: 'grad_norm',
+  summary: 'out = [L2 norm of x, clip scale min(1, maxNorm / (norm + 1e-6))]',
+  args: [
+    { name: 'x', role: 'in', dtype: 'f32' },
+    { name: 'out', role: 'out', dtype: 'f32' },
+  ],
+  validate(attrs) {
+    requireDims('grad_norm', attrs, ['n']);
+    if (!(Number.isFinite(attrs.maxNorm) && attrs.maxNorm >= 0)) badAttr('grad_norm', 'maxNorm', attrs.maxNorm, 'expected a finite number >= 0 (0: no clipping)');
+  },
+  shapes: ({ n }) => ({ x: [n], out: [2] }),
+  reference({ x, out }, { maxNorm }) {
+    let sumsq = 0;
+    for (let i = 0; i < x!.length; i++) sumsq += x![i]! * x![i]!;
+    const norm = Math.sqrt(sumsq);
+    out![0] = norm;
+    out![1] = clipScale(norm, maxNorm);
+  },
+  cases: (s) =>
+    s === 'test'
+      ? [
+          { label: 'n=1003 no clip', attrs: { n: 1003, maxNorm: 0 } },
+          { label: 'n=5000 clipped', attrs: { n: 5000, maxNorm: 1 } },
+          { label: 'two-stage n=70001 under max', attrs: { n: 70001, maxNorm: 1e6 } },
+        ]
+      : [{ label: '134M', attrs: { n: 1 << 27, maxNorm: 1 } }],
+  sample: (rng, { n }) => ({ x: randn(rng, n) }),
+  // f32 partial sums of squares in a fixed tree.
+  tolerance: { f32: 1e-5 },
+  flops: ({ n }) => 2 * n,
+});
