@@ -1,0 +1,178 @@
+// matmul: out[b] = op(A[b]) · op(B[b]) with op = identity or transpose, f32 accumulate.
+//
+// One workgroup of 256 threads (16 x 16) computes a (16·TM) x 128 block of out; each thread owns
+// TM x 8 outputs, split in two column halves of 4 (cols tx·4.. and 64 + tx·4..) and, for TM = 8,
+// two row halves (rows ty·4.. and 64 + ty·4..), so a warp's vec4 reads of the shared tiles hit
+// consecutive words (no bank conflicts) and each vec4 of A and B feeds 16 FMAs.
+// K advances in steps of BK = 8 through a double-buffered shared tile: the next global tile is
+// loaded into registers while the current one is multiplied, stored to the other buffer, then one
+// barrier per step. Tiles are kept k-major in shared memory (tileA[k][m], tileB[k][n]) whatever
+// the transposes, so the inner loop is the same for every variant; the transposes only change the
+// global load pattern (chosen by pipeline constants, so each variant compiles to straight code).
+// Out-of-range rows, columns and k are loaded as zero, so any m, n, k is correct.
+
+struct Params {
+  m: u32,
+  n: u32,
+  k: u32,
+  // elements between consecutive batch items of a, b and out
+  batch_stride_a: u32,
+  batch_stride_b: u32,
+  batch_stride_out: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+// a is [k, m] (else [m, k]); b is [n, k] (else [k, n])
+override TRANS_A: bool = false;
+override TRANS_B: bool = false;
+// rows of out per thread: 8 (128 x 128 block) or 4 (64 x 128 block, for grids too small to fill the GPU)
+override TM: u32 = 8u;
+
+const BK = 8u;
+const BN = 128u;
+const BM_MAX = 128u;
+const THREADS = 256u;
+
+// [buffer · BK + k][column / 4]
+var<workgroup> tile_a: array<array<vec4f, BM_MAX / 4u>, 2u * BK>;
+var<workgroup> tile_b: array<array<vec4f, BN / 4u>, 2u * BK>;
+
+fn load_a(base: u32, row: u32, kk: u32) -> f32 {
+  if (row >= params.m || kk >= params.k) {
+    return 0.0;
+  }
+  return a[base + select(row * params.k + kk, kk * params.m + row, TRANS_A)];
+}
+
+fn load_b(base: u32, col: u32, kk: u32) -> f32 {
+  if (col >= params.n || kk >= params.k) {
+    return 0.0;
+  }
+  return b[base + select(kk * params.n + col, col * params.k + kk, TRANS_B)];
+}
+
+// Global -> registers: this thread's share of the A tile (TM / 2 values) and B tile (4 values) at k0.
+// Each thread reads consecutive addresses of the contiguous dimension, so a warp's loads coalesce.
+fn fetch_a(base: u32, m0: u32, k0: u32, t: u32) -> vec4f {
+  let per = TM / 2u;
+  var v = vec4f(0.0);
+  if (TRANS_A) {
+    // tile rows are k (BK of them), each BM contiguous values along m
+    let bm = 16u * TM;
+    let kk = t / (bm / per);
+    let r = (t % (bm / per)) * per;
+    for (var j = 0u; j < per; j++) { v[j] = load_a(base, m0 + r + j, k0 + kk); }
+  } else {
+    // tile rows are m, each BK contiguous values along k
+    let r = t / (BK / per);
+    let kk = (t % (BK / per)) * per;
+    for (var j = 0u; j < per; j++) { v[j] = load_a(base, m0 + r, k0 + kk + j); }
+  }
+  return v;
+}
+
+fn fetch_b(base: u32, n0: u32, k0: u32, t: u32) -> vec4f {
+  var v = vec4f(0.0);
+  if (TRANS_B) {
+    let c = t / 2u;
+    let kk = (t % 2u) * 4u;
+    for (var j = 0u; j < 4u; j++) { v[j] = load_b(base, n0 + c, k0 + kk + j); }
+  } else {
+    let kk = t / 32u;
+    let c = (t % 32u) * 4u;
+    for (var j = 0u; j < 4u; j++) { v[j] = load_b(base, n0 + c + j, k0 + kk); }
+  }
+  return v;
+}
+
+// Registers -> shared buffer `buf`, k-major.
+fn stash_a(v: vec4f, buf: u32, t: u32) {
+  let per = TM / 2u;
+  if (TRANS_A) {
+    let bm = 16u * TM;
+    let kk = t / (bm / per);
+    let r = (t % (bm / per)) * per;
+    for (var j = 0u; j < per; j++) { tile_a[buf * BK + kk][(r + j) / 4u][(r + j) % 4u] = v[j]; }
+  } else {
+    let r = t / (BK / per);
+    let kk = (t % (BK / per)) * per;
+    for (var j = 0u; j < per; j++) { tile_a[buf * BK + kk + j][r / 4u][r % 4u] = v[j]; }
+  }
+}
+
+fn stash_b(v: vec4f, buf: u32, t: u32) {
+  if (TRANS_B) {
+    let c = t / 2u;
+    let kk = (t % 2u) * 4u;
+    for (var j = 0u; j < 4u; j++) { tile_b[buf * BK + kk + j][c / 4u][c % 4u] = v[j]; }
+  } else {
+    tile_b[buf * BK + t / 32u][t % 32u] = v;
+  }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u32) {
+  let tx = t % 16u;
+  let ty = t / 16u;
+  let m0 = wid.y * 16u * TM;
+  let n0 = wid.x * BN;
+  let base_a = wid.z * params.batch_stride_a;
+  let base_b = wid.z * params.batch_stride_b;
+
+  // acc[2·i + h]: row i of this thread's rows, column half h
+  var acc: array<vec4f, 16>;
+  for (var i = 0u; i < 16u; i++) { acc[i] = vec4f(0.0); }
+
+  let steps = (params.k + BK - 1u) / BK;
+  stash_a(fetch_a(base_a, m0, 0u, t), 0u, t);
+  stash_b(fetch_b(base_b, n0, 0u, t), 0u, t);
+  workgroupBarrier();
+
+  for (var s = 0u; s < steps; s++) {
+    let buf = s % 2u;
+    let more = s + 1u < steps;
+    var next_a = vec4f(0.0);
+    var next_b = vec4f(0.0);
+    if (more) {
+      next_a = fetch_a(base_a, m0, (s + 1u) * BK, t);
+      next_b = fetch_b(base_b, n0, (s + 1u) * BK, t);
+    }
+    for (var kk = 0u; kk < BK; kk++) {
+      let row = buf * BK + kk;
+      let b_lo = tile_b[row][tx];
+      let b_hi = tile_b[row][tx + 16u];
+      for (var h = 0u; h < TM / 4u; h++) {
+        let av = tile_a[row][ty + 16u * h];
+        for (var i = 0u; i < 4u; i++) {
+          let r = 2u * (4u * h + i);
+          acc[r] = fma(vec4f(av[i]), b_lo, acc[r]);
+          acc[r + 1u] = fma(vec4f(av[i]), b_hi, acc[r + 1u]);
+        }
+      }
+    }
+    if (more) {
+      stash_a(next_a, 1u - buf, t);
+      stash_b(next_b, 1u - buf, t);
+    }
+    workgroupBarrier();
+  }
+
+  let base_out = wid.z * params.batch_stride_out;
+  for (var h = 0u; h < TM / 4u; h++) {
+    for (var i = 0u; i < 4u; i++) {
+      let row = m0 + 64u * h + 4u * ty + i;
+      if (row >= params.m) { continue; }
+      for (var half = 0u; half < 2u; half++) {
+        let v = acc[2u * (4u * h + i) + half];
+        let col0 = n0 + 64u * half + 4u * tx;
+        for (var j = 0u; j < 4u; j++) {
+          if (col0 + j < params.n) { out[base_out + row * params.n + col0 + j] = v[j]; }
+        }
+      }
+    }
+  }
+}
