@@ -34,12 +34,13 @@ override TM: u32 = 8u;
 
 const BK = 8u;
 const BN = 128u;
-const BM_MAX = 128u;
+const BM_MAX = 128u; // = BN
 const THREADS = 256u;
 
-// [buffer · BK + k][column / 4]
-var<workgroup> tile_a: array<array<vec4f, BM_MAX / 4u>, 2u * BK>;
-var<workgroup> tile_b: array<array<vec4f, BN / 4u>, 2u * BK>;
+// [buffer · BK + k][column / 4]; one vec4 of padding per row shifts banks between k rows
+const ROW_VEC4 = BM_MAX / 4u + 1u;
+var<workgroup> tile_a: array<array<vec4f, ROW_VEC4>, 2u * BK>;
+var<workgroup> tile_b: array<array<vec4f, ROW_VEC4>, 2u * BK>;
 
 fn load_a(base: u32, row: u32, kk: u32) -> f32 {
   if (row >= params.m || kk >= params.k) {
@@ -56,61 +57,54 @@ fn load_b(base: u32, col: u32, kk: u32) -> f32 {
 }
 
 // Global -> registers: this thread's share of the A tile (TM / 2 values) and B tile (4 values) at k0.
-// Each thread reads consecutive addresses of the contiguous dimension, so a warp's loads coalesce.
-fn fetch_a(base: u32, m0: u32, k0: u32, t: u32) -> vec4f {
-  let per = TM / 2u;
-  var v = vec4f(0.0);
+// Value j of thread t is tile element e = t + 256·j in the order of the tile's contiguous global
+// dimension, so each load instruction of a warp reads 32 consecutive or 4 x 8 consecutive floats.
+fn a_coord(e: u32) -> vec2u {
+  // (row of out, k) within the tile
   if (TRANS_A) {
-    // tile rows are k (BK of them), each BM contiguous values along m
-    let bm = 16u * TM;
-    let kk = t / (bm / per);
-    let r = (t % (bm / per)) * per;
-    for (var j = 0u; j < per; j++) { v[j] = load_a(base, m0 + r + j, k0 + kk); }
-  } else {
-    // tile rows are m, each BK contiguous values along k
-    let r = t / (BK / per);
-    let kk = (t % (BK / per)) * per;
-    for (var j = 0u; j < per; j++) { v[j] = load_a(base, m0 + r, k0 + kk + j); }
+    return vec2u(e % (16u * TM), e / (16u * TM));
+  }
+  return vec2u(e / BK, e % BK);
+}
+
+fn b_coord(e: u32) -> vec2u {
+  // (column of out, k) within the tile
+  if (TRANS_B) {
+    return vec2u(e / BK, e % BK);
+  }
+  return vec2u(e % BN, e / BN);
+}
+
+fn fetch_a(base: u32, m0: u32, k0: u32, t: u32) -> vec4f {
+  var v = vec4f(0.0);
+  for (var j = 0u; j < TM / 2u; j++) {
+    let c = a_coord(t + THREADS * j);
+    v[j] = load_a(base, m0 + c.x, k0 + c.y);
   }
   return v;
 }
 
 fn fetch_b(base: u32, n0: u32, k0: u32, t: u32) -> vec4f {
   var v = vec4f(0.0);
-  if (TRANS_B) {
-    let c = t / 2u;
-    let kk = (t % 2u) * 4u;
-    for (var j = 0u; j < 4u; j++) { v[j] = load_b(base, n0 + c, k0 + kk + j); }
-  } else {
-    let kk = t / 32u;
-    let c = (t % 32u) * 4u;
-    for (var j = 0u; j < 4u; j++) { v[j] = load_b(base, n0 + c + j, k0 + kk); }
+  for (var j = 0u; j < 4u; j++) {
+    let c = b_coord(t + THREADS * j);
+    v[j] = load_b(base, n0 + c.x, k0 + c.y);
   }
   return v;
 }
 
-// Registers -> shared buffer `buf`, k-major.
+// Registers -> shared buffer `buf` (k-major; the padded rows keep these scattered stores conflict-free).
 fn stash_a(v: vec4f, buf: u32, t: u32) {
-  let per = TM / 2u;
-  if (TRANS_A) {
-    let bm = 16u * TM;
-    let kk = t / (bm / per);
-    let r = (t % (bm / per)) * per;
-    for (var j = 0u; j < per; j++) { tile_a[buf * BK + kk][(r + j) / 4u][(r + j) % 4u] = v[j]; }
-  } else {
-    let r = t / (BK / per);
-    let kk = (t % (BK / per)) * per;
-    for (var j = 0u; j < per; j++) { tile_a[buf * BK + kk + j][r / 4u][r % 4u] = v[j]; }
+  for (var j = 0u; j < TM / 2u; j++) {
+    let c = a_coord(t + THREADS * j);
+    tile_a[buf * BK + c.y][c.x / 4u][c.x % 4u] = v[j];
   }
 }
 
 fn stash_b(v: vec4f, buf: u32, t: u32) {
-  if (TRANS_B) {
-    let c = t / 2u;
-    let kk = (t % 2u) * 4u;
-    for (var j = 0u; j < 4u; j++) { tile_b[buf * BK + kk + j][c / 4u][c % 4u] = v[j]; }
-  } else {
-    tile_b[buf * BK + t / 32u][t % 32u] = v;
+  for (var j = 0u; j < 4u; j++) {
+    let c = b_coord(t + THREADS * j);
+    tile_b[buf * BK + c.y][c.x / 4u][c.x % 4u] = v[j];
   }
 }
 

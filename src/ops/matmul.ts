@@ -72,8 +72,8 @@ export const matmul = defineOp<MatmulAttrs>({
           { label: '1x1x1', attrs: mm(1, 1, 1, 1) },
           { label: 'k < tile depth 5x3x3 aᵀ', attrs: mm(2, 5, 3, 3, true, false) },
           { label: 'a·b batch 2 130x260x20 (two tiles each way)', attrs: mm(2, 130, 260, 20) },
-          { label: '128-row tiles: batch 160 20x21x9 a·bᵀ', attrs: mm(160, 20, 21, 9, false, true) },
-          { label: '128-row tiles: batch 160 20x21x9 aᵀ·b', attrs: mm(160, 20, 21, 9, true, false) },
+          { label: '128-row tiles: batch 600 20x21x9 a·bᵀ', attrs: mm(600, 20, 21, 9, false, true) },
+          { label: '128-row tiles: batch 600 20x21x9 aᵀ·b', attrs: mm(600, 20, 21, 9, true, false) },
         ]
       : [
           { label: '1024³', attrs: mm(1, 1024, 1024, 1024) },

@@ -3,10 +3,10 @@ import { ceilDiv, defineKernel } from '../kernel.js';
 
 const BLOCK_N = 128;
 /**
- * Below this many 128x128 blocks the grid cannot keep a large GPU busy (an H200 has 132 SMs), so
- * use 64-row blocks: twice the workgroups, each half the work.
+ * Below this many 128x128 blocks (about two waves of two blocks per SM on a 132-SM H200) the
+ * grid leaves much of a large GPU idle, so use 64-row blocks: twice the workgroups, half the work.
  */
-const MIN_BIG_BLOCKS = 128;
+const MIN_BIG_BLOCKS = 512;
 
 export const matmulKernel = defineKernel({
   op: matmul,
