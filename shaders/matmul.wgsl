@@ -4,9 +4,10 @@
 // TM x 8 outputs, split in two column halves of 4 (cols tx·4.. and 64 + tx·4..) and, for TM = 8,
 // two row halves (rows ty·4.. and 64 + ty·4..), so a warp's vec4 reads of the shared tiles hit
 // consecutive words (no bank conflicts) and each vec4 of A and B feeds 16 FMAs.
-// K advances in steps of BK = 8 through a double-buffered shared tile: the next global tile is
-// loaded into registers while the current one is multiplied, stored to the other buffer, then one
-// barrier per step. Tiles are kept k-major in shared memory (tileA[k][m], tileB[k][n]) whatever
+// K advances in steps of BK = 16 through a shared tile: the next global tile is loaded into
+// registers while the current one is multiplied (so a step's compute hides the load latency, which
+// matters once the matrices outgrow L2), then stored after a barrier. BK = 16 makes each row read
+// of a k-contiguous operand 64 bytes, a whole DRAM burst. Tiles are kept k-major in shared memory (tileA[k][m], tileB[k][n]) whatever
 // the transposes, so the inner loop is the same for every variant; the transposes only change the
 // global load pattern (chosen by pipeline constants, so each variant compiles to straight code).
 // Out-of-range rows, columns and k are loaded as zero, so any m, n, k is correct.
@@ -32,15 +33,17 @@ override TRANS_B: bool = false;
 // rows of out per thread: 8 (128 x 128 block) or 4 (64 x 128 block, for grids too small to fill the GPU)
 override TM: u32 = 8u;
 
-const BK = 8u;
+const BK = 16u;
 const BN = 128u;
 const BM_MAX = 128u; // = BN
 const THREADS = 256u;
 
-// [buffer · BK + k][column / 4]; one vec4 of padding per row shifts banks between k rows
+// [k][column / 4]; one vec4 of padding per row shifts banks between k rows
 const ROW_VEC4 = BM_MAX / 4u + 1u;
-var<workgroup> tile_a: array<array<vec4f, ROW_VEC4>, 2u * BK>;
-var<workgroup> tile_b: array<array<vec4f, ROW_VEC4>, 2u * BK>;
+var<workgroup> tile_a: array<array<vec4f, ROW_VEC4>, BK>;
+var<workgroup> tile_b: array<array<vec4f, ROW_VEC4>, BK>;
+// per-thread share of a tile: (16·TM·BK or BN·BK) / THREADS values
+const SHARE_MAX = BN * BK / THREADS;
 
 fn load_a(base: u32, row: u32, kk: u32) -> f32 {
   if (row >= params.m || kk >= params.k) {
@@ -56,7 +59,7 @@ fn load_b(base: u32, col: u32, kk: u32) -> f32 {
   return b[base + select(kk * params.n + col, col * params.k + kk, TRANS_B)];
 }
 
-// Global -> registers: this thread's share of the A tile (TM / 2 values) and B tile (4 values) at k0.
+// Global -> registers: this thread's share of the A tile (TM values) and B tile (8 values) at k0.
 // Value j of thread t is tile element e = t + 256·j in the order of the tile's contiguous global
 // dimension, so each load instruction of a warp reads 32 consecutive or 4 x 8 consecutive floats.
 fn a_coord(e: u32) -> vec2u {
@@ -75,36 +78,33 @@ fn b_coord(e: u32) -> vec2u {
   return vec2u(e % BN, e / BN);
 }
 
-fn fetch_a(base: u32, m0: u32, k0: u32, t: u32) -> vec4f {
-  var v = vec4f(0.0);
-  for (var j = 0u; j < TM / 2u; j++) {
+fn fetch_a(base: u32, m0: u32, k0: u32, t: u32) -> array<f32, SHARE_MAX> {
+  var v: array<f32, SHARE_MAX>;
+  for (var j = 0u; j < TM; j++) {
     let c = a_coord(t + THREADS * j);
     v[j] = load_a(base, m0 + c.x, k0 + c.y);
   }
   return v;
 }
 
-fn fetch_b(base: u32, n0: u32, k0: u32, t: u32) -> vec4f {
-  var v = vec4f(0.0);
-  for (var j = 0u; j < 4u; j++) {
+fn fetch_b(base: u32, n0: u32, k0: u32, t: u32) -> array<f32, SHARE_MAX> {
+  var v: array<f32, SHARE_MAX>;
+  for (var j = 0u; j < SHARE_MAX; j++) {
     let c = b_coord(t + THREADS * j);
     v[j] = load_b(base, n0 + c.x, k0 + c.y);
   }
   return v;
 }
 
-// Registers -> shared buffer `buf` (k-major; the padded rows keep these scattered stores conflict-free).
-fn stash_a(v: vec4f, buf: u32, t: u32) {
-  for (var j = 0u; j < TM / 2u; j++) {
+// Registers -> shared tiles (k-major; the padded rows keep these scattered stores nearly conflict-free).
+fn stash(va: array<f32, SHARE_MAX>, vb: array<f32, SHARE_MAX>, t: u32) {
+  for (var j = 0u; j < TM; j++) {
     let c = a_coord(t + THREADS * j);
-    tile_a[buf * BK + c.y][c.x / 4u][c.x % 4u] = v[j];
+    tile_a[c.y][c.x / 4u][c.x % 4u] = va[j];
   }
-}
-
-fn stash_b(v: vec4f, buf: u32, t: u32) {
-  for (var j = 0u; j < 4u; j++) {
+  for (var j = 0u; j < SHARE_MAX; j++) {
     let c = b_coord(t + THREADS * j);
-    tile_b[buf * BK + c.y][c.x / 4u][c.x % 4u] = v[j];
+    tile_b[c.y][c.x / 4u][c.x % 4u] = vb[j];
   }
 }
 
@@ -122,25 +122,21 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u
   for (var i = 0u; i < 16u; i++) { acc[i] = vec4f(0.0); }
 
   let steps = (params.k + BK - 1u) / BK;
-  stash_a(fetch_a(base_a, m0, 0u, t), 0u, t);
-  stash_b(fetch_b(base_b, n0, 0u, t), 0u, t);
-  workgroupBarrier();
-
+  var next_a = fetch_a(base_a, m0, 0u, t);
+  var next_b = fetch_b(base_b, n0, 0u, t);
   for (var s = 0u; s < steps; s++) {
-    let buf = s % 2u;
-    let more = s + 1u < steps;
-    var next_a = vec4f(0.0);
-    var next_b = vec4f(0.0);
-    if (more) {
+    workgroupBarrier(); // the previous step's reads of the tiles are done
+    stash(next_a, next_b, t);
+    workgroupBarrier();
+    if (s + 1u < steps) {
       next_a = fetch_a(base_a, m0, (s + 1u) * BK, t);
       next_b = fetch_b(base_b, n0, (s + 1u) * BK, t);
     }
     for (var kk = 0u; kk < BK; kk++) {
-      let row = buf * BK + kk;
-      let b_lo = tile_b[row][tx];
-      let b_hi = tile_b[row][tx + 16u];
+      let b_lo = tile_b[kk][tx];
+      let b_hi = tile_b[kk][tx + 16u];
       for (var h = 0u; h < TM / 4u; h++) {
-        let av = tile_a[row][ty + 16u * h];
+        let av = tile_a[kk][ty + 16u * h];
         for (var i = 0u; i < 4u; i++) {
           let r = 2u * (4u * h + i);
           acc[r] = fma(vec4f(av[i]), b_lo, acc[r]);
@@ -148,11 +144,6 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u
         }
       }
     }
-    if (more) {
-      stash_a(next_a, 1u - buf, t);
-      stash_b(next_b, 1u - buf, t);
-    }
-    workgroupBarrier();
   }
 
   let base_out = wid.z * params.batch_stride_out;

@@ -1,7 +1,8 @@
 /**
  * `mdlm bench matmul`: mdlm's WebGPU matmul kernel against TensorFlow.js's WebGPU backend on the
  * same adapter in the same process. Both sides multiply the same random matrices, run warm-up
- * calls, then `reps` calls ended by one wait for the GPU queue (no read-back inside the timing),
+ * calls for a fixed time (a GPU coming from idle needs a while to reach its clocks), then `reps`
+ * calls ended by one wait for the GPU queue (no read-back inside the timing),
  * and their results are compared once. TensorFlow.js is a dev dependency, loaded only here.
  */
 import type { Backend } from '../backend/backend.js';
@@ -15,7 +16,8 @@ import { numel } from '../tensor.js';
 export interface MatmulBenchOptions {
   readonly shapes: readonly MatmulAttrs[];
   readonly reps: number;
-  readonly warmup?: number;
+  /** Warm-up seconds per side and shape before timing (the GPU clocks up from idle meanwhile). */
+  readonly warmupSeconds?: number;
   readonly seed?: number;
   /** Skip TensorFlow.js (mdlm figures only). */
   readonly mdlmOnly?: boolean;
@@ -83,6 +85,15 @@ async function tfjsIdle(backend: TfWebGpuBackend): Promise<void> {
   await backend.device.queue.onSubmittedWorkDone();
 }
 
+/** Calls `call` and waits for the GPU until `seconds` have passed. */
+async function warmUp(call: () => void, idle: () => Promise<void>, seconds: number): Promise<void> {
+  const t0 = performance.now();
+  do {
+    for (let i = 0; i < 4; i++) call();
+    await idle();
+  } while (performance.now() - t0 < seconds * 1e3);
+}
+
 async function timeMdlm(gpu: Backend, attrs: MatmulAttrs, a: Float32Array, b: Float32Array, warmup: number, reps: number) {
   const shapes = matmul.shapes(attrs);
   const ta = gpu.alloc(shapes.a!, 'f32');
@@ -92,7 +103,7 @@ async function timeMdlm(gpu: Backend, attrs: MatmulAttrs, a: Float32Array, b: Fl
     gpu.upload(ta, a);
     gpu.upload(tb, b);
     const args = { a: ta, b: tb, out: tout };
-    for (let i = 0; i < warmup; i++) gpu.run(matmul, args, attrs);
+    await warmUp(() => gpu.run(matmul, args, attrs), () => gpu.sync(), warmup);
     const out = (await gpu.download(tout)) as Float32Array;
     const t0 = performance.now();
     for (let i = 0; i < reps; i++) gpu.run(matmul, args, attrs);
@@ -113,8 +124,7 @@ async function timeTfjs(tfjs: { tf: Tf; backend: TfWebGpuBackend }, attrs: Matmu
     const first = call();
     const out = (await first.data()) as Float32Array;
     first.dispose();
-    for (let i = 1; i < warmup; i++) call().dispose();
-    await tfjsIdle(backend);
+    await warmUp(() => call().dispose(), () => tfjsIdle(backend), warmup);
     const t0 = performance.now();
     // disposing only drops the handle; the queued work still runs before the queue drains
     for (let i = 0; i < reps; i++) call().dispose();
@@ -128,7 +138,7 @@ async function timeTfjs(tfjs: { tf: Tf; backend: TfWebGpuBackend }, attrs: Matmu
 
 export async function benchMatmul(opts: MatmulBenchOptions): Promise<MatmulBenchRecord[]> {
   if (!Number.isInteger(opts.reps) || opts.reps <= 0) fail('BAD_ARGUMENT', `bench matmul: --reps must be a positive integer, got ${opts.reps}`);
-  const warmup = opts.warmup ?? 2;
+  const warmup = opts.warmupSeconds ?? 0.5;
   const gpu = await createBackend('webgpu');
   const tfjs = opts.mdlmOnly ? null : await startTfjs();
   const records: MatmulBenchRecord[] = [];
