@@ -5,6 +5,7 @@ import { axpy } from './axpy.js';
 import { scale } from './scale.js';
 import { cast } from './cast.js';
 import { reduce } from './reduce.js';
+import { matmul } from './matmul.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw } from './adamw.js';
 
@@ -14,6 +15,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   scale,
   cast,
   reduce,
+  matmul,
   gradNorm,
   adamw,
 ] as OpDef<unknown>[];

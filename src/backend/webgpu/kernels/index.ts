@@ -5,6 +5,7 @@ import { axpyKernel } from './axpy.js';
 import { scaleKernel } from './scale.js';
 import { castKernel } from './cast.js';
 import { reduceKernel } from './reduce.js';
+import { matmulKernel } from './matmul.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwKernel } from './adamw.js';
 
@@ -14,6 +15,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   scaleKernel,
   castKernel,
   reduceKernel,
+  matmulKernel,
   gradNormKernel,
   adamwKernel,
 ];

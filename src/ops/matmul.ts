@@ -1,0 +1,94 @@
+/**
+ * matmul: out[b] = op(A[b]) · op(B[b]) per batch item, op = identity or transpose. One op covers a
+ * linear layer's forward (x·Wᵀ), its input gradient (dy·W) and its weight gradient (dyᵀ·x).
+ */
+import { type Shape, numel } from '../tensor.js';
+import { badAttr, defineOp, randn, requireDims } from './op.js';
+
+export interface MatmulAttrs {
+  readonly batch: number;
+  readonly m: number;
+  readonly n: number;
+  readonly k: number;
+  /** a is stored [batch, k, m] (use Aᵀ) instead of [batch, m, k]. */
+  readonly transA: boolean;
+  /** b is stored [batch, n, k] (use Bᵀ) instead of [batch, k, n]. */
+  readonly transB: boolean;
+}
+
+function mm(batch: number, m: number, n: number, k: number, transA = false, transB = false): MatmulAttrs {
+  return { batch, m, n, k, transA, transB };
+}
+
+function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAttrs): Record<'a' | 'b' | 'out', Shape> {
+  return {
+    a: transA ? [batch, k, m] : [batch, m, k],
+    b: transB ? [batch, n, k] : [batch, k, n],
+    out: [batch, m, n],
+  };
+}
+
+export const matmul = defineOp<MatmulAttrs>({
+  name: 'matmul',
+  summary: 'out[b] = op(a[b]) · op(b[b]), op = identity or transpose (transA, transB); f32 accumulate',
+  args: [
+    { name: 'a', role: 'in', dtype: 'float' },
+    { name: 'b', role: 'in', dtype: 'float' },
+    { name: 'out', role: 'out', dtype: 'float' },
+  ],
+  validate(attrs) {
+    requireDims('matmul', attrs, ['batch', 'm', 'n', 'k']);
+    for (const key of ['transA', 'transB'] as const) {
+      if (typeof attrs[key] !== 'boolean') badAttr('matmul', key, attrs[key], 'expected true or false');
+    }
+  },
+  shapes: matmulShapes,
+  reference({ a, b, out }, { batch, m, n, k, transA, transB }) {
+    for (let p = 0; p < batch; p++) {
+      const ao = p * m * k;
+      const bo = p * k * n;
+      for (let i = 0; i < m; i++) {
+        for (let j = 0; j < n; j++) {
+          let s = 0;
+          for (let l = 0; l < k; l++) {
+            const av = a![ao + (transA ? l * m + i : i * k + l)]!;
+            const bv = b![bo + (transB ? j * k + l : l * n + j)]!;
+            s += av * bv;
+          }
+          out![p * m * n + i * n + j] = s;
+        }
+      }
+    }
+  },
+  // Sizes off the 128/64-row, 128-column and 8-deep tiles; batch large enough for the 128-row
+  // tile choice (see kernels/matmul.ts) and small enough for the 64-row one.
+  cases: (scale) =>
+    scale === 'test'
+      ? [
+          { label: 'a·b 67x45x33', attrs: mm(1, 67, 45, 33) },
+          { label: 'a·bᵀ 67x45x33', attrs: mm(1, 67, 45, 33, false, true) },
+          { label: 'aᵀ·b 67x45x33', attrs: mm(1, 67, 45, 33, true, false) },
+          { label: 'aᵀ·bᵀ batch 3 70x130x19', attrs: mm(3, 70, 130, 19, true, true) },
+          { label: '1x1x1', attrs: mm(1, 1, 1, 1) },
+          { label: 'k < tile depth 5x3x3 aᵀ', attrs: mm(2, 5, 3, 3, true, false) },
+          { label: 'a·b batch 2 130x260x20 (two tiles each way)', attrs: mm(2, 130, 260, 20) },
+          { label: '128-row tiles: batch 600 20x21x9 a·bᵀ', attrs: mm(600, 20, 21, 9, false, true) },
+          { label: '128-row tiles: batch 600 20x21x9 aᵀ·b', attrs: mm(600, 20, 21, 9, true, false) },
+        ]
+      : [
+          { label: '1024³', attrs: mm(1, 1024, 1024, 1024) },
+          { label: '2048³', attrs: mm(1, 2048, 2048, 2048) },
+          { label: '4096³', attrs: mm(1, 4096, 4096, 4096) },
+          { label: 'linear forward x·Wᵀ 8192x3072x768', attrs: mm(1, 8192, 3072, 768, false, true) },
+          { label: 'linear dx = dy·W 8192x768x3072', attrs: mm(1, 8192, 768, 3072) },
+          { label: 'linear dW = dyᵀ·x 768x3072x8192', attrs: mm(1, 768, 3072, 8192, true, false) },
+        ],
+  sample: (rng, attrs) => {
+    const s = matmulShapes(attrs);
+    return { a: randn(rng, numel(s.a)), b: randn(rng, numel(s.b)) };
+  },
+  // f32 rounding error of a k-term dot product grows like eps·sqrt(k) for random signs:
+  // 6e-8·sqrt(8192) ≈ 5e-6 at the longest bench sum; 2e-5 leaves a 4x margin.
+  tolerance: { f32: 2e-5 },
+  flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
+});
