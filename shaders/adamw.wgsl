@@ -15,14 +15,14 @@ struct Params {
 @group(0) @binding(2) var<storage, read> grad: array<vec4f>;
 @group(0) @binding(3) var<storage, read_write> m: array<vec4f>;
 @group(0) @binding(4) var<storage, read_write> v: array<vec4f>;
-@group(0) @binding(5) var<storage, read> gradScale: array<f32>;
+@group(0) @binding(5) var<storage, read> clip: array<f32>; // grad_norm's [norm, scale]
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
   let i = gid.x + gid.y * nwg.x * 256u;
   let first = 4u * i;
   if (first >= params.n) { return; }
-  let g = grad[i] * gradScale[0];
+  let g = grad[i] * clip[1];
   let m1 = params.beta1 * m[i] + (1.0 - params.beta1) * g;
   let v1 = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
   let p1 = params.decay * param[i] - params.stepSize * m1 / (sqrt(v1) * params.invSqrtBc2 + params.eps);

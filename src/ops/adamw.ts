@@ -1,7 +1,7 @@
 /**
  * adamw: one fused AdamW step over flat fp32 buffers (Loshchilov & Hutter, decoupled weight
- * decay, PyTorch's formulation). The gradient is multiplied by gradScale[0] first: grad_norm
- * writes its clip coefficient there on the device, so clipping needs no host round-trip.
+ * decay, PyTorch's formulation). The gradient is multiplied by clip[1] first: `clip` is
+ * grad_norm's output [norm, scale], left on the device, so clipping needs no host round-trip.
  */
 import { badAttr, defineOp, randn, randu, requireDims } from './op.js';
 
@@ -38,7 +38,7 @@ export const adamw = defineOp<AdamwAttrs>({
     { name: 'grad', role: 'in', dtype: 'f32' },
     { name: 'm', role: 'inout', dtype: 'f32' },
     { name: 'v', role: 'inout', dtype: 'f32' },
-    { name: 'gradScale', role: 'in', dtype: 'f32' },
+    { name: 'clip', role: 'in', dtype: 'f32' },
   ],
   validate(attrs) {
     requireDims('adamw', attrs, ['n', 'step']);
@@ -51,13 +51,13 @@ export const adamw = defineOp<AdamwAttrs>({
     // eps > 0 keeps the update finite where v = 0.
     if (!(Number.isFinite(attrs.eps) && attrs.eps > 0)) badAttr('adamw', 'eps', attrs.eps, 'expected a finite number > 0');
   },
-  shapes: ({ n }) => ({ param: [n], grad: [n], m: [n], v: [n], gradScale: [1] }),
-  reference({ param, grad, m, v, gradScale }, attrs) {
+  shapes: ({ n }) => ({ param: [n], grad: [n], m: [n], v: [n], clip: [2] }),
+  reference({ param, grad, m, v, clip }, attrs) {
     const { lr, beta1, beta2, eps, weightDecay, step } = attrs;
     const bc1 = 1 - beta1 ** step;
     const bc2 = 1 - beta2 ** step;
     for (let i = 0; i < param!.length; i++) {
-      const g = grad![i]! * gradScale![0]!;
+      const g = grad![i]! * clip![1]!;
       m![i] = beta1 * m![i]! + (1 - beta1) * g;
       v![i] = beta2 * v![i]! + (1 - beta2) * g * g;
       const mHat = m![i]! / bc1;
@@ -80,7 +80,7 @@ export const adamw = defineOp<AdamwAttrs>({
     grad: randn(rng, n, 0.1),
     m: randn(rng, n, 0.01),
     v: randu(rng, n, 0, 1e-3),
-    gradScale: randu(rng, 1, 0.25, 1),
+    clip: randu(rng, 2, 0.25, 1),
   }),
   // f32 state and arithmetic against float64; each output is one short expression per element.
   tolerance: { f32: 1e-6 },

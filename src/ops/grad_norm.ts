@@ -1,7 +1,7 @@
 /**
  * grad_norm: the global L2 norm of a flat gradient buffer and its clip coefficient, both left on
  * the device: out = [‖x‖₂, scale], scale = min(1, maxNorm / (‖x‖₂ + 1e-6)), or 1 when maxNorm is
- * 0 (no clipping). adamw reads the scale as its gradScale.
+ * 0 (no clipping). adamw takes this output as its `clip` argument.
  */
 import { badAttr, defineOp, randn, requireDims } from './op.js';
 

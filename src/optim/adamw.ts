@@ -23,7 +23,6 @@ export class AdamW {
   readonly v: Tensor;
   /** [norm, clip scale] of the last step's gradient. */
   readonly normOut: Tensor;
-  private readonly scale: Tensor;
   private readonly backend: Backend;
 
   constructor(readonly store: ParamStore, readonly opts: AdamWOptions) {
@@ -35,7 +34,6 @@ export class AdamW {
     b.upload(this.m, new Float32Array(n));
     b.upload(this.v, new Float32Array(n));
     this.normOut = b.alloc([2], 'f32');
-    this.scale = b.view(this.normOut, 1, [1]);
   }
 
   /** Compute the gradient norm of the accumulated gradients (before `update`). */
@@ -56,7 +54,7 @@ export class AdamW {
     const { beta1, beta2, eps } = this.opts;
     b.run(
       adamw,
-      { param: r.value, grad: r.grad, m: b.view(this.m, r.offset, [r.size]), v: b.view(this.v, r.offset, [r.size]), gradScale: this.scale },
+      { param: r.value, grad: r.grad, m: b.view(this.m, r.offset, [r.size]), v: b.view(this.v, r.offset, [r.size]), clip: this.normOut },
       { n: r.size, lr, beta1, beta2, eps, weightDecay, step },
     );
   }

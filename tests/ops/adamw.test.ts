@@ -1,4 +1,4 @@
-/** adamw: one step by hand, bias correction, gradScale as a gradient multiplier, errors. */
+/** adamw: one step by hand, bias correction, the clip scale as a gradient multiplier, errors. */
 import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { type AdamwAttrs, adamw } from '../../src/ops/adamw.js';
@@ -10,7 +10,7 @@ describe('adamw reference', () => {
   const attrs: AdamwAttrs = { n: 1, lr: 0.1, beta1: 0.9, beta2: 0.999, eps: 1e-8, weightDecay: 0.1, step: 1 };
 
   it('matches one step worked by hand', () => {
-    const args = { param: f64(1), grad: f64(0.5), m: f64(0), v: f64(0), gradScale: f64(1) };
+    const args = { param: f64(1), grad: f64(0.5), m: f64(0), v: f64(0), clip: Float64Array.from([9, 1]) };
     adamw.reference(args, attrs);
     // m = 0.1·0.5 = 0.05, v = 0.001·0.25; bias-corrected m̂ = 0.5, v̂ = 0.25, √v̂ = 0.5;
     // param = 1 − 0.1·0.1·1 − 0.1·0.5 / (0.5 + 1e-8).
@@ -21,17 +21,17 @@ describe('adamw reference', () => {
   });
 
   it('bias correction fades with the step', () => {
-    const args = { param: f64(0), grad: f64(1), m: f64(1), v: f64(1), gradScale: f64(1) };
+    const args = { param: f64(0), grad: f64(1), m: f64(1), v: f64(1), clip: Float64Array.from([9, 1]) };
     adamw.reference(args, { ...attrs, weightDecay: 0, step: 10000, eps: 1e-12 });
     // m and v stay 1, corrections are ~1: the step is lr.
     expect(args.param[0]).toBeCloseTo(-0.1 / (1 - 0.9 ** 10000) * Math.sqrt(1 - 0.999 ** 10000), 12);
   });
 
-  it('with gradScale 0.5 equals halving the gradient', () => {
+  it('with clip scale 0.5 equals halving the gradient', () => {
     const grad = f64(0.3, -1.2, 2.5);
     const start = () => ({ param: f64(1, -2, 0.5), m: f64(0.01, 0, -0.02), v: f64(1e-4, 2e-4, 0) });
-    const scaled = { ...start(), grad, gradScale: f64(0.5) };
-    const halved = { ...start(), grad: grad.map((g) => g / 2), gradScale: f64(1) };
+    const scaled = { ...start(), grad, clip: Float64Array.from([9, 0.5]) };
+    const halved = { ...start(), grad: grad.map((g) => g / 2), clip: Float64Array.from([9, 1]) };
     adamw.reference(scaled, { ...attrs, n: 3 });
     adamw.reference(halved, { ...attrs, n: 3 });
     for (const k of ['param', 'm', 'v'] as const) expect([...scaled[k]]).toEqual([...halved[k]]);
@@ -42,8 +42,8 @@ describe('adamw reference', () => {
     expect(() => adamw.validate!({ ...attrs, eps: 0 })).toThrow(/adamw: attribute 'eps'/);
     expect(() => adamw.validate!({ ...attrs, step: 0 })).toThrow(/adamw: attribute 'step'/);
     expect(() => adamw.validate!({ ...attrs, lr: -1 })).toThrow(/adamw: attribute 'lr'/);
-    const [param, grad, m, v, gradScale] = [3, 4, 3, 3, 1].map((n) => cpu.alloc([n], 'f32'));
-    expect(() => cpu.run(adamw, { param: param!, grad: grad!, m: m!, v: v!, gradScale: gradScale! }, { ...attrs, n: 3 })).toThrow(
+    const [param, grad, m, v, clip] = [3, 4, 3, 3, 2].map((n) => cpu.alloc([n], 'f32'));
+    expect(() => cpu.run(adamw, { param: param!, grad: grad!, m: m!, v: v!, clip: clip! }, { ...attrs, n: 3 })).toThrow(
       /adamw: argument 'grad' expected shape \[3\], got \[4\]/,
     );
   });
