@@ -1,8 +1,14 @@
 /** The registry: the single list of ops. Backends, the parity harness and `mdlm bench kernels` walk it. */
 import type { OpDef } from './op.js';
 import { add } from './add.js';
+import { addRmsnorm, rmsnorm, rmsnormBackward } from './rmsnorm.js';
 
-export const OPS: readonly OpDef<unknown>[] = [add as OpDef<unknown>];
+export const OPS: readonly OpDef<unknown>[] = [
+  add as OpDef<unknown>,
+  rmsnorm as OpDef<unknown>,
+  addRmsnorm as OpDef<unknown>,
+  rmsnormBackward as OpDef<unknown>,
+];
 
 export function findOp(name: string): OpDef<unknown> | undefined {
   return OPS.find((o) => o.name === name);
