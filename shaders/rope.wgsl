@@ -4,10 +4,10 @@
 // A thread takes four pairs (a vec4 of each half) of one token and walks the heads, so the angles
 // are computed once per token.
 //
-// Angles follow HF's fp32 arithmetic, angle = f32(pos) * f32(inv_freq): inv_freq is computed to
-// about an ulp (exp2 of an exponent split so its fractional part is exact), and the angle is
-// reduced to [-pi, pi] in three steps before cos/sin (which are only accurate there), so large
-// positions keep their accuracy.
+// Angles follow HF's fp32 arithmetic, angle = f32(pos) * f32(inv_freq). inv_freq is exp2 of an
+// exponent split so that its fractional part is exact (so it is as good as the GPU's exp2, a few
+// ulp), and the angle is reduced to [-pi, pi] in three steps before cos/sin, which are only
+// accurate there, so large positions lose nothing more.
 struct Params {
   tokens: u32,
   heads: u32,

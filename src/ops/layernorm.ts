@@ -113,8 +113,9 @@ export const layernormBackward = defineOp<RowNormAttrs>({
     rowStats(x, mean, rstd, attrs);
     return { dy: randn(rng, rows * dim), x, weight: sampleWeight(rng, dim), mean, rstd, dresidual: randn(rng, rows * dim) };
   },
-  // dweight and dbias sum up to 8192 rows (per-workgroup blocks, then a tree over blocks)
-  tolerance: { f32: 1e-5 },
+  // dweight and dbias sum up to 8192 rows (per-workgroup blocks, then a tree over blocks): measured
+  // 1.5e-7 at 8192 x 2048 on lavapipe
+  tolerance: { f32: 2e-6 },
   flops: ({ rows, dim }) => 12 * rows * dim,
   gradient: gradientOf<RowNormAttrs, RowNormAttrs>({
     forward: layernorm,

@@ -138,8 +138,9 @@ export const rmsnormBackward = defineOp<RowNormAttrs>({
     rmsRstd(x, rstd, attrs);
     return { dy: randn(rng, rows * dim), x, weight: sampleWeight(rng, dim), rstd, dresidual: randn(rng, rows * dim) };
   },
-  // dweight sums up to 8192 rows (per-workgroup blocks, then a tree over blocks)
-  tolerance: { f32: 1e-5 },
+  // dweight sums up to 8192 rows (per-workgroup blocks, then a tree over blocks): measured
+  // 1.5e-7 at 8192 x 2048 on lavapipe
+  tolerance: { f32: 2e-6 },
   flops: flopsPerElement(10),
   gradient: gradientOf<RowNormAttrs, RowNormAttrs>({
     forward: rmsnorm,
