@@ -6,6 +6,9 @@ import { scale } from './scale.js';
 import { cast } from './cast.js';
 import { reduce } from './reduce.js';
 import { matmul } from './matmul.js';
+import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
+import { layernorm, layernormBackward } from './layernorm.js';
+import { rope, ropeBackward } from './rope.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw } from './adamw.js';
 
@@ -16,6 +19,13 @@ export const OPS: readonly OpDef<unknown>[] = [
   cast,
   reduce,
   matmul,
+  rmsnorm,
+  addRmsnorm,
+  rmsnormBackward,
+  layernorm,
+  layernormBackward,
+  rope,
+  ropeBackward,
   gradNorm,
   adamw,
 ] as OpDef<unknown>[];

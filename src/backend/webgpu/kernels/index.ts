@@ -6,6 +6,9 @@ import { scaleKernel } from './scale.js';
 import { castKernel } from './cast.js';
 import { reduceKernel } from './reduce.js';
 import { matmulKernel } from './matmul.js';
+import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
+import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
+import { ropeKernel, ropeBackwardKernel } from './rope.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwKernel } from './adamw.js';
 
@@ -16,6 +19,13 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   castKernel,
   reduceKernel,
   matmulKernel,
+  rmsnormKernel,
+  addRmsnormKernel,
+  rmsnormBackwardKernel,
+  layernormKernel,
+  layernormBackwardKernel,
+  ropeKernel,
+  ropeBackwardKernel,
   gradNormKernel,
   adamwKernel,
 ];

@@ -1,0 +1,100 @@
+import { type RowNormAttrs, addRmsnorm, rmsnorm, rmsnormBackward } from '../../../ops/rmsnorm.js';
+import type { Tensor } from '../../../tensor.js';
+import { type KernelContext, defineKernel, grid1d } from '../kernel.js';
+
+const WG_SIZE = 256;
+/** Backward: aim for this many workgroups, each walking a block of rows (and writing one row of
+ * dweight partials), so the partials stay small and the second pass short. */
+const BACKWARD_GROUPS = 512;
+/** reduce_partials: vec4 columns per workgroup (REDUCE_COLS in lib/rownorm.wgsl). */
+const REDUCE_COLS = 16;
+
+/**
+ * How lib/rownorm.wgsl lays a row over threads: a power-of-two team of threads per row with about
+ * two vec4 columns each (small dims pack many rows into a workgroup).
+ */
+export interface RowNormLayout {
+  readonly threadsPerRow: number;
+  readonly vecPerThread: number;
+  /** Rows one workgroup handles at a time. */
+  readonly slots: number;
+}
+
+export function rowNormLayout(dim: number): RowNormLayout {
+  const dim4 = dim / 4;
+  let threadsPerRow = 1;
+  while (threadsPerRow < WG_SIZE && threadsPerRow * 2 < dim4) threadsPerRow *= 2;
+  return { threadsPerRow, vecPerThread: Math.ceil(dim4 / threadsPerRow), slots: WG_SIZE / threadsPerRow };
+}
+
+export function rowNormConstants(l: RowNormLayout): Record<string, number> {
+  return { THREADS_PER_ROW: l.threadsPerRow, VEC_PER_THREAD: l.vecPerThread };
+}
+
+/** Rows per backward workgroup: a multiple of the row slots. */
+export function backwardRowsPerGroup(rows: number, l: RowNormLayout): number {
+  return Math.ceil(Math.ceil(rows / BACKWARD_GROUPS) / l.slots) * l.slots;
+}
+
+export function rowNormParams({ rows, dim, eps }: RowNormAttrs, rowsPerGroup: number): Record<string, number> {
+  return { rows, dim, eps, rows_per_group: rowsPerGroup };
+}
+
+/** Second pass of a parameter gradient: sum the [groups, dim] partials of `shader` into `dparam`. */
+export function reducePartials(k: KernelContext, shader: string, attrs: RowNormAttrs, rowsPerGroup: number, partials: Tensor, dparam: Tensor): void {
+  k.dispatch({
+    shader,
+    entry: 'reduce_partials',
+    bindings: { params: rowNormParams(attrs, rowsPerGroup), partials, dparam },
+    workgroups: grid1d(attrs.dim / 4, REDUCE_COLS),
+  });
+}
+
+function forwardDispatch(k: KernelContext, entry: string, attrs: RowNormAttrs, tensors: Record<string, Tensor>): void {
+  const layout = rowNormLayout(attrs.dim);
+  k.dispatch({
+    shader: 'rmsnorm',
+    entry,
+    bindings: { params: rowNormParams(attrs, layout.slots), ...tensors },
+    workgroups: grid1d(attrs.rows, layout.slots),
+    constants: rowNormConstants(layout),
+  });
+}
+
+export const rmsnormKernel = defineKernel({
+  op: rmsnorm,
+  shaders: ['rmsnorm'],
+  run(k, { x, weight, y, rstd }, attrs) {
+    forwardDispatch(k, 'rmsnorm', attrs, { x: x!, weight: weight!, y: y!, rstd: rstd! });
+  },
+});
+
+export const addRmsnormKernel = defineKernel({
+  op: addRmsnorm,
+  shaders: ['rmsnorm'],
+  run(k, { x, residual, weight, sum, y, rstd }, attrs) {
+    forwardDispatch(k, 'add_rmsnorm', attrs, { x: x!, residual: residual!, weight: weight!, sum: sum!, y: y!, rstd: rstd! });
+  },
+});
+
+export const rmsnormBackwardKernel = defineKernel({
+  op: rmsnormBackward,
+  shaders: ['rmsnorm'],
+  run(k, { dy, x, weight, rstd, dresidual, dx, dweight }, attrs) {
+    const layout = rowNormLayout(attrs.dim);
+    const rowsPerGroup = backwardRowsPerGroup(attrs.rows, layout);
+    const groups = Math.ceil(attrs.rows / rowsPerGroup);
+    const partials = k.scratch([groups, attrs.dim], 'f32');
+    k.dispatch({
+      shader: 'rmsnorm',
+      entry: 'rmsnorm_backward',
+      bindings: {
+        params: rowNormParams(attrs, rowsPerGroup),
+        dy: dy!, x: x!, weight: weight!, saved_rstd: rstd!, dresidual: dresidual!, dx: dx!, dweight_partials: partials,
+      },
+      workgroups: grid1d(groups, 1),
+      constants: rowNormConstants(layout),
+    });
+    reducePartials(k, 'rmsnorm', attrs, rowsPerGroup, partials, dweight!);
+  },
+});

@@ -1,0 +1,34 @@
+import { type RopeAttrs, rope, ropeBackward } from '../../../ops/rope.js';
+import type { Tensor } from '../../../tensor.js';
+import { type KernelContext, defineKernel, grid1d } from '../kernel.js';
+
+/** 2·log2(base)/D as f32 hi (12 significant bits) + f32 lo; see shaders/rope.wgsl. */
+export function ropeExponent(base: number, headDim: number): { exp_hi: number; exp_lo: number } {
+  const c = (2 * Math.log2(base)) / headDim;
+  const ulp = 2 ** (Math.floor(Math.log2(c)) - 11);
+  const hi = Math.round(c / ulp) * ulp;
+  return { exp_hi: hi, exp_lo: Math.fround(c - hi) };
+}
+
+function dispatchRope(k: KernelContext, entry: string, src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs): void {
+  const tokens = a.batch * a.seqLen;
+  const halfDim = a.headDim / 2;
+  k.dispatch({
+    shader: 'rope',
+    entry,
+    bindings: { params: { tokens, heads: a.heads, half_dim: halfDim, ...ropeExponent(a.base, a.headDim) }, src, positions, dst },
+    workgroups: grid1d(tokens * (halfDim / 4), 256),
+  });
+}
+
+export const ropeKernel = defineKernel({
+  op: rope,
+  shaders: ['rope'],
+  run: (k, { x, positions, y }, attrs) => dispatchRope(k, 'rope', x!, positions!, y!, attrs),
+});
+
+export const ropeBackwardKernel = defineKernel({
+  op: ropeBackward,
+  shaders: ['rope'],
+  run: (k, { dy, positions, dx }, attrs) => dispatchRope(k, 'rope_backward', dy!, positions!, dx!, attrs),
+});
