@@ -1,7 +1,7 @@
 /**
  * The decoder: token embedding, N pre-norm blocks (RMSNorm, RoPE grouped-query attention, SwiGLU),
- * final RMSNorm, LM head (tied to the embedding or not). Parameter names are Hugging Face's, so a
- * checkpoint is a plain name -> tensor map. All activations are allocated at construction for a
+ * final RMSNorm, LM head (tied to the embedding or not). Parameter names and shapes are those of
+ * src/checkpoint/hf.ts's paramSpecs, so checkpoints map one to one onto Hugging Face names. All activations are allocated at construction for a
  * fixed (batch, seqLen); a step allocates nothing.
  */
 import type { Backend } from '../backend/backend.js';
@@ -18,7 +18,7 @@ import { MlpScratch } from '../nn/mlp.js';
 import { ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import { Workspace } from '../nn/workspace.js';
-import type { ModelConfig } from './config.js';
+import type { ModelConfig } from '../config/schema.js';
 
 /** One batch as the model consumes it (host arrays of batch·seqLen entries). */
 export interface ModelBatch {
@@ -74,12 +74,12 @@ export class LlamaModel {
       batch, seqLen: T, heads: cfg.nHeads, kvHeads: cfg.nKvHeads, headDim, ropeBase: cfg.ropeTheta,
       dModel: cfg.dModel, ffnHidden: cfg.ffnHidden, normEps: cfg.normEps,
     };
-    this.embed = new Embedding(this.store, 'model.embed_tokens', cfg.vocabSize, cfg.dModel, std);
+    this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
     const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);
     const attnScratch = new AttentionScratch(this.arena, dims);
     const mlpScratch = new MlpScratch(this.arena, N, cfg.ffnHidden);
     this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd));
-    this.finalNorm = new RMSNorm(this.store, 'model.norm', cfg.dModel, cfg.normEps);
+    this.finalNorm = new RMSNorm(this.store, 'final_norm', cfg.dModel, cfg.normEps);
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
       : new Linear(this.store, 'lm_head', cfg.dModel, cfg.vocabSize, std);
@@ -182,5 +182,8 @@ export function validateModel(cfg: ModelConfig): void {
   const bad = (field: string, why: string): never => fail('BAD_CONFIG', `model.${field}: ${why}`);
   if (cfg.dModel % cfg.nHeads !== 0) bad('nHeads', `${cfg.nHeads} heads do not divide dModel ${cfg.dModel}`);
   if (cfg.nHeads % cfg.nKvHeads !== 0) bad('nKvHeads', `${cfg.nKvHeads} KV heads do not divide ${cfg.nHeads} heads`);
-  if ((cfg.dModel / cfg.nHeads) % 2 !== 0) bad('nHeads', `head dimension ${cfg.dModel / cfg.nHeads} must be even for RoPE`);
+  if ((cfg.dModel / cfg.nHeads) % 8 !== 0) bad('nHeads', `head dimension ${cfg.dModel / cfg.nHeads} must be a multiple of 8 (the RoPE kernel loads vec4 halves)`);
+  if (cfg.dModel % 4 !== 0) bad('dModel', `${cfg.dModel} must be a multiple of 4 (vectorised norm kernels)`);
+  if (cfg.qkNorm) bad('qkNorm', 'q/k norms are not implemented in the mdlm model yet; set it false');
+  if (cfg.qkvBias) bad('qkvBias', 'q/k/v biases are not implemented in the mdlm model yet; set it false');
 }

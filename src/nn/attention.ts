@@ -53,10 +53,10 @@ export class SelfAttention {
   private readonly savedLse: Tensor;
 
   constructor(store: ParamStore, arena: Arena, name: string, dModel: number, readonly s: AttentionShape, private readonly scratch: AttentionScratch, std: number, outStd: number) {
-    this.q = new Linear(store, `${name}.q_proj`, dModel, s.heads * s.headDim, std);
-    this.k = new Linear(store, `${name}.k_proj`, dModel, s.kvHeads * s.headDim, std);
-    this.v = new Linear(store, `${name}.v_proj`, dModel, s.kvHeads * s.headDim, std);
-    this.o = new Linear(store, `${name}.o_proj`, s.heads * s.headDim, dModel, outStd);
+    this.q = new Linear(store, `${name}.wq`, dModel, s.heads * s.headDim, std);
+    this.k = new Linear(store, `${name}.wk`, dModel, s.kvHeads * s.headDim, std);
+    this.v = new Linear(store, `${name}.wv`, dModel, s.kvHeads * s.headDim, std);
+    this.o = new Linear(store, `${name}.wo`, s.heads * s.headDim, dModel, outStd);
     this.savedQ = arena.alloc([s.batch, s.seqLen, s.heads, s.headDim]);
     this.savedK = arena.alloc([s.batch, s.seqLen, s.kvHeads, s.headDim]);
     this.savedV = arena.alloc([s.batch, s.seqLen, s.kvHeads, s.headDim]);

@@ -47,11 +47,11 @@ export class DecoderBlock {
     store: ParamStore, arena: Arena, index: number, readonly d: BlockDims,
     private readonly scratch: BlockScratch, attnScratch: AttentionScratch, mlpScratch: MlpScratch, std: number, outStd: number,
   ) {
-    const name = `model.layers.${index}`;
+    const name = `layers.${index}`;
     this.rows = d.batch * d.seqLen;
-    this.norm1 = new RMSNorm(store, `${name}.input_layernorm`, d.dModel, d.normEps);
-    this.attn = new SelfAttention(store, arena, `${name}.self_attn`, d.dModel, d, attnScratch, std, outStd);
-    this.norm2 = new RMSNorm(store, `${name}.post_attention_layernorm`, d.dModel, d.normEps);
+    this.norm1 = new RMSNorm(store, `${name}.attn_norm`, d.dModel, d.normEps);
+    this.attn = new SelfAttention(store, arena, `${name}.attn`, d.dModel, d, attnScratch, std, outStd);
+    this.norm2 = new RMSNorm(store, `${name}.mlp_norm`, d.dModel, d.normEps);
     this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd);
     const nd = [this.rows, d.dModel];
     this.n1 = arena.alloc(nd);

@@ -10,7 +10,7 @@ export class Embedding {
   readonly table: Param;
 
   constructor(store: ParamStore, name: string, readonly vocab: number, readonly dim: number, std: number) {
-    this.table = store.declare(`${name}.weight`, [vocab, dim], { kind: 'normal', std }, true);
+    this.table = store.declare(name, [vocab, dim], { kind: 'normal', std }, true);
   }
 
   forward(b: Backend, ids: Tensor, out: Tensor, tokens: number): void {

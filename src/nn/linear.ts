@@ -13,7 +13,7 @@ export class Linear {
   readonly weight: Param;
 
   constructor(store: ParamStore | null, name: string, readonly inFeatures: number, readonly outFeatures: number, std: number, shared?: Param) {
-    this.weight = shared ?? store!.declare(`${name}.weight`, [outFeatures, inFeatures], { kind: 'normal', std }, true);
+    this.weight = shared ?? store!.declare(name, [outFeatures, inFeatures], { kind: 'normal', std }, true);
   }
 
   /** A linear layer over an existing [out, in] parameter (tied embeddings). */

@@ -28,9 +28,9 @@ export class SwiGluMlp {
   private readonly h: Tensor;
 
   constructor(store: ParamStore, arena: Arena, name: string, dModel: number, readonly hidden: number, readonly rows: number, private readonly scratch: MlpScratch, std: number, outStd: number) {
-    this.gate = new Linear(store, `${name}.gate_proj`, dModel, hidden, std);
-    this.up = new Linear(store, `${name}.up_proj`, dModel, hidden, std);
-    this.down = new Linear(store, `${name}.down_proj`, hidden, dModel, outStd);
+    this.gate = new Linear(store, `${name}.w_gate`, dModel, hidden, std);
+    this.up = new Linear(store, `${name}.w_up`, dModel, hidden, std);
+    this.down = new Linear(store, `${name}.w_down`, hidden, dModel, outStd);
     this.g = arena.alloc([rows, hidden]);
     this.u = arena.alloc([rows, hidden]);
     this.h = arena.alloc([rows, hidden]);

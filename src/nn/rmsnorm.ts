@@ -10,7 +10,7 @@ export class RMSNorm {
   readonly weight: Param;
 
   constructor(store: ParamStore, name: string, readonly dim: number, readonly eps: number) {
-    this.weight = store.declare(`${name}.weight`, [dim], { kind: 'ones' }, false);
+    this.weight = store.declare(name, [dim], { kind: 'ones' }, false);
   }
 
   forward(b: Backend, x: Tensor, y: Tensor, rstd: Tensor, rows: number): void {
