@@ -124,7 +124,23 @@ fn dlogit(row: u32, col: u32, x: f32) -> f32 {
   return dloss[row] * weights[row] * g;
 }
 
-// Flat over the rows * vocab elements: vec4 q holds elements 4q..4q+3, which may straddle rows.
+// dlogit at (row, col + j) for j < 4, all in one row: the same values, one exp per vec4.
+fn dlogit4(row: u32, col: u32, x: vec4f) -> vec4f {
+  let t = target_of(row);
+  if (t < 0) {
+    return vec4f(0.0);
+  }
+  let d = x - lse_saved[row];
+  var g = exp(d);
+  let k = u32(t) - col; // wraps to a large value when the target lies before col
+  if (k < 4u) {
+    g[k] = expm1(d[k]);
+  }
+  return dloss[row] * weights[row] * g;
+}
+
+// Flat over the rows * vocab elements: vec4 q holds elements 4q..4q+3, which straddle two rows
+// only when vocab % 4 != 0 and the row ends inside it.
 @compute @workgroup_size(WG)
 fn cross_entropy_backward(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
   let q = gid.x + gid.y * nwg.x * WG;
@@ -135,6 +151,10 @@ fn cross_entropy_backward(@builtin(global_invocation_id) gid: vec3u, @builtin(nu
   var row = e / params.vocab;
   var col = e - row * params.vocab;
   let x = logits4[q];
+  if (col + 3u < params.vocab) {
+    dlogits4[q] = dlogit4(row, col, x);
+    return;
+  }
   var g: vec4f;
   for (var j = 0u; j < 4u; j++) {
     g[j] = dlogit(row, col, x[j]);

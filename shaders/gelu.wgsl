@@ -19,23 +19,32 @@ const WG = 256u;
 const GELU_K = 0.7978845608028654;
 const GELU_C = 0.044715;
 
-// tanh(±10) is ±1 in f32. Clamping keeps drivers that build tanh from exp(2u) from returning
-// inf / inf = NaN for large |u| (and x^3 overflowing to inf is clamped too).
-fn tanh_inner(v: vec4f) -> vec4f {
-  let u = GELU_K * (v + GELU_C * v * v * v);
-  return tanh(clamp(u, vec4f(-10.0), vec4f(10.0)));
+// 0.5 (1 + tanh(u)) = sigmoid(2u), and 0.5 (1 - tanh(u)^2) = 2 sigmoid(2u) sigmoid(-2u). In that form
+// no tanh is evaluated (on some drivers tanh of a large argument is inf / inf = NaN), and 1 + tanh(u)
+// does not cancel for negative x. Both sigmoids come from exp(-|2u|), in [0, 1]: no overflow, even
+// when x^3 is inf.
+struct Sigmoids { pos: vec4f, neg: vec4f } // sigmoid(z), sigmoid(-z)
+
+fn sigmoids(z: vec4f) -> Sigmoids {
+  let e = exp(-abs(z));
+  let r = 1.0 / (1.0 + e);
+  let up = z >= vec4f(0.0);
+  return Sigmoids(select(e * r, r, up), select(r, e * r, up));
+}
+
+fn inner(v: vec4f) -> vec4f {
+  return GELU_K * (v + GELU_C * v * v * v);
 }
 
 fn gelu4(v: vec4f) -> vec4f {
-  return 0.5 * v * (1.0 + tanh_inner(v));
+  return v * sigmoids(2.0 * inner(v)).pos;
 }
 
 fn gelu_grad4(v: vec4f) -> vec4f {
-  let t = tanh_inner(v);
-  // Past |x| = 6, t is +-1 in f32 and the sech^2 term is 0; clamping x there keeps x^2 finite
-  // (0 * inf would be NaN).
-  let vs = clamp(v, vec4f(-6.0), vec4f(6.0));
-  return 0.5 * (1.0 + t) + 0.5 * vs * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * vs * vs);
+  let s = sigmoids(2.0 * inner(v));
+  // Past |x| = 10 the second term is below 1e-35; clamping x there keeps x^2 finite (0 * inf = NaN).
+  let vc = clamp(v, vec4f(-10.0), vec4f(10.0));
+  return s.pos + 2.0 * vc * s.pos * s.neg * GELU_K * (1.0 + 3.0 * GELU_C * vc * vc);
 }
 
 fn vec_index(gid: vec3u, nwg: vec3u) -> u32 {

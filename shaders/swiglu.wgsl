@@ -20,23 +20,27 @@ struct Params { n: u32 }
 
 const WG = 256u;
 
-// sigmoid from exp(-|x|), which lies in (0, 1]: no overflow to inf (and inf/inf) for large |x|.
-fn sigmoid4(x: vec4f) -> vec4f {
+// sigmoid(x) and sigmoid(-x) = 1 - sigmoid(x), both from exp(-|x|), which lies in (0, 1]: no
+// overflow (and inf / inf) for large |x|, and no cancellation in 1 - sigmoid(x) for large x.
+struct Sigmoids { pos: vec4f, neg: vec4f }
+
+fn sigmoids(x: vec4f) -> Sigmoids {
   let e = exp(-abs(x));
   let r = 1.0 / (1.0 + e);
-  return select(e * r, r, x >= vec4f(0.0));
+  let up = x >= vec4f(0.0);
+  return Sigmoids(select(e * r, r, up), select(r, e * r, up));
 }
 
 fn swiglu4(g: vec4f, u: vec4f) -> vec4f {
-  return g * sigmoid4(g) * u;
+  return g * sigmoids(g).pos * u;
 }
 
 struct Grads { dg: vec4f, du: vec4f }
 
 fn swiglu_grad4(dy: vec4f, g: vec4f, u: vec4f) -> Grads {
-  let s = sigmoid4(g);
+  let s = sigmoids(g);
   // d/dg [g * s(g)] = s + g * s * (1 - s)
-  return Grads(dy * u * (s + g * s * (1.0 - s)), dy * g * s);
+  return Grads(dy * u * (s.pos + g * s.pos * s.neg), dy * g * s.pos);
 }
 
 fn vec_index(gid: vec3u, nwg: vec3u) -> u32 {

@@ -48,8 +48,8 @@ export const swiglu = defineOp<SwigluAttrs>({
   },
   cases,
   sample: (rng, { rows, hidden }) => ({ gate: randn(rng, rows * hidden, 3), up: randn(rng, rows * hidden) }),
-  // A few f32 roundings and one exp per element.
-  tolerance: { f32: 1e-6 },
+  // A few f32 roundings and one exp per element; WGSL's exp is only accurate to 3 + 2|x| ULP.
+  tolerance: { f32: 1e-5 },
 });
 
 export const swigluBackward = defineOp<SwigluAttrs>({
@@ -81,7 +81,7 @@ export const swigluBackward = defineOp<SwigluAttrs>({
     const n = rows * hidden;
     return { dout: randn(rng, n), gate: randn(rng, n, 3), up: randn(rng, n) };
   },
-  tolerance: { f32: 1e-6 },
+  tolerance: { f32: 1e-5 },
   gradient: gradientOf({
     forward: swiglu,
     forwardAttrs: (a: SwigluAttrs) => a,
