@@ -41,7 +41,7 @@ fn push4(a: Online, v: vec4f) -> Online {
   return Online(m, a.s * exp(a.m - m) + dot(exp(v - vec4f(m)), vec4f(1.0)));
 }
 
-/// The row's target if it is in [0, vocab), else -1 (ignored).
+// The row's target if it is in [0, vocab), else -1 (ignored).
 fn target_of(row: u32) -> i32 {
   let t = targets[row];
   return select(-1, t, t >= 0 && u32(t) < params.vocab);
