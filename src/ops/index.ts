@@ -9,6 +9,9 @@ import { matmul } from './matmul.js';
 import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
 import { rope, ropeBackward } from './rope.js';
+import { swiglu, swigluBackward } from './swiglu.js';
+import { gelu, geluBackward } from './gelu.js';
+import { crossEntropy, crossEntropyBackward } from './cross_entropy.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw } from './adamw.js';
 
@@ -26,6 +29,12 @@ export const OPS: readonly OpDef<unknown>[] = [
   layernormBackward,
   rope,
   ropeBackward,
+  swiglu,
+  swigluBackward,
+  gelu,
+  geluBackward,
+  crossEntropy,
+  crossEntropyBackward,
   gradNorm,
   adamw,
 ] as OpDef<unknown>[];

@@ -9,6 +9,9 @@ import { matmulKernel } from './matmul.js';
 import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
 import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
 import { ropeKernel, ropeBackwardKernel } from './rope.js';
+import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
+import { geluKernel, geluBackwardKernel } from './gelu.js';
+import { crossEntropyKernel, crossEntropyBackwardKernel } from './cross_entropy.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwKernel } from './adamw.js';
 
@@ -26,6 +29,12 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   layernormBackwardKernel,
   ropeKernel,
   ropeBackwardKernel,
+  swigluKernel,
+  swigluBackwardKernel,
+  geluKernel,
+  geluBackwardKernel,
+  crossEntropyKernel,
+  crossEntropyBackwardKernel,
   gradNormKernel,
   adamwKernel,
 ];

@@ -1,0 +1,159 @@
+/**
+ * cross_entropy: softmax cross-entropy over the vocabulary, fused, with a per-token weight and
+ * an ignore mask. Per row: lse = log Σ_j exp(logits_j), loss = weight · (lse − logits[target]),
+ * 0 where target < 0 (ignored). The mdlm objective weights masked positions by w(t) and gives
+ * the others weight 0 (or target −1); the ar objective uses weight 1 (or 1/N).
+ * cross_entropy_backward: dlogits = dloss · weight · (softmax(logits) − onehot(target)), 0 rows
+ * where ignored; it takes the forward's lse so the softmax is one exp per element.
+ *
+ * Targets ≥ vocab are a data error: the reference throws. The kernels cannot throw, so they
+ * treat such rows as ignored (and never read out of bounds); the data loader validates token ids.
+ */
+import { fail } from '../errors.js';
+import { type RefArray, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
+import type { PhiloxStream } from '../rng/philox.js';
+
+export interface CrossEntropyAttrs {
+  readonly rows: number;
+  readonly vocab: number;
+}
+
+/** The row's target, or -1 if it is ignored; throws on a target ≥ vocab. */
+function targetOf(op: string, targets: RefArray, row: number, vocab: number): number {
+  const t = targets[row]!;
+  if (t >= vocab) {
+    fail('BAD_ARGUMENT', `${op}: argument 'targets' row ${row} is ${t}, not below vocab ${vocab} (negative targets mark ignored positions)`);
+  }
+  return t < 0 ? -1 : t;
+}
+
+function logSumExp(logits: RefArray, start: number, vocab: number): number {
+  let m = -Infinity;
+  for (let j = 0; j < vocab; j++) m = Math.max(m, logits[start + j]!);
+  let s = 0;
+  for (let j = 0; j < vocab; j++) s += Math.exp(logits[start + j]! - m);
+  return m + Math.log(s);
+}
+
+const validate = (op: string) => (attrs: CrossEntropyAttrs) => requireDims(op, attrs, ['rows', 'vocab']);
+
+const BENCH_CASES = [
+  { label: '8192x50304', attrs: { rows: 8192, vocab: 50304 } },
+  { label: '8192x50257 (unaligned rows)', attrs: { rows: 8192, vocab: 50257 } },
+];
+
+// Fewer than 4 logits in all is tested with fixed inputs in tests/ops/cross_entropy.test.ts: on
+// one random row the loss can be tiny (a confident target), and f32 log(s) for s near 1 keeps
+// only an absolute error of ~1e-7, which a relative-error check would flag.
+function forwardCases(scale: 'test' | 'bench') {
+  return scale === 'test'
+    ? [
+        { label: '37x257', attrs: { rows: 37, vocab: 257 } },
+        { label: '13x1003', attrs: { rows: 13, vocab: 1003 } },
+        { label: '9x1024 (aligned rows)', attrs: { rows: 9, vocab: 1024 } },
+        { label: '3x50257 (gpt-2 vocab)', attrs: { rows: 3, vocab: 50257 } },
+        { label: '5x3 (rows shorter than a vec4)', attrs: { rows: 5, vocab: 3 } },
+      ]
+    : BENCH_CASES;
+}
+
+/**
+ * The backward has no row reduction, so long rows add nothing; and the finite-difference check
+ * perturbs one logit of a loss summed over all rows, whose float64 rounding (~eps·rows·vocab
+ * relative to a softmax entry) must stay well under its 1e-5 tolerance: small rows × vocab.
+ */
+function backwardCases(scale: 'test' | 'bench') {
+  return scale === 'test'
+    ? [
+        { label: '7x257 (tail of 3)', attrs: { rows: 7, vocab: 257 } },
+        { label: '5x1003 (tail of 3)', attrs: { rows: 5, vocab: 1003 } },
+        { label: '4x1024 (aligned rows)', attrs: { rows: 4, vocab: 1024 } },
+        { label: '9x3 (vec4s straddle rows)', attrs: { rows: 9, vocab: 3 } },
+        { label: '1x3 (tail only)', attrs: { rows: 1, vocab: 3 } },
+      ]
+    : BENCH_CASES;
+}
+
+/** Spread of sampled logits (std): softmaxes peaked as in training. */
+const LOGIT_SCALE = 2;
+
+/** Random inputs shared by both ops: ~20% ignored rows, ~15% zero weights. */
+function sampleInputs(rng: PhiloxStream, { rows, vocab }: CrossEntropyAttrs) {
+  const targets = new Int32Array(rows);
+  const weights = randu(rng, rows, 0.1, 2);
+  for (let r = 0; r < rows; r++) {
+    const u = rng.uniform();
+    targets[r] = u < 0.1 ? -1 : u < 0.2 ? -100 : rng.int(vocab);
+    if (rng.uniform() < 0.15) weights[r] = 0;
+  }
+  return { logits: randn(rng, rows * vocab, LOGIT_SCALE), targets, weights };
+}
+
+export const crossEntropy = defineOp<CrossEntropyAttrs>({
+  name: 'cross_entropy',
+  summary: 'loss = weight * (logsumexp(logits) - logits[target]) per row, 0 where target < 0; also lse',
+  args: [
+    { name: 'logits', role: 'in', dtype: 'float' },
+    { name: 'targets', role: 'in', dtype: 'i32' },
+    { name: 'weights', role: 'in', dtype: 'float' },
+    { name: 'loss', role: 'out', dtype: 'float' },
+    { name: 'lse', role: 'out', dtype: 'float' },
+  ],
+  validate: validate('cross_entropy'),
+  shapes: ({ rows, vocab }) => ({ logits: [rows, vocab], targets: [rows], weights: [rows], loss: [rows], lse: [rows] }),
+  reference({ logits, targets, weights, loss, lse }, { rows, vocab }) {
+    for (let r = 0; r < rows; r++) {
+      const t = targetOf('cross_entropy', targets!, r, vocab);
+      const l = logSumExp(logits!, r * vocab, vocab);
+      lse![r] = l;
+      loss![r] = t < 0 ? 0 : weights![r]! * (l - logits![r * vocab + t]!);
+    }
+  },
+  cases: forwardCases,
+  sample: sampleInputs,
+  // A sum of `vocab` exps per row (f32, tree-reduced), then a log.
+  tolerance: { f32: 1e-5 },
+});
+
+export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
+  name: 'cross_entropy_backward',
+  summary: 'dlogits = dloss * weight * (softmax(logits) - onehot(target)), 0 rows where target < 0',
+  args: [
+    { name: 'logits', role: 'in', dtype: 'float' },
+    { name: 'targets', role: 'in', dtype: 'i32' },
+    { name: 'weights', role: 'in', dtype: 'float' },
+    { name: 'lse', role: 'in', dtype: 'float' },
+    { name: 'dloss', role: 'in', dtype: 'float' },
+    { name: 'dlogits', role: 'out', dtype: 'float' },
+  ],
+  validate: validate('cross_entropy_backward'),
+  shapes: ({ rows, vocab }) => ({
+    logits: [rows, vocab], targets: [rows], weights: [rows], lse: [rows], dloss: [rows], dlogits: [rows, vocab],
+  }),
+  reference({ logits, targets, weights, lse, dloss, dlogits }, { rows, vocab }) {
+    for (let r = 0; r < rows; r++) {
+      const t = targetOf('cross_entropy_backward', targets!, r, vocab);
+      const scale = t < 0 ? 0 : dloss![r]! * weights![r]!;
+      for (let j = 0; j < vocab; j++) {
+        const i = r * vocab + j;
+        dlogits![i] = scale * (Math.exp(logits![i]! - lse![r]!) - (j === t ? 1 : 0));
+      }
+    }
+  },
+  cases: backwardCases,
+  sample(rng, attrs) {
+    const inputs = sampleInputs(rng, attrs);
+    const saved = { ...inputs, loss: new Float64Array(attrs.rows), lse: new Float64Array(attrs.rows) };
+    crossEntropy.reference(saved, attrs);
+    return { ...inputs, lse: saved.lse, dloss: randn(rng, attrs.rows) };
+  },
+  // One exp per element against a given lse.
+  tolerance: { f32: 1e-5 },
+  gradient: gradientOf({
+    forward: crossEntropy,
+    forwardAttrs: (a: CrossEntropyAttrs) => a,
+    inputs: { logits: 'logits', targets: 'targets', weights: 'weights' },
+    cotangents: { loss: 'dloss' },
+    grads: { dlogits: 'logits' },
+  }),
+});
