@@ -2,13 +2,17 @@
 import { Command } from 'commander';
 import { MdlmError } from '../errors.js';
 import { benchCommand } from './bench.js';
+import { dataCommand } from './data.js';
 import { probeCommand } from './probe.js';
+import { trainCommand } from './train.js';
 
 export function buildCli(): Command {
   const program = new Command('mdlm')
     .description('Train masked-diffusion and autoregressive language models on WebGPU, CUDA or the CPU')
     .showHelpAfterError()
     .exitOverride();
+  program.addCommand(trainCommand());
+  program.addCommand(dataCommand());
   program.addCommand(probeCommand());
   program.addCommand(benchCommand());
   return program;

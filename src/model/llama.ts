@@ -109,6 +109,11 @@ export class LlamaModel {
     this.store.materialize(seed);
   }
 
+  /** Scale of the loss gradient: 1/gradAccum, so accumulated gradients are of the mean loss. */
+  setLossScale(scale: number): void {
+    this.backend.upload(this.dLoss, new Float32Array(this.rows).fill(scale / this.rows));
+  }
+
   get paramCount(): number {
     return this.store.count;
   }

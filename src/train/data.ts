@@ -1,0 +1,51 @@
+/**
+ * Where a run's tokens come from: a prepared dataset directory (meta.json + train/val shards), a
+ * shard or Megatron dataset, raw text/jsonl (prepared into <out>/data first), or — with no path —
+ * the built-in Brown corpus, prepared once into <out>/data and reused.
+ */
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TrainConfig } from '../config/schema.js';
+import { META_FILE, isMegatronDataset, loadTokenizer, openPreparedData, openTokenSource, prepareData } from '../data/index.js';
+import type { TokenSource } from '../data/source.js';
+import type { Tokenizer } from '../data/tokenizer.js';
+import { fail } from '../errors.js';
+
+export interface RunData {
+  readonly train: TokenSource;
+  readonly val: TokenSource | undefined;
+  readonly tokenizer: Tokenizer;
+  readonly description: string;
+}
+
+function isPrepared(dir: string): boolean {
+  return existsSync(join(dir, META_FILE));
+}
+
+export async function openRunData(cfg: TrainConfig, log: (msg: string) => void): Promise<RunData> {
+  const path = cfg.data.path;
+  if (path && isPrepared(path)) {
+    const d = await openPreparedData(path);
+    return { train: d.train, val: d.val, tokenizer: d.tokenizer, description: path };
+  }
+  if (path && (isMegatronDataset(path) || /\.bin$/.test(path))) {
+    const tokenizer = await loadTokenizer(cfg.data.tokenizer);
+    return { train: openTokenSource(path), val: undefined, tokenizer, description: path };
+  }
+  const dir = join(cfg.out, 'data');
+  if (!isPrepared(dir)) {
+    const what = path ?? 'the built-in Brown corpus';
+    if (path && !existsSync(path)) {
+      fail('NOT_FOUND', `data.path ${path} does not exist; give a prepared dataset directory, a .txt/.jsonl file or folder, a token shard or a Megatron .bin/.idx prefix`);
+    }
+    log(`preparing ${what} with the ${cfg.data.tokenizer} tokenizer into ${dir}`);
+    await prepareData({ ...(path ? { input: path } : {}), tokenizer: cfg.data.tokenizer, out: dir, valFraction: cfg.data.valFraction, seed: cfg.train.seed });
+  }
+  const d = await openPreparedData(dir);
+  if (d.meta.tokenizer.spec !== cfg.data.tokenizer) {
+    fail('BAD_CONFIG', `${dir} was prepared with the ${d.meta.tokenizer.spec} tokenizer but data.tokenizer is ${cfg.data.tokenizer}; use another --out or delete ${dir}`);
+  }
+  const desc = path ? `${path} (prepared in ${dir})` : `Brown corpus (prepared in ${dir})`;
+  if (path && statSync(path).isFile()) log(`using ${desc}`);
+  return { train: d.train, val: d.val, tokenizer: d.tokenizer, description: desc };
+}
