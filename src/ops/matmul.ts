@@ -44,17 +44,21 @@ export const matmul = defineOp<MatmulAttrs>({
   },
   shapes: matmulShapes,
   reference({ a, b, out }, { batch, m, n, k, transA, transB }) {
+    // Gather op(A) by rows and op(B) by columns into contiguous scratch so each output is a plain
+    // dot product over k (same float64 sums, cache-friendly: the CPU backend trains with this).
+    const rowA = new Float64Array(m * k);
+    const colB = new Float64Array(n * k);
     for (let p = 0; p < batch; p++) {
       const ao = p * m * k;
       const bo = p * k * n;
+      for (let i = 0; i < m; i++) for (let l = 0; l < k; l++) rowA[i * k + l] = a![ao + (transA ? l * m + i : i * k + l)]!;
+      for (let j = 0; j < n; j++) for (let l = 0; l < k; l++) colB[j * k + l] = b![bo + (transB ? j * k + l : l * n + j)]!;
       for (let i = 0; i < m; i++) {
+        const ai = i * k;
         for (let j = 0; j < n; j++) {
+          const bj = j * k;
           let s = 0;
-          for (let l = 0; l < k; l++) {
-            const av = a![ao + (transA ? l * m + i : i * k + l)]!;
-            const bv = b![bo + (transB ? j * k + l : l * n + j)]!;
-            s += av * bv;
-          }
+          for (let l = 0; l < k; l++) s += rowA[ai + l]! * colB[bj + l]!;
           out![p * m * n + i * n + j] = s;
         }
       }
