@@ -3,9 +3,10 @@
 // per-tile histograms -> one scan -> stable scatter), so each id's positions come out in
 // increasing order; then one workgroup per vocab row sums its positions in that order.
 // Out-of-range ids read nothing: the gather writes zeros, the sort keys them as `vocab`, which
-// no row claims.
+// no row claims. The vocab-sized tensor (table, dtable) may pass the storage binding limit, so it
+// is bound in chunks of rows [rowBase, rowBase + rows) and gather/row_sum run once per chunk.
 
-struct Params { tokens: u32, vocab: u32, dim: u32, shift: u32, tiles: u32 }
+struct Params { tokens: u32, vocab: u32, dim: u32, shift: u32, tiles: u32, rowBase: u32, rows: u32 }
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> ids: array<i32>;
@@ -31,6 +32,7 @@ fn linearGroup(wid: vec3u, nwg: vec3u) -> u32 {
   return wid.x + wid.y * nwg.x;
 }
 
+// Writes the positions whose id lies in this chunk; the first chunk also zeroes invalid ids.
 @compute @workgroup_size(WG)
 fn gather(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
   let e = linearGroup(wid, nwg) * WG + lid;
@@ -40,11 +42,13 @@ fn gather(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u
   let i = e / params.dim;
   let c = e - i * params.dim;
   let id = ids[i];
-  var x = 0.0;
-  if (id >= 0 && u32(id) < params.vocab) {
-    x = table[u32(id) * params.dim + c];
+  let valid = id >= 0 && u32(id) < params.vocab;
+  let row = u32(id) - params.rowBase; // wraps above `rows` for ids below the chunk
+  if (valid && row < params.rows) {
+    out[e] = table[row * params.dim + c];
+  } else if (!valid && params.rowBase == 0u) {
+    out[e] = 0.0;
   }
-  out[e] = x;
 }
 
 // keys = ids (invalid -> vocab), vals = positions.
@@ -142,13 +146,15 @@ fn lowerBound(v: u32) -> u32 {
   return lo;
 }
 
-// One workgroup per vocab row; threads over channels; positions in sorted (increasing) order.
+// One workgroup per vocab row of the chunk; threads over channels; positions in sorted
+// (increasing) order.
 @compute @workgroup_size(WG)
 fn row_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let v = linearGroup(wid, nwg);
-  if (v >= params.vocab) {
+  let row = linearGroup(wid, nwg);
+  if (row >= params.rows) {
     return;
   }
+  let v = params.rowBase + row;
   if (lid < 2u) {
     bounds[lid] = lowerBound(v + lid);
   }
@@ -161,6 +167,6 @@ fn row_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
     for (var p = start; p < end; p++) {
       acc += dout[valsIn[p] * dim + c];
     }
-    dtable[v * dim + c] = acc;
+    dtable[row * dim + c] = acc;
   }
 }

@@ -1,5 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
+import type { KernelContext } from '../../src/backend/webgpu/kernel.js';
+import { rowChunks } from '../../src/backend/webgpu/kernels/embedding.js';
 import { MdlmError } from '../../src/errors.js';
 import { type EmbeddingAttrs, embedding, embeddingBackward } from '../../src/ops/embedding.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
@@ -96,5 +98,20 @@ describe.skipIf(!hasWebGpu)('embedding on webgpu', () => {
     const dout = Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
     const { dtable } = await runOp(gpu, embeddingBackward, small, { ids, dout });
     expect(Array.from(dtable!)).toEqual([0, 0, 7, 8, 1, 2]);
+  });
+});
+
+describe('embedding kernel row chunks', () => {
+  it('cover the vocabulary in aligned ranges that each fit one binding', () => {
+    const limits = { maxStorageBufferBindingSize: 10_000, minStorageBufferOffsetAlignment: 256 } as GPUSupportedLimits;
+    const k = { limits } as KernelContext;
+    // dim 12: 48-byte rows, so aligned starts are multiples of 16 rows; 208 rows (9984 bytes) fit.
+    const chunks = rowChunks(k, { tokens: 1, vocab: 500, dim: 12 });
+    expect(chunks).toEqual([
+      { rowBase: 0, rows: 208 },
+      { rowBase: 208, rows: 208 },
+      { rowBase: 416, rows: 84 },
+    ]);
+    expect(rowChunks(k, { tokens: 1, vocab: 50, dim: 12 })).toEqual([{ rowBase: 0, rows: 50 }]);
   });
 });
