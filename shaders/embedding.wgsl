@@ -26,7 +26,6 @@ const WG = 256u; // threads per workgroup = positions per sort tile = radix buck
 var<workgroup> hist: array<atomic<u32>, WG>;
 var<workgroup> digits: array<u32, WG>;
 var<workgroup> sums: array<u32, WG>;
-var<workgroup> bounds: array<u32, 2>;
 
 fn linearGroup(wid: vec3u, nwg: vec3u) -> u32 {
   return wid.x + wid.y * nwg.x;
@@ -146,27 +145,34 @@ fn lowerBound(v: u32) -> u32 {
   return lo;
 }
 
-// One workgroup per vocab row of the chunk; threads over channels; positions in sorted
-// (increasing) order.
+// ROWS consecutive vocab rows of the chunk per workgroup, so the latency of the binary searches
+// (one per row boundary, in parallel) is paid once per ROWS rows; threads run over channels and
+// each row sums its positions in sorted (increasing) order.
+const ROWS = 16u;
+var<workgroup> bounds: array<u32, ROWS + 1u>;
+
 @compute @workgroup_size(WG)
 fn row_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
-  let row = linearGroup(wid, nwg);
-  if (row >= params.rows) {
+  let first = linearGroup(wid, nwg) * ROWS;
+  if (first >= params.rows) {
     return;
   }
-  let v = params.rowBase + row;
-  if (lid < 2u) {
-    bounds[lid] = lowerBound(v + lid);
+  let count = min(ROWS, params.rows - first);
+  if (lid <= count) {
+    bounds[lid] = lowerBound(params.rowBase + first + lid);
   }
   workgroupBarrier();
-  let start = bounds[0];
-  let end = bounds[1];
   let dim = params.dim;
-  for (var c = lid; c < dim; c += WG) {
-    var acc = 0.0;
-    for (var p = start; p < end; p++) {
-      acc += dout[valsIn[p] * dim + c];
+  for (var r = 0u; r < count; r++) {
+    let start = bounds[r];
+    let end = bounds[r + 1u];
+    let row = first + r;
+    for (var c = lid; c < dim; c += WG) {
+      var acc = 0.0;
+      for (var p = start; p < end; p++) {
+        acc += dout[valsIn[p] * dim + c];
+      }
+      dtable[row * dim + c] = acc;
     }
-    dtable[row * dim + c] = acc;
   }
 }

@@ -6,6 +6,8 @@ import { type KernelContext, ceilDiv, defineKernel, grid1d } from '../kernel.js'
 /** Workgroup size in shaders/embedding.wgsl: also the sort's tile length and radix (8 bits). */
 const WG = 256;
 const RADIX_BITS = 8;
+/** Vocab rows per row_sum workgroup (ROWS in the shader). */
+const ROWS_PER_GROUP = 16;
 
 export interface RowChunk {
   readonly rowBase: number;
@@ -96,7 +98,7 @@ export const embeddingBackwardKernel = defineKernel({
       k.dispatch({
         shader: 'embedding', entry: 'row_sum',
         bindings: { params: params(attrs, chunk), keysIn: keys, valsIn: positions, dout: dout!, dtable: rowsOf(dtable!, chunk, attrs.dim) },
-        workgroups: grid1d(chunk.rows, 1, k.limits.maxComputeWorkgroupsPerDimension),
+        workgroups: grid1d(chunk.rows, ROWS_PER_GROUP, k.limits.maxComputeWorkgroupsPerDimension),
       });
     }
   },
