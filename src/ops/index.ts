@@ -6,12 +6,15 @@ import { scale } from './scale.js';
 import { cast } from './cast.js';
 import { reduce } from './reduce.js';
 import { matmul } from './matmul.js';
+import { embedding, embeddingBackward } from './embedding.js';
 import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
 import { rope, ropeBackward } from './rope.js';
 import { swiglu, swigluBackward } from './swiglu.js';
 import { gelu, geluBackward } from './gelu.js';
 import { crossEntropy, crossEntropyBackward } from './cross_entropy.js';
+import { philox } from './philox.js';
+import { diffusionMask } from './diffusion_mask.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw } from './adamw.js';
 
@@ -22,6 +25,8 @@ export const OPS: readonly OpDef<unknown>[] = [
   cast,
   reduce,
   matmul,
+  embedding,
+  embeddingBackward,
   rmsnorm,
   addRmsnorm,
   rmsnormBackward,
@@ -35,6 +40,8 @@ export const OPS: readonly OpDef<unknown>[] = [
   geluBackward,
   crossEntropy,
   crossEntropyBackward,
+  philox,
+  diffusionMask,
   gradNorm,
   adamw,
 ] as OpDef<unknown>[];

@@ -6,12 +6,15 @@ import { scaleKernel } from './scale.js';
 import { castKernel } from './cast.js';
 import { reduceKernel } from './reduce.js';
 import { matmulKernel } from './matmul.js';
+import { embeddingKernel, embeddingBackwardKernel } from './embedding.js';
 import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
 import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
 import { ropeKernel, ropeBackwardKernel } from './rope.js';
 import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
 import { geluKernel, geluBackwardKernel } from './gelu.js';
 import { crossEntropyKernel, crossEntropyBackwardKernel } from './cross_entropy.js';
+import { philoxKernel } from './philox.js';
+import { diffusionMaskKernel } from './diffusion_mask.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwKernel } from './adamw.js';
 
@@ -22,6 +25,8 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   castKernel,
   reduceKernel,
   matmulKernel,
+  embeddingKernel,
+  embeddingBackwardKernel,
   rmsnormKernel,
   addRmsnormKernel,
   rmsnormBackwardKernel,
@@ -35,6 +40,8 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   geluBackwardKernel,
   crossEntropyKernel,
   crossEntropyBackwardKernel,
+  philoxKernel,
+  diffusionMaskKernel,
   gradNormKernel,
   adamwKernel,
 ];

@@ -1,0 +1,20 @@
+import { diffusionMask } from '../../../ops/diffusion_mask.js';
+import { RngPurpose, seedKey } from '../../../rng/philox.js';
+import { defineKernel, grid1d } from '../kernel.js';
+
+export const diffusionMaskKernel = defineKernel({
+  op: diffusionMask,
+  shaders: ['diffusion_mask'],
+  run(k, { tokens, maskProb, lossWeight, noised, mask, weights }, { batch, seqLen, seed, step, rank, maskId }) {
+    const [keyLo, keyHi] = seedKey(seed);
+    k.dispatch({
+      shader: 'diffusion_mask',
+      entry: 'main',
+      bindings: {
+        params: { batch, seqLen, step, rank, purpose: RngPurpose.mask, keyLo, keyHi, maskId },
+        tokens: tokens!, maskProb: maskProb!, lossWeight: lossWeight!, noised: noised!, mask: mask!, weights: weights!,
+      },
+      workgroups: grid1d(batch, 1),
+    });
+  },
+});

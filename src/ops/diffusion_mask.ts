@@ -1,0 +1,104 @@
+/**
+ * diffusion_mask: the forward process of masked (absorbing-state) diffusion. Each non-padding
+ * token (b, i) is replaced by maskId with probability maskProb[b] = 1 − α(t_b), drawn from Philox
+ * at counter [b·T + i, step, rank, RngPurpose.mask]; a row left with no masked token gets one at
+ * its j-th non-padding position, j from the draw at counter [B·T + b, ...], so every sequence
+ * contributes to the loss. Masked tokens carry the sequence's loss weight w(t_b).
+ */
+import { fail } from '../errors.js';
+import { RngPurpose, philox4x32, seedKey, uniform01 } from '../rng/philox.js';
+import { badAttr, defineOp, randu, requireDims } from './op.js';
+import { requireSeed, requireU32 } from './philox.js';
+
+export interface DiffusionMaskAttrs {
+  readonly batch: number;
+  readonly seqLen: number;
+  readonly seed: number;
+  readonly step: number;
+  readonly rank: number;
+  /** Token id written at masked positions. */
+  readonly maskId: number;
+}
+
+/** Word 0 of the mask-purpose Philox block at counter index `index`. */
+function maskDraw(index: number, key: readonly [number, number], step: number, rank: number, block: Uint32Array): number {
+  philox4x32([index, step, rank, RngPurpose.mask], key, block);
+  return block[0]!;
+}
+
+export const diffusionMask = defineOp<DiffusionMaskAttrs>({
+  name: 'diffusion_mask',
+  summary: 'noised = tokens with each masked w.p. maskProb[b] (at least one per row); mask, weights = lossWeight[b] on masked',
+  args: [
+    { name: 'tokens', role: 'in', dtype: 'i32' },
+    { name: 'maskProb', role: 'in', dtype: 'f32' },
+    { name: 'lossWeight', role: 'in', dtype: 'f32' },
+    { name: 'noised', role: 'out', dtype: 'i32' },
+    { name: 'mask', role: 'out', dtype: 'i32' },
+    { name: 'weights', role: 'out', dtype: 'f32' },
+  ],
+  validate(attrs) {
+    requireDims('diffusion_mask', attrs, ['batch', 'seqLen']);
+    requireSeed('diffusion_mask', attrs.seed);
+    requireU32('diffusion_mask', attrs, ['step', 'rank']);
+    const { batch, seqLen, maskId } = attrs;
+    if (!Number.isInteger(maskId) || maskId < 0 || maskId > 0x7fffffff) badAttr('diffusion_mask', 'maskId', maskId, 'expected a non-negative i32 token id');
+    // Counter word 0 indexes the B·T token draws and then the B fallback draws.
+    if (batch * seqLen + batch > 0x100000000) badAttr('diffusion_mask', 'batch', batch, `batch·(seqLen + 1) must be at most 2^32 (seqLen ${seqLen})`);
+  },
+  shapes: ({ batch, seqLen }) => ({
+    tokens: [batch, seqLen],
+    maskProb: [batch],
+    lossWeight: [batch],
+    noised: [batch, seqLen],
+    mask: [batch, seqLen],
+    weights: [batch, seqLen],
+  }),
+  reference({ tokens, maskProb, lossWeight, noised, mask, weights }, { batch, seqLen, seed, step, rank, maskId }) {
+    const key = seedKey(seed);
+    const block = new Uint32Array(4);
+    for (let b = 0; b < batch; b++) {
+      const row = b * seqLen;
+      const p = maskProb![b]!;
+      if (!(p >= 0 && p <= 1)) fail('BAD_ARGUMENT', `diffusion_mask: maskProb[${b}] is ${p}; expected a probability in [0, 1]`);
+      let masked = 0;
+      const real: number[] = [];
+      for (let i = 0; i < seqLen; i++) {
+        const tok = tokens![row + i]!;
+        noised![row + i] = tok;
+        mask![row + i] = 0;
+        weights![row + i] = 0;
+        if (tok < 0) continue;
+        real.push(i);
+        if (uniform01(maskDraw(row + i, key, step, rank, block)) < p) {
+          noised![row + i] = maskId;
+          mask![row + i] = 1;
+          weights![row + i] = lossWeight![b]!;
+          masked++;
+        }
+      }
+      if (masked === 0 && real.length > 0) {
+        const i = real[maskDraw(batch * seqLen + b, key, step, rank, block) % real.length]!;
+        noised![row + i] = maskId;
+        mask![row + i] = 1;
+        weights![row + i] = lossWeight![b]!;
+      }
+    }
+  },
+  cases: (scale) =>
+    scale === 'test'
+      ? [
+          { label: 'B3 T37', attrs: { batch: 3, seqLen: 37, seed: 5, step: 11, rank: 0, maskId: 50 } },
+          { label: 'B5 T300 (chunks of 2)', attrs: { batch: 5, seqLen: 300, seed: 2 ** 35 + 9, step: 1, rank: 2, maskId: 7 } },
+        ]
+      : [{ label: 'B16 T1024', attrs: { batch: 16, seqLen: 1024, seed: 1234, step: 1000, rank: 0, maskId: 50257 } }],
+  sample(rng, { batch, seqLen, maskId }) {
+    const tokens = new Int32Array(batch * seqLen);
+    // A quarter padding, scattered, so the fallback has to count non-padding positions.
+    for (let i = 0; i < tokens.length; i++) tokens[i] = rng.uniform() < 0.25 ? -1 : rng.int(maskId);
+    // Some rows get maskProb 0, so the at-least-one fallback runs.
+    const maskProb = randu(rng, batch, 0, 1).map((p) => (rng.uniform() < 0.3 ? 0 : p));
+    return { tokens, maskProb, lossWeight: randu(rng, batch, 0.5, 5) };
+  },
+  tolerance: { f32: 0 },
+});

@@ -1,0 +1,90 @@
+/**
+ * embedding: out[i, :] = table[ids[i], :]. embedding_backward: the scatter-add
+ * dtable[v, :] = Σ_{i : ids[i] = v} dout[i, :], summed in increasing position i so the result is
+ * bitwise the same on every run (the WebGPU kernel sorts positions by id, stably, to get there).
+ */
+import { fail } from '../errors.js';
+import { defineOp, gradientOf, randint, randn, requireDims } from './op.js';
+
+export interface EmbeddingAttrs {
+  readonly tokens: number;
+  readonly vocab: number;
+  readonly dim: number;
+}
+
+function validate(op: string, attrs: EmbeddingAttrs): void {
+  requireDims(op, attrs, ['tokens', 'vocab', 'dim']);
+}
+
+/** The id at `pos`, checked against the vocabulary: a bad token id is a user error. */
+function idAt(op: string, ids: ArrayLike<number>, pos: number, vocab: number): number {
+  const v = ids[pos]!;
+  if (!Number.isInteger(v) || v < 0 || v >= vocab) fail('BAD_ARGUMENT', `${op}: ids[${pos}] = ${v} is outside the vocabulary [0, ${vocab})`);
+  return v;
+}
+
+const testCases = [
+  // Fewer ids than tokens: many repeats; dims not multiples of anything.
+  { label: 'tokens 300 vocab 37 dim 13', attrs: { tokens: 300, vocab: 37, dim: 13 } },
+  // Vocab above 256: two radix passes in the backward sort; most rows unused.
+  { label: 'tokens 700 vocab 1000 dim 5', attrs: { tokens: 700, vocab: 1000, dim: 5 } },
+  { label: 'tokens 1 vocab 3 dim 1', attrs: { tokens: 1, vocab: 3, dim: 1 } },
+];
+const benchCases = [{ label: 'tokens 16384 vocab 50304 dim 768', attrs: { tokens: 16384, vocab: 50304, dim: 768 } }];
+
+export const embedding = defineOp<EmbeddingAttrs>({
+  name: 'embedding',
+  summary: 'out[i, :] = table[ids[i], :]',
+  args: [
+    { name: 'ids', role: 'in', dtype: 'i32' },
+    { name: 'table', role: 'in', dtype: 'float' },
+    { name: 'out', role: 'out', dtype: 'float' },
+  ],
+  validate: (attrs) => validate('embedding', attrs),
+  shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], table: [vocab, dim], out: [tokens, dim] }),
+  reference({ ids, table, out }, { tokens, vocab, dim }) {
+    for (let i = 0; i < tokens; i++) {
+      const v = idAt('embedding', ids!, i, vocab);
+      for (let c = 0; c < dim; c++) out![i * dim + c] = table![v * dim + c]!;
+    }
+  },
+  cases: (scale) => (scale === 'test' ? testCases : benchCases),
+  sample: (rng, { tokens, vocab, dim }) => ({ ids: randint(rng, tokens, 0, vocab), table: randn(rng, vocab * dim) }),
+  tolerance: { f32: 0 },
+});
+
+export const embeddingBackward = defineOp<EmbeddingAttrs>({
+  name: 'embedding_backward',
+  summary: 'dtable[v, :] = Σ_{i : ids[i] = v} dout[i, :] (deterministic scatter-add)',
+  args: [
+    { name: 'ids', role: 'in', dtype: 'i32' },
+    { name: 'dout', role: 'in', dtype: 'float' },
+    { name: 'dtable', role: 'out', dtype: 'float' },
+  ],
+  validate: (attrs) => validate('embedding_backward', attrs),
+  shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], dout: [tokens, dim], dtable: [vocab, dim] }),
+  reference({ ids, dout, dtable }, { tokens, vocab, dim }) {
+    dtable!.fill(0);
+    for (let i = 0; i < tokens; i++) {
+      const v = idAt('embedding_backward', ids!, i, vocab);
+      for (let c = 0; c < dim; c++) dtable![v * dim + c] += dout![i * dim + c]!;
+    }
+  },
+  cases: (scale) => (scale === 'test' ? testCases : benchCases),
+  sample: (rng, { tokens, vocab, dim }) => ({
+    ids: randint(rng, tokens, 0, vocab),
+    dout: randn(rng, tokens * dim),
+    // Not an argument: the forward input the gradient check perturbs (the backward never reads it).
+    table: randn(rng, vocab * dim),
+  }),
+  // Sums of a handful of f32 terms per row.
+  tolerance: { f32: 1e-6 },
+  flops: ({ tokens, dim }) => tokens * dim,
+  gradient: gradientOf({
+    forward: embedding,
+    forwardAttrs: (attrs: EmbeddingAttrs) => attrs,
+    inputs: { ids: 'ids', table: 'table' },
+    cotangents: { out: 'dout' },
+    grads: { dtable: 'table' },
+  }),
+});
