@@ -1,31 +1,22 @@
-<<<<<<< HEAD
 /**
  * Run one op on a backend with given host inputs: tensors shaped by the op's declaration, outputs
  * poisoned with NaN (or a sentinel int) first, outputs downloaded and the tensors freed.
  */
-=======
-/** Run one op on a backend with host inputs; returns every non-'in' argument as downloaded. */
->>>>>>> embedding-rng
 import type { Backend } from '../../src/backend/backend.js';
 import { type OpDef, resolveArgDtype } from '../../src/ops/op.js';
 import { type HostArray, type Tensor, hostArrayFor, numel } from '../../src/tensor.js';
 
-<<<<<<< HEAD
 export async function runOp<A>(
   backend: Backend,
   op: OpDef<A>,
   attrs: A,
   inputs: Readonly<Record<string, ArrayLike<number>>>,
 ): Promise<Record<string, HostArray>> {
-=======
-export async function runOp<A>(backend: Backend, op: OpDef<A>, attrs: A, inputs: Readonly<Record<string, HostArray>>): Promise<Record<string, HostArray>> {
->>>>>>> embedding-rng
   const shapes = op.shapes(attrs);
   const tensors: Record<string, Tensor> = {};
   try {
     for (const a of op.args) {
       const dtype = resolveArgDtype(op, a, attrs, 'f32');
-<<<<<<< HEAD
       const t = backend.alloc(shapes[a.name]!, dtype);
       tensors[a.name] = t;
       const host = hostArrayFor(dtype, numel(t.shape));
@@ -37,17 +28,6 @@ export async function runOp<A>(backend: Backend, op: OpDef<A>, attrs: A, inputs:
     const out: Record<string, HostArray> = {};
     for (const a of op.args) if (a.role !== 'in') out[a.name] = await backend.download(tensors[a.name]!);
     return out;
-=======
-      const shape = shapes[a.name]!;
-      const t = backend.alloc(shape, dtype);
-      tensors[a.name] = t;
-      backend.upload(t, inputs[a.name] ?? hostArrayFor(dtype, numel(shape)));
-    }
-    backend.run(op, tensors, attrs);
-    const outputs: Record<string, HostArray> = {};
-    for (const a of op.args) if (a.role !== 'in') outputs[a.name] = await backend.download(tensors[a.name]!);
-    return outputs;
->>>>>>> embedding-rng
   } finally {
     for (const t of Object.values(tensors)) backend.free(t);
   }
