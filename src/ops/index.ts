@@ -10,6 +10,7 @@ import { embedding, embeddingBackward } from './embedding.js';
 import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
 import { rope, ropeBackward } from './rope.js';
+import { attention, attentionBackward } from './attention.js';
 import { swiglu, swigluBackward } from './swiglu.js';
 import { gelu, geluBackward } from './gelu.js';
 import { crossEntropy, crossEntropyBackward } from './cross_entropy.js';
@@ -34,6 +35,8 @@ export const OPS: readonly OpDef<unknown>[] = [
   layernormBackward,
   rope,
   ropeBackward,
+  attention,
+  attentionBackward,
   swiglu,
   swigluBackward,
   gelu,

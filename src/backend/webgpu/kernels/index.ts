@@ -10,6 +10,7 @@ import { embeddingKernel, embeddingBackwardKernel } from './embedding.js';
 import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
 import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
 import { ropeKernel, ropeBackwardKernel } from './rope.js';
+import { attentionKernel, attentionBackwardKernel } from './attention.js';
 import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
 import { geluKernel, geluBackwardKernel } from './gelu.js';
 import { crossEntropyKernel, crossEntropyBackwardKernel } from './cross_entropy.js';
@@ -34,6 +35,8 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   layernormBackwardKernel,
   ropeKernel,
   ropeBackwardKernel,
+  attentionKernel,
+  attentionBackwardKernel,
   swigluKernel,
   swigluBackwardKernel,
   geluKernel,

@@ -1,0 +1,252 @@
+/**
+ * attention: scaled dot-product attention over [B, T, H, D] tensors with an optional causal mask,
+ * document masks for packed sequences (query i sees key j only if segIds agree) and grouped-query
+ * heads (q head h reads kv head floor(h / (heads / kvHeads))). The forward saves the log-sum-exp
+ * of each query row's scaled scores so the backward can recompute the probabilities.
+ */
+import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims } from './op.js';
+import type { PhiloxStream } from '../rng/philox.js';
+
+export interface AttentionAttrs {
+  readonly batch: number;
+  readonly seqLen: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly causal: boolean;
+  /** Multiplies q·k; usually 1/sqrt(headDim). */
+  readonly scale: number;
+}
+
+/** The largest head dimension the kernels hold in workgroup memory. */
+export const MAX_HEAD_DIM = 128;
+
+function validateAttention(op: string, attrs: AttentionAttrs): void {
+  requireDims(op, attrs, ['batch', 'seqLen', 'heads', 'kvHeads', 'headDim']);
+  const { heads, kvHeads, headDim, causal, scale } = attrs;
+  if (heads % kvHeads !== 0) badAttr(op, 'kvHeads', kvHeads, `heads (${heads}) must be a multiple of kvHeads`);
+  if (headDim > MAX_HEAD_DIM || headDim % 4 !== 0) badAttr(op, 'headDim', headDim, `expected a multiple of 4 up to ${MAX_HEAD_DIM}`);
+  if (typeof causal !== 'boolean') badAttr(op, 'causal', causal, 'expected true or false');
+  if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) badAttr(op, 'scale', scale, 'expected a finite positive number');
+}
+
+function attentionShapes({ batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D }: AttentionAttrs) {
+  return { q: [B, T, H, D], k: [B, T, G, D], v: [B, T, G, D], segIds: [B, T], out: [B, T, H, D], lse: [B, H, T] };
+}
+
+/** Index helpers for [B, T, H, D] and [B, H, T] layouts. */
+function btIndex(a: AttentionAttrs, heads: number) {
+  return (b: number, t: number, h: number) => ((b * a.seqLen + t) * heads + h) * a.headDim;
+}
+
+/** Whether query i may attend key j in batch row b. */
+function visibility(segIds: Int32Array, { seqLen: T, causal }: AttentionAttrs) {
+  return (b: number, i: number, j: number) => (!causal || j <= i) && segIds[b * T + i] === segIds[b * T + j];
+}
+
+/** Scaled scores of one query row; masked keys are -Infinity. */
+function scoreRow(q: Float64Array, k: Float64Array, a: AttentionAttrs, b: number, h: number, i: number, seg: Int32Array): Float64Array {
+  const qAt = btIndex(a, a.heads);
+  const kAt = btIndex(a, a.kvHeads);
+  const kvh = Math.floor(h / (a.heads / a.kvHeads));
+  const visible = visibility(seg, a);
+  const s = new Float64Array(a.seqLen);
+  for (let j = 0; j < a.seqLen; j++) {
+    if (!visible(b, i, j)) {
+      s[j] = -Infinity;
+      continue;
+    }
+    let dot = 0;
+    for (let d = 0; d < a.headDim; d++) dot += q[qAt(b, i, h) + d]! * k[kAt(b, j, kvh) + d]!;
+    s[j] = dot * a.scale;
+  }
+  return s;
+}
+
+function logSumExp(s: Float64Array): number {
+  let m = -Infinity;
+  for (const x of s) m = Math.max(m, x);
+  let sum = 0;
+  for (const x of s) sum += Math.exp(x - m);
+  return m + Math.log(sum);
+}
+
+function attentionReference(args: RefArgs, a: AttentionAttrs): void {
+  const q = args.q as Float64Array, k = args.k as Float64Array, v = args.v as Float64Array;
+  const seg = args.segIds as Int32Array, out = args.out as Float64Array, lse = args.lse as Float64Array;
+  const { batch: B, seqLen: T, heads: H, headDim: D } = a;
+  const oAt = btIndex(a, H);
+  const vAt = btIndex(a, a.kvHeads);
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const kvh = Math.floor(h / (H / a.kvHeads));
+      for (let i = 0; i < T; i++) {
+        const s = scoreRow(q, k, a, b, h, i, seg);
+        const l = logSumExp(s);
+        lse[(b * H + h) * T + i] = l;
+        for (let d = 0; d < D; d++) {
+          let acc = 0;
+          for (let j = 0; j < T; j++) acc += Math.exp(s[j]! - l) * v[vAt(b, j, kvh) + d]!;
+          out[oAt(b, i, h) + d] = acc;
+        }
+      }
+    }
+  }
+}
+
+function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
+  const q = args.q as Float64Array, k = args.k as Float64Array, v = args.v as Float64Array;
+  const seg = args.segIds as Int32Array, out = args.out as Float64Array, lse = args.lse as Float64Array;
+  const dout = args.dout as Float64Array, dq = args.dq as Float64Array, dk = args.dk as Float64Array, dv = args.dv as Float64Array;
+  const { batch: B, seqLen: T, heads: H, headDim: D, scale } = a;
+  const qAt = btIndex(a, H);
+  const kAt = btIndex(a, a.kvHeads);
+  dq.fill(0);
+  dk.fill(0);
+  dv.fill(0);
+  for (let b = 0; b < B; b++) {
+    for (let h = 0; h < H; h++) {
+      const kvh = Math.floor(h / (H / a.kvHeads));
+      for (let i = 0; i < T; i++) {
+        const s = scoreRow(q, k, a, b, h, i, seg);
+        const l = lse[(b * H + h) * T + i]!;
+        const qi = qAt(b, i, h);
+        let drow = 0; // D_i = rowsum(dO ∘ O)
+        for (let d = 0; d < D; d++) drow += dout[qi + d]! * out[qi + d]!;
+        for (let j = 0; j < T; j++) {
+          const p = Math.exp(s[j]! - l);
+          if (p === 0) continue;
+          const kj = kAt(b, j, kvh);
+          let dp = 0; // dP_ij = dO_i · V_j
+          for (let d = 0; d < D; d++) dp += dout[qi + d]! * v[kj + d]!;
+          const ds = p * (dp - drow);
+          for (let d = 0; d < D; d++) {
+            dq[qi + d] += ds * k[kj + d]! * scale;
+            dk[kj + d] += ds * q[qi + d]! * scale;
+            dv[kj + d] += p * dout[qi + d]!;
+          }
+        }
+      }
+    }
+  }
+}
+
+/**
+ * Sorted document ids for packed rows: row b holds 1 + (b % 3) documents (so batch row 0 is a
+ * single document and later rows exercise the document mask), ids offset by a random base.
+ */
+function sampleSegIds(rng: PhiloxStream, B: number, T: number): Int32Array {
+  const seg = new Int32Array(B * T);
+  for (let b = 0; b < B; b++) {
+    const docs = Math.min(1 + (b % 3), T);
+    const cuts = new Set<number>();
+    while (cuts.size < docs - 1) cuts.add(1 + rng.int(T - 1));
+    let id = rng.int(4);
+    for (let t = 0; t < T; t++) {
+      if (cuts.has(t)) id++;
+      seg[b * T + t] = id;
+    }
+  }
+  return seg;
+}
+
+function sampleForward(rng: PhiloxStream, a: AttentionAttrs): RefArgs {
+  const s = attentionShapes(a);
+  const n = (shape: readonly number[]) => shape.reduce((x, y) => x * y, 1);
+  return { q: randn(rng, n(s.q)), k: randn(rng, n(s.k)), v: randn(rng, n(s.v)), segIds: sampleSegIds(rng, a.batch, a.seqLen) };
+}
+
+function attentionCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
+  const c = (label: string, batch: number, seqLen: number, heads: number, kvHeads: number, headDim: number, causal: boolean): OpCase<AttentionAttrs> => ({
+    label,
+    attrs: { batch, seqLen, heads, kvHeads, headDim, causal, scale: 1 / Math.sqrt(headDim) },
+  });
+  if (scale === 'test') {
+    return [
+      c('causal T=37 D=16', 2, 37, 2, 2, 16, true),
+      c('bidirectional T=37 D=32', 2, 37, 2, 2, 32, false),
+      c('documents causal T=50 D=64', 3, 50, 1, 1, 64, true),
+      c('documents bidirectional T=29 D=16', 3, 29, 2, 2, 16, false),
+      c('gqa 4/2 causal T=45 D=32', 1, 45, 4, 2, 32, true),
+      c('gqa 4/1 bidirectional T=21 D=64', 2, 21, 4, 1, 64, false),
+      c('short T=5 D=128 causal', 1, 5, 2, 1, 128, true),
+      c('D=20 (padded) bidirectional T=19', 2, 19, 2, 2, 20, false),
+    ];
+  }
+  return [
+    c('B8 T1024 H12 D64 causal', 8, 1024, 12, 12, 64, true),
+    c('B8 T1024 H12 D64 bidirectional', 8, 1024, 12, 12, 64, false),
+    c('B4 T2048 H12 D64 causal', 4, 2048, 12, 12, 64, true),
+    c('B4 T2048 H16 D128 causal', 4, 2048, 16, 16, 128, true),
+    c('B4 T2048 H16 D128 bidirectional', 4, 2048, 16, 16, 128, false),
+    c('B4 T2048 H16/4 D128 causal gqa', 4, 2048, 16, 4, 128, true),
+  ];
+}
+
+/** Matmul flops of the forward, QKᵀ and PV, 2 flops per multiply-add: 4·B·H·T²·D, halved for causal. */
+function forwardFlops({ batch, seqLen, heads, headDim, causal }: AttentionAttrs): number {
+  return (4 * batch * heads * seqLen * seqLen * headDim) / (causal ? 2 : 1);
+}
+
+export const attention = defineOp<AttentionAttrs>({
+  name: 'attention',
+  summary: 'out = softmax(scale·QKᵀ + mask)·V with causal/document masks and grouped-query heads; lse saved for backward',
+  args: [
+    { name: 'q', role: 'in', dtype: 'float' },
+    { name: 'k', role: 'in', dtype: 'float' },
+    { name: 'v', role: 'in', dtype: 'float' },
+    { name: 'segIds', role: 'in', dtype: 'i32' },
+    { name: 'out', role: 'out', dtype: 'float' },
+    { name: 'lse', role: 'out', dtype: 'f32' },
+  ],
+  validate: (attrs) => validateAttention('attention', attrs),
+  shapes: attentionShapes,
+  reference: attentionReference,
+  cases: attentionCases,
+  sample: sampleForward,
+  // Dot products of length D and sums over T keys in f32.
+  tolerance: { f32: 2e-5 },
+  flops: forwardFlops,
+});
+
+export const attentionBackward = defineOp<AttentionAttrs>({
+  name: 'attention_backward',
+  summary: 'dq, dk, dv of attention from dout, recomputing the probabilities from q, k and the saved lse',
+  args: [
+    { name: 'q', role: 'in', dtype: 'float' },
+    { name: 'k', role: 'in', dtype: 'float' },
+    { name: 'v', role: 'in', dtype: 'float' },
+    { name: 'segIds', role: 'in', dtype: 'i32' },
+    { name: 'out', role: 'in', dtype: 'float' },
+    { name: 'lse', role: 'in', dtype: 'f32' },
+    { name: 'dout', role: 'in', dtype: 'float' },
+    { name: 'dq', role: 'out', dtype: 'float' },
+    { name: 'dk', role: 'out', dtype: 'float' },
+    { name: 'dv', role: 'out', dtype: 'float' },
+  ],
+  validate: (attrs) => validateAttention('attention_backward', attrs),
+  shapes: (attrs) => {
+    const s = attentionShapes(attrs);
+    return { ...s, dout: s.out, dq: s.q, dk: s.k, dv: s.v };
+  },
+  reference: attentionBackwardReference,
+  cases: attentionCases,
+  sample(rng, attrs) {
+    const inputs = sampleForward(rng, attrs);
+    const s = attentionShapes(attrs);
+    const fwd: RefArgs = { ...inputs, out: new Float64Array(s.out.reduce((x, y) => x * y, 1)), lse: new Float64Array(s.lse.reduce((x, y) => x * y, 1)) };
+    attentionReference(fwd, attrs);
+    return { ...fwd, dout: randn(rng, fwd.out!.length) };
+  },
+  // dk/dv sum over T queries and the q heads of a group; dq over T keys.
+  tolerance: { f32: 1e-4 },
+  // Convention: backward = 2.5× forward (recomputing QKᵀ plus dV, dP, dQ, dK: 5 matmuls vs 2).
+  flops: (attrs) => 2.5 * forwardFlops(attrs),
+  gradient: gradientOf({
+    forward: attention,
+    forwardAttrs: (attrs: AttentionAttrs) => attrs,
+    inputs: { q: 'q', k: 'k', v: 'v', segIds: 'segIds' },
+    cotangents: { out: 'dout' },
+    grads: { dq: 'q', dk: 'k', dv: 'v' },
+  }),
+});
