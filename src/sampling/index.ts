@@ -1,0 +1,11 @@
+export type { LogitsFn } from './types.js';
+export { sampleAr, type ArSampleOptions } from './ar.js';
+export {
+  sampleDiffusion,
+  checkDiffusionOptions,
+  numTransferTokens,
+  type DiffusionSampleOptions,
+  type DiffusionStepInfo,
+  type Remasking,
+} from './diffusion.js';
+export { sampleFromLogits, filteredDistribution, checkFilterOptions, argmax, type FilterOptions } from './filter.js';
