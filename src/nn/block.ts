@@ -8,6 +8,7 @@ import { add } from '../ops/add.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { type AttentionScratch, type AttentionShape, SelfAttention } from './attention.js';
+import { flat } from './linear.js';
 import { type MlpScratch, SwiGluMlp } from './mlp.js';
 import type { ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
@@ -68,7 +69,7 @@ export class DecoderBlock {
     this.attn.forward(b, this.n1, sc.branch, segIds, positions, causal);
     this.norm2.forwardAdd(b, h, sc.branch, this.mid, this.n2, this.rstd2, this.rows);
     this.mlp.forward(b, this.n2, sc.branch);
-    b.run(add, { a: this.mid, b: sc.branch, out }, { n: out.size });
+    b.run(add, { a: flat(b, this.mid), b: flat(b, sc.branch), out: flat(b, out) }, { n: out.size });
   }
 
   /** On entry `dStream` holds d(out); on exit d(h). */
