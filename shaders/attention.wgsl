@@ -10,6 +10,9 @@
 //   accumulate: thread (rg = lid / D4P, cg = lid % D4P) owns vec4 column cg of rows rg + i·RG
 //   scores:     thread owns row lid / TPO and streamed rows lid % TPO + j·TPO, j < SC
 // Tile rows are D4P vec4 wide (head_dim/4 padded to a power of two; padding is zero).
+// Loops over head_dim and over the streamed rows run to their actual counts (params.d4, the rows
+// left before T): besides skipping padding, this keeps lavapipe's LLVM from unrolling them, which
+// cost it ~20 s of compile time per pipeline.
 // Workgroup arrays are sized for the largest configuration the host picks
 // (src/backend/webgpu/kernels/attention.ts); each entry point stays under 32 KiB.
 
@@ -147,8 +150,9 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     if (lid < STREAM) { f_kseg[lid] = seg_of(b, k0 + lid); }
     workgroupBarrier();
 
+    let kcount = min(STREAM, params.seq_len - k0);
     var s = array<f32, 8>();
-    for (var d = 0u; d < D4P; d++) {
+    for (var d = 0u; d < params.d4; d++) {
       let qv = f_q[so * D4P + d];
       for (var j = 0u; j < SC; j++) { s[j] += dot(qv, f_kv[(sfirst + j * TPO) * D4P + d]); }
     }
@@ -161,9 +165,9 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     if (lid < ROWS) {
       let old_max = f_max[lid];
       var new_max = old_max;
-      for (var c = 0u; c < STREAM; c++) { new_max = max(new_max, f_s[lid * STREAM + c]); }
+      for (var c = 0u; c < kcount; c++) { new_max = max(new_max, f_s[lid * STREAM + c]); }
       var sum = 0.0;
-      for (var c = 0u; c < STREAM; c++) {
+      for (var c = 0u; c < kcount; c++) {
         let sc = f_s[lid * STREAM + c];
         let p = select(0.0, exp(sc - new_max), sc != MASKED);
         f_s[lid * STREAM + c] = p;
@@ -178,7 +182,7 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     workgroupBarrier();
 
     for (var i = 0u; i < TM; i++) { acc[i] *= f_alpha[rg + i * RG]; }
-    for (var c = 0u; c < STREAM; c++) {
+    for (var c = 0u; c < kcount; c++) {
       let vv = f_kv[c * D4P + cg];
       for (var i = 0u; i < TM; i++) { acc[i] += f_s[(rg + i * RG) * STREAM + c] * vv; }
     }
@@ -257,8 +261,9 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       }
       workgroupBarrier();
 
+      let qcount = min(STREAM, T - q0);
       var s = array<f32, 8>();
-      for (var d = 0u; d < D4P; d++) {
+      for (var d = 0u; d < params.d4; d++) {
         let kv = bk_k[so * D4P + d];
         for (var j = 0u; j < SC; j++) { s[j] += dot(bk_x[(sfirst + j * TPO) * D4P + d], kv); }
       }
@@ -273,7 +278,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       workgroupBarrier();
 
       var dp = array<f32, 8>();
-      for (var d = 0u; d < D4P; d++) {
+      for (var d = 0u; d < params.d4; d++) {
         let vv = bk_v[so * D4P + d];
         for (var j = 0u; j < SC; j++) { dp[j] += dot(bk_x[(sfirst + j * TPO) * D4P + d], vv); }
       }
@@ -281,7 +286,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
         let r = sfirst + j * TPO;
         bk_ds[r * ROWS + so] = p[j] * (dp[j] - bk_drow[r]);
       }
-      for (var r = 0u; r < STREAM; r++) {
+      for (var r = 0u; r < qcount; r++) {
         let ov = bk_x[r * D4P + cg];
         for (var i = 0u; i < TM; i++) { dv_acc[i] += bk_p[r * ROWS + rg + i * RG] * ov; }
       }
@@ -289,7 +294,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       for (var e = lid; e < STREAM * D4P; e += WG) { bk_x[e] = q_elem(b, h, q0, e); }
       workgroupBarrier();
 
-      for (var r = 0u; r < STREAM; r++) {
+      for (var r = 0u; r < qcount; r++) {
         let qv = bk_x[r * D4P + cg];
         for (var i = 0u; i < TM; i++) { dk_acc[i] += bk_ds[r * ROWS + rg + i * RG] * qv; }
       }
@@ -344,9 +349,10 @@ fn backward_q(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     if (lid < STREAM) { bq_kseg[lid] = seg_of(b, k0 + lid); }
     workgroupBarrier();
 
+    let kcount = min(STREAM, params.seq_len - k0);
     var s = array<f32, 8>();
     var dp = array<f32, 8>();
-    for (var d = 0u; d < D4P; d++) {
+    for (var d = 0u; d < params.d4; d++) {
       let qv = bq_q[so * D4P + d];
       let ov = bq_do[so * D4P + d];
       for (var j = 0u; j < SC; j++) {
@@ -362,7 +368,7 @@ fn backward_q(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     }
     workgroupBarrier();
 
-    for (var c = 0u; c < STREAM; c++) {
+    for (var c = 0u; c < kcount; c++) {
       let kv = bq_k[c * D4P + cg];
       for (var i = 0u; i < TM; i++) { acc[i] += bq_ds[(rg + i * RG) * STREAM + c] * kv; }
     }
