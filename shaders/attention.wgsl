@@ -39,7 +39,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read> saved_out: array<vec4f>;
 @group(0) @binding(8) var<storage, read> saved_lse: array<f32>;
 @group(0) @binding(9) var<storage, read> dout: array<vec4f>;
-@group(0) @binding(10) var<storage, read_write> drow: array<f32>;
+// (lse, Drow) of each query row, [B, Hq, T]: written by row_dot so the dK/dV and dQ kernels bind one
+// buffer for both and stay within WebGPU's default of 8 storage buffers per stage.
+@group(0) @binding(10) var<storage, read_write> row_stats: array<vec2f>;
 @group(0) @binding(11) var<storage, read_write> dq: array<vec4f>;
 @group(0) @binding(12) var<storage, read_write> dk: array<vec4f>;
 @group(0) @binding(13) var<storage, read_write> dv: array<vec4f>;
@@ -203,7 +205,7 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
 
 // --- backward ---
 
-// Drow[b, h, t] = Σ_d dO·O, one thread per (b, t, h) row.
+// Drow[b, h, t] = Σ_d dO·O, stored with the row's lse; one thread per (b, t, h) row.
 @compute @workgroup_size(WG)
 fn row_dot(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
   let n = gid.x + gid.y * nwg.x * WG;
@@ -215,7 +217,8 @@ fn row_dot(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) n
   let h = n % H;
   let t = (n / H) % T;
   let b = n / (H * T);
-  drow[row_index(b, h, t)] = acc;
+  let row = row_index(b, h, t);
+  row_stats[row] = vec2f(saved_lse[row], acc);
 }
 
 // dK, dV of one KV tile (ROWS keys), over all queries of the q heads sharing this kv head.
@@ -257,8 +260,9 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       for (var e = lid; e < STREAM * D4P; e += WG) { bk_x[e] = q_elem(b, h, q0, e); }
       if (lid < STREAM) {
         let t = min(q0 + lid, T - 1u);
-        bk_lse[lid] = saved_lse[row_index(b, h, t)];
-        bk_drow[lid] = drow[row_index(b, h, t)];
+        let stats = row_stats[row_index(b, h, t)];
+        bk_lse[lid] = stats.x;
+        bk_drow[lid] = stats.y;
         bk_qseg[lid] = seg_of(b, t);
       }
       workgroupBarrier();
@@ -333,9 +337,9 @@ fn backward_q(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
   let so = lid / TPO;
   let sfirst = lid % TPO;
   let qi = q0 + so;
-  let qrow = row_index(b, h, min(qi, params.seq_len - 1u));
-  let row_lse = saved_lse[qrow];
-  let row_drow = drow[qrow];
+  let stats = row_stats[row_index(b, h, min(qi, params.seq_len - 1u))];
+  let row_lse = stats.x;
+  let row_drow = stats.y;
   let qseg = seg_of(b, qi);
   let rg = lid / D4P;
   let cg = lid % D4P;
