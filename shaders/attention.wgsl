@@ -10,6 +10,11 @@
 //   accumulate: thread (rg = lid / D4P, cg = lid % D4P) owns vec4 column cg of rows rg + i·RG
 //   scores:     thread owns row lid / TPO and streamed rows lid % TPO + j·TPO, j < SC
 // Tile rows are D4P vec4 wide (head_dim/4 padded to a power of two; padding is zero).
+// Loops over head_dim and over the streamed rows run to their actual counts (params.d4, the rows
+// left before T): besides skipping padding, this keeps lavapipe's LLVM from unrolling them, which
+// cost it ~20 s of compile time per pipeline.
+// Private arrays are declared with explicit initializers: on lavapipe a loop-scoped
+// `var s: array<f32, 8>;` kept its previous iteration's values instead of starting at zero.
 // Workgroup arrays are sized for the largest configuration the host picks
 // (src/backend/webgpu/kernels/attention.ts); each entry point stays under 32 KiB.
 
@@ -34,7 +39,9 @@ struct Params {
 @group(0) @binding(7) var<storage, read> saved_out: array<vec4f>;
 @group(0) @binding(8) var<storage, read> saved_lse: array<f32>;
 @group(0) @binding(9) var<storage, read> dout: array<vec4f>;
-@group(0) @binding(10) var<storage, read_write> drow: array<f32>;
+// (lse, Drow) of each query row, [B, Hq, T]: written by row_dot so the dK/dV and dQ kernels bind one
+// buffer for both and stay within WebGPU's default of 8 storage buffers per stage.
+@group(0) @binding(10) var<storage, read_write> row_stats: array<vec2f>;
 @group(0) @binding(11) var<storage, read_write> dq: array<vec4f>;
 @group(0) @binding(12) var<storage, read_write> dk: array<vec4f>;
 @group(0) @binding(13) var<storage, read_write> dv: array<vec4f>;
@@ -147,8 +154,9 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     if (lid < STREAM) { f_kseg[lid] = seg_of(b, k0 + lid); }
     workgroupBarrier();
 
+    let kcount = min(STREAM, params.seq_len - k0);
     var s = array<f32, 8>();
-    for (var d = 0u; d < D4P; d++) {
+    for (var d = 0u; d < params.d4; d++) {
       let qv = f_q[so * D4P + d];
       for (var j = 0u; j < SC; j++) { s[j] += dot(qv, f_kv[(sfirst + j * TPO) * D4P + d]); }
     }
@@ -161,9 +169,9 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     if (lid < ROWS) {
       let old_max = f_max[lid];
       var new_max = old_max;
-      for (var c = 0u; c < STREAM; c++) { new_max = max(new_max, f_s[lid * STREAM + c]); }
+      for (var c = 0u; c < kcount; c++) { new_max = max(new_max, f_s[lid * STREAM + c]); }
       var sum = 0.0;
-      for (var c = 0u; c < STREAM; c++) {
+      for (var c = 0u; c < kcount; c++) {
         let sc = f_s[lid * STREAM + c];
         let p = select(0.0, exp(sc - new_max), sc != MASKED);
         f_s[lid * STREAM + c] = p;
@@ -178,7 +186,7 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
     workgroupBarrier();
 
     for (var i = 0u; i < TM; i++) { acc[i] *= f_alpha[rg + i * RG]; }
-    for (var c = 0u; c < STREAM; c++) {
+    for (var c = 0u; c < kcount; c++) {
       let vv = f_kv[c * D4P + cg];
       for (var i = 0u; i < TM; i++) { acc[i] += f_s[(rg + i * RG) * STREAM + c] * vv; }
     }
@@ -197,7 +205,7 @@ fn forward(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
 
 // --- backward ---
 
-// Drow[b, h, t] = Σ_d dO·O, one thread per (b, t, h) row.
+// Drow[b, h, t] = Σ_d dO·O, stored with the row's lse; one thread per (b, t, h) row.
 @compute @workgroup_size(WG)
 fn row_dot(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
   let n = gid.x + gid.y * nwg.x * WG;
@@ -209,7 +217,8 @@ fn row_dot(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) n
   let h = n % H;
   let t = (n / H) % T;
   let b = n / (H * T);
-  drow[row_index(b, h, t)] = acc;
+  let row = row_index(b, h, t);
+  row_stats[row] = vec2f(saved_lse[row], acc);
 }
 
 // dK, dV of one KV tile (ROWS keys), over all queries of the q heads sharing this kv head.
@@ -251,14 +260,16 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       for (var e = lid; e < STREAM * D4P; e += WG) { bk_x[e] = q_elem(b, h, q0, e); }
       if (lid < STREAM) {
         let t = min(q0 + lid, T - 1u);
-        bk_lse[lid] = saved_lse[row_index(b, h, t)];
-        bk_drow[lid] = drow[row_index(b, h, t)];
+        let stats = row_stats[row_index(b, h, t)];
+        bk_lse[lid] = stats.x;
+        bk_drow[lid] = stats.y;
         bk_qseg[lid] = seg_of(b, t);
       }
       workgroupBarrier();
 
+      let qcount = min(STREAM, T - q0);
       var s = array<f32, 8>();
-      for (var d = 0u; d < D4P; d++) {
+      for (var d = 0u; d < params.d4; d++) {
         let kv = bk_k[so * D4P + d];
         for (var j = 0u; j < SC; j++) { s[j] += dot(bk_x[(sfirst + j * TPO) * D4P + d], kv); }
       }
@@ -273,7 +284,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       workgroupBarrier();
 
       var dp = array<f32, 8>();
-      for (var d = 0u; d < D4P; d++) {
+      for (var d = 0u; d < params.d4; d++) {
         let vv = bk_v[so * D4P + d];
         for (var j = 0u; j < SC; j++) { dp[j] += dot(bk_x[(sfirst + j * TPO) * D4P + d], vv); }
       }
@@ -281,7 +292,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
         let r = sfirst + j * TPO;
         bk_ds[r * ROWS + so] = p[j] * (dp[j] - bk_drow[r]);
       }
-      for (var r = 0u; r < STREAM; r++) {
+      for (var r = 0u; r < qcount; r++) {
         let ov = bk_x[r * D4P + cg];
         for (var i = 0u; i < TM; i++) { dv_acc[i] += bk_p[r * ROWS + rg + i * RG] * ov; }
       }
@@ -289,7 +300,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
       for (var e = lid; e < STREAM * D4P; e += WG) { bk_x[e] = q_elem(b, h, q0, e); }
       workgroupBarrier();
 
-      for (var r = 0u; r < STREAM; r++) {
+      for (var r = 0u; r < qcount; r++) {
         let qv = bk_x[r * D4P + cg];
         for (var i = 0u; i < TM; i++) { dk_acc[i] += bk_ds[r * ROWS + rg + i * RG] * qv; }
       }
@@ -326,9 +337,9 @@ fn backward_q(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
   let so = lid / TPO;
   let sfirst = lid % TPO;
   let qi = q0 + so;
-  let qrow = row_index(b, h, min(qi, params.seq_len - 1u));
-  let row_lse = saved_lse[qrow];
-  let row_drow = drow[qrow];
+  let stats = row_stats[row_index(b, h, min(qi, params.seq_len - 1u))];
+  let row_lse = stats.x;
+  let row_drow = stats.y;
   let qseg = seg_of(b, qi);
   let rg = lid / D4P;
   let cg = lid % D4P;
@@ -344,9 +355,10 @@ fn backward_q(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     if (lid < STREAM) { bq_kseg[lid] = seg_of(b, k0 + lid); }
     workgroupBarrier();
 
+    let kcount = min(STREAM, params.seq_len - k0);
     var s = array<f32, 8>();
     var dp = array<f32, 8>();
-    for (var d = 0u; d < D4P; d++) {
+    for (var d = 0u; d < params.d4; d++) {
       let qv = bq_q[so * D4P + d];
       let ov = bq_do[so * D4P + d];
       for (var j = 0u; j < SC; j++) {
@@ -362,7 +374,7 @@ fn backward_q(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) 
     }
     workgroupBarrier();
 
-    for (var c = 0u; c < STREAM; c++) {
+    for (var c = 0u; c < kcount; c++) {
       let kv = bq_k[c * D4P + cg];
       for (var i = 0u; i < TM; i++) { acc[i] += bq_ds[(rg + i * RG) * STREAM + c] * kv; }
     }

@@ -76,14 +76,15 @@ export const attentionBackwardKernel = defineKernel({
   run(ctx: KernelContext, { q, k, v, segIds, out, lse, dout, dq, dk, dv }, a) {
     const params = uniformParams(a);
     const rows = a.batch * a.seqLen * a.heads;
-    const drow = ctx.scratch([a.batch, a.heads, a.seqLen], 'f32');
+    // (lse, Drow) per query row, interleaved.
+    const rowStats = ctx.scratch([a.batch, a.heads, a.seqLen, 2], 'f32');
     ctx.dispatch({
       shader: 'attention',
       entry: 'row_dot',
-      bindings: { params, dout: dout!, saved_out: out!, drow },
+      bindings: { params, dout: dout!, saved_out: out!, saved_lse: lse!, row_stats: rowStats },
       workgroups: grid1d(rows, WG),
     });
-    const inputs = { params, q: q!, k: k!, v: v!, seg_ids: segIds!, saved_lse: lse!, dout: dout!, drow };
+    const inputs = { params, q: q!, k: k!, v: v!, seg_ids: segIds!, dout: dout!, row_stats: rowStats };
     const kv = tileConfig(BACKWARD_KV, a.headDim);
     ctx.dispatch({
       shader: 'attention',
