@@ -5,6 +5,7 @@ import { fail } from '../errors.js';
 import { type ParityRecord, checkGradient, checkParity, freshSeed } from '../harness/parity.js';
 import { OPS } from '../ops/index.js';
 import type { OpDef } from '../ops/op.js';
+import { benchMatmul, formatMatmulTable, matmulBenchShapes } from '../bench/matmul.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
 
 export interface BenchKernelsOptions {
@@ -14,6 +15,7 @@ export interface BenchKernelsOptions {
   readonly reps: number;
   readonly seed: number;
   readonly gradients: boolean;
+  readonly check: boolean;
   readonly onRecord?: (r: ParityRecord) => void;
 }
 
@@ -43,7 +45,7 @@ export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRec
             emit({ op: op.name, case: c.label, backend: b.name, check: 'reference', shape: '', dtype: 'f32', relErr: Infinity, worst: '', tol: 0, pass: false, seed, error: `no ${b.name} kernel` });
             continue;
           }
-          emit(await checkParity(b, op, c, { seed, timeReps: opts.reps }));
+          emit(await checkParity(b, op, c, { seed, timeReps: opts.reps, skipReference: !opts.check }));
         }
         if (opts.gradients && op.gradient && opts.scale === 'test') emit(checkGradient(op, c, seed));
       }
@@ -82,8 +84,9 @@ export function benchCommand(): Command {
     .option('--reps <n>', 'timed calls per case', '5')
     .option('--seed <n>', 'input seed (default: fresh each run)')
     .option('--no-gradients', 'skip finite-difference checks of backward ops')
+    .option('--no-check', 'time only, without the float64 reference (records say check: unchecked)')
     .option('--json', 'print a JSON array of records')
-    .action(async (o: { backend: string; ops?: string; scale: string; reps: string; seed?: string; gradients: boolean; json?: boolean }) => {
+    .action(async (o: { backend: string; ops?: string; scale: string; reps: string; seed?: string; gradients: boolean; check: boolean; json?: boolean }) => {
       if (o.scale !== 'test' && o.scale !== 'bench') fail('BAD_ARGUMENT', `--scale must be 'test' or 'bench', got '${o.scale}'`);
       const reps = Number(o.reps);
       if (!Number.isInteger(reps) || reps < 0) fail('BAD_ARGUMENT', `--reps must be a non-negative integer, got '${o.reps}'`);
@@ -97,12 +100,36 @@ export function benchCommand(): Command {
         reps,
         seed,
         gradients: o.gradients,
+        check: o.check,
         ...(o.json ? {} : { onRecord: (r: ParityRecord) => console.log(formatRecordRow(r)) }),
       });
       if (o.json) console.log(JSON.stringify(records, null, 2));
       const failed = records.filter((r) => !r.pass);
       if (!o.json) console.log(`\n${records.length - failed.length} passed, ${failed.length} failed (seed ${seed})`);
       if (failed.length > 0) process.exitCode = 1;
+    });
+  bench
+    .command('matmul')
+    .description("WebGPU matmul TFLOP/s against TensorFlow.js's WebGPU backend on the same adapter")
+    .option('--sizes <list>', 'square sizes, e.g. 1024,2048,4096 (default: the op\'s bench cases)')
+    .option('--reps <n>', 'timed calls per shape', '10')
+    .option('--mdlm-only', 'skip the TensorFlow.js peer')
+    .option('--json', 'print JSON records')
+    .action(async (o: { sizes?: string; reps: string; mdlmOnly?: boolean; json?: boolean }) => {
+      const sizes = o.sizes?.split(',').map((x) => {
+        const n = Number(x);
+        if (!Number.isInteger(n) || n <= 0) fail('BAD_ARGUMENT', `--sizes: '${x}' is not a positive integer`);
+        return n;
+      });
+      const records = await benchMatmul({
+        shapes: matmulBenchShapes(sizes),
+        reps: Number(o.reps),
+        mdlmOnly: o.mdlmOnly ?? false,
+        onRecord: (r) => {
+          if (!o.json) console.error(`${r.shape}: mdlm ${r.mdlmTflops.toFixed(3)} TFLOP/s${r.tfjsTflops === undefined ? '' : `, tfjs ${r.tfjsTflops.toFixed(3)}`}`);
+        },
+      });
+      if (records[0]) console.log(o.json ? JSON.stringify(records, null, 2) : `${records[0].adapter}\n${formatMatmulTable(records)}`);
     });
   return bench;
 }

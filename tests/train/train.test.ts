@@ -32,7 +32,7 @@ function tinyConfig(name: string, overrides: Record<string, string> = {}): Train
     preset: 'tiny',
     overrides: {
       'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '192', 'model.seqLen': '64',
-      'train.batchSize': '8', 'train.steps': '100', 'train.lr': '1e-2', 'train.minLr': '1e-3',
+      'train.batchSize': '8', 'train.steps': '100', 'train.lr': '1e-2', 'train.minLr': '1e-3', 'model.initStd': '0.08',
       'train.evalEvery': '0', 'train.evalBatches': '4', 'train.saveEvery': '0', 'data.path': dataDir, out: join(root, name), backend: 'cpu',
       'train.warmupSteps': String(Math.min(10, Number(overrides['train.steps'] ?? 100))),
       ...overrides,
@@ -46,8 +46,9 @@ async function trainer(config: TrainConfig, backend: Backend, extra: { resume?: 
 }
 
 describe('training', () => {
-  // Byte-level English: a uniform guess costs ln(259) ≈ 5.56 nats/token and unigram byte
-  // frequencies ≈ 3.0. A model below 2.9 has learned context beyond letter frequencies.
+  // Byte-level English: a uniform guess costs ln(259) ≈ 5.56 nats/token and the unigram byte
+  // entropy of Brown is 3.08. Below 2.9 (AR) the model uses context beyond letter frequencies.
+  // (initStd 0.08: at 0.02 this 64-wide model sits on the unigram plateau for ~200 steps.)
   for (const objective of ['ar', 'mdlm'] as const) {
     it(`the tiny ${objective} model learns on the Brown corpus`, async () => {
       const cfg = tinyConfig(`learn-${objective}`, { 'objective.kind': objective });
@@ -58,7 +59,6 @@ describe('training', () => {
       expect(result.step).toBe(100);
       expect(before!.val_loss).toBeGreaterThan(5);
       // The mdlm bound is looser than AR's loss (it also pays for the order of unmasking).
-      console.log(objective, 'val', before!.val_loss, '->', result.lastEval!.val_loss);
       expect(result.lastEval!.val_loss).toBeLessThan(objective === 'ar' ? 2.9 : 3.3);
       const lines = readFileSync(join(cfg.out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
       expect(lines[0]).toHaveProperty('loss');
