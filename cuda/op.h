@@ -1,0 +1,92 @@
+// The contract between the Node addon (cuda/addon.cc) and the kernels (cuda/<op>.cu).
+//
+// Every op of the registry (src/ops/<op>.ts) that has a CUDA kernel registers one launcher under
+// the op's name with MDLM_OP(name). The addon receives a call from the TypeScript backend
+// (src/backend/cuda/cuda.ts) after the call has been validated against the op's declaration, and
+// hands the launcher an OpCall: device pointers by argument name, numeric and string attributes
+// by attribute name (the names of the op's TypeScript declaration), the stream and a scratch
+// allocator. Launchers enqueue work on call.stream and never synchronise.
+//
+// This header is plain C++17 + the CUDA runtime: kernels never see Node-API types.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+
+namespace mdlm {
+
+// Storage dtypes, numbered as the TypeScript backend sends them (DTYPES in src/tensor.ts).
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, fp8e4m3 = 3, fp8e5m2 = 4, i32 = 5, u32 = 6 };
+
+const char* dtype_name(DType d);
+
+// A launcher's user-facing failure (unsupported dtype, bad attribute): the addon turns it into
+// an MdlmError with this code. Internal faults use std::runtime_error and keep their message.
+struct OpError : std::runtime_error {
+  std::string code;
+  OpError(std::string c, const std::string& msg) : std::runtime_error(msg), code(std::move(c)) {}
+};
+
+struct Arg {
+  void* ptr = nullptr;  // already offset to the view's first element
+  DType dtype = DType::f32;
+  int64_t numel = 0;
+};
+
+// Grows once to the largest request and is then reused: no cudaMalloc in a steady-state step.
+// Memory handed out by one call stays valid until that call's work has run (stream order).
+class Scratch {
+ public:
+  virtual ~Scratch() = default;
+  virtual void* get(size_t bytes) = 0;  // 256-byte aligned
+};
+
+struct OpCall {
+  std::string op;
+  std::map<std::string, Arg> args;
+  std::map<std::string, double> nums;  // numbers and booleans (0/1)
+  std::map<std::string, std::string> strs;
+  cudaStream_t stream = nullptr;
+  Scratch* scratch = nullptr;
+  const cudaDeviceProp* device = nullptr;
+  void* cublaslt = nullptr;  // cublasLtHandle_t, for ops that use cuBLASLt
+
+  const Arg& arg(const std::string& name) const;
+  double num(const std::string& name) const;
+  int64_t i64(const std::string& name) const;  // checks the number is an integer
+  int i32(const std::string& name) const;      // checks it fits in int32
+  bool flag(const std::string& name) const;
+  const std::string& str(const std::string& name) const;
+  // The dtype shared by the named float args; OpError if it is not one of `allowed`.
+  DType float_dtype(const std::string& name, std::initializer_list<DType> allowed) const;
+  [[noreturn]] void unsupported(const std::string& what) const;
+};
+
+using Launcher = void (*)(const OpCall&);
+
+// Registration happens in static initialisers of the .cu files.
+struct Registrar {
+  Registrar(const char* op, Launcher fn);
+};
+Launcher find_launcher(const std::string& op);
+// Names of every registered op (for supports() and the probe).
+std::string registered_ops();
+
+// Throws std::runtime_error naming the call on a CUDA error (launch configuration errors show at
+// once; faults inside kernels surface at the next synchronisation).
+void check_cuda(cudaError_t e, const char* what);
+inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
+
+inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace mdlm
+
+#define MDLM_OP(name)                                                     \
+  static void mdlm_launch_##name(const ::mdlm::OpCall& call);             \
+  static ::mdlm::Registrar mdlm_registrar_##name(#name, mdlm_launch_##name); \
+  static void mdlm_launch_##name(const ::mdlm::OpCall& call)
