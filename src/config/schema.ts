@@ -169,5 +169,7 @@ export type TrainConfig = z.output<typeof TrainConfigSchema>;
 export type TrainConfigInput = z.input<typeof RawConfigSchema>;
 export type ModelConfig = TrainConfig['model'];
 export type ObjectiveConfig = TrainConfig['objective'];
+/** The objective section as parsed on its own (maskTokenId not yet derived). */
+export type ObjectiveSection = z.output<typeof ObjectiveSchema>;
 export type DataConfig = TrainConfig['data'];
 export type TrainSection = TrainConfig['train'];

@@ -107,7 +107,7 @@ describe('training', () => {
       const t = await trainer(cfg, backend, { maxSteps: 1 });
       const data = await openRunData(cfg, () => {});
       const loader = (await import('../../src/data/loader.js')).createLoader(data.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
-      t.objective.prepare(t.model, loader.next(), 0, 0);
+      await t.objective.prepare(t.model, loader.next(), 0, 0);
       const ids = await backend.download(t.model.ids);
       const weights = await backend.download(t.model.weights);
       t.model.forward();
