@@ -1,12 +1,7 @@
 /** The CLI as a user runs it: bin/mdlm.js over the compiled dist/ (npm test builds it first). */
-import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
+import { mdlm } from './support/cli.js';
 import { hasWebGpu } from './support/webgpu.js';
-
-function mdlm(...args: string[]): { code: number; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['bin/mdlm.js', ...args], { encoding: 'utf8', timeout: 120_000 });
-  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
-}
 
 describe('mdlm CLI', () => {
   it('probe --json lists every backend with availability and reasons', () => {

@@ -8,6 +8,7 @@ import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { paramSpecs } from '../src/checkpoint/hf.js';
 import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
+import { modelLogits } from '../src/model/logits.js';
 
 const cfg = resolveConfig({
   preset: 'tiny',
@@ -61,6 +62,27 @@ describe('LlamaModel', () => {
         expect(Math.abs(an[i]! - fd[i]!), `${m.store.list[i]!.name}: analytic ${an[i]} vs numeric ${fd[i]}`).toBeLessThan(0.03 * Math.abs(fd[i]!) + 2e-5);
       }
       m.destroy();
+    });
+  }
+
+  for (const causal of [true, false]) {
+    it(`modelLogits: short rows padded into the model get the logits of the unpadded rows (${causal ? 'causal' : 'bidirectional'})`, async () => {
+      const b = new CpuBackend();
+      const big = new LlamaModel(b, cfg.model, 2, 5); // seqLen 8, room for 2 rows
+      const params = await b.download(big.store.value);
+      const len = 5;
+      const tokens = Int32Array.from({ length: 2 * len }, (_, i) => (i * 41 + 3) % 256);
+      const padded = await modelLogits(big, causal)(tokens, 2, len);
+      const exact = new LlamaModel(b, { ...cfg.model, seqLen: len }, 2, 5);
+      b.upload(exact.store.value, params);
+      const direct = await modelLogits(exact, causal)(tokens, 2, len);
+      expect(padded.length).toBe(2 * len * cfg.model.vocabSize);
+      for (let i = 0; i < direct.length; i++) expect(padded[i]).toBeCloseTo(direct[i]!, 5);
+      // One row only: the second model row is all padding and changes nothing.
+      const one = await modelLogits(big, causal)(tokens.subarray(0, len), 1, len);
+      expect(one).toEqual(padded.subarray(0, len * cfg.model.vocabSize));
+      big.destroy();
+      exact.destroy();
     });
   }
 });

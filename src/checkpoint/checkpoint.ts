@@ -240,16 +240,23 @@ export function latestCheckpoint(outDir: string): { dir: string; step: number } 
 // ---------------------------------------------------------------------------------------------
 // Load.
 
-export interface LoadedCheckpoint {
+/** A model read from a directory: config.json and the safetensors weights. */
+export interface LoadedModel {
   dir: string;
-  step: number;
-  /** The resolved config saved with the run (config.json's mdlm section), when present. */
-  config: TrainConfig | undefined;
   model: ModelConfig;
   hfConfig: Record<string, unknown>;
+  /** config.json's mdlm section, when an mdlm run wrote it. */
   mdlm: MdlmSection | undefined;
+  /** The resolved config saved with the run (the mdlm section's), when present. */
+  config: TrainConfig | undefined;
+  bosTokenId: number | null;
+  eosTokenId: number | null;
   /** Parameters by mdlm name, float32 (bf16/f16 files are decoded). */
   tensors: Record<string, Float32Array>;
+}
+
+export interface LoadedCheckpoint extends LoadedModel {
+  step: number;
   optimizer: Record<string, LoadedTensor>;
   trainerState: TrainerState;
   /** Paths of the tokenizer files saved with the checkpoint. */
@@ -272,7 +279,26 @@ function readJson(path: string, what: string): unknown {
   }
 }
 
-export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheckpoint {
+/**
+ * The directory a model path names: itself when it holds config.json (an mdlm checkpoint or a
+ * Hugging Face model), else the newest complete checkpoint of the run directory it is.
+ */
+export function resolveModelDir(path: string): string {
+  if (!existsSync(path)) fail('NOT_FOUND', `model directory '${path}' does not exist; pass a checkpoint directory (…/step-0001000), a run's --out directory or a Hugging Face model directory`);
+  if (existsSync(join(path, CONFIG_FILE))) return path;
+  const latest = latestCheckpoint(path);
+  if (latest) return latest.dir;
+  const broken = listCheckpoints(path)[0];
+  return fail(
+    broken ? 'BAD_FILE' : 'NOT_FOUND',
+    broken
+      ? `'${path}' holds no complete checkpoint: the newest, ${broken.name}, is damaged (${broken.problem})`
+      : `'${path}' has no ${CONFIG_FILE} and no step-* checkpoint; pass a checkpoint directory, a run's --out directory or a Hugging Face model directory`,
+  );
+}
+
+/** config.json and the weights of a checkpoint or Hugging Face model directory (no training state needed). */
+export function loadModel(dir: string, opts: Pick<LoadOptions, 'model'> = {}): LoadedModel {
   if (!existsSync(dir)) fail('NOT_FOUND', `checkpoint directory '${dir}' does not exist`);
   if (existsSync(join(dir, COMPLETE_FILE))) {
     const v = verifyCheckpoint(dir);
@@ -293,6 +319,11 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   } finally {
     src.close();
   }
+  return { dir, model: hf.model, hfConfig, mdlm: hf.mdlm, config: hf.mdlm?.config, bosTokenId: hf.bosTokenId, eosTokenId: hf.eosTokenId, tensors };
+}
+
+export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheckpoint {
+  const loaded = loadModel(dir, opts);
   const trainerState = readJson(join(dir, TRAINER_STATE_FILE), 'the trainer state') as TrainerState;
   if (typeof trainerState !== 'object' || trainerState === null || !Number.isSafeInteger(trainerState.step)) {
     fail('BAD_FILE', `${join(dir, TRAINER_STATE_FILE)} must be an object with an integer "step"`);
@@ -313,6 +344,6 @@ export function loadCheckpoint(dir: string, opts: LoadOptions = {}): LoadedCheck
   } else {
     tokenizerFiles = readdirSync(dir).filter((f) => !RESERVED.has(f) && /^(tokenizer|vocab|merges|special_tokens)/.test(f)).map((f) => join(dir, f));
   }
-  return { dir, step: trainerState.step, config: hf.mdlm?.config, model: hf.model, hfConfig, mdlm: hf.mdlm, tensors, optimizer, trainerState, tokenizerFiles };
+  return { ...loaded, step: trainerState.step, optimizer, trainerState, tokenizerFiles };
 }
 

@@ -205,13 +205,16 @@ export function hfConfigFromModel(m: ModelConfig, opts: HfConfigOptions = {}): R
     vocab_size: m.vocabSize,
     max_position_embeddings: m.seqLen,
     rms_norm_eps: m.normEps,
+    // transformers 5 reads RoPE from rope_parameters; 4.x from rope_theta. Both agree.
     rope_theta: m.ropeTheta,
-    rope_scaling: null,
+    rope_parameters: { rope_type: 'default', rope_theta: m.ropeTheta },
     hidden_act: 'silu',
     tie_word_embeddings: m.tieEmbeddings,
     initializer_range: m.initStd,
     attention_dropout: 0,
+    // transformers 5 calls it dtype, 4.x torch_dtype.
     torch_dtype: opts.torchDtype ?? 'float32',
+    dtype: opts.torchDtype ?? 'float32',
     bos_token_id: opts.bosTokenId ?? null,
     eos_token_id: opts.eosTokenId ?? null,
     use_cache: kind === 'ar',
@@ -263,6 +266,7 @@ export function modelFromHfConfig(json: unknown, source = 'config.json'): ModelF
   const act = c.hidden_act ?? 'silu';
   if (act !== 'silu') bad(`hidden_act ${JSON.stringify(act)} is not supported; mdlm's MLP is SwiGLU (silu)`);
   if (c.rope_scaling !== undefined && c.rope_scaling !== null) bad(`rope_scaling ${JSON.stringify(c.rope_scaling)} is not supported; mdlm implements plain RoPE`);
+  const ropeTheta = ropeThetaOf(c, bad);
   if (c.use_sliding_window === true) bad('use_sliding_window true is not supported; mdlm uses full attention');
   if (c.mlp_bias === true) bad('mlp_bias true is not supported: mdlm MLP projections have no biases');
   if (modelType === 'llama' && c.attention_bias === true) bad('attention_bias true (Llama: biases on q, k, v and o) is not supported; mdlm can hold q/k/v biases only (Qwen2 style)');
@@ -289,7 +293,7 @@ export function modelFromHfConfig(json: unknown, source = 'config.json'): ModelF
     nKvHeads,
     ffnHidden: int('intermediate_size', defaultFfnHidden(dModel)),
     seqLen: int('max_position_embeddings', 2048),
-    ropeTheta: num('rope_theta', 10000),
+    ropeTheta,
     normEps: num('rms_norm_eps', 1e-6),
     qkNorm: modelType === 'qwen3',
     qkvBias: modelType === 'qwen2',
@@ -311,6 +315,30 @@ export function modelFromHfConfig(json: unknown, source = 'config.json'): ModelF
   };
   if (c.mdlm !== undefined) result.mdlm = readMdlmSection(c.mdlm, model, source);
   return result;
+}
+
+/**
+ * RoPE base from transformers 5's `rope_parameters` ({rope_type: 'default', rope_theta}) or the
+ * older top-level `rope_theta`; any scaled RoPE type is refused.
+ */
+function ropeThetaOf(c: Record<string, unknown>, bad: (msg: string) => never): number {
+  const p = c.rope_parameters;
+  let theta = c.rope_theta;
+  if (p !== undefined && p !== null) {
+    if (typeof p !== 'object' || Array.isArray(p)) return bad(`rope_parameters must be an object, got ${JSON.stringify(p)}`);
+    const params = p as Record<string, unknown>;
+    const type = params.rope_type ?? params.type ?? 'default';
+    if (type !== 'default') bad(`rope_parameters.rope_type ${JSON.stringify(type)} is not supported; mdlm implements plain RoPE (rope_type default)`);
+    const other = Object.keys(params).filter((k) => !['rope_type', 'type', 'rope_theta'].includes(k));
+    if (other.length) bad(`rope_parameters has ${other.join(', ')}, which mdlm does not implement (plain RoPE takes rope_theta only)`);
+    if (params.rope_theta !== undefined) {
+      if (theta !== undefined && theta !== params.rope_theta) bad(`rope_theta ${JSON.stringify(theta)} and rope_parameters.rope_theta ${JSON.stringify(params.rope_theta)} disagree`);
+      theta = params.rope_theta;
+    }
+  }
+  theta ??= 10000;
+  if (typeof theta !== 'number' || !(theta > 1)) return bad(`rope_theta must be a number > 1, got ${JSON.stringify(theta)}`);
+  return theta;
 }
 
 function readMdlmSection(v: unknown, model: ModelConfig, source: string): MdlmSection {

@@ -3,7 +3,9 @@ import { Command } from 'commander';
 import { MdlmError } from '../errors.js';
 import { benchCommand } from './bench.js';
 import { dataCommand } from './data.js';
+import { evalCommand } from './eval.js';
 import { probeCommand } from './probe.js';
+import { sampleCommand } from './sample.js';
 import { trainCommand } from './train.js';
 
 export function buildCli(): Command {
@@ -12,6 +14,8 @@ export function buildCli(): Command {
     .showHelpAfterError()
     .exitOverride();
   program.addCommand(trainCommand());
+  program.addCommand(sampleCommand());
+  program.addCommand(evalCommand());
   program.addCommand(dataCommand());
   program.addCommand(probeCommand());
   program.addCommand(benchCommand());

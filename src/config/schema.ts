@@ -48,8 +48,8 @@ export const ObjectiveSchema = z.strictObject({
   tMin: z.number().min(0).default(1e-3).describe('Smallest noise level ε: t ~ U(tMin, tMax). Keeps the 1/t ELBO weight finite.'),
   tMax: z.number().max(1).default(1).describe('Largest noise level: t ~ U(tMin, tMax).'),
   antithetic: z.boolean().default(true).describe('Low-discrepancy t across the batch (stratified: t_i = (u + i/B) mod 1), lowering the variance of the loss.'),
-  weighting: z.enum(WEIGHTINGS).default('elbo').describe("mdlm loss weight: elbo = the schedule's ELBO weight (1/t for linear); empirical = MegaDLMs' 1/p with p the realised masked fraction of the sequence."),
-  varilenProb: z.number().min(0).max(1).default(0).describe('Probability of truncating a training sequence to a random length (MegaDLMs uses 0.01).'),
+  weighting: z.enum(WEIGHTINGS).default('elbo').describe("mdlm loss weight: elbo = the schedule's ELBO weight (1/t for linear); empirical = MegaDLMs' 1/p with p the realised masked fraction of the sequence. Evaluation always reports the ELBO."),
+  varilenProb: z.number().min(0).max(1).default(0).describe('mdlm: probability that a training sequence keeps only a random-length prefix (2..model.seqLen tokens); the rest of its row is out of the loss and of attention. MegaDLMs uses 0.01.'),
   evalNoiseLevels: int(1).default(8).describe('Number of fixed, evenly spaced noise levels t at which the ELBO is evaluated (mdlm eval).'),
   maskTokenId: int(0).optional().describe('Token id of [MASK] (mdlm). Default: model.vocabSize − 1.'),
 });
@@ -169,5 +169,7 @@ export type TrainConfig = z.output<typeof TrainConfigSchema>;
 export type TrainConfigInput = z.input<typeof RawConfigSchema>;
 export type ModelConfig = TrainConfig['model'];
 export type ObjectiveConfig = TrainConfig['objective'];
+/** The objective section as parsed on its own (maskTokenId not yet derived). */
+export type ObjectiveSection = z.output<typeof ObjectiveSchema>;
 export type DataConfig = TrainConfig['data'];
 export type TrainSection = TrainConfig['train'];

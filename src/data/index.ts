@@ -3,7 +3,7 @@ export * from './tokenizer.js';
 export { ByteTokenizer, BYTE_EOS, BYTE_MASK, BYTE_PAD } from './byte.js';
 export { HfTokenizer } from './hf.js';
 export { brownDocuments, brownText, detokenize } from './brown.js';
-export type { TokenSource } from './source.js';
+export { type TokenSource, ArrayTokenSource } from './source.js';
 export * from './shard.js';
 export * from './megatron.js';
 export * from './prepare.js';

@@ -21,6 +21,7 @@ import { fail } from '../errors.js';
 import { philox4x32, RngPurpose, seedKey } from '../rng/philox.js';
 import { brownDocuments } from './brown.js';
 import { ShardWriter, type ShardSummary } from './shard.js';
+import { ArrayTokenSource } from './source.js';
 import { loadTokenizer, type Tokenizer } from './tokenizer.js';
 
 export interface PrepareProgress {
@@ -113,6 +114,24 @@ export async function* readDocuments(path: string, field = 'text', onBytes?: (n:
     } else para.push(line);
   }
   if (para.length) yield para.join('\n');
+}
+
+/**
+ * Tokenise a .txt / .jsonl file or a directory of them (documents as `mdlm data prepare` reads
+ * them), each document followed by EOS.
+ */
+export async function tokenizeText(input: string, tokenizer: Tokenizer, field = 'text'): Promise<ArrayTokenSource> {
+  const ids: number[] = [];
+  for (const file of listInputFiles(input)) {
+    for await (const doc of readDocuments(file, field)) {
+      const docIds = tokenizer.encode(doc);
+      if (docIds.length === 0) continue;
+      for (const id of docIds) ids.push(id);
+      ids.push(tokenizer.eosId);
+    }
+  }
+  if (ids.length === 0) fail('BAD_ARGUMENT', `${input} holds no text to evaluate on`);
+  return new ArrayTokenSource(input, Int32Array.from(ids), tokenizer.vocabSize, tokenizer.eosId);
 }
 
 /** Whether document i goes to val: a pure function of (seed, i). */

@@ -141,15 +141,27 @@ export class LlamaModel {
     this.backend.upload(this.weights, weights);
   }
 
+  /** Forward pass to the logits only (inference: sampling, `mdlm eval --save-logits`). */
+  forwardLogits(): void {
+    const b = this.backend;
+    const N = this.rows;
+    this.embed.forward(b, this.ids, this.streams[0]!, N);
+    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.segIds, this.positions, this.causal));
+    this.finalNorm.forward(b, this.streams[this.cfg.nLayers]!, this.normed, this.rstdFinal, N);
+    this.head.forward(b, this.normed, this.logits, N);
+  }
+
+  /** The [batch·seqLen, vocab] logits of the last forward (waits for the device). */
+  async downloadLogits(): Promise<Float32Array> {
+    return (await this.backend.download(this.logits)) as Float32Array;
+  }
+
   /** Forward pass to the per-token weighted losses; their sum lands in `lossSum`. */
   forward(): void {
     const b = this.backend;
     const N = this.rows;
     const cfg = this.cfg;
-    this.embed.forward(b, this.ids, this.streams[0]!, N);
-    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.segIds, this.positions, this.causal));
-    this.finalNorm.forward(b, this.streams[cfg.nLayers]!, this.normed, this.rstdFinal, N);
-    this.head.forward(b, this.normed, this.logits, N);
+    this.forwardLogits();
     b.run(crossEntropy, { logits: this.logits, targets: this.targets, weights: this.weights, loss: this.tokenLoss, lse: this.lse }, { rows: N, vocab: cfg.vocabSize });
     b.run(reduce, { x: b.view(this.tokenLoss, 0, [1, N]), out: this.lossSum }, { rows: 1, cols: N, kind: 'sum' });
   }
@@ -175,6 +187,17 @@ export class LlamaModel {
     this.finalNorm.backward(b, this.ws, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
     for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.ws, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
     this.embed.backward(b, this.ws, this.ids, this.dStream, N);
+  }
+
+  /** Upload every parameter from host arrays by mdlm name (a checkpoint's tensors). */
+  loadParams(tensors: Readonly<Record<string, Float32Array>>, source: string): void {
+    const host = new Float32Array(this.store.value.size);
+    for (const p of this.store.list) {
+      const t = tensors[p.name];
+      if (!t || t.length !== p.value.size) fail('BAD_FILE', `${source}: parameter '${p.name}' is missing or has ${t?.length ?? 0} values, expected ${p.value.size}`);
+      host.set(t, p.offset);
+    }
+    this.backend.upload(this.store.value, host);
   }
 
   destroy(): void {

@@ -7,7 +7,7 @@ export class ArObjective implements Objective {
   readonly causal = true;
   private ones: Float32Array | null = null;
 
-  prepare(model: LlamaModel, batch: TokenBatch): void {
+  async prepare(model: LlamaModel, batch: TokenBatch): Promise<void> {
     // Targets of −1 (no next token in the same document) are ignored by the loss.
     model.setBatch({ inputs: batch.tokens, targets: batch.targets, segIds: batch.segIds, positions: batch.positions }, this.causal);
     this.ones ??= new Float32Array(batch.tokens.length).fill(1);

@@ -2,16 +2,32 @@
  * Masked diffusion (MDLM / LLaDA / MegaDLMs): bidirectional attention, absorbing [MASK] noise.
  * Per sequence a noise level t ~ U(tMin, tMax) (antithetic across the batch by default); each
  * token is masked with probability 1 − α(t) by the Philox-keyed `diffusion_mask` op, so the same
- * seed masks the same tokens on every backend; masked tokens carry the loss weight w(t), the rest
- * zero; the loss is normalised by the token count.
+ * seed masks the same tokens on every backend; masked tokens carry a loss weight, the rest zero;
+ * the loss is normalised by the token count (batch · seqLen).
+ *
+ * Weighting: `elbo` gives masked tokens the schedule's ELBO weight w(t) (1/t for linear);
+ * `empirical` (MegaDLMs) gives them 1/p, p = the realised masked fraction of the row's real tokens
+ * — read back from the device after masking, so it is exact for the mask the kernel drew.
+ *
+ * Random-length truncation (MegaDLMs' varilen, `varilenProb`): with that probability a training
+ * row keeps only a prefix of random length ℓ ~ U{2..T}; its tail is no token of the loss, is never
+ * masked and sits in its own attention segment, so the prefix is trained exactly as a sequence of
+ * length ℓ. MegaDLMs truncates a whole micro-batch at once because that shortens its tensors;
+ * with fixed shapes nothing is gained that way, so each row draws on its own (same per-sequence
+ * distribution). Draws are Philox-keyed by (seed, step, rank, truncation), like every other draw.
+ *
+ * Evaluation (a fixed t) always uses the ELBO weight and no truncation: it reports the bound.
  */
 import type { Backend } from '../backend/backend.js';
+import { uniformInt } from '../data/loader.js';
 import type { LlamaModel } from '../model/llama.js';
 import { diffusionMask } from '../ops/diffusion_mask.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import type { Tensor } from '../tensor.js';
 import type { Objective, TokenBatch } from './objective.js';
 import { type Schedule, type ScheduleName, makeSchedule } from './schedules.js';
+
+export type Weighting = 'elbo' | 'empirical';
 
 export interface MdlmOptions {
   readonly maskId: number;
@@ -21,6 +37,17 @@ export interface MdlmOptions {
   readonly tMin: number;
   readonly tMax: number;
   readonly antithetic: boolean;
+  readonly weighting: Weighting;
+  /** Probability that a training row is truncated to a random length. */
+  readonly varilenProb: number;
+  /** Number of fixed noise levels of the ELBO evaluation. */
+  readonly evalNoiseLevels: number;
+}
+
+/** The rows as the noising sees them: tokens past a row's kept length are −1 (padding). */
+interface NoisingRows {
+  readonly tokens: Int32Array;
+  readonly segIds: Int32Array;
 }
 
 export class MdlmObjective implements Objective {
@@ -46,21 +73,60 @@ export class MdlmObjective implements Objective {
     return t;
   }
 
-  prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number, fixedT?: number): void {
-    const tokens = batch.tokens;
-    model.setBatch({ inputs: tokens, targets: tokens, segIds: batch.segIds, positions: batch.positions }, this.causal);
+  /** The evaluation's noise levels: midpoints of `evalNoiseLevels` equal slices of [tMin, tMax]. */
+  evalNoiseLevels(): number[] {
+    const { tMin, tMax, evalNoiseLevels: n } = this.opts;
+    return Array.from({ length: n }, (_, k) => tMin + ((k + 0.5) / n) * (tMax - tMin));
+  }
+
+  /**
+   * Kept length of each row at `step`: seqLen, or with probability varilenProb a length drawn
+   * uniformly from 2..seqLen. Every row draws the same number of words whatever the outcome.
+   */
+  keptLengths(batch: number, seqLen: number, step: number, rank: number): Int32Array {
+    const lengths = new Int32Array(batch).fill(seqLen);
+    if (this.opts.varilenProb <= 0 || seqLen < 3) return lengths;
+    const rng = new PhiloxStream(this.opts.seed, RngPurpose.truncation, step, rank);
+    for (let b = 0; b < batch; b++) {
+      const truncate = rng.uniform() < this.opts.varilenProb;
+      const length = 2 + uniformInt(rng, seqLen - 1);
+      if (truncate) lengths[b] = length;
+    }
+    return lengths;
+  }
+
+  /**
+   * Noise the batch for `step` into the model's ids and weights. `fixedT` (evaluation): every row
+   * at that noise level, ELBO weights, no truncation.
+   */
+  async prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number, fixedT?: number): Promise<void> {
+    const B = batch.batchSize;
+    const T = batch.seqLen;
+    const training = fixedT === undefined;
+    const lengths = training ? this.keptLengths(B, T, step, rank) : undefined;
+    const rows = lengths ? truncateRows(batch, lengths) : batch;
+    model.setBatch({ inputs: rows.tokens, targets: rows.tokens, segIds: rows.segIds, positions: batch.positions }, this.causal);
     const b = model.backend;
-    const bufs = this.buffersFor(b, batch.batchSize, batch.seqLen);
-    const t = fixedT === undefined ? this.noiseLevels(batch.batchSize, step, rank) : new Float64Array(batch.batchSize).fill(fixedT);
-    b.upload(bufs.tokens, tokens);
+    const bufs = this.buffersFor(b, B, T);
+    const t = training ? this.noiseLevels(B, step, rank) : new Float64Array(B).fill(fixedT);
+    const empirical = training && this.opts.weighting === 'empirical';
+    b.upload(bufs.tokens, rows.tokens);
     b.upload(bufs.maskProb, Float32Array.from(t, (x) => this.schedule.maskProb(x)));
-    b.upload(bufs.lossWeight, Float32Array.from(t, (x) => this.schedule.weight(x)));
-    const shape = [batch.batchSize, batch.seqLen];
+    b.upload(bufs.lossWeight, Float32Array.from(t, (x) => (empirical ? 1 : this.schedule.weight(x))));
+    const shape = [B, T];
     b.run(
       diffusionMask,
       { tokens: bufs.tokens, maskProb: bufs.maskProb, lossWeight: bufs.lossWeight, noised: b.view(model.ids, 0, shape), mask: bufs.mask, weights: b.view(model.weights, 0, shape) },
-      { batch: batch.batchSize, seqLen: batch.seqLen, seed: this.opts.seed, step, rank, maskId: this.opts.maskId },
+      { batch: B, seqLen: T, seed: this.opts.seed, step, rank, maskId: this.opts.maskId },
     );
+    // The kernel copies padding (−1) through; truncated tails need a real id for the embedding.
+    lengths?.forEach((len, row) => {
+      if (len < T) b.upload(b.view(model.ids, row * T + len, [T - len]), new Int32Array(T - len).fill(this.opts.maskId));
+    });
+    if (empirical) {
+      const mask = (await b.download(bufs.mask)) as Int32Array;
+      b.upload(b.view(model.weights, 0, shape), empiricalWeights(mask, rows.tokens, B, T));
+    }
   }
 
   private buffersFor(b: Backend, batch: number, seqLen: number) {
@@ -74,4 +140,38 @@ export class MdlmObjective implements Objective {
     }
     return this.buffers;
   }
+}
+
+/** Rows cut to their kept lengths: the tail becomes padding (−1) in a segment of its own. */
+export function truncateRows(batch: TokenBatch, lengths: Int32Array): NoisingRows {
+  const T = batch.seqLen;
+  if (lengths.every((len) => len === T)) return batch;
+  const tokens = batch.tokens.slice();
+  const segIds = batch.segIds.slice();
+  lengths.forEach((len, row) => {
+    if (len === T) return;
+    const o = row * T;
+    tokens.fill(-1, o + len, o + T);
+    segIds.fill(segIds[o + len - 1]! + 1, o + len, o + T);
+  });
+  return { tokens, segIds };
+}
+
+/**
+ * MegaDLMs' empirical weights: 1/p at masked positions, p = masked / real tokens of the row
+ * (padding, token −1, is neither); 0 elsewhere.
+ */
+export function empiricalWeights(mask: Int32Array, tokens: Int32Array, batch: number, seqLen: number): Float32Array {
+  const weights = new Float32Array(batch * seqLen);
+  for (let row = 0; row < batch; row++) {
+    const o = row * seqLen;
+    let real = 0;
+    let masked = 0;
+    for (let i = o; i < o + seqLen; i++) {
+      if (tokens[i]! >= 0) real++;
+      if (mask[i]) masked++;
+    }
+    if (masked > 0) for (let i = o; i < o + seqLen; i++) if (mask[i]) weights[i] = real / masked;
+  }
+  return weights;
 }

@@ -22,6 +22,9 @@ export interface TokenBatch {
 export interface Objective {
   readonly name: 'ar' | 'mdlm';
   readonly causal: boolean;
-  /** Put the batch on the device for `step` (noise keyed by seed, step and rank). */
-  prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number): void;
+  /**
+   * Put the batch on the device for `step` (noise keyed by seed, step and rank). Async because
+   * some options (mdlm's empirical weighting) read the realised noise back from the device.
+   */
+  prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number): Promise<void>;
 }

@@ -11,8 +11,8 @@ import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/
 import { fromHfTensors } from '../checkpoint/hf.js';
 import { openTensors } from '../checkpoint/safetensors.js';
 import { flopsPerToken } from '../config/model-size.js';
-import type { TrainConfig } from '../config/schema.js';
-import { type BatchLoader, type LoaderState, createLoader, evalBatches, evalBatchCount } from '../data/loader.js';
+import type { ObjectiveSection, TrainConfig } from '../config/schema.js';
+import { type BatchLoader, type LoaderState, createLoader } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
 import { MdlmError, fail } from '../errors.js';
@@ -22,6 +22,7 @@ import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective, TokenBatch } from '../objectives/objective.js';
 import { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
+import { evaluateModel } from './evaluate.js';
 
 export interface TrainerOptions {
   readonly config: TrainConfig;
@@ -90,17 +91,7 @@ export class Trainer {
     }
     const maskId = this.maskId();
     this.model = new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed);
-    this.objective =
-      cfg.objective.kind === 'ar'
-        ? new ArObjective()
-        : new MdlmObjective({
-            maskId, seed: cfg.train.seed, schedule: cfg.objective.schedule, exponent: cfg.objective.exponent,
-            tMin: cfg.objective.tMin, tMax: cfg.objective.tMax, antithetic: cfg.objective.antithetic,
-          });
-    if (cfg.objective.kind === 'mdlm' && cfg.objective.weighting !== 'elbo') {
-      fail('BAD_CONFIG', `objective.weighting '${cfg.objective.weighting}' is not implemented yet; use elbo`);
-    }
-    if (cfg.objective.varilenProb > 0) fail('BAD_CONFIG', 'objective.varilenProb > 0 (random-length truncation) is not implemented yet; set it to 0');
+    this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     this.optimizer = new AdamW(this.model.store, {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
     });
@@ -138,7 +129,7 @@ export class Trainer {
     const latest = latestCheckpoint(this.cfg.out);
     if (!latest) return false;
     const ck = loadCheckpoint(latest.dir, { model: this.cfg.model });
-    this.uploadParams(ck.tensors, latest.dir);
+    this.model.loadParams(ck.tensors, latest.dir);
     const b = this.opts.backend;
     for (const [name, dst] of [['m', this.optimizer.m], ['v', this.optimizer.v]] as const) {
       const t = ck.optimizer[name];
@@ -156,19 +147,8 @@ export class Trainer {
   /** Initialise parameters from a Hugging Face (or mdlm) checkpoint directory with the same shapes. */
   initFrom(dir: string): void {
     const tensors = fromHfTensors(this.cfg.model, openTensors(dir), dir);
-    this.uploadParams(tensors, dir);
+    this.model.loadParams(tensors, dir);
     this.opts.log(`initialised parameters from ${dir}`);
-  }
-
-  private uploadParams(tensors: Readonly<Record<string, Float32Array>>, source: string): void {
-    const store = this.model.store;
-    const host = new Float32Array(store.value.size);
-    for (const p of store.list) {
-      const t = tensors[p.name];
-      if (!t || t.length !== p.value.size) fail('BAD_FILE', `${source}: parameter '${p.name}' is missing or has ${t?.length ?? 0} values, expected ${p.value.size}`);
-      host.set(t, p.offset);
-    }
-    this.opts.backend.upload(store.value, host);
   }
 
   async save(): Promise<string> {
@@ -192,27 +172,10 @@ export class Trainer {
     const val = this.opts.val;
     if (!val) return undefined;
     const cfg = this.cfg;
-    const eo = { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode };
-    const count = Math.min(cfg.train.evalBatches, evalBatchCount(val, eo));
-    const levels = this.objective instanceof MdlmObjective ? cfg.objective.evalNoiseLevels : 1;
-    let sum = 0;
-    let n = 0;
-    for (const batch of evalBatches(val, { ...eo, maxBatches: count })) {
-      for (let k = 0; k < levels; k++) {
-        if (this.objective instanceof MdlmObjective) {
-          // Midpoints of `levels` equal slices of [tMin, tMax]; masks keyed by a fixed eval stream.
-          const t = cfg.objective.tMin + ((k + 0.5) / levels) * (cfg.objective.tMax - cfg.objective.tMin);
-          this.objective.prepare(this.model, batch, 2 ** 31 + n, 0, t);
-        } else {
-          this.objective.prepare(this.model, batch, 0, 0);
-        }
-        this.model.forward();
-        sum += await this.model.loss();
-        n++;
-      }
-    }
-    const valLoss = sum / n;
-    return { step: this.step, val_loss: valLoss, val_ppl: Math.exp(valLoss), val_tokens: count * cfg.train.batchSize * cfg.model.seqLen };
+    const e = await evaluateModel(this.model, this.objective, val, {
+      seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, maxBatches: cfg.train.evalBatches,
+    });
+    return { step: this.step, val_loss: e.loss, val_ppl: e.ppl, val_tokens: e.tokens };
   }
 
   async run(): Promise<TrainResult> {
@@ -233,7 +196,7 @@ export class Trainer {
       let loss = 0;
       for (let micro = 0; micro < t.gradAccum; micro++) {
         const batch: TokenBatch = this.loader.next();
-        this.objective.prepare(this.model, batch, this.step * t.gradAccum + micro, 0);
+        await this.objective.prepare(this.model, batch, this.step * t.gradAccum + micro, 0);
         this.model.forward();
         this.model.backward();
         loss += (await this.model.loss()) / t.gradAccum;
@@ -275,4 +238,13 @@ export class Trainer {
     this.optimizer.destroy();
     this.model.destroy();
   }
+}
+
+/** The objective a config section describes; `maskId` is the [MASK] id, checked by the caller. */
+export function createObjective(o: ObjectiveSection, seed: number, maskId: number): Objective {
+  if (o.kind === 'ar') return new ArObjective();
+  return new MdlmObjective({
+    maskId, seed, schedule: o.schedule, exponent: o.exponent, tMin: o.tMin, tMax: o.tMax, antithetic: o.antithetic,
+    weighting: o.weighting, varilenProb: o.varilenProb, evalNoiseLevels: o.evalNoiseLevels,
+  });
 }

@@ -5,9 +5,10 @@ import { describe, expect, test } from 'vitest';
 import { MdlmError } from '../../src/errors.js';
 import { resolveConfig } from '../../src/config/load.js';
 import type { TrainConfig } from '../../src/config/schema.js';
-import { paramSpecs } from '../../src/checkpoint/hf.js';
+import { paramSpecs, toHfTensors } from '../../src/checkpoint/hf.js';
+import { writeSafetensors } from '../../src/checkpoint/safetensors.js';
 import {
-  latestCheckpoint, listCheckpoints, loadCheckpoint, saveCheckpoint, stepDirName, type CheckpointData,
+  latestCheckpoint, listCheckpoints, loadCheckpoint, loadModel, resolveModelDir, saveCheckpoint, stepDirName, type CheckpointData,
 } from '../../src/checkpoint/checkpoint.js';
 
 const root = mkdtempSync(join(tmpdir(), 'mdlm-ckpt-'));
@@ -153,5 +154,41 @@ describe('crashes and corruption', () => {
     writeFileSync(p, bytes);
     expect(err(() => loadCheckpoint(dir, { model: { ...config.model, nLayers: 3 } }), 'BAD_CONFIG')).toMatch(/model\.nLayers is 2 there, 3 here/);
     expect(err(() => loadCheckpoint(join(out, 'step-0000009')), 'NOT_FOUND')).toMatch(/does not exist/);
+  });
+});
+
+describe('model directories', () => {
+  test("a transformers 5 save_pretrained directory loads as a model (no training state); a run's out dir resolves to its newest checkpoint", () => {
+    const dir = join(root, 'hf-model');
+    mkdirSync(dir);
+    const m = config.model;
+    const d = data(1);
+    // What LlamaForCausalLM.save_pretrained writes (transformers 5: rope_parameters and dtype; tied head not stored).
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({
+      architectures: ['LlamaForCausalLM'], attention_bias: false, attention_dropout: 0.0, bos_token_id: null, dtype: 'float32', eos_token_id: 256,
+      head_dim: m.dModel / m.nHeads, hidden_act: 'silu', hidden_size: m.dModel, initializer_range: 0.02, intermediate_size: m.ffnHidden,
+      max_position_embeddings: m.seqLen, mlp_bias: false, model_type: 'llama', num_attention_heads: m.nHeads, num_hidden_layers: m.nLayers,
+      num_key_value_heads: m.nKvHeads, pad_token_id: null, pretraining_tp: 1, rms_norm_eps: 1e-5, rope_parameters: { rope_theta: 5000.0, rope_type: 'default' },
+      tie_word_embeddings: true, transformers_version: '5.17.0', use_cache: true, vocab_size: m.vocabSize,
+    }));
+    writeSafetensors(join(dir, 'model.safetensors'), toHfTensors(m, d.tensors), { metadata: { format: 'pt' } });
+    expect(resolveModelDir(dir)).toBe(dir);
+    const loaded = loadModel(dir);
+    expect(loaded.model).toEqual({ ...m, ropeTheta: 5000 });
+    expect(loaded.mdlm).toBeUndefined();
+    expect(loaded.eosTokenId).toBe(256);
+    for (const [name, t] of Object.entries(d.tensors)) expect(bits(loaded.tensors[name]!)).toEqual(bits(t));
+    expect(err(() => loadCheckpoint(dir), 'BAD_FILE')).toMatch(/trainer_state\.json is missing/);
+
+    const out = outDir();
+    saveCheckpoint(out, data(1));
+    saveCheckpoint(out, data(2));
+    expect(resolveModelDir(out)).toBe(join(out, stepDirName(2)));
+    truncateSync(join(out, stepDirName(2), 'model.safetensors'), 100);
+    expect(resolveModelDir(out)).toBe(join(out, stepDirName(1)));
+    expect(err(() => resolveModelDir(join(root, 'nowhere')), 'NOT_FOUND')).toMatch(/does not exist/);
+    const empty = outDir();
+    mkdirSync(empty);
+    expect(err(() => resolveModelDir(empty), 'NOT_FOUND')).toMatch(/no config\.json and no step-\* checkpoint/);
   });
 });

@@ -131,6 +131,20 @@ describe('config.json', () => {
     expect(r.mdlm).toBeUndefined();
   });
 
+  test('RoPE and dtype in both transformers 4 (rope_theta, torch_dtype) and 5 (rope_parameters, dtype) spellings', () => {
+    const j = hfConfigFromModel(tinyModel({ ropeTheta: 500000 })) as Record<string, unknown>;
+    expect(j).toMatchObject({ rope_theta: 500000, rope_parameters: { rope_type: 'default', rope_theta: 500000 }, torch_dtype: 'float32', dtype: 'float32' });
+    expect(j).not.toHaveProperty('rope_scaling');
+    const { rope_theta: _theta, mdlm: _mdlm, ...v5 } = j;
+    expect(modelFromHfConfig(v5).model.ropeTheta).toBe(500000);
+    expect(modelFromHfConfig({ ...v5, rope_parameters: { rope_type: 'default' }, rope_theta: 2500 }).model.ropeTheta).toBe(2500);
+    expect(modelFromHfConfig({ ...v5, rope_parameters: undefined }).model.ropeTheta).toBe(10000);
+    const e = (over: object) => err(() => modelFromHfConfig({ ...v5, ...over }, 'x/config.json'), 'BAD_FILE');
+    expect(e({ rope_parameters: { rope_type: 'yarn', rope_theta: 1e4, factor: 4 } })).toMatch(/rope_type "yarn" is not supported/);
+    expect(e({ rope_parameters: { rope_type: 'default', rope_theta: 1e4, partial_rotary_factor: 0.5 } })).toMatch(/partial_rotary_factor/);
+    expect(e({ rope_theta: 1e4, rope_parameters: { rope_theta: 2e4 } })).toMatch(/disagree/);
+  });
+
   test('configs mdlm cannot represent are refused with the reason', () => {
     const base = hfConfigFromModel(tinyModel()) as Record<string, unknown>;
     delete base.mdlm;

@@ -1,0 +1,163 @@
+/**
+ * `mdlm eval`: loss and perplexity of a model on data (ar: next-token cross-entropy; mdlm: the
+ * ELBO bound at the objective's fixed noise levels — the trainer's eval, src/train/evaluate.ts),
+ * and `--save-logits`: one forward on given ids written as safetensors (ids I32 [T], logits
+ * F32 [T, vocab]) — what bench/hf_interop.py compares with Hugging Face transformers.
+ */
+import { existsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { Command } from 'commander';
+import type { Backend } from '../backend/backend.js';
+import { writeSafetensors } from '../checkpoint/safetensors.js';
+import { ObjectiveSchema } from '../config/schema.js';
+import { META_FILE, isMegatronDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
+import type { TokenSource } from '../data/source.js';
+import { fail } from '../errors.js';
+import { modelLogits } from '../model/logits.js';
+import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { type Evaluation, evaluateModel } from '../train/evaluate.js';
+import { createObjective } from '../train/trainer.js';
+import { type OpenedModel, buildModel, openModel, requireTokenizer } from './model.js';
+import { choiceOption, intOption } from './options.js';
+
+type ObjectiveKind = 'ar' | 'mdlm';
+
+interface EvalFlags {
+  model: string;
+  data?: string;
+  split: 'train' | 'val';
+  field: string;
+  objective?: ObjectiveKind;
+  json?: boolean;
+  batches?: number;
+  batchSize?: number;
+  seqLen?: number;
+  tokenizer?: string;
+  backend: string;
+  saveLogits?: string;
+  ids?: string;
+  text?: string;
+}
+
+export function evalCommand(): Command {
+  return new Command('eval')
+    .description('Loss and perplexity (ar) or its ELBO bound (mdlm) of a model on data; --save-logits writes the logits of one forward')
+    .requiredOption('--model <dir>', "checkpoint directory, a run's --out directory, or a Hugging Face Llama/Qwen model directory")
+    .option('--data <path>', 'a .txt/.jsonl file or folder (tokenised with the model\'s tokenizer), a prepared dataset directory, a token shard or a Megatron .bin/.idx prefix')
+    .option('--split <name>', 'which split of a prepared dataset directory: val | train', choiceOption('--split', ['val', 'train'] as const), 'val')
+    .option('--field <name>', 'JSONL field holding the text', 'text')
+    .option('--objective <kind>', "ar | mdlm (default: the checkpoint's; ar for a plain Hugging Face model)", choiceOption('--objective', ['ar', 'mdlm'] as const))
+    .option('--batches <n>', 'evaluate at most this many batches (default: all)', intOption('--batches', 1))
+    .option('--batch-size <n>', "rows per batch (default: the run's train.batchSize, else 8)", intOption('--batch-size', 1))
+    .option('--seq-len <n>', "tokens per row (default: the model's context)", intOption('--seq-len', 1))
+    .option('--tokenizer <spec>', 'tokenizer (byte | gpt2 | path) when the model directory has none')
+    .option('--backend <name>', 'auto | cpu | webgpu | cuda', 'auto')
+    .option('--json', 'print one JSON object on stdout')
+    .option('--save-logits <file>', 'run one forward and write ids and logits to this .safetensors file')
+    .option('--ids <list>', 'with --save-logits: comma-separated token ids')
+    .option('--text <text>', "with --save-logits: text, tokenised with the model's tokenizer")
+    .action(async (o: EvalFlags) => {
+      if (!o.data && !o.saveLogits) fail('BAD_ARGUMENT', 'nothing to do: pass --data PATH to evaluate, and/or --save-logits FILE with --ids or --text');
+      if (o.saveLogits && (o.ids === undefined) === (o.text === undefined)) fail('BAD_ARGUMENT', '--save-logits needs exactly one of --ids 1,2,3 or --text TEXT');
+      if (!o.saveLogits && (o.ids !== undefined || o.text !== undefined)) fail('BAD_ARGUMENT', '--ids and --text go with --save-logits FILE');
+      const m = await openModel(o.model, o.tokenizer);
+      const objective: ObjectiveKind = o.objective ?? m.objective;
+      const logitIds = o.saveLogits ? parseLogitIds(m, o) : undefined;
+      const source = o.data ? await openEvalData(m, o) : undefined;
+      const log = (line: string): void => {
+        if (!o.json) console.error(line);
+      };
+      const backend = await createBackend(parseBackendChoice(o.backend));
+      const report: Record<string, unknown> = { model: m.loaded.dir, objective, backend: backend.name };
+      try {
+        log(`model: ${m.loaded.dir} (${objective}; d ${m.loaded.model.dModel}, ${m.loaded.model.nLayers} layers, vocab ${m.loaded.model.vocabSize}) on ${backend.description}`);
+        if (source) {
+          const e = await evaluate(backend, m, objective, source, o, log);
+          Object.assign(report, { loss: e.loss, ppl: e.ppl, tokens: e.tokens, batches: e.batches, noise_levels: e.noiseLevels, data: source.path });
+          const bound = objective === 'mdlm';
+          if (!o.json) console.log(`${bound ? 'ELBO' : 'loss'} ${e.loss.toFixed(4)} nats/token  ppl${bound ? ' ≤' : ''} ${e.ppl.toFixed(3)}  (${e.tokens} tokens${bound ? `, ${e.noiseLevels} noise levels` : ''})`);
+        }
+        if (logitIds && o.saveLogits) {
+          await saveLogits(backend, m, objective, logitIds, o.saveLogits);
+          report.logits_file = o.saveLogits;
+          report.logits_tokens = logitIds.length;
+          log(`wrote ${o.saveLogits}: ids [${logitIds.length}], logits [${logitIds.length}, ${m.loaded.model.vocabSize}] (${objective === 'ar' ? 'causal' : 'bidirectional'} attention)`);
+        }
+      } finally {
+        backend.destroy();
+      }
+      if (o.json) console.log(JSON.stringify(report));
+    });
+}
+
+function parseLogitIds(m: OpenedModel, o: EvalFlags): Int32Array {
+  const vocab = m.loaded.model.vocabSize;
+  let ids: number[];
+  if (o.ids !== undefined) {
+    ids = o.ids.split(',').map((s) => s.trim()).filter((s) => s !== '').map((s) => {
+      const v = Number(s);
+      if (!Number.isInteger(v) || v < 0 || v >= vocab) fail('BAD_ARGUMENT', `--ids: "${s}" is not a token id in [0, ${vocab})`);
+      return v;
+    });
+  } else ids = requireTokenizer(m, '--text').encode(o.text!);
+  if (ids.length === 0) fail('BAD_ARGUMENT', `--save-logits: no tokens to run (--ids or --text is empty)`);
+  if (ids.length > m.loaded.model.seqLen) fail('BAD_ARGUMENT', `--save-logits: ${ids.length} tokens exceed the model's context of ${m.loaded.model.seqLen}`);
+  return Int32Array.from(ids);
+}
+
+/** The data as a token source: prepared directory (one split), shard / Megatron dataset, or text tokenised here. */
+async function openEvalData(m: OpenedModel, o: EvalFlags): Promise<TokenSource> {
+  const path = o.data!;
+  if (!existsSync(path) && !isMegatronDataset(path)) fail('NOT_FOUND', `--data ${path} does not exist`);
+  let source: TokenSource;
+  if (existsSync(join(path, META_FILE))) {
+    const d = await openPreparedData(path);
+    const tok = m.tokenizer;
+    if (tok && (tok.vocabSize !== d.tokenizer.vocabSize || tok.eosId !== d.tokenizer.eosId)) {
+      fail('BAD_CONFIG', `${path} was prepared with the ${d.tokenizer.name} tokenizer (vocab ${d.tokenizer.vocabSize}, EOS ${d.tokenizer.eosId}), the model uses ${tok.name} (vocab ${tok.vocabSize}, EOS ${tok.eosId}); prepare the data with the model's tokenizer`);
+    }
+    source = o.split === 'val' ? d.val : d.train;
+  } else if (isMegatronDataset(path) || (statSync(path).isFile() && path.endsWith('.bin'))) {
+    source = openTokenSource(path);
+  } else {
+    source = await tokenizeText(path, requireTokenizer(m, 'tokenising --data text'), o.field);
+  }
+  if (source.vocabSize !== undefined && source.vocabSize > m.loaded.model.vocabSize) {
+    fail('BAD_CONFIG', `${source.path} holds token ids up to ${source.vocabSize - 1}, beyond the model's vocabulary of ${m.loaded.model.vocabSize}`);
+  }
+  return source;
+}
+
+async function evaluate(backend: Backend, m: OpenedModel, kind: ObjectiveKind, source: TokenSource, o: EvalFlags, log: (line: string) => void): Promise<Evaluation> {
+  const run = m.loaded.config;
+  const seqLen = o.seqLen ?? m.loaded.model.seqLen;
+  if (seqLen > m.loaded.model.seqLen) fail('BAD_ARGUMENT', `--seq-len ${seqLen} exceeds the model's context of ${m.loaded.model.seqLen}`);
+  const windows = Math.floor((source.length - 1) / seqLen);
+  if (windows < 1) fail('BAD_ARGUMENT', `${source.path} holds ${source.length} tokens, fewer than one row of --seq-len ${seqLen} + 1; lower --seq-len or give more data`);
+  const batchSize = Math.min(o.batchSize ?? run?.train.batchSize ?? 8, windows);
+  const canPack = source.eosId !== undefined || source.documentStarts !== undefined;
+  const mode = canPack ? (run?.data.mode ?? 'packed') : 'window';
+  // The run's objective settings (schedule, noise levels, seed), so the ELBO is the trainer's.
+  const section = run && run.objective.kind === kind ? run.objective : ObjectiveSchema.parse({ kind });
+  const objective = createObjective(section, run?.train.seed ?? 0, m.maskId);
+  const model = buildModel(backend, m, batchSize, seqLen);
+  try {
+    log(`data: ${source.path}: ${source.length} tokens; batches of ${batchSize} × ${seqLen} (${mode})`);
+    return await evaluateModel(model, objective, source, { seqLen, batchSize, mode, ...(o.batches ? { maxBatches: o.batches } : {}) });
+  } finally {
+    model.destroy();
+  }
+}
+
+async function saveLogits(backend: Backend, m: OpenedModel, kind: ObjectiveKind, ids: Int32Array, file: string): Promise<void> {
+  const model = buildModel(backend, m, 1, ids.length);
+  try {
+    const logits = await modelLogits(model, kind === 'ar')(ids, 1, ids.length);
+    writeSafetensors(file, {
+      ids: { dtype: 'I32', shape: [ids.length], data: ids },
+      logits: { dtype: 'F32', shape: [ids.length, m.loaded.model.vocabSize], data: logits },
+    }, { metadata: { producer: 'mdlm', model: m.loaded.dir, objective: kind } });
+  } finally {
+    model.destroy();
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * Evaluation over a fixed, deterministic sequence of batches (`evalBatches`): the trainer's
+ * periodic eval and `mdlm eval` both run this.
+ *
+ *   ar:   mean next-token cross-entropy over the positions that have a target (ppl = exp).
+ *   mdlm: the ELBO per token at the objective's fixed noise levels (midpoints of equal slices of
+ *         [tMin, tMax]), with ELBO weights whatever the training weighting, masks drawn from a
+ *         fixed eval stream — exp of it bounds the perplexity from above.
+ */
+import type { LoaderMode } from '../data/loader.js';
+import { evalBatchCount, evalBatches } from '../data/loader.js';
+import type { TokenSource } from '../data/source.js';
+import type { LlamaModel } from '../model/llama.js';
+import { MdlmObjective } from '../objectives/mdlm.js';
+import type { Objective, TokenBatch } from '../objectives/objective.js';
+
+export interface EvaluateOptions {
+  readonly seqLen: number;
+  readonly batchSize: number;
+  readonly mode: LoaderMode;
+  /** At most this many batches (default: every full batch of the source). */
+  readonly maxBatches?: number;
+}
+
+export interface Evaluation {
+  /** Mean loss per scored token (nats). */
+  readonly loss: number;
+  /** exp(loss): the perplexity (ar) or its ELBO bound (mdlm). */
+  readonly ppl: number;
+  /** Tokens scored (ar: positions with a next token; mdlm: every token). */
+  readonly tokens: number;
+  readonly batches: number;
+  /** Noise levels per batch (1 for ar). */
+  readonly noiseLevels: number;
+}
+
+/** First counter step of the eval masks: far from any training step, the same at every eval. */
+const EVAL_STEP_BASE = 2 ** 31;
+
+export async function evaluateModel(model: LlamaModel, objective: Objective, source: TokenSource, opts: EvaluateOptions): Promise<Evaluation> {
+  if (model.rows !== opts.batchSize * opts.seqLen) {
+    throw new Error(`evaluateModel: the model holds ${model.rows} rows, the batches ${opts.batchSize}·${opts.seqLen}`);
+  }
+  const count = evalBatchCount(source, opts);
+  const levels = objective instanceof MdlmObjective ? objective.evalNoiseLevels() : [undefined];
+  let lossSum = 0;
+  let tokens = 0;
+  let pass = 0;
+  for (const batch of evalBatches(source, { ...opts, maxBatches: count })) {
+    for (const t of levels) {
+      if (objective instanceof MdlmObjective) await objective.prepare(model, batch, EVAL_STEP_BASE + pass, 0, t);
+      else await objective.prepare(model, batch, 0, 0);
+      model.forward();
+      lossSum += (await model.loss()) * model.rows;
+      tokens += scoredTokens(objective, batch);
+      pass++;
+    }
+  }
+  const loss = lossSum / tokens;
+  return { loss, ppl: Math.exp(loss), tokens: tokens / levels.length, batches: count, noiseLevels: levels.length };
+}
+
+function scoredTokens(objective: Objective, batch: TokenBatch): number {
+  if (objective.name === 'mdlm') return batch.tokens.length;
+  let n = 0;
+  for (const t of batch.targets) if (t >= 0) n++;
+  return n;
+}
