@@ -58,17 +58,11 @@ __device__ __forceinline__ float load1(const T* p) { return to_float(*p); }
 template <typename T>
 __device__ __forceinline__ void store1(T* p, float v) { *p = from_float<T>(v); }
 
-// Sum / max over the 32 lanes of a warp. The xor butterfly adds the same two values in every lane
+// Sum over the 32 lanes of a warp. The xor butterfly adds the same two values in every lane
 // at every step (a + b == b + a bitwise), so all lanes hold the same bits: deterministic.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 

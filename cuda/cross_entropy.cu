@@ -173,15 +173,12 @@ MDLM_OP(cross_entropy) {
   const void* logits = call.arg("logits").ptr;
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    // Rows start anywhere: each finds its own 16-byte boundary.
-    with_vec<T>(true, [&](auto vec) {
-      constexpr int VEC = decltype(vec)::value;
-      cross_entropy_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
-          static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
-          static_cast<const T*>(call.arg("weights").ptr), static_cast<T*>(call.arg("loss").ptr),
-          static_cast<float*>(call.arg("lse").ptr), vocab);
-      check_launch(call.op.c_str());
-    });
+    constexpr int VEC = kVec16<T>;  // always: each row finds its own 16-byte boundary
+    cross_entropy_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
+        static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
+        static_cast<const T*>(call.arg("weights").ptr), static_cast<T*>(call.arg("loss").ptr),
+        static_cast<float*>(call.arg("lse").ptr), vocab);
+    check_launch(call.op.c_str());
   });
 }
 
