@@ -6,11 +6,16 @@
  * cross_entropy_backward: dlogits = dloss · weight · (softmax(logits) − onehot(target)), 0 rows
  * where ignored; it takes the forward's lse so the softmax is one exp per element.
  *
- * Targets ≥ vocab are a data error: the reference throws. The kernels cannot throw, so they
- * treat such rows as ignored (and never read out of bounds); the data loader validates token ids.
+ * lse is f32 whatever the float dtype: the backward subtracts it from every logit before the exp,
+ * and a bf16 lse (~11 ± 0.03) would skew every softmax entry of the row by up to 3%.
+ *
+ * Targets ≥ vocab are a data error: the reference throws. The kernels cannot throw and never read
+ * out of bounds: the WGSL kernels treat such rows as ignored; the CUDA kernels write a NaN loss
+ * and a NaN dlogits row, so the step's loss cannot pass for a good one. The data loader
+ * validates token ids.
  */
 import { fail } from '../errors.js';
-import { type RefArray, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, type RefArray, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
 export interface CrossEntropyAttrs {
@@ -97,8 +102,9 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
     { name: 'targets', role: 'in', dtype: 'i32' },
     { name: 'weights', role: 'in', dtype: 'float' },
     { name: 'loss', role: 'out', dtype: 'float' },
-    { name: 'lse', role: 'out', dtype: 'float' },
+    { name: 'lse', role: 'out', dtype: 'f32' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: validate('cross_entropy'),
   shapes: ({ rows, vocab }) => ({ logits: [rows, vocab], targets: [rows], weights: [rows], loss: [rows], lse: [rows] }),
   reference({ logits, targets, weights, loss, lse }, { rows, vocab }) {
@@ -112,7 +118,7 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
   cases: forwardCases,
   sample: sampleInputs,
   // A sum of `vocab` exps per row (f32, tree-reduced), then a log.
-  tolerance: { f32: 1e-5 },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
 });
 
 export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
@@ -122,10 +128,11 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
     { name: 'logits', role: 'in', dtype: 'float' },
     { name: 'targets', role: 'in', dtype: 'i32' },
     { name: 'weights', role: 'in', dtype: 'float' },
-    { name: 'lse', role: 'in', dtype: 'float' },
+    { name: 'lse', role: 'in', dtype: 'f32' },
     { name: 'dloss', role: 'in', dtype: 'float' },
     { name: 'dlogits', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: validate('cross_entropy_backward'),
   shapes: ({ rows, vocab }) => ({
     logits: [rows, vocab], targets: [rows], weights: [rows], lse: [rows], dloss: [rows], dlogits: [rows, vocab],
@@ -148,7 +155,7 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
     return { ...inputs, lse: saved.lse, dloss: randn(rng, attrs.rows) };
   },
   // One exp per element against a given lse.
-  tolerance: { f32: 1e-5 },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
   gradient: gradientOf({
     forward: crossEntropy,
     forwardAttrs: (a: CrossEntropyAttrs) => a,

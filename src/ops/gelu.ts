@@ -3,7 +3,7 @@
  *   gelu(x) = ½·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))),
  * not the exact erf form; and its backward. Element-wise over [rows, hidden].
  */
-import { defineOp, gradientOf, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randn, requireDims } from './op.js';
 
 export interface GeluAttrs {
   readonly rows: number;
@@ -48,6 +48,7 @@ export const gelu = defineOp<GeluAttrs>({
     { name: 'x', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: validate('gelu'),
   shapes: ({ rows, hidden }) => ({ x: [rows, hidden], out: [rows, hidden] }),
   reference({ x, out }) {
@@ -56,7 +57,7 @@ export const gelu = defineOp<GeluAttrs>({
   cases,
   sample: (rng, { rows, hidden }) => ({ x: randn(rng, rows * hidden, 3) }),
   // A few f32 roundings and one exp per element; WGSL's exp is only accurate to 3 + 2|x| ULP.
-  tolerance: { f32: 1e-5 },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
 });
 
 export const geluBackward = defineOp<GeluAttrs>({
@@ -67,6 +68,7 @@ export const geluBackward = defineOp<GeluAttrs>({
     { name: 'x', role: 'in', dtype: 'float' },
     { name: 'dx', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: validate('gelu_backward'),
   shapes: ({ rows, hidden }) => ({ dout: [rows, hidden], x: [rows, hidden], dx: [rows, hidden] }),
   reference({ dout, x, dx }) {
@@ -74,7 +76,7 @@ export const geluBackward = defineOp<GeluAttrs>({
   },
   cases,
   sample: (rng, { rows, hidden }) => ({ dout: randn(rng, rows * hidden), x: randn(rng, rows * hidden, 3) }),
-  tolerance: { f32: 1e-5 },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
   gradient: gradientOf({
     forward: gelu,
     forwardAttrs: (a: GeluAttrs) => a,

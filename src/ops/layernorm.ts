@@ -7,7 +7,7 @@
  *   dweight = Σ_rows dy · xhat,  dbias = Σ_rows dy
  */
 import type { PhiloxStream } from '../rng/philox.js';
-import { defineOp, gradientOf, randn } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randn } from './op.js';
 import { type RowNormAttrs, rowNormCases, sampleWeight, validateRowNorm } from './rmsnorm.js';
 
 function rowStats(x: ArrayLike<number>, mean: Float64Array, rstd: Float64Array, { rows, dim, eps }: RowNormAttrs): void {
@@ -43,6 +43,7 @@ export const layernorm = defineOp<RowNormAttrs>({
     { name: 'mean', role: 'out', dtype: 'f32' },
     { name: 'rstd', role: 'out', dtype: 'f32' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRowNorm('layernorm', attrs),
   shapes: ({ rows, dim }) => ({ x: [rows, dim], weight: [dim], bias: [dim], y: [rows, dim], mean: [rows], rstd: [rows] }),
   reference({ x, weight, bias, y, mean, rstd }, attrs) {
@@ -58,7 +59,7 @@ export const layernorm = defineOp<RowNormAttrs>({
   cases: rowNormCases,
   sample: (rng, attrs) => ({ x: sampleX(rng, attrs), weight: sampleWeight(rng, attrs.dim), bias: randn(rng, attrs.dim, 0.1) }),
   // f32 tree sums over dim for the mean and the variance
-  tolerance: { f32: 1e-6 },
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ rows, dim }) => 7 * rows * dim,
 });
 
@@ -76,6 +77,7 @@ export const layernormBackward = defineOp<RowNormAttrs>({
     { name: 'dweight', role: 'out', dtype: 'float' },
     { name: 'dbias', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRowNorm('layernorm_backward', attrs),
   shapes: ({ rows, dim }) => ({
     dy: [rows, dim], x: [rows, dim], weight: [dim], mean: [rows], rstd: [rows], dresidual: [rows, dim], dx: [rows, dim], dweight: [dim], dbias: [dim],
@@ -115,7 +117,7 @@ export const layernormBackward = defineOp<RowNormAttrs>({
   },
   // dweight and dbias sum up to 8192 rows (per-workgroup blocks, then a tree over blocks): measured
   // 1.5e-7 at 8192 x 2048 on lavapipe
-  tolerance: { f32: 2e-6 },
+  tolerance: { f32: 2e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ rows, dim }) => 12 * rows * dim,
   gradient: gradientOf<RowNormAttrs, RowNormAttrs>({
     forward: layernorm,

@@ -7,7 +7,7 @@
  * The row-norm helpers here (attributes, validation, cases) are shared with layernorm.
  */
 import type { PhiloxStream } from '../rng/philox.js';
-import { badAttr, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
 
 export interface RowNormAttrs {
   readonly rows: number;
@@ -64,6 +64,7 @@ export const rmsnorm = defineOp<RowNormAttrs>({
     { name: 'y', role: 'out', dtype: 'float' },
     { name: 'rstd', role: 'out', dtype: 'f32' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRowNorm('rmsnorm', attrs),
   shapes: ({ rows, dim }) => ({ x: [rows, dim], weight: [dim], y: [rows, dim], rstd: [rows] }),
   reference({ x, weight, y, rstd }, attrs) {
@@ -73,7 +74,7 @@ export const rmsnorm = defineOp<RowNormAttrs>({
   cases: rowNormCases,
   sample: (rng, { rows, dim }) => ({ x: randn(rng, rows * dim), weight: sampleWeight(rng, dim) }),
   // f32 sums of dim squares in a tree: error ~ log2(dim) ulp
-  tolerance: { f32: 1e-6 },
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: flopsPerElement(4),
 });
 
@@ -88,6 +89,7 @@ export const addRmsnorm = defineOp<RowNormAttrs>({
     { name: 'y', role: 'out', dtype: 'float' },
     { name: 'rstd', role: 'out', dtype: 'f32' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRowNorm('add_rmsnorm', attrs),
   shapes: ({ rows, dim }) => ({ x: [rows, dim], residual: [rows, dim], weight: [dim], sum: [rows, dim], y: [rows, dim], rstd: [rows] }),
   reference({ x, residual, weight, sum, y, rstd }, attrs) {
@@ -98,7 +100,7 @@ export const addRmsnorm = defineOp<RowNormAttrs>({
   },
   cases: rowNormCases,
   sample: (rng, { rows, dim }) => ({ x: randn(rng, rows * dim), residual: randn(rng, rows * dim), weight: sampleWeight(rng, dim) }),
-  tolerance: { f32: 1e-6 },
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: flopsPerElement(5),
 });
 
@@ -114,6 +116,7 @@ export const rmsnormBackward = defineOp<RowNormAttrs>({
     { name: 'dx', role: 'out', dtype: 'float' },
     { name: 'dweight', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRowNorm('rmsnorm_backward', attrs),
   shapes: ({ rows, dim }) => ({ dy: [rows, dim], x: [rows, dim], weight: [dim], rstd: [rows], dresidual: [rows, dim], dx: [rows, dim], dweight: [dim] }),
   reference({ dy, x, weight, rstd, dresidual, dx, dweight }, { rows, dim }) {
@@ -140,7 +143,7 @@ export const rmsnormBackward = defineOp<RowNormAttrs>({
   },
   // dweight sums up to 8192 rows (per-workgroup blocks, then a tree over blocks): measured
   // 1.5e-7 at 8192 x 2048 on lavapipe
-  tolerance: { f32: 2e-6 },
+  tolerance: { f32: 2e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: flopsPerElement(10),
   gradient: gradientOf<RowNormAttrs, RowNormAttrs>({
     forward: rmsnorm,

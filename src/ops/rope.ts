@@ -14,7 +14,7 @@
  * 1e-4, while a wrong pairing, sign or frequency gives errors of order 1.
  */
 import type { PhiloxStream } from '../rng/philox.js';
-import { badAttr, defineOp, gradientOf, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, requireDims } from './op.js';
 
 export interface RopeAttrs {
   readonly batch: number;
@@ -88,7 +88,7 @@ function ropeCases(scale: 'test' | 'bench'): { label: string; attrs: RopeAttrs }
 }
 
 // inv_freq a few ulp off at positions < ~5000 (see the header)
-const ROPE_TOLERANCE = { f32: 1e-4 };
+const ROPE_TOLERANCE = { f32: 1e-4, bf16: BF16_ROUNDED_OUTPUT };
 const ropeFlops = ({ batch, seqLen, heads, headDim }: RopeAttrs) => 3 * batch * seqLen * heads * headDim;
 
 export const rope = defineOp<RopeAttrs>({
@@ -99,6 +99,7 @@ export const rope = defineOp<RopeAttrs>({
     { name: 'positions', role: 'in', dtype: 'i32' },
     { name: 'y', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRope('rope', attrs),
   shapes(attrs) {
     const { act, positions } = ropeShapes(attrs);
@@ -119,6 +120,7 @@ export const ropeBackward = defineOp<RopeAttrs>({
     { name: 'positions', role: 'in', dtype: 'i32' },
     { name: 'dx', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRope('rope_backward', attrs),
   shapes(attrs) {
     const { act, positions } = ropeShapes(attrs);

@@ -1,0 +1,204 @@
+// cross_entropy: per row, lse = log Σ_j exp(logits_j) and loss = weight · (lse − logits[target]),
+// 0 where target < 0 (ignored). One block per row, one pass over the row with an online
+// (max, Σ exp(x − max)); nothing but loss and lse is written.
+// cross_entropy_backward: dlogits = dloss · weight · (exp(logits − lse) − onehot(target)), 0 rows
+// where ignored; one pass, one exp per element (expm1 at the target, where exp ≈ 1 would cancel).
+// Semantics: src/ops/cross_entropy.ts.
+//
+// Targets ≥ vocab are a data error the kernels cannot throw: they write a NaN loss (forward) and
+// a NaN dlogits row (backward), read nothing out of bounds, and the step's loss and gradient norm
+// turn NaN instead of passing silently. lse is still computed for such rows.
+#include <math_constants.h>
+
+#include <cfloat>
+
+#include "common.cuh"
+
+namespace mdlm {
+
+constexpr int kCeMaxThreads = 512;
+constexpr int kCeUnroll = 4;  // vectors a thread loads before using them (bytes in flight)
+
+// Spreads the elements [0, n) of a row over the block: a scalar head of `head` elements (up to the
+// first 16-byte boundary), VEC-element vectors, a scalar tail. load_at(j, v) fills v (float[1] or
+// float[VEC]) with elements j...; use(j, v) consumes them.
+template <int VEC, typename Load, typename Use>
+__device__ __forceinline__ void sweep_row(int head, int n, Load&& load_at, Use&& use) {
+  const int nvec = (n - head) / VEC;
+  const int tail = head + nvec * VEC;
+  for (int j = threadIdx.x; j < head; j += blockDim.x) {
+    float v[1];
+    load_at(j, v);
+    use(j, v);
+  }
+  for (int j = tail + threadIdx.x; j < n; j += blockDim.x) {
+    float v[1];
+    load_at(j, v);
+    use(j, v);
+  }
+  for (int q0 = threadIdx.x; q0 < nvec; q0 += kCeUnroll * blockDim.x) {
+    float v[kCeUnroll][VEC];
+#pragma unroll
+    for (int u = 0; u < kCeUnroll; u++) {
+      const int q = q0 + u * blockDim.x;
+      if (q < nvec) load_at(head + q * VEC, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kCeUnroll; u++) {
+      const int q = q0 + u * blockDim.x;
+      if (q < nvec) use(head + q * VEC, v[u]);
+    }
+  }
+}
+
+// Elements of a row before its first 16-byte boundary (none when not vectorised).
+template <int VEC, typename T>
+__device__ __forceinline__ int row_head(const T* row, int n) {
+  if (VEC == 1) return 0;
+  return min(n, static_cast<int>((16 - reinterpret_cast<uintptr_t>(row) % 16) % 16 / sizeof(T)));
+}
+
+// A running max m and s = Σ exp(x − m). Starting from the lowest float (not −inf) keeps
+// exp(m − m') free of inf − inf; a NaN logit makes s NaN.
+struct Online {
+  float m = -FLT_MAX;
+  float s = 0.0f;
+
+  template <int N>
+  __device__ __forceinline__ void push(const float (&v)[N]) {
+    float mv = v[0];
+#pragma unroll
+    for (int e = 1; e < N; e++) mv = fmaxf(mv, v[e]);
+    if (mv > m) {  // rescale only when the max grows
+      s *= __expf(m - mv);
+      m = mv;
+    }
+#pragma unroll
+    for (int e = 0; e < N; e++) s += __expf(v[e] - m);
+  }
+
+  // Commutative to the bit, so every lane of a butterfly ends with the same (m, s).
+  __device__ __forceinline__ void merge(float om, float os) {
+    const float mm = fmaxf(m, om);
+    s = s * __expf(m - mm) + os * __expf(om - mm);
+    m = mm;
+  }
+};
+
+__device__ __forceinline__ Online warp_merge(Online a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a.merge(__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o));
+  return a;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kCeMaxThreads)
+    cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const T* __restrict__ weights,
+                         T* __restrict__ loss, float* __restrict__ lse, int vocab) {
+  __shared__ float warp_m[kCeMaxThreads / 32], warp_s[kCeMaxThreads / 32];
+  const int row = blockIdx.x;
+  const T* p = logits + static_cast<int64_t>(row) * vocab;
+  Online acc;
+  sweep_row<VEC>(row_head<VEC>(p, vocab), vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int, const auto& v) { acc.push(v); });
+  // Warps in a butterfly, then warp 0 over the warps in the same way: a fixed order.
+  acc = warp_merge(acc);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    warp_m[warp] = acc.m;
+    warp_s[warp] = acc.s;
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  acc = Online{};
+  if (lane < static_cast<int>(blockDim.x >> 5)) acc = Online{warp_m[lane], warp_s[lane]};
+  acc = warp_merge(acc);
+  if (lane != 0) return;
+  const float log_s = logf(acc.s);
+  lse[row] = acc.m + log_s;
+  const int t = targets[row];
+  float l = 0.0f;
+  if (t >= vocab) l = CUDART_NAN_F;
+  // (m − logit) + log s: two non-negative terms, no cancellation when the target dominates.
+  else if (t >= 0) l = load1(weights + row) * ((acc.m - load1(p + t)) + log_s);
+  store1(loss + row, l);
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kCeMaxThreads)
+    cross_entropy_backward_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const T* __restrict__ weights,
+                                  const float* __restrict__ lse, const T* __restrict__ dloss, T* __restrict__ dlogits, int vocab) {
+  const int row = blockIdx.x;
+  const T* p = logits + static_cast<int64_t>(row) * vocab;
+  T* q = dlogits + static_cast<int64_t>(row) * vocab;  // as aligned as p (the launcher checks)
+  const int head = row_head<VEC>(p, vocab);
+  const int t = targets[row];
+  if (t < 0 || t >= vocab) {  // ignored: zeros, without reading the logits; bad target: NaN
+    const float fill = t < 0 ? 0.0f : CUDART_NAN_F;
+    sweep_row<VEC>(head, vocab, [](int, auto&) {}, [&](int j, const auto& v) {
+      float g[sizeof(v) / sizeof(float)];
+      for (float& x : g) x = fill;
+      store(q + j, g);
+    });
+    return;
+  }
+  const float scale = load1(dloss + row) * load1(weights + row);
+  const float l = lse[row];
+  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int j, const auto& v) {
+    constexpr int N = sizeof(v) / sizeof(float);
+    float g[N];
+#pragma unroll
+    for (int e = 0; e < N; e++) g[e] = scale * __expf(v[e] - l);
+    if (static_cast<unsigned>(t - j) < static_cast<unsigned>(N)) {
+#pragma unroll
+      for (int e = 0; e < N; e++) {
+        if (j + e == t) g[e] = scale * expm1f(v[e] - l);
+      }
+    }
+    store(q + j, g);
+  });
+}
+
+// One block per row, as many threads as the row has vectors up to kCeMaxThreads.
+template <int VEC>
+int ce_threads(int vocab) {
+  return std::min(kCeMaxThreads, round_up((vocab + VEC - 1) / VEC, 32));
+}
+
+}  // namespace mdlm
+
+MDLM_OP(cross_entropy) {
+  using namespace mdlm;
+  const DType dtype = float_dtype_of(call, {"logits", "weights", "loss"});
+  const int rows = call.i32("rows"), vocab = call.i32("vocab");
+  const void* logits = call.arg("logits").ptr;
+  with_float_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    constexpr int VEC = kVec16<T>;  // always: each row finds its own 16-byte boundary
+    cross_entropy_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
+        static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
+        static_cast<const T*>(call.arg("weights").ptr), static_cast<T*>(call.arg("loss").ptr),
+        static_cast<float*>(call.arg("lse").ptr), vocab);
+    check_launch(call.op.c_str());
+  });
+}
+
+MDLM_OP(cross_entropy_backward) {
+  using namespace mdlm;
+  const DType dtype = float_dtype_of(call, {"logits", "weights", "dloss", "dlogits"});
+  const int rows = call.i32("rows"), vocab = call.i32("vocab");
+  const void* logits = call.arg("logits").ptr;
+  void* dlogits = call.arg("dlogits").ptr;
+  // Vectors need each logits row and its dlogits row to share their offset from a 16-byte boundary.
+  const bool same_phase = reinterpret_cast<uintptr_t>(logits) % 16 == reinterpret_cast<uintptr_t>(dlogits) % 16;
+  with_float_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_vec<T>(same_phase, [&](auto vec) {
+      constexpr int VEC = decltype(vec)::value;
+      cross_entropy_backward_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
+          static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
+          static_cast<const T*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
+          static_cast<const T*>(call.arg("dloss").ptr), static_cast<T*>(dlogits), vocab);
+      check_launch(call.op.c_str());
+    });
+  });
+}

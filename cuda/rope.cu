@@ -1,0 +1,75 @@
+// Rotary position embedding, Hugging Face Llama convention ("rotate_half"): in each head of
+// x [B, T, H, D], element i < D/2 pairs with i + D/2 and the pair turns by θ = pos · inv_freq[i],
+// inv_freq[i] = base^(−2i/D):
+//   y[i] = x[i] · cos θ − x[i + D/2] · sin θ,   y[i + D/2] = x[i + D/2] · cos θ + x[i] · sin θ.
+// rope_backward turns dy by −θ (the transpose). Positions [B, T] are an input (they restart at
+// every packed document). Semantics: src/ops/rope.ts.
+//
+// The angle is the reference's to the bit: inv_freq = f32(pow(base, −2i/D)) in double, then
+// θ = f32(pos) · inv_freq in f32 (one rounding of an exact product, as Math.fround does), and
+// sincosf is accurate to ~1 ulp with a full range reduction.
+#include "common.cuh"
+
+namespace mdlm {
+
+// One thread per (token, VEC pairs): the angles once, then every head of the token.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, const int* __restrict__ positions,
+                                                   T* __restrict__ dst, int64_t tokens, int heads, int head_dim,
+                                                   double base, float sign) {
+  const int half = head_dim / 2;
+  const int groups = half / VEC;  // of VEC pairs per token
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= tokens * groups) return;
+  const int64_t token = item / groups;
+  const int i0 = static_cast<int>(item - token * groups) * VEC;
+  const float pos = static_cast<float>(positions[token]);
+  float c[VEC], s[VEC];
+#pragma unroll
+  for (int e = 0; e < VEC; e++) {
+    const float inv_freq = static_cast<float>(pow(base, -2.0 * (i0 + e) / head_dim));
+    sincosf(pos * inv_freq, &s[e], &c[e]);
+    s[e] *= sign;
+  }
+  const T* in = src + token * heads * head_dim + i0;
+  T* out = dst + token * heads * head_dim + i0;
+#pragma unroll 4
+  for (int h = 0; h < heads; h++, in += head_dim, out += head_dim) {
+    float lo[VEC], hi[VEC], ylo[VEC], yhi[VEC];
+    load<T, VEC>(in, lo);
+    load<T, VEC>(in + half, hi);
+#pragma unroll
+    for (int e = 0; e < VEC; e++) {
+      ylo[e] = lo[e] * c[e] - hi[e] * s[e];
+      yhi[e] = hi[e] * c[e] + lo[e] * s[e];
+    }
+    store<T, VEC>(out, ylo);
+    store<T, VEC>(out + half, yhi);
+  }
+}
+
+void launch_rope(const OpCall& call, const char* src_name, const char* dst_name, float sign) {
+  const DType dtype = float_dtype_of(call, {src_name, dst_name});
+  const int64_t tokens = static_cast<int64_t>(call.i32("batch")) * call.i32("seqLen");
+  const int heads = call.i32("heads"), head_dim = call.i32("headDim");
+  const double base = call.num("base");
+  const void* src = call.arg(src_name).ptr;
+  void* dst = call.arg(dst_name).ptr;
+  with_float_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_vec<T>(all_aligned16({src, dst}) && (head_dim / 2) % kVec16<T> == 0, [&](auto vec) {
+      constexpr int VEC = decltype(vec)::value;
+      const int64_t items = tokens * (head_dim / 2 / VEC);
+      rope_kernel<T, VEC><<<blocks_for(items, 256), 256, 0, call.stream>>>(
+          static_cast<const T*>(src), static_cast<const int*>(call.arg("positions").ptr), static_cast<T*>(dst), tokens, heads,
+          head_dim, base, sign);
+      check_launch(call.op.c_str());
+    });
+  });
+}
+
+}  // namespace mdlm
+
+MDLM_OP(rope) { mdlm::launch_rope(call, "x", "y", 1.0f); }
+
+MDLM_OP(rope_backward) { mdlm::launch_rope(call, "dy", "dx", -1.0f); }
