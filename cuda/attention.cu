@@ -246,14 +246,8 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
   while (n < n_end) {
     const int cur_kind = kind;
     const int k0 = n * kBc;
-    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     cp_async_wait<0>();
     __syncthreads();  // tile n has landed; every warp is done with the other buffer
-    if (n_next < n_end) {
-      load_rows<kBc, kD, kThreads>(sK + (buf ^ 1) * kBc * kS, kg, kvstride, n_next * kBc, T, D);
-      load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
-    }
-    cp_async_commit();
     const bf16* cK = sK + buf * kBc * kS;
     const bf16* cV = sV + buf * kBc * kS;
 
@@ -286,6 +280,14 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
         }
       }
     }
+    // The next tile: classified (its document-id loads overlap the products above) and
+    // prefetched into the other buffer while this one's softmax and P·V run.
+    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    if (n_next < n_end) {
+      load_rows<kBc, kD, kThreads>(sK + (buf ^ 1) * kBc * kS, kg, kvstride, n_next * kBc, T, D);
+      load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
+    }
+    cp_async_commit();
     if (cur_kind == kPartial) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
@@ -479,14 +481,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
   while (n < n_end) {
     const int cur_kind = kind;
     const int k0 = n * kBc;
-    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     cp_async_wait<0>();
-    __syncthreads();
-    if (n_next < n_end) {
-      load_rows<kBc, kD, kThreads>(sK + (buf ^ 1) * kBc * kS, kg, kvstride, n_next * kBc, T, D);
-      load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
-    }
-    cp_async_commit();
+    __syncthreads();  // tile n has landed; every warp is done with the other buffer
     const bf16* cK = sK + buf * kBc * kS;
     const bf16* cV = sV + buf * kBc * kS;
 
@@ -497,6 +493,13 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
       dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
     }
     mma_abt<kD, kNT>(s, sQ + wrow * kS, cK);    // S = Q·Kᵀ
+    // The next tile: classified and prefetched into the other buffer (as in the forward).
+    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    if (n_next < n_end) {
+      load_rows<kBc, kD, kThreads>(sK + (buf ^ 1) * kBc * kS, kg, kvstride, n_next * kBc, T, D);
+      load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
+    }
+    cp_async_commit();
     mma_abt<kD, kNT>(dp, sdO + wrow * kS, cV);  // dP = dO·Vᵀ
     // dS = P∘(dP − Drow), P = exp(scale·s − lse); stored over s.
 #pragma unroll
@@ -609,17 +612,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   while (hq < group) {
     const int cur_kind = kind;
     const int q0 = m * kBr;
-    int hq_next = hq;
-    int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
-    if (m_next == m_end) {
-      ++hq_next;
-      m_next = m_first;
-      kind = first_kind;
-    }
     cp_async_wait<0>();
-    __syncthreads();
-    if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
-    cp_async_commit();
+    __syncthreads();  // tile (hq, m) has landed; every warp is done with the other buffer
     const bf16* cQ = sQ + buf * kBr * kS;
     const bf16* cdO = sdO + buf * kBr * kS;
     const float* cL = sL + buf * kBr;
@@ -632,6 +626,16 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
       dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.f;
     }
     mma_abt<kD, kNT>(s, sK + wrow * kS, cQ);  // Sᵀ = K·Qᵀ (this warp's 16 keys × kBr queries)
+    // The next (head, query tile): classified and prefetched into the other buffer.
+    int hq_next = hq;
+    int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
+    if (m_next == m_end) {
+      ++hq_next;
+      m_next = m_first;
+      kind = first_kind;
+    }
+    if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
+    cp_async_commit();
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {

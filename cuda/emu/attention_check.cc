@@ -358,6 +358,8 @@ int main(int argc, char** argv) {
   for (const Case& c : cases) {
     if (!filter.empty() && c.label.find(filter) == std::string::npos) continue;
     for (mdlm::DType dt : {mdlm::DType::f32, mdlm::DType::bf16}) {
+      const char* only = getenv("DTYPE");
+      if (only && std::string(only) != mdlm::dtype_name(dt)) continue;
       for (int s = 0; s < seeds; ++s) {
         Result r = run_case(c, dt, 1234 + 7919 * s);
         std::printf("%-40s %-5s %12.3e %5s %12.3e %5s\n", c.label.c_str(), mdlm::dtype_name(dt), r.fwd, r.worst_fwd.c_str(), r.bwd,

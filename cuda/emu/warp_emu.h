@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace emu {
@@ -257,19 +258,34 @@ inline void check_smem(uint32_t a, size_t n) {
   if (a + n > block_ptr()->smem.size()) fail("shared memory access out of range");
 }
 
+// EMU_CP_ASYNC=eager lands each copy when it is issued (the earliest the hardware could): a
+// buffer still being read by another warp then shows up as wrong results. The default lands it
+// at the issuing thread's wait (the latest): a read before the wait shows up.
+inline bool cp_async_eager() {
+  static const bool eager = [] {
+    const char* e = std::getenv("EMU_CP_ASYNC");
+    return e && std::string(e) == "eager";
+  }();
+  return eager;
+}
+
+inline void land(const Copy& c) {
+  unsigned char* d = smem_base() + c.dst;
+  if (c.bytes > 0) std::memcpy(d, c.src, c.bytes);
+  std::memset(d + c.bytes, 0, c.size - c.bytes);
+}
+
 inline void cp_async(uint32_t dst, const void* src, int size, int bytes) {
   if (dst % size != 0) fail("cp.async destination misaligned");
   if (bytes > 0 && reinterpret_cast<uintptr_t>(src) % size != 0) fail("cp.async source misaligned");
   check_smem(dst, size);
-  thread_ptr()->pending.push_back({dst, src, bytes, size});
+  const Copy c{dst, src, bytes, size};
+  if (cp_async_eager()) land(c);
+  else thread_ptr()->pending.push_back(c);
 }
 
 inline void cp_async_wait_all() {
-  for (const Copy& c : thread_ptr()->pending) {
-    unsigned char* d = smem_base() + c.dst;
-    if (c.bytes > 0) std::memcpy(d, c.src, c.bytes);
-    std::memset(d + c.bytes, 0, c.size - c.bytes);
-  }
+  for (const Copy& c : thread_ptr()->pending) land(c);
   thread_ptr()->pending.clear();
 }
 
