@@ -14,12 +14,27 @@
 //                          GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q;
 //                          reads Drow, so it runs after bwd_dq_mma (same stream).
 //   Every output element is owned by one thread of one block and accumulated in registers in a
-//   fixed order: no atomics, the same inputs give the same bits on every run.
+//   fixed order: no atomics, the same inputs give the same bits on every run. (The price: the
+//   backward recomputes S and dP in both kernels, 7 tile products instead of FA2's 5.)
 // f32 (and bf16 with a head dim that is not a multiple of 8 or misaligned tensors): the same
-// three kernels in exact fp32 SIMT arithmetic (fwd_simt, bwd_dq_simt, bwd_dkdv_simt).
+// three kernels in exact fp32 SIMT arithmetic (fwd_simt, bwd_dq_simt, bwd_dkdv_simt; 128
+// threads, 16 rows a block, 32-row streamed tiles).
+//
+// Launch configurations (tile table `Tiles` below; 128 threads = 4 warps for every kernel):
+//   kD   forward Br×Bc (rows/warp)   dq Br×Bc     dkdv Bc(keys)×Br(queries)
+//   32   128×64 (32)                 64×128       64×64
+//   64   128×64 (32)                 64×128       64×64
+//   96   128×32 (32)                 64×64        64×32
+//   128  128×32 (32)                 64×64        64×32
+// Grids: forward and dq (B·H, ⌈T/Br⌉) with the query blocks taken last-first (the heaviest causal
+// blocks start first); dkdv (B·G, ⌈T/Bc⌉) with key block 0 (the heaviest) first.
 //
 // Masking (causal, document ids, tails) is one function, attn::visible, and tiles are skipped or
-// left unmasked by attn::classify_tile (cuda/attention.cuh), in every kernel.
+// left unmasked by attn::classify_tile (cuda/attention.cuh), in every kernel. Rows never see no
+// key (a query always sees itself); should one, its output is 0 and its lse -inf (no NaN).
+//
+// cuda/emu/attention_check.cc runs this file on the CPU (warp-instruction emulator) against a
+// float64 reference: build and run it after any change to these kernels.
 #include "attention.cuh"
 #include "op.h"
 
