@@ -1,0 +1,1182 @@
+// attention and attention_backward (src/ops/attention.ts): FlashAttention-2 style kernels.
+//
+// Layouts: q, out, dout, dq [B, T, H, D]; k, v, dk, dv [B, T, G, D] (G = kvHeads, q head h reads
+// kv head h / (H / G)); segIds [B, T]; lse and the scratch Drow [B, H, T] (f32).
+//
+// bf16, head dim a multiple of 8 (padded up to 32, 64, 96 or 128 in shared memory, the padding
+// zero), 16-byte aligned tensors: tensor-core kernels (mma.sync m16n8k16 bf16 -> f32, ldmatrix,
+// cp.async double-buffered tiles, padded shared rows so ldmatrix is conflict-free).
+//   forward   fwd_mma      one block per (b, h, Br query rows); online softmax over Bc-key tiles;
+//                          writes out (bf16) and lse (natural log of Σ exp(scale·qk)).
+//   backward  bwd_dq_mma   one block per (b, h, query rows): Drow = rowsum(dO∘O) for its rows
+//                          (written to scratch), then dQ = scale · Σ_tiles dS·K.
+//             bwd_dkdv_mma one block per (b, kv head, key rows): loops over the q heads of the
+//                          GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q;
+//                          reads Drow, so it runs after bwd_dq_mma (same stream).
+//   Every output element is owned by one thread of one block and accumulated in registers in a
+//   fixed order: no atomics, the same inputs give the same bits on every run. (The price: the
+//   backward recomputes S and dP in both kernels, 7 tile products instead of FA2's 5.)
+// f32 (and bf16 with a head dim that is not a multiple of 8 or misaligned tensors): the same
+// three kernels in exact fp32 SIMT arithmetic (fwd_simt, bwd_dq_simt, bwd_dkdv_simt; 128
+// threads, 16 rows a block, 32-row streamed tiles).
+//
+// Launch configurations (tile table `Tiles` below; 128 threads = 4 warps for every kernel):
+//   kD   forward Br×Bc (rows/warp)   dq Br×Bc     dkdv Bc(keys)×Br(queries)
+//   32   128×64 (32)                 64×128       64×64
+//   64   128×64 (32)                 64×128       64×64
+//   96   128×32 (32)                 64×64        64×32
+//   128  128×32 (32)                 64×64        64×32
+// Grids: forward and dq (B·H, ⌈T/Br⌉) with the query blocks taken last-first (the heaviest causal
+// blocks start first); dkdv (B·G, ⌈T/Bc⌉) with key block 0 (the heaviest) first.
+//
+// Masking (causal, document ids, tails) is one function, attn::visible, and tiles are skipped or
+// left unmasked by attn::classify_tile (cuda/attention.cuh), in every kernel. Rows never see no
+// key (a query always sees itself); should one, its output is 0 and its lse -inf (no NaN).
+//
+// cuda/emu/attention_check.cc runs this file on the CPU (warp-instruction emulator) against a
+// float64 reference: build and run it after any change to these kernels.
+#include "attention.cuh"
+#include "op.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace mdlm {
+namespace attn {
+namespace {
+
+struct Params {
+  const void* q;
+  const void* k;
+  const void* v;
+  const int* seg;
+  void* out;            // forward
+  float* lse;           // forward
+  const void* o;        // backward: the forward's out
+  const float* lse_in;  // backward: the forward's lse
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  float* dsum;  // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
+  int B, T, H, G, D, group;
+  bool causal;
+  float scale;       // multiplies q·k
+  float scale_log2;  // scale · log2(e): scores go through exp2
+};
+
+constexpr unsigned kFull32 = 0xffffffffu;
+
+__device__ __forceinline__ int64_t q_base(const Params& p, int b, int h) { return ((int64_t)b * p.T * p.H + h) * p.D; }
+__device__ __forceinline__ int64_t kv_base(const Params& p, int b, int g) { return ((int64_t)b * p.T * p.G + g) * p.D; }
+__device__ __forceinline__ int64_t row_base(const Params& p, int b, int h) { return ((int64_t)b * p.H + h) * p.T; }
+
+// =============================================================================================
+// Tensor-core kernels (bf16)
+// =============================================================================================
+
+// Shared-memory row stride in elements: 16 bytes of padding make the 8 rows an ldmatrix reads
+// fall into 8 different 16-byte bank groups (strides of 80, 144, 208, 272 bytes).
+template <int kD>
+__host__ __device__ constexpr int row_stride() { return kD + 8; }
+
+// cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor (g: row 0 of this head, stride:
+// elements between rows) into s[kRows][kD + 8]. Rows >= T and columns >= d are zero-filled.
+// Each thread keeps one 16-byte column and steps down the rows, so the addresses it needs are one
+// pointer plus constant offsets (few registers live across the main loops).
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void load_rows(bf16* s, const bf16* g, int64_t stride, int t0, int T, int d) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kS = row_stride<kD>();
+  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
+    constexpr int kStep = kThreads / kChunks;  // rows per pass
+    const int c = threadIdx.x % kChunks, r0 = threadIdx.x / kChunks;
+    const bool col_ok = c * 8 < d;
+    const bf16* src = g + (int64_t)(t0 + r0) * stride + c * 8;
+    const uint32_t dst = smem_u32(s + r0 * kS + c * 8);
+#pragma unroll
+    for (int it = 0; it < kRows / kStep; ++it) {
+      const bool ok = col_ok && t0 + r0 + it * kStep < T;
+      cp_async16(dst + it * kStep * kS * 2, ok ? src + it * kStep * stride : g, ok);
+    }
+  } else {
+    constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+    for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+      const int i = it * kThreads + (int)threadIdx.x;
+      if (kTotal % kThreads == 0 || i < kTotal) {
+        const int r = i / kChunks, c = i % kChunks;
+        const int t = t0 + r;
+        const bool ok = t < T && c * 8 < d;
+        cp_async16(smem_u32(s + r * kS + c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
+      }
+    }
+  }
+}
+
+// Rows [0, kRows) of s (a warp's own rows) to global rows t0.. (row < T, column < d), 16 bytes
+// per lane and step.
+template <int kRows, int kD>
+__device__ __forceinline__ void store_rows_warp(bf16* g, int64_t stride, const bf16* s, int t0, int T, int d) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kS = row_stride<kD>();
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int it = 0; it < (kRows * kChunks + 31) / 32; ++it) {
+    const int i = it * 32 + lane;
+    if (i < kRows * kChunks) {
+      const int r = i / kChunks, c = i % kChunks;
+      const int t = t0 + r;
+      if (t < T && c * 8 < d) {
+        *reinterpret_cast<uint4*>(g + (int64_t)t * stride + c * 8) = *reinterpret_cast<const uint4*>(s + r * kS + c * 8);
+      }
+    }
+  }
+}
+
+// acc[16 x kCols] (mma fragments of a warp's 16-row tile) · mul -> bf16 rows of s.
+template <int kD, int kDT>
+__device__ __forceinline__ void frag_to_smem(bf16* s, const float (&acc)[kDT][4], float mul_lo, float mul_hi) {
+  constexpr int kS = row_stride<kD>();
+  const int lane = threadIdx.x & 31;
+  const int gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) {
+    *reinterpret_cast<uint32_t*>(s + gid * kS + dt * 8 + 2 * tig) = pack_bf16(acc[dt][0] * mul_lo, acc[dt][1] * mul_lo);
+    *reinterpret_cast<uint32_t*>(s + (gid + 8) * kS + dt * 8 + 2 * tig) = pack_bf16(acc[dt][2] * mul_hi, acc[dt][3] * mul_hi);
+  }
+}
+
+// acc[kNT][4] += A(16 x kD, rows of sA starting at row 0, via ldmatrix) · B(kNT*8 rows of sB)ᵀ:
+// the score-like products S = Q·Kᵀ, dP = dO·Vᵀ, Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ.
+template <int kD, int kNT>
+__device__ __forceinline__ void mma_abt(float (&acc)[kNT][4], const bf16* sA, const bf16* sB) {
+  constexpr int kS = row_stride<kD>();
+  const int lane = threadIdx.x & 31;
+  const uint32_t a_addr = smem_u32(sA + (lane & 15) * kS + (lane >> 4) * 8);
+  const uint32_t b_addr = smem_u32(sB + ((lane & 7) + (lane >> 4) * 8) * kS + ((lane >> 3) & 1) * 8);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    uint32_t a[4];
+    ldsm_x4(a_addr + kk * 32, a[0], a[1], a[2], a[3]);
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4(b_addr + (np * 16 * kS + kk * 16) * 2, b0, b1, b2, b3);
+      mma_bf16(acc[2 * np], a, b0, b1);
+      mma_bf16(acc[2 * np + 1], a, b2, b3);
+    }
+  }
+}
+
+// acc[kD/8][4] += P(16 x kK, register fragments) · sB(kK rows x kD): O += P·V, dQ += dS·K,
+// dV += Pᵀ·dO, dK += dSᵀ·Q. p[kK/8][4] are accumulator fragments, rounded to bf16 here.
+template <int kD, int kKT>
+__device__ __forceinline__ void mma_pv(float (&acc)[kD / 8][4], const float (&p)[kKT][4], const bf16* sB) {
+  constexpr int kS = row_stride<kD>();
+  const int lane = threadIdx.x & 31;
+  const uint32_t b_addr = smem_u32(sB + (lane & 15) * kS + (lane >> 4) * 8);
+#pragma unroll
+  for (int kk = 0; kk < kKT / 2; ++kk) {
+    uint32_t a[4];
+    a[0] = pack_bf16(p[2 * kk][0], p[2 * kk][1]);
+    a[1] = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
+    a[2] = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+    a[3] = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4_t(b_addr + (kk * 16 * kS + dp * 16) * 2, b0, b1, b2, b3);
+      mma_bf16(acc[2 * dp], a, b0, b1);
+      mma_bf16(acc[2 * dp + 1], a, b2, b3);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward
+// ---------------------------------------------------------------------------------------------
+
+template <int kD, int kBr, int kBc, int kWarps>
+struct FwdCfg {
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMT = kBr / (16 * kWarps);  // 16-row tiles per warp
+  static constexpr size_t kSmem = size_t(kBr + 4 * kBc) * row_stride<kD>() * sizeof(bf16);  // Q, 2 × (K, V)
+  static_assert(kBr % (16 * kWarps) == 0 && kBc % 16 == 0 && kD % 16 == 0, "tile shape");
+};
+
+template <int kD, int kBr, int kBc, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
+  using Cfg = FwdCfg<kD, kBr, kBc, kWarps>;
+  constexpr int kMT = Cfg::kMT, kNT = kBc / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kBr][kS]; the output tile at the end
+  bf16* sK = sQ + kBr * kS;                       // [2][kBc][kS]
+  bf16* sV = sK + 2 * kBc * kS;                   // [2][kBc][kS]
+
+  const int T = p.T, D = p.D;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;  // last (causal: heaviest) query blocks first
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wrow = warp * 16 * kMT;  // this warp's first row in the block
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const bf16* qg = static_cast<const bf16*>(p.q) + q_base(p, b, h);
+  const bf16* kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
+  const bf16* vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
+  int n_end = (T + kBc - 1) / kBc;
+  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
+  int kind = kEmpty;
+  int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+
+  load_rows<kBr, kD, kThreads>(sQ, qg, qstride, q0, T, D);
+  if (n < n_end) {
+    load_rows<kBc, kD, kThreads>(sK, kg, kvstride, n * kBc, T, D);
+    load_rows<kBc, kD, kThreads>(sV, vg, kvstride, n * kBc, T, D);
+  }
+  cp_async_commit();
+
+  int qseg[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) qseg[mt][hi] = __ldg(segb + min(q0 + wrow + mt * 16 + gid + 8 * hi, T - 1));
+
+  float o[kMT][kDT][4];
+  float mrow[kMT][2], lrow[kMT][2];  // running max (log2 units of scaled scores), partial row sum
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) o[mt][dt][0] = o[mt][dt][1] = o[mt][dt][2] = o[mt][dt][3] = 0.f;
+    mrow[mt][0] = mrow[mt][1] = -INFINITY;
+    lrow[mt][0] = lrow[mt][1] = 0.f;
+  }
+
+  int buf = 0;
+  while (n < n_end) {
+    const int cur_kind = kind;
+    const int k0 = n * kBc;
+    cp_async_wait<0>();
+    __syncthreads();  // tile n has landed; every warp is done with the other buffer
+    const bf16* cK = sK + buf * kBc * kS;
+    const bf16* cV = sV + buf * kBc * kS;
+
+    float s[kMT][kNT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+    }
+    // S = Q·Kᵀ; each K fragment serves the kMT row tiles of the warp.
+    {
+      uint32_t a_addr[kMT];
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) a_addr[mt] = smem_u32(sQ + (wrow + mt * 16 + (lane & 15)) * kS + (lane >> 4) * 8);
+      const uint32_t b_addr = smem_u32(cK + ((lane & 7) + (lane >> 4) * 8) * kS + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) ldsm_x4(a_addr[mt] + kk * 32, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t b0, b1, b2, b3;
+          ldsm_x4(b_addr + (np * 16 * kS + kk * 16) * 2, b0, b1, b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16(s[mt][2 * np], a[mt], b0, b1);
+            mma_bf16(s[mt][2 * np + 1], a[mt], b2, b3);
+          }
+        }
+      }
+    }
+    // The next tile: classified (its document-id loads overlap the products above) and
+    // prefetched into the other buffer while this one's softmax and P·V run.
+    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    if (n_next < n_end) {
+      load_rows<kBc, kD, kThreads>(sK + (buf ^ 1) * kBc * kS, kg, kvstride, n_next * kBc, T, D);
+      load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
+    }
+    cp_async_commit();
+    if (cur_kind == kPartial) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int col = k0 + nt * 8 + 2 * tig + j;
+          const int kseg = __ldg(segb + min(col, T - 1));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi)
+              if (!visible(q0 + wrow + mt * 16 + gid + 8 * hi, qseg[mt][hi], col, kseg, T, causal)) s[mt][nt][2 * hi + j] = -INFINITY;
+        }
+      }
+    }
+    // Online softmax: rescale the running sums and the output by 2^(old max - new max).
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hi], s[mt][nt][2 * hi + 1]));
+        mx = quad_max(mx) * p.scale_log2;
+        const float m_new = fmaxf(mrow[mt][hi], mx);
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
+        const float alpha = fast_exp2(mrow[mt][hi] - m_use);
+        mrow[mt][hi] = m_new;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const float pv = fast_exp2(fmaf(s[mt][nt][2 * hi + j], p.scale_log2, -m_use));
+            s[mt][nt][2 * hi + j] = pv;
+            sum += pv;
+          }
+        }
+        lrow[mt][hi] = lrow[mt][hi] * alpha + sum;
+        // Once the running max settles alpha is 1 for every row of the warp: skip the rescale.
+        if (__any_sync(kFull32, alpha != 1.f)) {
+#pragma unroll
+          for (int dt = 0; dt < kDT; ++dt) {
+            o[mt][dt][2 * hi] *= alpha;
+            o[mt][dt][2 * hi + 1] *= alpha;
+          }
+        }
+      }
+    }
+    // O += P·V (P rounded to bf16); each V fragment serves the kMT row tiles of the warp.
+    {
+      const uint32_t b_addr = smem_u32(cV + (lane & 15) * kS + (lane >> 4) * 8);
+#pragma unroll
+      for (int kk = 0; kk < kNT / 2; ++kk) {
+        uint32_t a[kMT][4];
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt) {
+          a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+          a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+          a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+          a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < kD / 16; ++dp) {
+          uint32_t b0, b1, b2, b3;
+          ldsm_x4_t(b_addr + (kk * 16 * kS + dp * 16) * 2, b0, b1, b2, b3);
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt) {
+            mma_bf16(o[mt][2 * dp], a[mt], b0, b1);
+            mma_bf16(o[mt][2 * dp + 1], a[mt], b2, b3);
+          }
+        }
+      }
+    }
+    buf ^= 1;
+    n = n_next;
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // sQ is free (and no copy is in flight) whether or not the loop ran
+
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    float inv[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const float l = quad_sum(lrow[mt][hi]);
+      inv[hi] = l > 0.f ? 1.f / l : 0.f;
+      const int row = q0 + wrow + mt * 16 + gid + 8 * hi;
+      if (tig == 0 && row < T) p.lse[row_base(p, b, h) + row] = l > 0.f ? (mrow[mt][hi] + __log2f(l)) * kLn2 : -INFINITY;
+    }
+    frag_to_smem<kD, kDT>(sQ + (wrow + mt * 16) * kS, o[mt], inv[0], inv[1]);
+  }
+  __syncwarp();
+  store_rows_warp<16 * kMT, kD>(static_cast<bf16*>(p.out) + q_base(p, b, h), qstride, sQ + wrow * kS, q0 + wrow, T, D);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: dQ (and Drow)
+// ---------------------------------------------------------------------------------------------
+
+template <int kD, int kBc, int kWarps>
+struct DqCfg {
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBr = 16 * kWarps;
+  static constexpr size_t kSmem = size_t(2 * kBr + 4 * kBc) * row_stride<kD>() * sizeof(bf16);  // Q, dO, 2 × (K, V)
+  static_assert(kBc % 16 == 0 && kD % 16 == 0, "tile shape");
+};
+
+// Σ of the 8 products of two rows of 8 bf16 (a bf16 is the high half of an f32).
+__device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 b) {
+  const uint32_t x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float acc = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(__uint_as_float(x[i] << 16), __uint_as_float(y[i] << 16), acc);
+    acc = fmaf(__uint_as_float(x[i] & 0xffff0000u), __uint_as_float(y[i] & 0xffff0000u), acc);
+  }
+  return acc;
+}
+
+template <int kD, int kBc, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
+  using Cfg = DqCfg<kD, kBc, kWarps>;
+  constexpr int kBr = Cfg::kBr, kNT = kBc / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kBr][kS]; the dQ tile at the end
+  bf16* sdO = sQ + kBr * kS;                      // [kBr][kS]
+  bf16* sK = sdO + kBr * kS;                      // [2][kBc][kS]
+  bf16* sV = sK + 2 * kBc * kS;                   // [2][kBc][kS]
+
+  const int T = p.T, D = p.D;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wrow = warp * 16;
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
+  const bf16* qg = static_cast<const bf16*>(p.q) + qb;
+  const bf16* dog = static_cast<const bf16*>(p.dout) + qb;
+  const bf16* kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
+  const bf16* vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
+  int n_end = (T + kBc - 1) / kBc;
+  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
+  int kind = kEmpty;
+  int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+
+  load_rows<kBr, kD, kThreads>(sQ, qg, qstride, q0, T, D);
+  load_rows<kBr, kD, kThreads>(sdO, dog, qstride, q0, T, D);
+  if (n < n_end) {
+    load_rows<kBc, kD, kThreads>(sK, kg, kvstride, n * kBc, T, D);
+    load_rows<kBc, kD, kThreads>(sV, vg, kvstride, n * kBc, T, D);
+  }
+  cp_async_commit();
+
+  // Drow = rowsum(dO∘O) of the warp's 16 rows: lane pair (2r, 2r+1) sums row r; written to the
+  // scratch for bwd_dkdv_mma and handed to the lanes holding rows gid and gid + 8.
+  float drow[2];
+  {
+    const int r = lane >> 1, half = lane & 1, t = q0 + wrow + r;
+    float acc = 0.f;
+    if (t < T) {
+      const bf16* orow = static_cast<const bf16*>(p.o) + qb + (int64_t)t * qstride;
+      const bf16* drow_g = dog + (int64_t)t * qstride;
+#pragma unroll
+      for (int c = half; c < kDT; c += 2)
+        if (c * 8 < D) acc += dot_bf16x8(*reinterpret_cast<const uint4*>(orow + c * 8), *reinterpret_cast<const uint4*>(drow_g + c * 8));
+    }
+    acc += __shfl_xor_sync(kFull32, acc, 1);
+    if (half == 0 && t < T) p.dsum[rb + t] = acc;
+    drow[0] = __shfl_sync(kFull32, acc, 2 * gid);
+    drow[1] = __shfl_sync(kFull32, acc, 2 * (gid + 8));
+  }
+  float lse2[2];
+  int qseg[2];
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int row = q0 + wrow + gid + 8 * hi;
+    lse2[hi] = row < T ? p.lse_in[rb + row] * kLog2e : 0.f;
+    qseg[hi] = __ldg(segb + min(row, T - 1));
+  }
+
+  float acc[kDT][4];
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+
+  int buf = 0;
+  while (n < n_end) {
+    const int cur_kind = kind;
+    const int k0 = n * kBc;
+    cp_async_wait<0>();
+    __syncthreads();  // tile n has landed; every warp is done with the other buffer
+    const bf16* cK = sK + buf * kBc * kS;
+    const bf16* cV = sV + buf * kBc * kS;
+
+    float s[kNT][4], dp[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
+    }
+    mma_abt<kD, kNT>(s, sQ + wrow * kS, cK);    // S = Q·Kᵀ
+    // The next tile: classified and prefetched into the other buffer (as in the forward).
+    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    if (n_next < n_end) {
+      load_rows<kBc, kD, kThreads>(sK + (buf ^ 1) * kBc * kS, kg, kvstride, n_next * kBc, T, D);
+      load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
+    }
+    cp_async_commit();
+    mma_abt<kD, kNT>(dp, sdO + wrow * kS, cV);  // dP = dO·Vᵀ
+    // dS = P∘(dP − Drow), P = exp(scale·s − lse); stored over s.
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = k0 + nt * 8 + 2 * tig + j;
+        const int kseg = cur_kind == kPartial ? __ldg(segb + min(col, T - 1)) : 0;
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int e = 2 * hi + j;
+          float pv = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse2[hi]));
+          if (cur_kind == kPartial && !visible(q0 + wrow + gid + 8 * hi, qseg[hi], col, kseg, T, causal)) pv = 0.f;
+          s[nt][e] = pv * (dp[nt][e] - drow[hi]);
+        }
+      }
+    }
+    mma_pv<kD, kNT>(acc, s, cK);  // dQ += dS·K
+    buf ^= 1;
+    n = n_next;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  frag_to_smem<kD, kDT>(sQ + wrow * kS, acc, p.scale, p.scale);
+  __syncwarp();
+  store_rows_warp<16, kD>(static_cast<bf16*>(p.dq) + qb, qstride, sQ + wrow * kS, q0 + wrow, T, D);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward: dK, dV
+// ---------------------------------------------------------------------------------------------
+
+template <int kD, int kBr, int kWarps>
+struct DkvCfg {
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBc = 16 * kWarps;
+  // K, V, 2 × (Q, dO) tiles, then 2 × (lse, Drow) rows.
+  static constexpr size_t kTiles = size_t(2 * kBc + 4 * kBr) * row_stride<kD>() * sizeof(bf16);
+  static constexpr size_t kSmem = kTiles + 4 * kBr * sizeof(float);
+  static_assert(kBr % 16 == 0 && kD % 16 == 0 && kTiles % 16 == 0, "tile shape");
+};
+
+template <int kD, int kBr, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
+  using Cfg = DkvCfg<kD, kBr, kWarps>;
+  constexpr int kBc = Cfg::kBc, kNT = kBr / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // [kBc][kS]; the dK tile at the end
+  bf16* sV = sK + kBc * kS;                       // [kBc][kS]; the dV tile at the end
+  bf16* sQ = sV + kBc * kS;                       // [2][kBr][kS]
+  bf16* sdO = sQ + 2 * kBr * kS;                  // [2][kBr][kS]
+  float* sL = reinterpret_cast<float*>(smem_raw + Cfg::kTiles);  // [2][kBr] lse
+  float* sDr = sL + 2 * kBr;                                      // [2][kBr] Drow
+
+  const int T = p.T, D = p.D, group = p.group;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
+  const int k0 = blockIdx.y * kBc;  // first (causal: heaviest) key blocks first
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wrow = warp * 16;
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t kb = kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  const SegRange krange = warp_seg_range(segb, k0, kBc, T);
+  const int m_begin = causal ? k0 / kBr : 0;
+  const int m_end = (T + kBr - 1) / kBr;
+  // The tiles a key block visits do not depend on the q head: (hq, m) runs over the group's
+  // heads × the block's non-empty query tiles.
+  int first_kind = kEmpty;
+  const int m_first = next_query_tile(m_begin, m_end, kBr, segb, k0, kBc, krange, T, causal, first_kind);
+  int hq = m_first < m_end ? 0 : group;
+  int m = m_first, kind = first_kind;
+
+  auto load_tile = [&](int buf_, int hq_, int m_) {
+    const int h = g * group + hq_;
+    const int q0 = m_ * kBr;
+    const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
+    load_rows<kBr, kD, kThreads>(sQ + buf_ * kBr * kS, static_cast<const bf16*>(p.q) + qb, qstride, q0, T, D);
+    load_rows<kBr, kD, kThreads>(sdO + buf_ * kBr * kS, static_cast<const bf16*>(p.dout) + qb, qstride, q0, T, D);
+    for (int i = threadIdx.x; i < kBr; i += kThreads) {
+      const int t = q0 + i;
+      const bool ok = t < T;
+      cp_async4(smem_u32(sL + buf_ * kBr + i), p.lse_in + (ok ? rb + t : 0), ok);
+      cp_async4(smem_u32(sDr + buf_ * kBr + i), p.dsum + (ok ? rb + t : 0), ok);
+    }
+  };
+
+  load_rows<kBc, kD, kThreads>(sK, static_cast<const bf16*>(p.k) + kb, kvstride, k0, T, D);
+  load_rows<kBc, kD, kThreads>(sV, static_cast<const bf16*>(p.v) + kb, kvstride, k0, T, D);
+  if (hq < group) load_tile(0, hq, m);
+  cp_async_commit();
+
+  int krow[2], kseg[2];
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    krow[hi] = k0 + wrow + gid + 8 * hi;
+    kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
+  }
+
+  float dk[kDT][4], dv[kDT][4];
+#pragma unroll
+  for (int dt = 0; dt < kDT; ++dt) {
+    dk[dt][0] = dk[dt][1] = dk[dt][2] = dk[dt][3] = 0.f;
+    dv[dt][0] = dv[dt][1] = dv[dt][2] = dv[dt][3] = 0.f;
+  }
+
+  int buf = 0;
+  while (hq < group) {
+    const int cur_kind = kind;
+    const int q0 = m * kBr;
+    cp_async_wait<0>();
+    __syncthreads();  // tile (hq, m) has landed; every warp is done with the other buffer
+    const bf16* cQ = sQ + buf * kBr * kS;
+    const bf16* cdO = sdO + buf * kBr * kS;
+    const float* cL = sL + buf * kBr;
+    const float* cDr = sDr + buf * kBr;
+
+    float s[kNT][4], dpt[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+      dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.f;
+    }
+    mma_abt<kD, kNT>(s, sK + wrow * kS, cQ);  // Sᵀ = K·Qᵀ (this warp's 16 keys × kBr queries)
+    // The next (head, query tile): classified and prefetched into the other buffer.
+    int hq_next = hq;
+    int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
+    if (m_next == m_end) {
+      ++hq_next;
+      m_next = m_first;
+      kind = first_kind;
+    }
+    if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
+    cp_async_commit();
+    // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const int c = nt * 8 + 2 * tig;
+      const float2 l2 = *reinterpret_cast<const float2*>(cL + c);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int qi = q0 + c + j;
+        const float lse2 = (j ? l2.y : l2.x) * kLog2e;
+        const int qseg = cur_kind == kPartial ? __ldg(segb + min(qi, T - 1)) : 0;
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          const int e = 2 * hi + j;
+          float pv = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse2));
+          if (cur_kind == kPartial && !visible(qi, qseg, krow[hi], kseg[hi], T, causal)) pv = 0.f;
+          s[nt][e] = pv;
+        }
+      }
+    }
+    mma_abt<kD, kNT>(dpt, sV + wrow * kS, cdO);  // dPᵀ = V·dOᵀ
+    // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]), stored over dpt.
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const float2 d2 = *reinterpret_cast<const float2*>(cDr + nt * 8 + 2 * tig);
+      dpt[nt][0] = s[nt][0] * (dpt[nt][0] - d2.x);
+      dpt[nt][1] = s[nt][1] * (dpt[nt][1] - d2.y);
+      dpt[nt][2] = s[nt][2] * (dpt[nt][2] - d2.x);
+      dpt[nt][3] = s[nt][3] * (dpt[nt][3] - d2.y);
+    }
+    mma_pv<kD, kNT>(dv, s, cdO);   // dV += Pᵀ·dO
+    mma_pv<kD, kNT>(dk, dpt, cQ);  // dK += dSᵀ·Q
+    buf ^= 1;
+    hq = hq_next;
+    m = m_next;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  frag_to_smem<kD, kDT>(sK + wrow * kS, dk, p.scale, p.scale);
+  frag_to_smem<kD, kDT>(sV + wrow * kS, dv, 1.f, 1.f);
+  __syncwarp();
+  store_rows_warp<16, kD>(static_cast<bf16*>(p.dk) + kb, kvstride, sK + wrow * kS, k0 + wrow, T, D);
+  store_rows_warp<16, kD>(static_cast<bf16*>(p.dv) + kb, kvstride, sV + wrow * kS, k0 + wrow, T, D);
+}
+
+// =============================================================================================
+// SIMT kernels: f32 storage (exact fp32 arithmetic), and bf16 that the tensor-core path does not
+// take. Head dim up to kDM = 128 (the op's limit), a multiple of 4. 128 threads = 4 warps.
+// =============================================================================================
+
+constexpr int kDM = 128;      // largest head dim
+constexpr int kDS = kDM + 4;  // row stride of tiles read one row per lane (float4, conflict-free)
+
+// rows [t0, t0 + n) of a [.., T, heads, D] tensor -> s[n][stride] as f32 (rows >= T zero;
+// columns >= D untouched and never read).
+template <typename TS>
+__device__ __forceinline__ void load_rows_f32(float* s, int stride, const TS* g, int64_t gstride, int t0, int n, int T, int D) {
+  for (int i = threadIdx.x; i < n * D; i += blockDim.x) {
+    const int r = i / D, c = i - r * D;
+    const int t = t0 + r;
+    s[r * stride + c] = t < T ? to_f32(g[(int64_t)t * gstride + c]) : 0.f;
+  }
+}
+
+__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
+  acc = fmaf(a.x, b.x, acc);
+  acc = fmaf(a.y, b.y, acc);
+  acc = fmaf(a.z, b.z, acc);
+  return fmaf(a.w, b.w, acc);
+}
+
+// Forward: 16 query rows a block (4 a warp), key tiles of 32 (one a lane).
+template <typename TS>
+__global__ void __launch_bounds__(128) fwd_simt(const Params p) {
+  constexpr int kBr = 16, kBc = 32;
+  MDLM_ATTN_DYNAMIC_SMEM(float, smf);
+  float* sQ = smf;               // [kBr][kDM]
+  float* sK = sQ + kBr * kDM;    // [kBc][kDS]
+  float* sV = sK + kBc * kDS;    // [kBc][kDM]
+  const int T = p.T, D = p.D;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const TS* kg = static_cast<const TS*>(p.k) + kv_base(p, b, g);
+  const TS* vg = static_cast<const TS*>(p.v) + kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  load_rows_f32(sQ, kDM, static_cast<const TS*>(p.q) + q_base(p, b, h), qstride, q0, kBr, T, D);
+  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
+  int qseg[4];
+  float m[4], l[4], o[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    qseg[i] = __ldg(segb + min(q0 + warp * 4 + i, T - 1));
+    m[i] = -INFINITY;
+    l[i] = 0.f;
+    o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  }
+  int n_end = (T + kBc - 1) / kBc;
+  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
+  for (int n = 0; n < n_end; ++n) {
+    const int k0 = n * kBc;
+    const int kind = classify_tile(q0, kBr, qrange, k0, kBc, warp_seg_range(segb, k0, kBc, T), T, causal);
+    if (kind == kEmpty) continue;
+    __syncthreads();
+    load_rows_f32(sK, kDS, kg, kvstride, k0, kBc, T, D);
+    load_rows_f32(sV, kDM, vg, kvstride, k0, kBc, T, D);
+    __syncthreads();
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int d = 0; d < D; d += 4) {
+      const float4 kv = ld4(sK + lane * kDS + d);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[i] = dot4(ld4(sQ + (warp * 4 + i) * kDM + d), kv, s[i]);
+    }
+    const int kj = k0 + lane;
+    const int kseg = __ldg(segb + min(kj, T - 1));
+    float pr[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool vis = kind == kFull || visible(q0 + warp * 4 + i, qseg[i], kj, kseg, T, causal);
+      const float sc = vis ? s[i] * p.scale : -INFINITY;
+      const float m_new = fmaxf(m[i], warp_max(sc));
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = expf(m[i] - m_use);
+      pr[i] = expf(sc - m_use);
+      l[i] = l[i] * alpha + pr[i];
+      m[i] = m_new;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[i][c] *= alpha;
+    }
+    for (int j = 0; j < kBc; ++j) {
+      float pj[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) pj[i] = __shfl_sync(kFull32, pr[i], j);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) {
+          const float vv = sV[j * kDM + d];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[i][c] = fmaf(pj[i], vv, o[i][c]);
+        }
+      }
+    }
+  }
+  TS* og = static_cast<TS*>(p.out) + q_base(p, b, h);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float L = warp_sum(l[i]);
+    const int t = q0 + warp * 4 + i;
+    if (t < T) {
+      const float inv = L > 0.f ? 1.f / L : 0.f;
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) og[(int64_t)t * qstride + d] = from_f32<TS>(o[i][c] * inv);
+      }
+      if (lane == 0) p.lse[row_base(p, b, h) + t] = L > 0.f ? m[i] + logf(L) : -INFINITY;
+    }
+  }
+}
+
+// dQ and Drow: 16 query rows a block (4 a warp), key tiles of 32 (one a lane).
+template <typename TS>
+__global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
+  constexpr int kBr = 16, kBc = 32;
+  MDLM_ATTN_DYNAMIC_SMEM(float, smf);
+  float* sQ = smf;               // [kBr][kDM]
+  float* sdO = sQ + kBr * kDM;   // [kBr][kDM]
+  float* sK = sdO + kBr * kDM;   // [kBc][kDS]
+  float* sV = sK + kBc * kDS;    // [kBc][kDS]
+  const int T = p.T, D = p.D;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
+  const TS* kg = static_cast<const TS*>(p.k) + kv_base(p, b, g);
+  const TS* vg = static_cast<const TS*>(p.v) + kv_base(p, b, g);
+  const TS* dog = static_cast<const TS*>(p.dout) + qb;
+  const TS* og = static_cast<const TS*>(p.o) + qb;
+  const int* segb = p.seg + (int64_t)b * T;
+
+  load_rows_f32(sQ, kDM, static_cast<const TS*>(p.q) + qb, qstride, q0, kBr, T, D);
+  load_rows_f32(sdO, kDM, dog, qstride, q0, kBr, T, D);
+  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
+  int qseg[4];
+  float lse[4], drow[4], acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = q0 + warp * 4 + i;
+    qseg[i] = __ldg(segb + min(t, T - 1));
+    lse[i] = t < T ? p.lse_in[rb + t] : 0.f;
+    float dd = 0.f;
+    if (t < T)
+      for (int d = lane; d < D; d += 32) dd = fmaf(to_f32(dog[(int64_t)t * qstride + d]), to_f32(og[(int64_t)t * qstride + d]), dd);
+    drow[i] = warp_sum(dd);
+    if (lane == 0 && t < T) p.dsum[rb + t] = drow[i];
+    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  }
+  int n_end = (T + kBc - 1) / kBc;
+  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
+  for (int n = 0; n < n_end; ++n) {
+    const int k0 = n * kBc;
+    const int kind = classify_tile(q0, kBr, qrange, k0, kBc, warp_seg_range(segb, k0, kBc, T), T, causal);
+    if (kind == kEmpty) continue;
+    __syncthreads();
+    load_rows_f32(sK, kDS, kg, kvstride, k0, kBc, T, D);
+    load_rows_f32(sV, kDS, vg, kvstride, k0, kBc, T, D);
+    __syncthreads();
+    float s[4] = {0.f, 0.f, 0.f, 0.f}, dp[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int d = 0; d < D; d += 4) {
+      const float4 kv = ld4(sK + lane * kDS + d), vv = ld4(sV + lane * kDS + d);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        s[i] = dot4(ld4(sQ + (warp * 4 + i) * kDM + d), kv, s[i]);
+        dp[i] = dot4(ld4(sdO + (warp * 4 + i) * kDM + d), vv, dp[i]);
+      }
+    }
+    const int kj = k0 + lane;
+    const int kseg = __ldg(segb + min(kj, T - 1));
+    float ds[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const bool vis = kind == kFull || visible(q0 + warp * 4 + i, qseg[i], kj, kseg, T, causal);
+      ds[i] = vis ? expf(s[i] * p.scale - lse[i]) * (dp[i] - drow[i]) : 0.f;
+    }
+    for (int j = 0; j < kBc; ++j) {
+      float dj[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dj[i] = __shfl_sync(kFull32, ds[i], j);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) {
+          const float kv = sK[j * kDS + d];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[i][c] = fmaf(dj[i], kv, acc[i][c]);
+        }
+      }
+    }
+  }
+  TS* dqg = static_cast<TS*>(p.dq) + qb;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = q0 + warp * 4 + i;
+    if (t < T) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) dqg[(int64_t)t * qstride + d] = from_f32<TS>(acc[i][c] * p.scale);
+      }
+    }
+  }
+}
+
+// dK, dV: 16 key rows a block (4 a warp), over the group's q heads and query tiles of 32 (one a
+// lane). Reads Drow written by bwd_dq_simt.
+template <typename TS>
+__global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
+  constexpr int kBc = 16, kBr = 32;
+  MDLM_ATTN_DYNAMIC_SMEM(float, smf);
+  float* sK = smf;               // [kBc][kDM]
+  float* sV = sK + kBc * kDM;    // [kBc][kDM]
+  float* sQ = sV + kBc * kDM;    // [kBr][kDS]
+  float* sdO = sQ + kBr * kDS;   // [kBr][kDS]
+  float* sL = sdO + kBr * kDS;   // [kBr]
+  float* sDr = sL + kBr;         // [kBr]
+  const int T = p.T, D = p.D;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
+  const int k0 = blockIdx.y * kBc;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t kb = kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  load_rows_f32(sK, kDM, static_cast<const TS*>(p.k) + kb, kvstride, k0, kBc, T, D);
+  load_rows_f32(sV, kDM, static_cast<const TS*>(p.v) + kb, kvstride, k0, kBc, T, D);
+  const SegRange krange = warp_seg_range(segb, k0, kBc, T);
+  int kseg[4];
+  float dk[4][4], dv[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    kseg[i] = __ldg(segb + min(k0 + warp * 4 + i, T - 1));
+#pragma unroll
+    for (int c = 0; c < 4; ++c) dk[i][c] = dv[i][c] = 0.f;
+  }
+  const int m_begin = causal ? k0 / kBr : 0;
+  const int m_end = (T + kBr - 1) / kBr;
+  for (int hq = 0; hq < p.group; ++hq) {
+    const int h = g * p.group + hq;
+    const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
+    for (int m = m_begin; m < m_end; ++m) {
+      const int q0 = m * kBr;
+      const int kind = classify_tile(q0, kBr, warp_seg_range(segb, q0, kBr, T), k0, kBc, krange, T, causal);
+      if (kind == kEmpty) continue;
+      __syncthreads();
+      load_rows_f32(sQ, kDS, static_cast<const TS*>(p.q) + qb, qstride, q0, kBr, T, D);
+      load_rows_f32(sdO, kDS, static_cast<const TS*>(p.dout) + qb, qstride, q0, kBr, T, D);
+      if (threadIdx.x < kBr) {
+        const int t = q0 + threadIdx.x;
+        sL[threadIdx.x] = t < T ? p.lse_in[rb + t] : 0.f;
+        sDr[threadIdx.x] = t < T ? p.dsum[rb + t] : 0.f;
+      }
+      __syncthreads();
+      const int qi = q0 + lane;
+      const int qseg = __ldg(segb + min(qi, T - 1));
+      const float lse = sL[lane], dr = sDr[lane];
+      float pr[4], ds[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float s = 0.f, dp = 0.f;
+        for (int d = 0; d < D; d += 4) {
+          s = dot4(ld4(sK + (warp * 4 + i) * kDM + d), ld4(sQ + lane * kDS + d), s);
+          dp = dot4(ld4(sV + (warp * 4 + i) * kDM + d), ld4(sdO + lane * kDS + d), dp);
+        }
+        const bool vis = kind == kFull || visible(qi, qseg, k0 + warp * 4 + i, kseg[i], T, causal);
+        pr[i] = vis ? expf(s * p.scale - lse) : 0.f;
+        ds[i] = pr[i] * (dp - dr);
+      }
+      for (int j = 0; j < kBr; ++j) {
+        float pj[4], dj[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          pj[i] = __shfl_sync(kFull32, pr[i], j);
+          dj[i] = __shfl_sync(kFull32, ds[i], j);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int d = lane + 32 * c;
+          if (d < D) {
+            const float qv = sQ[j * kDS + d], ov = sdO[j * kDS + d];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              dv[i][c] = fmaf(pj[i], ov, dv[i][c]);
+              dk[i][c] = fmaf(dj[i], qv, dk[i][c]);
+            }
+          }
+        }
+      }
+    }
+  }
+  TS* dkg = static_cast<TS*>(p.dk) + kb;
+  TS* dvg = static_cast<TS*>(p.dv) + kb;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int t = k0 + warp * 4 + i;
+    if (t < T) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int d = lane + 32 * c;
+        if (d < D) {
+          dkg[(int64_t)t * kvstride + d] = from_f32<TS>(dk[i][c] * p.scale);
+          dvg[(int64_t)t * kvstride + d] = from_f32<TS>(dv[i][c]);
+        }
+      }
+    }
+  }
+}
+
+constexpr size_t kFwdSimtSmem = size_t(16 * kDM + 32 * kDS + 32 * kDM) * sizeof(float);
+constexpr size_t kDqSimtSmem = size_t(2 * 16 * kDM + 2 * 32 * kDS) * sizeof(float);
+constexpr size_t kDkvSimtSmem = size_t(2 * 16 * kDM + 2 * 32 * kDS + 2 * 32) * sizeof(float);
+
+// =============================================================================================
+// Launchers
+// =============================================================================================
+
+int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+template <typename Kernel>
+void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p, cudaStream_t stream, const char* name) {
+#ifdef MDLM_ATTN_EMULATE
+  (void)stream;
+  (void)name;
+  ::emu::launch(kernel, grid, threads, smem, p);
+#else
+  if (smem > 48 * 1024) check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), name);
+  kernel<<<grid, threads, smem, stream>>>(p);
+  check_launch(name);
+#endif
+}
+
+// Tile configurations of the tensor-core kernels by padded head dim (one table; the report and
+// docs/ARCHITECTURE.md quote it):
+//   forward <kD, Br, Bc, warps>          dq <kD, Bc, warps> (Br = 16·warps)   dkdv <kD, Br, warps> (Bc = 16·warps)
+template <int kD> struct Tiles;
+template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 128, qW = 4, kBr = 64, kW = 4; };
+template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 128, qW = 4, kBr = 64, kW = 4; };
+template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, kBr = 32, kW = 4; };
+template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, kBr = 32, kW = 4; };
+
+template <int kD>
+size_t max_mma_smem(bool backward) {
+  using C = Tiles<kD>;
+  if (!backward) return FwdCfg<kD, C::fBr, C::fBc, C::fW>::kSmem;
+  return std::max(DqCfg<kD, C::qBc, C::qW>::kSmem, DkvCfg<kD, C::kBr, C::kW>::kSmem);
+}
+
+template <int kD>
+void forward_mma(const Params& p, cudaStream_t stream) {
+  using C = Tiles<kD>;
+  using F = FwdCfg<kD, C::fBr, C::fBc, C::fW>;
+  launch(fwd_mma<kD, C::fBr, C::fBc, C::fW>, dim3(p.B * p.H, ceil_div(p.T, C::fBr)), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
+}
+
+template <int kD>
+void backward_mma(const Params& p, cudaStream_t stream) {
+  using C = Tiles<kD>;
+  using Q = DqCfg<kD, C::qBc, C::qW>;
+  using K = DkvCfg<kD, C::kBr, C::kW>;
+  launch(bwd_dq_mma<kD, C::qBc, C::qW>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
+  launch(bwd_dkdv_mma<kD, C::kBr, C::kW>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
+}
+
+template <typename TS>
+void forward_simt(const Params& p, cudaStream_t stream) {
+  launch(fwd_simt<TS>, dim3(p.B * p.H, ceil_div(p.T, 16)), 128, kFwdSimtSmem, p, stream, "attention forward (simt)");
+}
+
+template <typename TS>
+void backward_simt(const Params& p, cudaStream_t stream) {
+  launch(bwd_dq_simt<TS>, dim3(p.B * p.H, ceil_div(p.T, 16)), 128, kDqSimtSmem, p, stream, "attention backward dq (simt)");
+  launch(bwd_dkdv_simt<TS>, dim3(p.B * p.G, ceil_div(p.T, 16)), 128, kDkvSimtSmem, p, stream, "attention backward dk/dv (simt)");
+}
+
+int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
+
+Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
+  Params p{};
+  p.B = call.i32("batch");
+  p.T = call.i32("seqLen");
+  p.H = call.i32("heads");
+  p.G = call.i32("kvHeads");
+  p.D = call.i32("headDim");
+  p.causal = call.flag("causal");
+  p.scale = static_cast<float>(call.num("scale"));
+  if (p.B <= 0 || p.T <= 0 || p.H <= 0 || p.G <= 0 || p.D <= 0 || p.H % p.G != 0 || p.D % 4 != 0 || p.D > kDM) {
+    throw OpError("BAD_ARGUMENT", call.op + ": unsupported shape (heads a multiple of kvHeads, headDim a multiple of 4 up to 128)");
+  }
+  p.group = p.H / p.G;
+  p.scale_log2 = p.scale * kLog2e;
+  for (const char* const* a = float_args; *a; ++a) {
+    if (call.arg(*a).dtype != dt) throw OpError("UNSUPPORTED_DTYPE", call.op + ": argument '" + *a + "' is " + dtype_name(call.arg(*a).dtype) + ", the others " + dtype_name(dt));
+  }
+  if (call.arg("segIds").dtype != DType::i32) throw OpError("UNSUPPORTED_DTYPE", call.op + ": segIds must be i32");
+  p.seg = static_cast<const int*>(call.arg("segIds").ptr);
+  return p;
+}
+
+// The tensor-core path: bf16, head dim a multiple of 8, every bf16 tensor 16-byte aligned, and the
+// tile fits the device's shared memory.
+bool use_mma(const OpCall& call, const Params& p, const char* const* float_args, bool backward) {
+  if (p.D % 8 != 0) return false;
+  for (const char* const* a = float_args; *a; ++a)
+    if (reinterpret_cast<uintptr_t>(call.arg(*a).ptr) % 16 != 0) return false;
+  size_t smem = 0;
+  switch (padded_head_dim(p.D)) {
+    case 32: smem = max_mma_smem<32>(backward); break;
+    case 64: smem = max_mma_smem<64>(backward); break;
+    case 96: smem = max_mma_smem<96>(backward); break;
+    default: smem = max_mma_smem<128>(backward); break;
+  }
+  return !call.device || smem <= call.device->sharedMemPerBlockOptin;
+}
+
+}  // namespace
+}  // namespace attn
+}  // namespace mdlm
+
+using namespace mdlm::attn;
+
+MDLM_OP(attention) {
+  using mdlm::DType;
+  static const char* const kFloatArgs[] = {"q", "k", "v", "out", nullptr};
+  const DType dt = call.float_dtype("q", {DType::f32, DType::bf16});
+  Params p = make_params(call, kFloatArgs, dt);
+  p.q = call.arg("q").ptr;
+  p.k = call.arg("k").ptr;
+  p.v = call.arg("v").ptr;
+  p.out = call.arg("out").ptr;
+  p.lse = static_cast<float*>(call.arg("lse").ptr);
+  if (dt == DType::f32) {
+    forward_simt<float>(p, call.stream);
+  } else if (!use_mma(call, p, kFloatArgs, false)) {
+    forward_simt<bf16>(p, call.stream);
+  } else {
+    switch (padded_head_dim(p.D)) {
+      case 32: forward_mma<32>(p, call.stream); break;
+      case 64: forward_mma<64>(p, call.stream); break;
+      case 96: forward_mma<96>(p, call.stream); break;
+      default: forward_mma<128>(p, call.stream); break;
+    }
+  }
+}
+
+MDLM_OP(attention_backward) {
+  using mdlm::DType;
+  static const char* const kFloatArgs[] = {"q", "k", "v", "out", "dout", "dq", "dk", "dv", nullptr};
+  const DType dt = call.float_dtype("q", {DType::f32, DType::bf16});
+  Params p = make_params(call, kFloatArgs, dt);
+  p.q = call.arg("q").ptr;
+  p.k = call.arg("k").ptr;
+  p.v = call.arg("v").ptr;
+  p.o = call.arg("out").ptr;
+  p.lse_in = static_cast<const float*>(call.arg("lse").ptr);
+  p.dout = call.arg("dout").ptr;
+  p.dq = call.arg("dq").ptr;
+  p.dk = call.arg("dk").ptr;
+  p.dv = call.arg("dv").ptr;
+  p.dsum = static_cast<float*>(call.scratch->get(sizeof(float) * (size_t)p.B * p.H * p.T));
+  if (dt == DType::f32) {
+    backward_simt<float>(p, call.stream);
+  } else if (!use_mma(call, p, kFloatArgs, true)) {
+    backward_simt<bf16>(p, call.stream);
+  } else {
+    switch (padded_head_dim(p.D)) {
+      case 32: backward_mma<32>(p, call.stream); break;
+      case 64: backward_mma<64>(p, call.stream); break;
+      case 96: backward_mma<96>(p, call.stream); break;
+      default: backward_mma<128>(p, call.stream); break;
+    }
+  }
+}

@@ -1,0 +1,246 @@
+// Device helpers shared by the attention kernels (cuda/attention.cu): the one masking rule (causal,
+// document ids, sequence tails) used by every kernel and both dtypes, tile classification for
+// skipping masked tiles, and thin wrappers over the sm_80+ instructions of the tensor-core path
+// (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> f32).
+//
+// Requires sm_80 or newer (cp.async, ldmatrix, bf16 mma, redux.sync).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#ifdef MDLM_ATTN_EMULATE
+#include "emu/warp_emu.h"
+#endif
+
+// Dynamic shared memory of a kernel, as an array of T named `name`.
+#ifdef MDLM_ATTN_EMULATE
+#define MDLM_ATTN_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::emu::smem_base())
+#else
+#define MDLM_ATTN_DYNAMIC_SMEM(T, name) extern __shared__ __align__(128) T name[]
+#endif
+
+namespace mdlm {
+namespace attn {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---------------------------------------------------------------------------------------------
+// Masking: the op's rule (src/ops/attention.ts `visibility`) plus the tails of the last tiles.
+// Query qi sees key kj iff both are real rows (< T), kj <= qi when causal, and their document
+// ids agree. Every kernel masks through this function and skips tiles through classify_tile.
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ bool visible(int qi, int qseg, int kj, int kseg, int T, bool causal) {
+  return qi < T && kj < T && (!causal || kj <= qi) && qseg == kseg;
+}
+
+// Smallest and largest document id over the rows [t0, t0 + n) that are < T (lo > hi: no such
+// row). Computed by one warp (every lane gets the result); each warp of a block calls it itself,
+// so no shared memory or barrier is involved.
+struct SegRange {
+  int lo, hi;
+};
+
+__device__ __forceinline__ SegRange warp_seg_range(const int* __restrict__ seg_row, int t0, int n, int T) {
+  const int lane = threadIdx.x & 31;
+  int lo = INT_MAX, hi = INT_MIN;
+  for (int i = lane; i < n; i += 32) {
+    const int t = t0 + i;
+    if (t < T) {
+      const int s = __ldg(seg_row + t);
+      lo = min(lo, s);
+      hi = max(hi, s);
+    }
+  }
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  return {lo, hi};
+}
+
+enum TileKind : int { kEmpty = 0, kPartial = 1, kFull = 2 };
+
+// A tile of queries [q0, q0 + nq) × keys [k0, k0 + nk):
+//   kEmpty   no (query, key) pair is visible: skipped entirely (no load, no math);
+//   kFull    every pair is visible (no tails, below the causal diagonal, one document): no mask;
+//   kPartial anything else: visible() per element.
+// The document test compares id ranges, so it never skips a visible pair whatever the ids are;
+// for packed rows (ids non-decreasing along T) it is exact at tile granularity.
+__device__ __forceinline__ int classify_tile(int q0, int nq, SegRange qs, int k0, int nk, SegRange ks, int T, bool causal) {
+  if (qs.lo > qs.hi || ks.lo > ks.hi) return kEmpty;            // no real rows on one side
+  if (causal && k0 > min(q0 + nq, T) - 1) return kEmpty;        // every key after every query
+  if (qs.hi < ks.lo || ks.hi < qs.lo) return kEmpty;            // no document in common
+  const bool full = q0 + nq <= T && k0 + nk <= T && (!causal || k0 + nk - 1 <= q0) &&
+                    qs.lo == qs.hi && ks.lo == ks.hi && qs.lo == ks.lo;
+  return full ? kFull : kPartial;
+}
+
+// First key tile n' >= n (tiles of nk keys, n' < n_end) that the query block [q0, q0 + nq) does
+// not skip; n_end if none. `kind` receives its classification.
+__device__ __forceinline__ int next_key_tile(int n, int n_end, int nk, const int* __restrict__ seg_row, int q0, int nq,
+                                             SegRange qs, int T, bool causal, int& kind) {
+  for (; n < n_end; ++n) {
+    const int k0 = n * nk;
+    kind = classify_tile(q0, nq, qs, k0, nk, warp_seg_range(seg_row, k0, nk, T), T, causal);
+    if (kind != kEmpty) break;
+  }
+  return n;
+}
+
+// First query tile m' >= m (tiles of nq queries, m' < m_end) that the key block [k0, k0 + nk)
+// does not skip; m_end if none.
+__device__ __forceinline__ int next_query_tile(int m, int m_end, int nq, const int* __restrict__ seg_row, int k0, int nk,
+                                               SegRange ks, int T, bool causal, int& kind) {
+  for (; m < m_end; ++m) {
+    const int q0 = m * nq;
+    kind = classify_tile(q0, nq, warp_seg_range(seg_row, q0, nq, T), k0, nk, ks, T, causal);
+    if (kind != kEmpty) break;
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warp reductions
+// ---------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+
+// Over the 4 lanes of a quad (the lanes that share a row of an mma accumulator fragment).
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// sm_80+ instructions
+// ---------------------------------------------------------------------------------------------
+
+#ifdef MDLM_ATTN_EMULATE
+// CPU emulation of the same instructions (cuda/emu/warp_emu.h, driven by
+// cuda/emu/attention_check.cc): checks the kernels' indexing and fragment layouts without a GPU.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return ::emu::smem_addr(p); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) { ::emu::cp_async(dst, src, 16, pred ? 16 : 0); }
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool pred) { ::emu::cp_async(dst, src, 4, pred ? 4 : 0); }
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  static_assert(N == 0, "the emulation lands every copy at wait_group 0");
+  ::emu::cp_async_wait_all();
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  ::emu::ldmatrix_x4(addr, r, false);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  ::emu::ldmatrix_x4(addr, r, true);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { ::emu::mma_m16n8k16(c, a, b0, b1); }
+#else
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; when !pred nothing is read and the 16 bytes are zeroed.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+// 4 bytes global -> shared; zero when !pred.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lane l gives the address of row (l & 7) of matrix (l >> 3); register i
+// receives matrix i: lane l holds its row l >> 2, columns 2(l & 3) and 2(l & 3) + 1.
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// The same, each matrix transposed: lane l holds column l >> 2, rows 2(l & 3) and 2(l & 3) + 1.
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// c[16x8] += a[16x16] · b[16x8], bf16 inputs, f32 accumulation. Fragments (g = lane >> 2,
+// t = lane & 3): a = {(g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}, b = {(k 2t.., n g),
+// (k 2t+8.., n g)}, c = {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#endif  // MDLM_ATTN_EMULATE
+
+// Two floats to a bf16x2 register, round to nearest even; `lo` in the low half (lower column).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+#ifdef MDLM_ATTN_EMULATE
+  return std::exp2(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+// Storage <-> f32 for the SIMT kernels (f32 storage, and bf16 head dims the tensor-core path
+// does not take).
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T from_f32(float x);
+template <>
+__device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
+
+}  // namespace attn
+}  // namespace mdlm

@@ -1,0 +1,372 @@
+// Runs cuda/attention.cu on the CPU through the warp emulator (cuda/emu/warp_emu.h) and compares
+// every output with a float64 reference (a port of src/ops/attention.ts), the way the parity
+// harness does: inputs rounded to the storage dtype, outputs poisoned with NaN, relative error
+// ‖out − ref‖ / ‖ref‖ per output. Covers the op's test cases and multi-tile cases (several query
+// and key tiles, tails, documents, GQA, unsorted document ids) in f32 and bf16.
+//
+//   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
+//       cuda/emu/attention_check.cc -o /tmp/attention_check && /tmp/attention_check [filter]
+#include "../attention.cu"
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+// ---- the parts of cuda/op.h the addon normally defines ----
+namespace mdlm {
+const char* dtype_name(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    default: return "other";
+  }
+}
+const Arg& OpCall::arg(const std::string& n) const {
+  auto it = args.find(n);
+  if (it == args.end()) throw std::runtime_error(op + ": no argument " + n);
+  return it->second;
+}
+double OpCall::num(const std::string& n) const {
+  auto it = nums.find(n);
+  if (it == nums.end()) throw std::runtime_error(op + ": no attribute " + n);
+  return it->second;
+}
+int64_t OpCall::i64(const std::string& n) const { return static_cast<int64_t>(num(n)); }
+int OpCall::i32(const std::string& n) const { return static_cast<int>(num(n)); }
+bool OpCall::flag(const std::string& n) const { return num(n) != 0; }
+DType OpCall::float_dtype(const std::string& n, std::initializer_list<DType> allowed) const {
+  const DType d = arg(n).dtype;
+  for (DType a : allowed)
+    if (a == d) return d;
+  throw OpError("UNSUPPORTED_DTYPE", op + ": dtype " + dtype_name(d));
+}
+static std::map<std::string, Launcher>& registry() {
+  static std::map<std::string, Launcher> r;
+  return r;
+}
+Registrar::Registrar(const char* op, Launcher fn) { registry()[op] = fn; }
+Launcher find_launcher(const std::string& op) { return registry().at(op); }
+void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(what);
+}
+}  // namespace mdlm
+
+namespace {
+
+struct HostScratch : mdlm::Scratch {
+  std::vector<std::vector<unsigned char>> blocks;
+  void* last = nullptr;
+  void* get(size_t bytes) override {
+    blocks.emplace_back(bytes + 256);
+    auto p = reinterpret_cast<uintptr_t>(blocks.back().data());
+    last = reinterpret_cast<void*>((p + 255) & ~uintptr_t(255));
+    std::memset(last, 0xff, bytes);  // poisoned like fresh device memory could be
+    return last;
+  }
+};
+
+struct Case {
+  std::string label;
+  int B, T, H, G, D;
+  bool causal;
+  bool random_ids = false;  // unsorted document ids
+};
+
+using Vec = std::vector<double>;
+
+float round_bf16(double x) { return __bfloat162float(__float2bfloat16_rn(static_cast<float>(x))); }
+
+struct Ref {
+  const Case& c;
+  double scale;
+  const std::vector<int>& seg;
+  size_t qi(int b, int t, int h) const { return ((size_t(b) * c.T + t) * c.H + h) * c.D; }
+  size_t ki(int b, int t, int g) const { return ((size_t(b) * c.T + t) * c.G + g) * c.D; }
+  bool vis(int b, int i, int j) const { return (!c.causal || j <= i) && seg[b * c.T + i] == seg[b * c.T + j]; }
+  Vec scores(const Vec& q, const Vec& k, int b, int h, int i) const {
+    const int g = h / (c.H / c.G);
+    Vec s(c.T);
+    for (int j = 0; j < c.T; ++j) {
+      if (!vis(b, i, j)) {
+        s[j] = -INFINITY;
+        continue;
+      }
+      double dot = 0;
+      for (int d = 0; d < c.D; ++d) dot += q[qi(b, i, h) + d] * k[ki(b, j, g) + d];
+      s[j] = dot * scale;
+    }
+    return s;
+  }
+  void forward(const Vec& q, const Vec& k, const Vec& v, Vec& out, Vec& lse) const {
+    out.assign(size_t(c.B) * c.T * c.H * c.D, 0);
+    lse.assign(size_t(c.B) * c.H * c.T, 0);
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.H; ++h) {
+        const int g = h / (c.H / c.G);
+        for (int i = 0; i < c.T; ++i) {
+          Vec s = scores(q, k, b, h, i);
+          double m = -INFINITY;
+          for (double x : s) m = std::max(m, x);
+          double sum = 0;
+          for (double x : s) sum += std::exp(x - m);
+          const double l = m + std::log(sum);
+          lse[(size_t(b) * c.H + h) * c.T + i] = l;
+          for (int d = 0; d < c.D; ++d) {
+            double acc = 0;
+            for (int j = 0; j < c.T; ++j) acc += std::exp(s[j] - l) * v[ki(b, j, g) + d];
+            out[qi(b, i, h) + d] = acc;
+          }
+        }
+      }
+  }
+  void backward(const Vec& q, const Vec& k, const Vec& v, const Vec& out, const Vec& lse, const Vec& dout, Vec& dq, Vec& dk,
+                Vec& dv) const {
+    dq.assign(q.size(), 0);
+    dk.assign(k.size(), 0);
+    dv.assign(v.size(), 0);
+    for (int b = 0; b < c.B; ++b)
+      for (int h = 0; h < c.H; ++h) {
+        const int g = h / (c.H / c.G);
+        for (int i = 0; i < c.T; ++i) {
+          Vec s = scores(q, k, b, h, i);
+          const double l = lse[(size_t(b) * c.H + h) * c.T + i];
+          const size_t qo = qi(b, i, h);
+          double drow = 0;
+          for (int d = 0; d < c.D; ++d) drow += dout[qo + d] * out[qo + d];
+          for (int j = 0; j < c.T; ++j) {
+            const double p = std::exp(s[j] - l);
+            if (p == 0) continue;
+            const size_t ko = ki(b, j, g);
+            double dp = 0;
+            for (int d = 0; d < c.D; ++d) dp += dout[qo + d] * v[ko + d];
+            const double ds = p * (dp - drow);
+            for (int d = 0; d < c.D; ++d) {
+              dq[qo + d] += ds * k[ko + d] * scale;
+              dk[ko + d] += ds * q[qo + d] * scale;
+              dv[ko + d] += p * dout[qo + d];
+            }
+          }
+        }
+      }
+  }
+};
+
+// A device (host) buffer of the storage dtype.
+struct Buf {
+  mdlm::DType dtype;
+  std::vector<unsigned char> bytes;
+  size_t n;
+  Buf(mdlm::DType d, size_t count, bool poison) : dtype(d), n(count) {
+    const size_t es = d == mdlm::DType::bf16 ? 2 : 4;
+    bytes.assign(n * es + 64, 0);
+    if (poison) std::memset(bytes.data(), 0xff, bytes.size());  // NaN in f32 and bf16
+  }
+  void* ptr() { return bytes.data(); }
+  static Buf of(mdlm::DType d, const Vec& v) {
+    Buf b(d, v.size(), false);
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (d == mdlm::DType::bf16) {
+        __nv_bfloat16 x = __float2bfloat16_rn(static_cast<float>(v[i]));
+        std::memcpy(b.bytes.data() + 2 * i, &x, 2);
+      } else {
+        float x = static_cast<float>(v[i]);
+        std::memcpy(b.bytes.data() + 4 * i, &x, 4);
+      }
+    }
+    return b;
+  }
+  Vec read() const {
+    Vec v(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (dtype == mdlm::DType::bf16) {
+        __nv_bfloat16 x;
+        std::memcpy(&x, bytes.data() + 2 * i, 2);
+        v[i] = __bfloat162float(x);
+      } else {
+        float x;
+        std::memcpy(&x, bytes.data() + 4 * i, 4);
+        v[i] = x;
+      }
+    }
+    return v;
+  }
+};
+
+double rel_err(const Vec& got, const Vec& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (!std::isfinite(got[i]) && got[i] != want[i]) return INFINITY;
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+Vec randn(std::mt19937_64& rng, size_t n) {
+  std::normal_distribution<double> nd;
+  Vec v(n);
+  for (auto& x : v) x = nd(rng);
+  return v;
+}
+
+std::vector<int> seg_ids(std::mt19937_64& rng, const Case& c) {
+  std::vector<int> seg(size_t(c.B) * c.T);
+  for (int b = 0; b < c.B; ++b) {
+    if (c.random_ids) {
+      for (int t = 0; t < c.T; ++t) seg[b * c.T + t] = static_cast<int>(rng() % 3);
+      continue;
+    }
+    const int docs = std::min(1 + b % 3, c.T);
+    std::vector<int> cuts;
+    while ((int)cuts.size() < docs - 1) {
+      const int x = 1 + static_cast<int>(rng() % (c.T - 1));
+      if (std::find(cuts.begin(), cuts.end(), x) == cuts.end()) cuts.push_back(x);
+    }
+    int id = static_cast<int>(rng() % 4);
+    for (int t = 0; t < c.T; ++t) {
+      if (std::find(cuts.begin(), cuts.end(), t) != cuts.end()) ++id;
+      seg[b * c.T + t] = id;
+    }
+  }
+  return seg;
+}
+
+Vec rounded(const Vec& v, mdlm::DType d) {
+  Vec r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = d == mdlm::DType::bf16 ? round_bf16(v[i]) : static_cast<float>(v[i]);
+  return r;
+}
+
+mdlm::OpCall make_call(const std::string& op, const Case& c, double scale) {
+  mdlm::OpCall call;
+  call.op = op;
+  call.nums = {{"batch", c.B}, {"seqLen", c.T}, {"heads", c.H}, {"kvHeads", c.G}, {"headDim", c.D}, {"causal", c.causal ? 1 : 0}, {"scale", scale}};
+  return call;
+}
+
+struct Result {
+  double fwd, bwd;
+  std::string worst_fwd, worst_bwd;
+};
+
+Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
+  using mdlm::DType;
+  std::mt19937_64 rng(seed);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
+  const size_t nq = size_t(c.B) * c.T * c.H * c.D, nk = size_t(c.B) * c.T * c.G * c.D, nr = size_t(c.B) * c.H * c.T;
+  Vec q = rounded(randn(rng, nq), dt), k = rounded(randn(rng, nk), dt), v = rounded(randn(rng, nk), dt);
+  std::vector<int> seg = seg_ids(rng, c);
+  Ref ref{c, scale, seg};
+  Result r{};
+
+  // forward
+  Vec out_ref, lse_ref;
+  ref.forward(q, k, v, out_ref, lse_ref);
+  {
+    Buf bq = Buf::of(dt, q), bk = Buf::of(dt, k), bv = Buf::of(dt, v);
+    Buf bout(dt, nq, true), blse(DType::f32, nr, true);
+    mdlm::OpCall call = make_call("attention", c, scale);
+    call.args["q"] = {bq.ptr(), dt, (int64_t)nq};
+    call.args["k"] = {bk.ptr(), dt, (int64_t)nk};
+    call.args["v"] = {bv.ptr(), dt, (int64_t)nk};
+    call.args["segIds"] = {seg.data(), DType::i32, (int64_t)seg.size()};
+    call.args["out"] = {bout.ptr(), dt, (int64_t)nq};
+    call.args["lse"] = {blse.ptr(), DType::f32, (int64_t)nr};
+    HostScratch scratch;
+    call.scratch = &scratch;
+    mdlm::find_launcher("attention")(call);
+    const double eo = rel_err(bout.read(), out_ref), el = rel_err(blse.read(), lse_ref);
+    r.fwd = std::max(eo, el);
+    r.worst_fwd = eo >= el ? "out" : "lse";
+  }
+  // backward, with out and lse from the reference rounded to their storage dtypes (as the
+  // harness samples them)
+  {
+    Vec out = rounded(out_ref, dt), lse = rounded(lse_ref, DType::f32), dout = rounded(randn(rng, nq), dt);
+    Vec dq_ref, dk_ref, dv_ref;
+    ref.backward(q, k, v, out, lse, dout, dq_ref, dk_ref, dv_ref);
+    Buf bq = Buf::of(dt, q), bk = Buf::of(dt, k), bv = Buf::of(dt, v), bo = Buf::of(dt, out), bl = Buf::of(DType::f32, lse),
+        bdo = Buf::of(dt, dout);
+    Buf bdq(dt, nq, true), bdk(dt, nk, true), bdv(dt, nk, true);
+    mdlm::OpCall call = make_call("attention_backward", c, scale);
+    call.args["q"] = {bq.ptr(), dt, (int64_t)nq};
+    call.args["k"] = {bk.ptr(), dt, (int64_t)nk};
+    call.args["v"] = {bv.ptr(), dt, (int64_t)nk};
+    call.args["segIds"] = {seg.data(), DType::i32, (int64_t)seg.size()};
+    call.args["out"] = {bo.ptr(), dt, (int64_t)nq};
+    call.args["lse"] = {bl.ptr(), DType::f32, (int64_t)nr};
+    call.args["dout"] = {bdo.ptr(), dt, (int64_t)nq};
+    call.args["dq"] = {bdq.ptr(), dt, (int64_t)nq};
+    call.args["dk"] = {bdk.ptr(), dt, (int64_t)nk};
+    call.args["dv"] = {bdv.ptr(), dt, (int64_t)nk};
+    HostScratch scratch;
+    call.scratch = &scratch;
+    mdlm::find_launcher("attention_backward")(call);
+    if (getenv("VERBOSE")) {  // Drow scratch against Σ dO·O
+      const float* ds = static_cast<const float*>(scratch.last);
+      double worst = 0;
+      for (int b = 0; b < c.B; ++b)
+        for (int h = 0; h < c.H; ++h)
+          for (int t = 0; t < c.T; ++t) {
+            double d = 0;
+            for (int e = 0; e < c.D; ++e) d += dout[ref.qi(b, t, h) + e] * out[ref.qi(b, t, h) + e];
+            worst = std::max(worst, std::abs(d - ds[(size_t(b) * c.H + h) * c.T + t]));
+          }
+      std::printf("   Drow max abs err %.3e\n", worst);
+    }
+    const double eq = rel_err(bdq.read(), dq_ref), ek = rel_err(bdk.read(), dk_ref), ev = rel_err(bdv.read(), dv_ref);
+    r.bwd = std::max({eq, ek, ev});
+    if (getenv("VERBOSE")) std::printf("   dq %.3e dk %.3e dv %.3e\n", eq, ek, ev);
+    r.worst_bwd = eq >= ek && eq >= ev ? "dq" : ek >= ev ? "dk" : "dv";
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string filter = argc > 1 ? argv[1] : "";
+  const int seeds = argc > 2 ? std::atoi(argv[2]) : 1;
+  std::vector<Case> cases = {
+      // attention.cases('test')
+      {"causal T=37 D=16", 2, 37, 2, 2, 16, true},
+      {"bidirectional T=37 D=32", 2, 37, 2, 2, 32, false},
+      {"documents causal T=50 D=64", 3, 50, 1, 1, 64, true},
+      {"documents bidirectional T=29 D=16", 3, 29, 2, 2, 16, false},
+      {"gqa 4/2 causal T=45 D=32", 1, 45, 4, 2, 32, true},
+      {"gqa 4/1 bidirectional T=21 D=64", 2, 21, 4, 1, 64, false},
+      {"short T=5 D=128 causal", 1, 5, 2, 1, 128, true},
+      {"D=20 (padded) bidirectional T=19", 2, 19, 2, 2, 20, false},
+      // several query and key tiles, tails, documents, GQA
+      {"multi D=128 causal gqa 4/2 T=300", 3, 300, 4, 2, 128, true},
+      {"multi D=128 bidirectional T=200", 3, 200, 2, 2, 128, false},
+      {"multi D=64 causal T=333", 3, 333, 2, 2, 64, true},
+      {"multi D=64 bidirectional gqa 4/1 T=260", 3, 260, 4, 1, 64, false},
+      {"multi D=96 causal T=170", 2, 170, 2, 1, 96, true},
+      {"multi D=80 (pad 96) bidir T=150", 3, 150, 2, 2, 80, false},
+      {"multi D=32 causal T=290", 3, 290, 2, 2, 32, true},
+      {"multi D=24 (pad 32) causal T=140", 2, 140, 2, 2, 24, true},
+      {"multi D=44 (simt) causal T=90", 2, 90, 2, 1, 44, true},
+      {"random ids D=64 causal T=200", 2, 200, 2, 1, 64, true, true},
+      {"random ids D=128 bidir T=150", 2, 150, 2, 2, 128, false, true},
+  };
+  std::printf("%-40s %-5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst");
+  for (const Case& c : cases) {
+    if (!filter.empty() && c.label.find(filter) == std::string::npos) continue;
+    for (mdlm::DType dt : {mdlm::DType::f32, mdlm::DType::bf16}) {
+      const char* only = getenv("DTYPE");
+      if (only && std::string(only) != mdlm::dtype_name(dt)) continue;
+      for (int s = 0; s < seeds; ++s) {
+        Result r = run_case(c, dt, 1234 + 7919 * s);
+        std::printf("%-40s %-5s %12.3e %5s %12.3e %5s\n", c.label.c_str(), mdlm::dtype_name(dt), r.fwd, r.worst_fwd.c_str(), r.bwd,
+                    r.worst_bwd.c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}

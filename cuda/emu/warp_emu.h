@@ -1,0 +1,405 @@
+// A CPU emulator for the CUDA features the attention kernels use, so cuda/attention.cu can be run
+// and checked against a float64 reference on a machine without a GPU (cuda/emu/attention_check.cc).
+//
+// Every CUDA thread of a block is a coroutine (ucontext); the scheduler resumes them round-robin.
+// __syncthreads and every warp-collective operation (shuffles, votes, redux, ldmatrix, mma) block
+// the calling thread until all participants have arrived, then compute the result from all of
+// their inputs exactly as the PTX ISA defines it (fragment layouts of mma.m16n8k16 and ldmatrix).
+// cp.async copies are queued per thread and land at that thread's cp.async.wait_group, so a read
+// of a tile before its wait sees stale data, as it could on the GPU. Shared memory is a byte
+// array per block; "shared addresses" are offsets into it. Deadlocks and warp divergence at a
+// collective (lanes calling different collectives) abort with a message.
+//
+// Not a performance model, and not a memory-model checker beyond the above.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace emu {
+
+struct Dim {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+struct Copy {
+  uint32_t dst;
+  const void* src;
+  int bytes;  // copied; the rest of `size` zero-filled
+  int size;
+};
+
+struct Thread {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  bool done = false;
+  Dim tid;
+  int lane = 0, warp = 0;
+  std::vector<Copy> pending;  // cp.async not yet waited for
+};
+
+struct WarpSlot {
+  int count = 0;
+  uint64_t gen = 0;
+  int op = -1;
+  alignas(16) unsigned char in[32][96];
+  alignas(16) unsigned char out[32][64];
+};
+
+struct Block {
+  Dim bid, grid, block;
+  int nthreads = 0;
+  std::vector<Thread> threads;
+  std::vector<unsigned char> smem;
+  int bar_count = 0;
+  uint64_t bar_gen = 0;
+  std::vector<WarpSlot> warps;
+  uint64_t events = 0;  // completed barriers and collectives: progress for deadlock detection
+};
+
+inline Block*& block_ptr() {
+  static Block* b = nullptr;
+  return b;
+}
+inline Thread*& thread_ptr() {
+  static Thread* t = nullptr;
+  return t;
+}
+inline ucontext_t& sched_ctx() {
+  static ucontext_t c;
+  return c;
+}
+inline std::function<void()>& entry() {
+  static std::function<void()> f;
+  return f;
+}
+
+inline void fail(const char* msg) {
+  std::fprintf(stderr, "emu: %s (block %u,%u thread %u)\n", msg, block_ptr()->bid.x, block_ptr()->bid.y, thread_ptr()->tid.x);
+  std::abort();
+}
+
+inline void yield() { swapcontext(&thread_ptr()->ctx, &sched_ctx()); }
+
+inline void trampoline() {
+  entry()();
+  thread_ptr()->done = true;
+  // returns to uc_link (the scheduler)
+}
+
+// Runs kernel(args...) over the grid, one block at a time.
+template <typename... Args, typename... Given>
+void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&&... given) {
+  std::function<void()> call = [&]() { kernel(given...); };
+  entry() = call;
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        Block b;
+        b.bid = {bx, by, bz};
+        b.grid = {grid.x, grid.y, grid.z};
+        b.block = {(unsigned)threads, 1, 1};
+        b.nthreads = threads;
+        // Poison shared memory so reads of never-written bytes show up as NaN (0xffff bf16 / f32).
+        b.smem.assign(smem, 0xff);
+        b.warps.resize((threads + 31) / 32);
+        b.threads.resize(threads);
+        block_ptr() = &b;
+        for (int t = 0; t < threads; ++t) {
+          Thread& th = b.threads[t];
+          th.tid = {(unsigned)t, 0, 0};
+          th.lane = t & 31;
+          th.warp = t >> 5;
+          th.stack.resize(256 * 1024);
+          getcontext(&th.ctx);
+          th.ctx.uc_stack.ss_sp = th.stack.data();
+          th.ctx.uc_stack.ss_size = th.stack.size();
+          th.ctx.uc_link = &sched_ctx();
+          makecontext(&th.ctx, trampoline, 0);
+        }
+        int stalled_rounds = 0;
+        for (;;) {
+          bool all_done = true;
+          const uint64_t before = b.events;
+          int finished = 0;
+          for (int t = 0; t < threads; ++t) {
+            Thread& th = b.threads[t];
+            if (th.done) continue;
+            all_done = false;
+            thread_ptr() = &th;
+            swapcontext(&sched_ctx(), &th.ctx);
+            if (th.done) ++finished;
+          }
+          if (all_done) break;
+          if (b.events == before && finished == 0) {
+            if (++stalled_rounds > 3) {
+              std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u)\n", bx, by, bz);
+              std::abort();
+            }
+          } else {
+            stalled_rounds = 0;
+          }
+        }
+        block_ptr() = nullptr;
+      }
+}
+
+// ---- barriers and warp collectives ----
+
+inline void syncthreads() {
+  Block& b = *block_ptr();
+  const uint64_t g = b.bar_gen;
+  if (++b.bar_count == b.nthreads) {
+    b.bar_count = 0;
+    ++b.bar_gen;
+    ++b.events;
+  } else {
+    while (b.bar_gen == g) yield();
+  }
+}
+
+// All 32 lanes of the warp must call this with the same op; compute(ins, outs) runs once.
+template <typename In, typename Out, typename F>
+Out collective(int op, const In& in, F compute) {
+  static_assert(sizeof(In) <= 96 && sizeof(Out) <= 64, "collective payload");
+  Block& b = *block_ptr();
+  Thread& th = *thread_ptr();
+  WarpSlot& w = b.warps[th.warp];
+  if (w.count == 0) w.op = op;
+  else if (w.op != op) fail("lanes of a warp reached different collectives (divergence)");
+  std::memcpy(w.in[th.lane], &in, sizeof(In));
+  const uint64_t g = w.gen;
+  if (++w.count == 32) {
+    In ins[32];
+    Out outs[32];
+    for (int l = 0; l < 32; ++l) std::memcpy(&ins[l], w.in[l], sizeof(In));
+    compute(ins, outs);
+    for (int l = 0; l < 32; ++l) std::memcpy(w.out[l], &outs[l], sizeof(Out));
+    w.count = 0;
+    ++w.gen;
+    ++b.events;
+  } else {
+    while (w.gen == g) yield();
+  }
+  Out o;
+  std::memcpy(&o, w.out[th.lane], sizeof(Out));
+  return o;
+}
+
+enum Op { kSyncWarp = 1, kShflXor, kShfl, kRedMin, kRedMax, kAny, kLdsm, kLdsmT, kMma };
+
+inline void syncwarp() {
+  collective<int, int>(kSyncWarp, 0, [](const int*, int* o) { for (int l = 0; l < 32; ++l) o[l] = 0; });
+}
+
+template <typename T>
+T shfl_xor(T v, int mask) {
+  struct In { T v; int m; };
+  return collective<In, T>(kShflXor, In{v, mask}, [](const In* in, T* out) {
+    for (int l = 0; l < 32; ++l) out[l] = in[l ^ (in[l].m & 31)].v;
+  });
+}
+
+template <typename T>
+T shfl(T v, int src) {
+  struct In { T v; int s; };
+  return collective<In, T>(kShfl, In{v, src}, [](const In* in, T* out) {
+    for (int l = 0; l < 32; ++l) out[l] = in[in[l].s & 31].v;
+  });
+}
+
+inline int reduce_min(int v) {
+  return collective<int, int>(kRedMin, v, [](const int* in, int* out) {
+    int m = in[0];
+    for (int l = 1; l < 32; ++l) m = std::min(m, in[l]);
+    for (int l = 0; l < 32; ++l) out[l] = m;
+  });
+}
+
+inline int reduce_max(int v) {
+  return collective<int, int>(kRedMax, v, [](const int* in, int* out) {
+    int m = in[0];
+    for (int l = 1; l < 32; ++l) m = std::max(m, in[l]);
+    for (int l = 0; l < 32; ++l) out[l] = m;
+  });
+}
+
+inline int any(int pred) {
+  return collective<int, int>(kAny, pred ? 1 : 0, [](const int* in, int* out) {
+    int a = 0;
+    for (int l = 0; l < 32; ++l) a |= in[l];
+    for (int l = 0; l < 32; ++l) out[l] = a;
+  });
+}
+
+// ---- shared memory, cp.async, ldmatrix, mma ----
+
+inline unsigned char* smem_base() { return block_ptr()->smem.data(); }
+
+inline uint32_t smem_addr(const void* p) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  const unsigned char* base = smem_base();
+  if (c < base || c >= base + block_ptr()->smem.size()) fail("address outside shared memory");
+  return static_cast<uint32_t>(c - base);
+}
+
+inline void check_smem(uint32_t a, size_t n) {
+  if (a + n > block_ptr()->smem.size()) fail("shared memory access out of range");
+}
+
+// EMU_CP_ASYNC=eager lands each copy when it is issued (the earliest the hardware could): a
+// buffer still being read by another warp then shows up as wrong results. The default lands it
+// at the issuing thread's wait (the latest): a read before the wait shows up.
+inline bool cp_async_eager() {
+  static const bool eager = [] {
+    const char* e = std::getenv("EMU_CP_ASYNC");
+    return e && std::string(e) == "eager";
+  }();
+  return eager;
+}
+
+inline void land(const Copy& c) {
+  unsigned char* d = smem_base() + c.dst;
+  if (c.bytes > 0) std::memcpy(d, c.src, c.bytes);
+  std::memset(d + c.bytes, 0, c.size - c.bytes);
+}
+
+inline void cp_async(uint32_t dst, const void* src, int size, int bytes) {
+  if (dst % size != 0) fail("cp.async destination misaligned");
+  if (bytes > 0 && reinterpret_cast<uintptr_t>(src) % size != 0) fail("cp.async source misaligned");
+  check_smem(dst, size);
+  const Copy c{dst, src, bytes, size};
+  if (cp_async_eager()) land(c);
+  else thread_ptr()->pending.push_back(c);
+}
+
+inline void cp_async_wait_all() {
+  for (const Copy& c : thread_ptr()->pending) land(c);
+  thread_ptr()->pending.clear();
+}
+
+inline uint16_t smem_b16(uint32_t a) {
+  check_smem(a, 2);
+  uint16_t v;
+  std::memcpy(&v, smem_base() + a, 2);
+  return v;
+}
+
+// ldmatrix.x4 (trans: each 8x8 matrix transposed). Lane l addresses row (l & 7) of matrix l >> 3.
+inline void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4], bool trans) {
+  struct Out { uint32_t r[4]; };
+  Out o = collective<uint32_t, Out>(trans ? kLdsmT : kLdsm, addr, [trans](const uint32_t* in, Out* out) {
+    for (int l = 0; l < 32; ++l)
+      if (in[l] % 16 != 0) fail("ldmatrix row address not 16-byte aligned");
+    for (int m = 0; m < 4; ++m) {
+      uint16_t M[8][8];
+      for (int row = 0; row < 8; ++row)
+        for (int c = 0; c < 8; ++c) M[row][c] = smem_b16(in[8 * m + row] + 2 * c);
+      for (int l = 0; l < 32; ++l) {
+        const int g = l >> 2, t = l & 3;
+        const uint16_t lo = trans ? M[2 * t][g] : M[g][2 * t];
+        const uint16_t hi = trans ? M[2 * t + 1][g] : M[g][2 * t + 1];
+        out[l].r[m] = (uint32_t)lo | ((uint32_t)hi << 16);
+      }
+    }
+  });
+  for (int i = 0; i < 4; ++i) r[i] = o.r[i];
+}
+
+inline float bf16_bits_to_f32(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, d = a·b + c.
+inline void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct In { uint32_t a[4]; uint32_t b[2]; float c[4]; };
+  struct Out { float d[4]; };
+  In in;
+  for (int i = 0; i < 4; ++i) in.a[i] = a[i], in.c[i] = c[i];
+  in.b[0] = b0;
+  in.b[1] = b1;
+  Out o = collective<In, Out>(kMma, in, [](const In* in, Out* out) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      const int ar[4] = {g, g + 8, g, g + 8}, ac[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
+      for (int i = 0; i < 4; ++i) {
+        A[ar[i]][ac[i]] = bf16_bits_to_f32(in[l].a[i] & 0xffff);
+        A[ar[i]][ac[i] + 1] = bf16_bits_to_f32(in[l].a[i] >> 16);
+      }
+      for (int i = 0; i < 2; ++i) {
+        B[2 * t + 8 * i][g] = bf16_bits_to_f32(in[l].b[i] & 0xffff);
+        B[2 * t + 8 * i + 1][g] = bf16_bits_to_f32(in[l].b[i] >> 16);
+      }
+      C[g][2 * t] = in[l].c[0];
+      C[g][2 * t + 1] = in[l].c[1];
+      C[g + 8][2 * t] = in[l].c[2];
+      C[g + 8][2 * t + 1] = in[l].c[3];
+    }
+    float D[16][8];
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j) {
+        double s = C[i][j];
+        for (int k = 0; k < 16; ++k) s += (double)A[i][k] * (double)B[k][j];
+        D[i][j] = (float)s;
+      }
+    for (int l = 0; l < 32; ++l) {
+      const int g = l >> 2, t = l & 3;
+      out[l].d[0] = D[g][2 * t];
+      out[l].d[1] = D[g][2 * t + 1];
+      out[l].d[2] = D[g + 8][2 * t];
+      out[l].d[3] = D[g + 8][2 * t + 1];
+    }
+  });
+  for (int i = 0; i < 4; ++i) c[i] = o.d[i];
+}
+
+}  // namespace emu
+
+// ---- the CUDA names the kernels use ----
+
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+#undef __global__
+#define __global__
+#undef __device__
+#define __device__
+
+#define threadIdx (::emu::thread_ptr()->tid)
+#define blockIdx (::emu::block_ptr()->bid)
+#define gridDim (::emu::block_ptr()->grid)
+#define blockDim (::emu::block_ptr()->block)
+
+inline void __syncthreads() { emu::syncthreads(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int m) { return emu::shfl_xor(v, m); }
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int s) { return emu::shfl(v, s); }
+inline int __reduce_min_sync(unsigned, int v) { return emu::reduce_min(v); }
+inline int __reduce_max_sync(unsigned, int v) { return emu::reduce_max(v); }
+inline int __any_sync(unsigned, int p) { return emu::any(p); }
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+inline float __log2f(float x) { return std::log2(x); }
+inline float __uint_as_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+using std::max;
+using std::min;
