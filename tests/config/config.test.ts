@@ -6,6 +6,10 @@ import { MdlmError } from '../../src/errors.js';
 import { configFields, resolveConfig } from '../../src/config/load.js';
 import { PRESETS } from '../../src/config/presets.js';
 import { defaultFfnHidden, TrainConfigSchema } from '../../src/config/schema.js';
+import { CpuBackend } from '../../src/backend/cpu/cpu.js';
+import { WebGpuBackend } from '../../src/backend/webgpu/webgpu.js';
+import { defaultPreset } from '../../src/cli/train.js';
+import { webgpuBackend } from '../support/webgpu.js';
 import { flopsBreakdown, flopsPerToken, paramCount } from '../../src/config/model-size.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'mdlm-config-'));
@@ -68,6 +72,8 @@ describe('schema', () => {
 describe('presets and sizes', () => {
   test('parameter counts are what the presets promise', () => {
     const n = (p: keyof typeof PRESETS) => paramCount(resolveConfig({ preset: p }).model);
+    // 264·64 + 2·(4·64² + 3·64·192 + 2·64) + 64
+    expect(n('nano')).toBe(264 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 192 + 2 * 64) + 64);
     expect(n('tiny')).toBeGreaterThan(0.8e6);
     expect(n('tiny')).toBeLessThan(1.3e6);
     expect(n('small')).toBeGreaterThan(9e6);
@@ -175,4 +181,13 @@ test('a default or preset warmup is capped at a small train.steps; an explicit o
   expect(resolveConfig({ preset: 'tiny', overrides: { 'train.steps': '10' } }).train.warmupSteps).toBe(10);
   expect(resolveConfig({ overrides: { 'train.steps': '10' } }).train.warmupSteps).toBe(10);
   expect(badConfig(() => resolveConfig({ overrides: { 'train.steps': '10', 'train.warmupSteps': '20' } }))).toMatch(/train\.warmupSteps \(20\) must be <= train\.steps \(10\)/);
+});
+
+describe('the default preset', () => {
+  test('is nano on the CPU and on a software WebGPU adapter, small on a GPU', async () => {
+    expect(defaultPreset(new CpuBackend())).toBe('nano');
+    const gpu = await webgpuBackend();
+    if (gpu instanceof WebGpuBackend) expect(defaultPreset(gpu)).toBe(gpu.adapter.architecture === 'software' ? 'nano' : 'small');
+    else expect(gpu).toBeNull();
+  });
 });
