@@ -1,0 +1,142 @@
+// Device and launch helpers shared by the kernels: float storage types (f32, bf16) with f32 math,
+// vectorised loads and stores, dtype and vector-width dispatch, warp reductions, sigmoids.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include "op.h"
+
+namespace mdlm {
+
+using bf16 = __nv_bfloat16;
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ bf16 from_float<bf16>(float v) { return __float2bfloat16_rn(v); }
+
+// Elements of T in one 16-byte access: the vector width of the vectorised kernels.
+template <typename T>
+constexpr int kVec16 = 16 / static_cast<int>(sizeof(T));
+
+// N consecutive elements of T, aligned so that a copy is one N * sizeof(T)-byte access.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+
+// Loads p[0, N) (aligned to N elements) as floats.
+template <typename T, int N>
+__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
+  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
+#pragma unroll
+  for (int i = 0; i < N; i++) out[i] = to_float(pk.v[i]);
+}
+
+// Stores in[0, N) to p (aligned to N elements), rounding to T.
+template <typename T, int N>
+__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
+  Pack<T, N> pk;
+#pragma unroll
+  for (int i = 0; i < N; i++) pk.v[i] = from_float<T>(in[i]);
+  *reinterpret_cast<Pack<T, N>*>(p) = pk;
+}
+
+template <typename T>
+__device__ __forceinline__ float load1(const T* p) { return to_float(*p); }
+
+template <typename T>
+__device__ __forceinline__ void store1(T* p, float v) { *p = from_float<T>(v); }
+
+// Sum over the 32 lanes of a warp. The xor butterfly adds the same two values in every lane
+// at every step (a + b == b + a bitwise), so all lanes hold the same bits: deterministic.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// sigmoid(z) and sigmoid(-z) = 1 - sigmoid(z), both from exp(-|z|) in (0, 1]: no overflow for any
+// z, and no cancellation in 1 - sigmoid(z) for large z. __expf is a few ulp (plus |z| · 2^-24
+// relative from its argument scaling), far inside the ops' 1e-5 tolerance.
+struct Sigmoids {
+  float pos, neg;
+};
+
+__device__ __forceinline__ Sigmoids sigmoids(float z) {
+  const float e = __expf(-fabsf(z));
+  const float r = __fdividef(1.0f, 1.0f + e);
+  return z >= 0.0f ? Sigmoids{r, e * r} : Sigmoids{e * r, r};
+}
+
+// ---- host side ----
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<float>) or f(TypeTag<bf16>) for the call's float dtype.
+template <typename F>
+void with_float_type(DType d, F&& f) {
+  switch (d) {
+    case DType::f32: f(TypeTag<float>{}); break;
+    case DType::bf16: f(TypeTag<bf16>{}); break;
+    default: throw std::runtime_error(std::string("no float kernel instance for dtype ") + dtype_name(d));
+  }
+}
+
+// Calls f(std::integral_constant<int, kVec16<T>>) when `vectorised`, else f(integral_constant<int, 1>).
+template <typename T, typename F>
+void with_vec(bool vectorised, F&& f) {
+  if (vectorised) f(std::integral_constant<int, kVec16<T>>{});
+  else f(std::integral_constant<int, 1>{});
+}
+
+// The call's float dtype (f32 or bf16; OpError otherwise), which every named float argument must
+// share. op.h's float_dtype is asked about the first name only: it takes one name.
+inline DType float_dtype_of(const OpCall& call, const char* const* names, size_t count) {
+  const DType d = call.float_dtype(names[0], {DType::f32, DType::bf16});
+  for (size_t i = 1; i < count; i++) {
+    if (call.arg(names[i]).dtype != d) {
+      throw OpError("BAD_DTYPE", call.op + ": argument '" + names[i] + "' is " + dtype_name(call.arg(names[i]).dtype) +
+                                     " but '" + names[0] + "' is " + dtype_name(d));
+    }
+  }
+  return d;
+}
+
+inline DType float_dtype_of(const OpCall& call, std::initializer_list<const char*> names) {
+  return float_dtype_of(call, names.begin(), names.size());
+}
+
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+inline bool all_aligned16(std::initializer_list<const void*> ps) {
+  for (const void* p : ps) {
+    if (!aligned16(p)) return false;
+  }
+  return true;
+}
+
+inline int sm_count(const OpCall& call) {
+  if (call.device) return call.device->multiProcessorCount;
+  int dev = 0, n = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+  return n;
+}
+
+inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+}  // namespace mdlm
