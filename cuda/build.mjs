@@ -61,6 +61,11 @@ export function cudaSources() {
   return readdirSync(CUDA_DIR).filter((f) => f.endsWith('.cu')).sort().map((f) => join(CUDA_DIR, f));
 }
 
+/** SASS for each architecture (no PTX: every target is named, and a PTX pass would cost a compile). */
+export function gencodeFlags(archs) {
+  return archs.flatMap((a) => ['-gencode', `arch=compute_${a},code=sm_${a}`]);
+}
+
 function firstDir(dirs, file) {
   return dirs.find((d) => d && existsSync(join(d, file))) ?? null;
 }
@@ -166,7 +171,7 @@ export async function build() {
   const tools = locate();
   mkdirSync(OBJ_DIR, { recursive: true });
   mkdirSync(dirname(ADDON_PATH), { recursive: true });
-  const gencode = archs.flatMap((a) => ['-gencode', `arch=compute_${a},code=sm_${a}`]);
+  const gencode = gencodeFlags(archs);
   const units = [
     ...cudaSources().map((src) => ({
       src,
