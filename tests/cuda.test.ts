@@ -4,9 +4,10 @@
  * every 16- and 8-bit code and random f32 bit patterns; the same bits from every run of the
  * reductions and the scatter-add; unaligned views; errors. Without a GPU or without the built
  * addon the tests skip and say why; with MDLM_REQUIRE_CUDA=1 (bench/cuda-run.sh) that fails.
+ * The backend's own TypeScript also runs everywhere, over a simulated device (tests/support).
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import type { CudaBackend } from '../src/backend/cuda/cuda.js';
+import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
 import { checkParity, freshSeed, parityDtypes, relativeError } from '../src/harness/parity.js';
 import { add } from '../src/ops/add.js';
@@ -21,6 +22,7 @@ import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 import { createBackend, probeCuda } from '../src/runtime/backends.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
+import { simulatedCudaAddon } from './support/simulated_cuda.js';
 
 const probe = probeCuda();
 if (!probe.available) {
@@ -42,6 +44,42 @@ describe.skipIf(hasCuda)('cuda', () => {
 });
 
 contracts('cuda', async () => (hasCuda ? cuda() : null), hasCuda);
+contracts('cuda on a simulated device', async () => new CudaBackend(simulatedCudaAddon()), true);
+
+describe('cuda backend on a simulated device', () => {
+  it('hands kernels the right pointers, dtypes and attributes (parity through the references)', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    for (const name of ['cast', 'matmul', 'embedding_backward', 'diffusion_mask', 'philox', 'reduce', 'adamw', 'axpy']) {
+      const op = OPS.find((o) => o.name === name)!;
+      for (const c of op.cases('test').slice(0, 4)) {
+        for (const dtype of parityDtypes(op, b, ['bf16', 'f32'])) {
+          const r = await checkParity(b, op, c, { seed: freshSeed(), dtype });
+          expect(r.error, JSON.stringify(r)).toBeUndefined();
+          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+        }
+      }
+    }
+  });
+
+  it('moves raw bytes both ways and decodes narrow floats as src/convert.ts', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    const base = b.alloc([300], 'fp8e4m3');
+    const codes = Uint8Array.from({ length: 256 }, (_, i) => i);
+    const v = b.view(base, 17, [256]);
+    b.uploadBytes(v, codes);
+    expect(await b.downloadBytes(v)).toEqual(codes);
+    const got = Array.from((await b.download(v)) as Float32Array);
+    expect(got.map((x) => (Number.isNaN(x) ? 'NaN' : x))).toEqual(Array.from(codes, (c) => (Number.isNaN(e4m3ToF32(c)) ? 'NaN' : e4m3ToF32(c))));
+    await expectMdlmError(() => b.uploadBytes(v, codes.subarray(1)), 'BAD_SHAPE', '256 bytes');
+    b.free(base);
+  });
+
+  it('turns addon errors that carry a code into MdlmErrors', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    await expectMdlmError(() => b.alloc([2 ** 29], 'f32'), 'OUT_OF_MEMORY', 'free of');
+    expect(b.poolStats().liveBytes).toBe(0);
+  });
+});
 
 describe.runIf(hasCuda)('cuda parity over the registry', () => {
   it('has a kernel for every op', async () => {
