@@ -7,14 +7,16 @@
 // "A" is our b, its "B" our a, and the column-major result [n, m] is our row-major [m, n].
 //
 // Descriptors and the heuristic's algorithm are made once per (dtype, shape, transposes, pointer
-// alignment) and cached; the workspace is the addon's.
+// alignment) and cached; the workspace is the addon's. Should cuBLASLt offer no algorithm for a
+// shape (odd leading dimensions with 2-byte alignment, say), a plain kernel computes it: one thread
+// per output, f32 sums in k order.
 #include <cublasLt.h>
 
 #include <map>
 #include <string>
 #include <tuple>
 
-#include "op.h"
+#include "common.cuh"
 
 namespace mdlm {
 namespace {
@@ -48,7 +50,21 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_out = nullptr;  // cuBLASLt's A (our b), B (our a), D
   cublasLtMatmulAlgo_t algo{};
+  bool fallback = false;  // cuBLASLt had no algorithm: matmul_fallback_kernel
 };
+
+template <typename T>
+__global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t m, int64_t n,
+                                                              int64_t k, bool trans_a, bool trans_b) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = blockIdx.y;
+  if (j >= n) return;
+  const T* ab = a + blockIdx.z * m * k;
+  const T* bb = b + blockIdx.z * k * n;
+  float acc = 0.0f;
+  for (int64_t l = 0; l < k; l++) acc += to_float(ab[trans_a ? l * m + i : i * k + l]) * to_float(bb[trans_b ? j * k + l : l * n + j]);
+  out[blockIdx.z * m * n + i * n + j] = from_float<T>(acc);
+}
 
 // A column-major rows x cols layout, ld = rows, `batch` of them `stride` elements apart.
 cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t batch, int64_t stride) {
@@ -90,11 +106,11 @@ Plan make_plan(const OpCall& call, const PlanKey& key) {
   int found = 0;
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-  if (found == 0) {
-    throw std::runtime_error("cuBLASLt has no algorithm for " + std::string(dtype_name(key.dtype)) + " matmul batch " + std::to_string(key.batch) + " m " +
-                             std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k));
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    p.fallback = true;
+    return p;
   }
+  check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
   p.algo = result.algo;
   return p;
 }
@@ -122,6 +138,17 @@ MDLM_OP(matmul) {
   auto it = plans.find(key);
   if (it == plans.end()) it = plans.emplace(key, make_plan(call, key)).first;
   const Plan& p = it->second;
+  if (p.fallback) {
+    if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
+    with_float_type(key.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
+      matmul_fallback_kernel<T><<<grid, 256, 0, call.stream>>>(static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<T*>(out.ptr), key.m,
+                                                                key.n, key.k, key.trans_a, key.trans_b);
+      check_launch("matmul_fallback_kernel");
+    });
+    return;
+  }
   const float alpha = 1.0f, beta = 0.0f;
   check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(call.cublaslt), p.desc, &alpha, b.ptr, p.lt_a, a.ptr, p.lt_b, &beta, out.ptr, p.lt_out, out.ptr,
                           p.lt_out, &p.algo, call.cublaslt_workspace, call.cublaslt_workspace_bytes, call.stream),
