@@ -25,6 +25,10 @@ enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, fp8e4m3 = 3, fp8e5m2 = 4, i
 
 const char* dtype_name(DType d);
 
+inline size_t dtype_bytes(DType d) {
+  return d == DType::f16 || d == DType::bf16 ? 2 : d == DType::fp8e4m3 || d == DType::fp8e5m2 ? 1 : 4;
+}
+
 // A launcher's user-facing failure (unsupported dtype, bad attribute): the addon turns it into
 // an MdlmError with this code. Internal faults use std::runtime_error and keep their message.
 struct OpError : std::runtime_error {
@@ -55,6 +59,9 @@ struct OpCall {
   Scratch* scratch = nullptr;
   const cudaDeviceProp* device = nullptr;
   void* cublaslt = nullptr;  // cublasLtHandle_t, for ops that use cuBLASLt
+  // cuBLASLt's workspace: one buffer owned by the addon, reused by every call (stream order).
+  void* cublaslt_workspace = nullptr;
+  size_t cublaslt_workspace_bytes = 0;
 
   const Arg& arg(const std::string& name) const;
   double num(const std::string& name) const;

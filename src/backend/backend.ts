@@ -22,6 +22,8 @@ export interface Backend {
   readonly name: BackendName;
   /** Storage dtypes this backend can allocate. */
   readonly dtypes: ReadonlySet<DType>;
+  /** Dtypes its kernels take for ops' 'float' arguments (where the op allows them too). */
+  readonly floatDtypes: ReadonlySet<DType>;
   /** A short description of the device, for logs and reports. */
   readonly description: string;
   alloc(shape: Shape, dtype: DType): Tensor;
@@ -63,14 +65,16 @@ export class BufferPool<B> {
     const size = poolBucket(bytes);
     const list = this.free.get(size);
     const hit = list?.pop();
-    this.liveBytes += size;
     if (hit !== undefined) {
       this.reused++;
+      this.liveBytes += size;
       this.pooledBytes -= size;
       return { buffer: hit, bytes: size };
     }
+    const buffer = this.make(size); // may throw (out of memory): account only what was made
     this.created++;
-    return { buffer: this.make(size), bytes: size };
+    this.liveBytes += size;
+    return { buffer, bytes: size };
   }
 
   give(buffer: B, bytes: number): void {

@@ -2,11 +2,12 @@
 import { Command } from 'commander';
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
-import { type ParityRecord, checkGradient, checkParity, freshSeed } from '../harness/parity.js';
+import { type ParityRecord, checkGradient, checkParity, freshSeed, parityDtypes } from '../harness/parity.js';
 import { OPS } from '../ops/index.js';
 import type { OpDef } from '../ops/op.js';
 import { benchMatmul, formatMatmulTable, matmulBenchShapes } from '../bench/matmul.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { type DType, parseDType } from '../tensor.js';
 
 export interface BenchKernelsOptions {
   readonly backends: readonly string[];
@@ -16,6 +17,8 @@ export interface BenchKernelsOptions {
   readonly seed: number;
   readonly gradients: boolean;
   readonly check: boolean;
+  /** Float dtypes to check ops in (default: each backend's preferred: bf16 on CUDA, else f32). */
+  readonly dtypes?: readonly DType[];
   readonly onRecord?: (r: ParityRecord) => void;
 }
 
@@ -41,11 +44,12 @@ export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRec
       for (const [i, c] of op.cases(opts.scale).entries()) {
         const seed = opts.seed + i;
         for (const b of backends) {
+          const dtypes = parityDtypes(op, b, opts.dtypes);
           if (!b.supports(op.name)) {
-            emit({ op: op.name, case: c.label, backend: b.name, check: 'reference', shape: '', dtype: 'f32', relErr: Infinity, worst: '', tol: 0, pass: false, seed, error: `no ${b.name} kernel` });
+            emit({ op: op.name, case: c.label, backend: b.name, check: 'reference', shape: '', dtype: dtypes[0] ?? 'f32', relErr: Infinity, worst: '', tol: 0, pass: false, seed, error: `no ${b.name} kernel` });
             continue;
           }
-          emit(await checkParity(b, op, c, { seed, timeReps: opts.reps, skipReference: !opts.check }));
+          for (const dtype of dtypes) emit(await checkParity(b, op, c, { seed, dtype, timeReps: opts.reps, skipReference: !opts.check }));
         }
         if (opts.gradients && op.gradient && opts.scale === 'test') emit(checkGradient(op, c, seed));
       }
@@ -64,13 +68,13 @@ function fmt(x: number | undefined, digits = 3): string {
 
 export function formatRecordRow(r: ParityRecord): string {
   return [
-    r.op.padEnd(22), r.case.slice(0, 26).padEnd(26), r.backend.padEnd(8), fmt(r.relErr).padStart(9), fmt(r.tol).padStart(9),
+    r.op.padEnd(22), r.case.slice(0, 26).padEnd(26), r.backend.padEnd(8), r.dtype.padEnd(5), fmt(r.relErr).padStart(9), fmt(r.tol).padStart(9),
     (r.pass ? 'pass' : 'FAIL').padEnd(5), fmt(r.ms).padStart(9), fmt(r.tflops).padStart(8), ` ${r.shape}${r.error ? `  error: ${r.error}` : ''}`,
   ].join(' ');
 }
 
 export const RECORD_HEADER = [
-  'op'.padEnd(22), 'case'.padEnd(26), 'backend'.padEnd(8), 'rel.err'.padStart(9), 'tol'.padStart(9), 'pass'.padEnd(5), 'ms'.padStart(9), 'TFLOP/s'.padStart(8), ' shape',
+  'op'.padEnd(22), 'case'.padEnd(26), 'backend'.padEnd(8), 'dtype'.padEnd(5), 'rel.err'.padStart(9), 'tol'.padStart(9), 'pass'.padEnd(5), 'ms'.padStart(9), 'TFLOP/s'.padStart(8), ' shape',
 ].join(' ');
 
 export function benchCommand(): Command {
@@ -80,13 +84,14 @@ export function benchCommand(): Command {
     .description('Check every op against the CPU reference on each backend and time it')
     .option('--backend <list>', 'comma-separated backends', 'cpu,webgpu')
     .option('--ops <list>', 'comma-separated op names (default: all)')
+    .option('--dtype <list>', "float dtypes to check ops in, e.g. f32,bf16 (default: each backend's own: bf16 on cuda, f32 elsewhere)")
     .option('--scale <scale>', "'test' (small shapes, fast) or 'bench' (training-size shapes)", 'test')
     .option('--reps <n>', 'timed calls per case', '5')
     .option('--seed <n>', 'input seed (default: fresh each run)')
     .option('--no-gradients', 'skip finite-difference checks of backward ops')
     .option('--no-check', 'time only, without the float64 reference (records say check: unchecked)')
     .option('--json', 'print a JSON array of records')
-    .action(async (o: { backend: string; ops?: string; scale: string; reps: string; seed?: string; gradients: boolean; check: boolean; json?: boolean }) => {
+    .action(async (o: { backend: string; ops?: string; dtype?: string; scale: string; reps: string; seed?: string; gradients: boolean; check: boolean; json?: boolean }) => {
       if (o.scale !== 'test' && o.scale !== 'bench') fail('BAD_ARGUMENT', `--scale must be 'test' or 'bench', got '${o.scale}'`);
       const reps = Number(o.reps);
       if (!Number.isInteger(reps) || reps < 0) fail('BAD_ARGUMENT', `--reps must be a non-negative integer, got '${o.reps}'`);
@@ -96,6 +101,7 @@ export function benchCommand(): Command {
       const records = await benchKernels({
         backends: o.backend.split(',').map((s) => s.trim()).filter(Boolean),
         ...(o.ops ? { ops: o.ops.split(',').map((s) => s.trim()).filter(Boolean) } : {}),
+        ...(o.dtype ? { dtypes: o.dtype.split(',').map((s) => parseDType(s.trim())) } : {}),
         scale: o.scale,
         reps,
         seed,

@@ -3,7 +3,7 @@
  * and compares against the float64 CPU reference; checks backward ops against central finite
  * differences of their forward op in float64. Drives the tests and `mdlm bench kernels`.
  */
-import type { Backend } from '../backend/backend.js';
+import type { Backend, BackendName } from '../backend/backend.js';
 import { roundTo } from '../convert.js';
 import { type OpCase, type OpDef, type RefArgs, type RefArray, refArrayFor, resolveArgDtype } from '../ops/op.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
@@ -35,6 +35,21 @@ export interface ParityOptions {
   readonly timeReps?: number;
   /** Skip the reference (timing only, for shapes whose float64 reference takes minutes). */
   readonly skipReference?: boolean;
+}
+
+/** The float dtype each backend trains in, and so is checked in by default. */
+export const PREFERRED_FLOAT: Readonly<Record<BackendName, DType>> = { cpu: 'f32', webgpu: 'f32', cuda: 'bf16' };
+
+/**
+ * The float dtypes to check an op in on a backend: those requested (default: the backend's
+ * preferred one) that both the op and the backend's kernels take, or else the first they both
+ * take. Ops without 'float' arguments have fixed dtypes and run once (reported as f32).
+ */
+export function parityDtypes<A>(op: OpDef<A>, backend: Backend, requested?: readonly DType[]): DType[] {
+  if (!op.args.some((a) => a.dtype === 'float')) return ['f32'];
+  const allowed = (op.floatDtypes ?? ['f32']).filter((d) => backend.floatDtypes.has(d));
+  const picked = (requested ?? [PREFERRED_FLOAT[backend.name]]).filter((d) => allowed.includes(d));
+  return picked.length > 0 ? picked : allowed.slice(0, 1);
 }
 
 /** Float tolerance used for finite-difference checks (float64 both sides). */

@@ -1,5 +1,5 @@
 /** add: out = a + b, element-wise over flat tensors of the same length. */
-import { defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims } from './op.js';
 
 export interface AddAttrs {
   readonly n: number;
@@ -13,6 +13,7 @@ export const add = defineOp<AddAttrs>({
     { name: 'b', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => requireDims('add', attrs, ['n']),
   shapes: ({ n }) => ({ a: [n], b: [n], out: [n] }),
   reference({ a, b, out }) {
@@ -20,6 +21,7 @@ export const add = defineOp<AddAttrs>({
   },
   cases: (scale) => (scale === 'test' ? [{ label: 'odd length', attrs: { n: 1003 } }] : [{ label: '16M', attrs: { n: 1 << 24 } }]),
   sample: (rng, { n }) => ({ a: randn(rng, n), b: randn(rng, n) }),
-  tolerance: { f32: 1e-7 },
+  // bf16: the f32 sum of two bf16 values is (nearly always) exact; one rounding to bf16.
+  tolerance: { f32: 1e-7, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ n }) => n,
 });

@@ -1,5 +1,5 @@
 /** axpy: y += alpha · x, in place: gradient accumulation (across branches and micro-batches). */
-import { defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims } from './op.js';
 
 export interface AxpyAttrs {
   readonly n: number;
@@ -13,6 +13,7 @@ export const axpy = defineOp<AxpyAttrs>({
     { name: 'x', role: 'in', dtype: 'float' },
     { name: 'y', role: 'inout', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => requireDims('axpy', attrs, ['n']),
   shapes: ({ n }) => ({ x: [n], y: [n] }),
   reference({ x, y }, { alpha }) {
@@ -21,6 +22,7 @@ export const axpy = defineOp<AxpyAttrs>({
   cases: (scale) =>
     scale === 'test' ? [{ label: 'odd length', attrs: { n: 1001, alpha: -0.75 } }] : [{ label: '16M', attrs: { n: 1 << 24, alpha: 1 } }],
   sample: (rng, { n }) => ({ x: randn(rng, n), y: randn(rng, n) }),
-  tolerance: { f32: 1e-7 },
+  // bf16: one f32 fma, then one rounding to bf16.
+  tolerance: { f32: 1e-7, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ n }) => 2 * n,
 });

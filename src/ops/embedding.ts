@@ -4,7 +4,7 @@
  * bitwise the same on every run (the WebGPU kernel sorts positions by id, stably, to get there).
  */
 import { fail } from '../errors.js';
-import { defineOp, gradientOf, randint, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randint, randn, requireDims } from './op.js';
 
 export interface EmbeddingAttrs {
   readonly tokens: number;
@@ -40,6 +40,7 @@ export const embedding = defineOp<EmbeddingAttrs>({
     { name: 'table', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validate('embedding', attrs),
   shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], table: [vocab, dim], out: [tokens, dim] }),
   reference({ ids, table, out }, { tokens, vocab, dim }) {
@@ -50,7 +51,8 @@ export const embedding = defineOp<EmbeddingAttrs>({
   },
   cases: (scale) => (scale === 'test' ? testCases : benchCases),
   sample: (rng, { tokens, vocab, dim }) => ({ ids: randint(rng, tokens, 0, vocab), table: randn(rng, vocab * dim) }),
-  tolerance: { f32: 0 },
+  // A copy: exact in every dtype.
+  tolerance: { f32: 0, bf16: 0 },
 });
 
 export const embeddingBackward = defineOp<EmbeddingAttrs>({
@@ -61,6 +63,7 @@ export const embeddingBackward = defineOp<EmbeddingAttrs>({
     { name: 'dout', role: 'in', dtype: 'float' },
     { name: 'dtable', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validate('embedding_backward', attrs),
   shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], dout: [tokens, dim], dtable: [vocab, dim] }),
   reference({ ids, dout, dtable }, { tokens, vocab, dim }) {
@@ -77,8 +80,8 @@ export const embeddingBackward = defineOp<EmbeddingAttrs>({
     // Not an argument: the forward input the gradient check perturbs (the backward never reads it).
     table: randn(rng, vocab * dim),
   }),
-  // Sums of a handful of f32 terms per row.
-  tolerance: { f32: 1e-6 },
+  // Sums of a handful of f32 terms per row; bf16: summed in f32, one rounding to bf16.
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ tokens, dim }) => tokens * dim,
   gradient: gradientOf({
     forward: embedding,

@@ -3,7 +3,7 @@
  * linear layer's forward (x·Wᵀ), its input gradient (dy·W) and its weight gradient (dyᵀ·x).
  */
 import { type Shape, numel } from '../tensor.js';
-import { badAttr, defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, randn, requireDims } from './op.js';
 
 export interface MatmulAttrs {
   readonly batch: number;
@@ -36,6 +36,7 @@ export const matmul = defineOp<MatmulAttrs>({
     { name: 'b', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate(attrs) {
     requireDims('matmul', attrs, ['batch', 'm', 'n', 'k']);
     for (const key of ['transA', 'transB'] as const) {
@@ -93,6 +94,8 @@ export const matmul = defineOp<MatmulAttrs>({
   },
   // f32 rounding error of a k-term dot product grows like eps·sqrt(k) for random signs:
   // 6e-8·sqrt(8192) ≈ 5e-6 at the longest bench sum; 2e-5 leaves a 4x margin.
-  tolerance: { f32: 2e-5 },
+  // bf16 in and out, f32 accumulation: products of bf16 values are exact in f32, the f32 sum adds
+  // ~5e-6 as above, and the one rounding to bf16 at most 2^-8 ≈ 3.9e-3: within 4e-3.
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
 });

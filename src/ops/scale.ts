@@ -1,5 +1,5 @@
 /** scale: out = alpha · x, element-wise over a flat tensor. */
-import { badAttr, defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, randn, requireDims } from './op.js';
 
 export interface ScaleAttrs {
   readonly n: number;
@@ -13,6 +13,7 @@ export const scale = defineOp<ScaleAttrs>({
     { name: 'x', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
+  floatDtypes: ['f32', 'bf16'],
   validate(attrs) {
     requireDims('scale', attrs, ['n']);
     if (!Number.isFinite(attrs.alpha)) badAttr('scale', 'alpha', attrs.alpha, 'expected a finite number');
@@ -30,6 +31,7 @@ export const scale = defineOp<ScaleAttrs>({
         ]
       : [{ label: '16M', attrs: { n: 1 << 24, alpha: 0.5 } }],
   sample: (rng, { n }) => ({ x: randn(rng, n) }),
-  tolerance: { f32: 1e-7 },
+  // bf16: one f32 product, then one rounding to bf16.
+  tolerance: { f32: 1e-7, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ n }) => n,
 });

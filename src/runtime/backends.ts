@@ -9,6 +9,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BACKEND_NAMES, type Backend, type BackendName } from '../backend/backend.js';
 import { CpuBackend } from '../backend/cpu/cpu.js';
+import { type CudaAddon, CudaBackend } from '../backend/cuda/cuda.js';
 import { WEBGPU_KERNELS } from '../backend/webgpu/kernels/index.js';
 import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter } from '../backend/webgpu/webgpu.js';
 import { fail } from '../errors.js';
@@ -60,23 +61,37 @@ export async function probeWebGpu(): Promise<BackendProbe> {
   return { name: 'webgpu', available: true, detail: describeAdapter(adapter) };
 }
 
-export function probeCuda(): BackendProbe {
+/** The native addon, or why it cannot be had (not built, or it fails to load). */
+export function loadCudaAddon(): { addon: CudaAddon | null; reason?: string } {
   if (!existsSync(CUDA_ADDON)) {
-    return {
-      name: 'cuda',
-      available: false,
-      reason: `the CUDA addon is not built (${CUDA_ADDON} missing); on a machine with the CUDA toolkit run npm run build:cuda`,
-    };
+    return { addon: null, reason: `the CUDA addon is not built (${CUDA_ADDON} missing); on a machine with the CUDA toolkit run npm run build:cuda` };
   }
   try {
-    const addon = createRequire(import.meta.url)(CUDA_ADDON) as { probe?: () => Record<string, unknown> };
-    const info = addon.probe?.() ?? {};
-    return info.available === false
-      ? { name: 'cuda', available: false, reason: String(info.reason ?? 'no CUDA device'), detail: info }
-      : { name: 'cuda', available: true, detail: info };
+    return { addon: createRequire(import.meta.url)(CUDA_ADDON) as CudaAddon };
   } catch (e) {
-    return { name: 'cuda', available: false, reason: `the CUDA addon failed to load: ${(e as Error).message}` };
+    return { addon: null, reason: `the CUDA addon failed to load: ${(e as Error).message}` };
   }
+}
+
+export function probeCuda(): BackendProbe {
+  const { addon, reason } = loadCudaAddon();
+  if (!addon) return { name: 'cuda', available: false, reason: reason! };
+  const info = addon.probe();
+  const build = { runtime: info.runtime, driver: info.driver, cublasLt: info.cublasLt, ops: info.ops };
+  if (!info.available) return { name: 'cuda', available: false, reason: info.reason ?? 'no CUDA device', detail: build };
+  return {
+    name: 'cuda',
+    available: true,
+    detail: {
+      device: info.device,
+      sm: info.sm,
+      memory: `${((info.memoryBytes ?? 0) / 2 ** 30).toFixed(1)} GiB`,
+      multiprocessors: info.multiprocessors,
+      bf16: info.bf16,
+      fp8: info.fp8,
+      ...build,
+    },
+  };
 }
 
 export async function probeAll(): Promise<BackendProbe[]> {
@@ -106,5 +121,6 @@ export async function createBackend(choice: BackendChoice): Promise<Backend> {
     return WebGpuBackend.create({ gpu: gpu!, loadShader: loadShaderFile, kernels: WEBGPU_KERNELS });
   }
   const probe = probeCuda();
-  return fail('BACKEND_UNAVAILABLE', `backend cuda is unavailable: ${probe.reason ?? 'the CUDA backend is not implemented in this build'}. Use --backend webgpu or cpu, or run 'mdlm probe'`);
+  if (!probe.available) fail('BACKEND_UNAVAILABLE', `backend cuda is unavailable: ${probe.reason}. Use --backend webgpu or cpu, or run 'mdlm probe'`);
+  return new CudaBackend(loadCudaAddon().addon!);
 }

@@ -6,7 +6,7 @@ import { type Backend, BufferPool, type PoolStats } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { fail } from '../../errors.js';
 import { type OpDef, type RefArgs, refArrayFor, resolveArgDtype, validateCall } from '../../ops/op.js';
-import { DTYPE_BYTES, DTYPES, type DType, type HostArray, type Shape, Tensor, checkShape, numel, shapeStr } from '../../tensor.js';
+import { DTYPE_BYTES, DTYPES, type DType, type HostArray, type Shape, Tensor, checkShape, isFloat, numel, shapeStr } from '../../tensor.js';
 
 interface CpuHandle {
   readonly buffer: ArrayBuffer;
@@ -16,6 +16,8 @@ interface CpuHandle {
 export class CpuBackend implements Backend {
   readonly name = 'cpu' as const;
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
+  /** The reference computes in float64 whatever the storage. */
+  readonly floatDtypes: ReadonlySet<DType> = new Set(DTYPES.filter(isFloat));
   readonly description = 'TypeScript reference (f32 storage, f64 accumulation)';
   private readonly pool = new BufferPool<ArrayBuffer>((n) => new ArrayBuffer(n), () => {});
   private readonly live = new Set<CpuHandle>();

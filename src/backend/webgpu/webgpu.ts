@@ -71,6 +71,8 @@ export function describeAdapter(adapter: GPUAdapter): WebGpuAdapterDescription {
 export class WebGpuBackend implements Backend {
   readonly name = 'webgpu' as const;
   readonly dtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'f16', 'bf16', 'i32', 'u32']);
+  /** The shaders compute in f32 over f32 storage (f16/bf16 storage is for casts and transfers). */
+  readonly floatDtypes: ReadonlySet<DType> = new Set<DType>(['f32']);
   readonly description: string;
   readonly adapter: WebGpuAdapterDescription;
   readonly features: ReadonlySet<string>;
@@ -223,7 +225,8 @@ export class WebGpuBackend implements Backend {
     this.checkAlive();
     const kernel = this.kernels.get(op.name);
     if (!kernel) fail('UNSUPPORTED_OP', `webgpu: no kernel for op '${op.name}'`);
-    validateCall(op, args, attrs);
+    const floatDtype = validateCall(op, args, attrs);
+    if (!this.floatDtypes.has(floatDtype)) fail('UNSUPPORTED_DTYPE', `${op.name}: webgpu kernels compute in f32, got ${floatDtype} tensors; ${floatDtype} ops need --backend cuda or cpu`);
     for (const [name, t] of Object.entries(args)) {
       if (t.backend !== this.name) fail('BAD_ARGUMENT', `${op.name}: argument '${name}' lives on ${t.backend}, not webgpu`);
     }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# One call on the GPU machine for the CUDA backend: unpack the carried Node.js, node_modules, dist/
+# and Node's headers (.device/, made here by bench/pack-device.sh), build the addon for the GPU at
+# hand, probe, check every kernel against the float64 reference (bf16 and f32), time the bench
+# shapes against PyTorch on the same GPU, and run tests/cuda.test.ts. Logs go to $OUT.
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer tests]   (default: all)
+# All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
+# then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+mkdir -p /tmp/n /tmp/include && xz -T0 -dc .device/node.xz > /tmp/n/node && chmod +x /tmp/n/node && export PATH=/tmp/n:$PATH
+tar -xJf .device/nm.tar.xz && tar -xJf .device/dist.tar.xz && tar -xJf .device/node-include.tar.xz -C /tmp/include
+export MDLM_NODE_INCLUDE=/tmp/include/node MDLM_CUDA_ARCHS=${MDLM_CUDA_ARCHS:-90a}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
+
+# Prints one table row per record of a bench kernels JSON file, failures first.
+summary() {
+  [ -s "$1" ] || { echo "no records in $1"; return; }
+  node -e "
+    const rs = require('$1'); const bad = rs.filter((r) => !r.pass);
+    for (const r of [...bad, ...rs.filter((r) => r.pass)]) console.log((r.pass ? 'pass' : 'FAIL').padEnd(5), r.op.padEnd(20), r.case.slice(0, 34).padEnd(34), (r.dtype ?? '').padEnd(5),
+      Number.isFinite(r.relErr) ? r.relErr.toExponential(2).padStart(9) : String(r.relErr).padStart(9), r.ms !== undefined ? (r.ms.toFixed(4) + ' ms').padStart(12) : '',
+      r.tflops ? r.tflops.toFixed(2) + ' TFLOP/s' : '', r.error ?? '');
+    console.log(rs.length + ' records, ' + bad.length + ' failed');"
+}
+
+for w in ${*:-build probe parity bench peer tests}; do
+  echo "=== $w"
+  case $w in
+    build)
+      if ! node cuda/build.mjs > "$OUT/build.log" 2>&1; then cat "$OUT/build.log"; echo "build failed: compiler output above (and in $OUT/build.log)"; exit 1; fi
+      tail -n 3 "$OUT/build.log" ;;
+    probe) node bin/mdlm.js probe 2>&1 | grep -v Warning | tee "$OUT/probe.txt" ;;
+    parity)
+      timeout 240 node bin/mdlm.js bench kernels --backend cuda --dtype bf16,f32 --reps 0 --no-gradients --json > "$OUT/parity.json" 2> "$OUT/parity.err"
+      summary "$OUT/parity.json" | tee "$OUT/parity.txt"; tail -n 5 "$OUT/parity.err" ;;
+    bench)
+      timeout 300 node bin/mdlm.js bench kernels --backend cuda --scale bench --no-check --reps 20 --json > "$OUT/bench.json" 2> "$OUT/bench.err"
+      timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops matmul --dtype f32 --scale bench --no-check --reps 10 --json > "$OUT/bench_f32.json" 2>> "$OUT/bench.err"
+      { summary "$OUT/bench.json"; summary "$OUT/bench_f32.json"; } | tee "$OUT/bench.txt"; tail -n 5 "$OUT/bench.err" ;;
+    peer) timeout 180 python3 bench/cuda_peer.py 2>&1 | tee "$OUT/peer.txt" ;;
+    tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
+  esac
+done

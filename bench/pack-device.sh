@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run here (no GPU) before GPU runs: packs into .device/ (git-ignored) what bench/gpu-run.sh and
+# bench/cuda-run.sh unpack on the GPU machine, which has no Node.js and no network: Node itself,
+# node_modules (less TypeScript: dist/ is built here), dist/, and Node's headers for the CUDA
+# addon's build. Then carry ".device" with the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+npx tsc -p tsconfig.json
+mkdir -p .device
+node_bin=$(command -v node)
+xz -T0 -c "$node_bin" > .device/node.xz
+nm=$(realpath node_modules)
+# Linux x64 only, no source maps: what fits the device run's 64 MiB of carried files.
+tar -C "$(dirname "$nm")" --exclude='node_modules/typescript' --exclude='*.map' --exclude='node_modules/webgpu/dist/darwin-*' \
+  --exclude='node_modules/webgpu/dist/win32-*' --exclude='node_modules/webgpu/dist/linux-arm64' -cf - node_modules | xz -T0 > .device/nm.tar.xz
+tar -cJf .device/dist.tar.xz dist
+include=$(dirname "$(dirname "$(realpath "$node_bin")")")/include/node
+[ -f "$include/node_api.h" ] || include=/usr/include/node
+tar -C "$(dirname "$include")" -cJf .device/node-include.tar.xz node
+ls -l .device

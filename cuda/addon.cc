@@ -1,0 +1,348 @@
+// The Node addon: device memory, copies, the op launcher call and the capability probe, for
+// src/backend/cuda/cuda.ts. One device (CUDA_VISIBLE_DEVICES picks it), one stream, one scratch
+// arena, one cuBLASLt handle with its workspace. Pointers travel to JavaScript as BigInt.
+//
+// Errors: an OpError (a user mistake the kernel detected) becomes a JS Error with `mdlmCode` set,
+// which the TypeScript side rethrows as an MdlmError; CUDA and cuBLASLt failures become plain
+// Errors naming the op and the kernel or call.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <napi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "op.h"
+
+namespace {
+
+using mdlm::check_cuda;
+using mdlm::OpError;
+
+constexpr size_t kAlign = 256;
+// cuBLASLt's recommended workspace on Hopper; enough for every algorithm it picks on Ampere too.
+constexpr size_t kCublasLtWorkspace = 32u << 20;
+
+size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+std::string mib(size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+// cudaMalloc, with out-of-memory as a user-facing error that says how much was free.
+void* device_alloc(size_t bytes, const char* what) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: clear it so later calls do not report it again
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw OpError("OUT_OF_MEMORY", std::string("cuda: cannot allocate ") + mib(bytes) + " for " + what + " (" + mib(free_b) +
+                                       " free of " + mib(total_b) + "); use a smaller batch or model");
+  }
+  check_cuda(e, what);
+  return p;
+}
+
+// The per-call scratch: a bump allocator over one block, reset at every call. A call that wants
+// more gets extra blocks for that call; the next call then drains the stream (in-flight work may
+// still use the old blocks) and replaces them by one block of the largest total seen, so a
+// steady-state loop allocates nothing.
+class Arena final : public mdlm::Scratch {
+ public:
+  explicit Arena(cudaStream_t stream) : stream_(stream) {}
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  ~Arena() override { release(); }
+
+  void begin_call() {
+    if (!extra_.empty()) {
+      check_cuda(cudaStreamSynchronize(stream_), "scratch: cudaStreamSynchronize before growing");
+      release();
+      base_ = static_cast<char*>(device_alloc(high_water_, "the scratch arena"));
+      size_ = high_water_;
+    }
+    used_ = 0;
+  }
+
+  void* get(size_t bytes) override {
+    bytes = round_up(bytes == 0 ? 1 : bytes, kAlign);
+    used_ += bytes;
+    if (used_ > high_water_) high_water_ = used_;
+    if (used_ <= size_) return base_ + (used_ - bytes);
+    extra_.push_back(device_alloc(bytes, "scratch"));
+    return extra_.back();
+  }
+
+ private:
+  void release() {
+    if (base_) cudaFree(base_);
+    for (void* p : extra_) cudaFree(p);
+    base_ = nullptr;
+    size_ = 0;
+    extra_.clear();
+  }
+
+  cudaStream_t stream_;
+  char* base_ = nullptr;
+  size_t size_ = 0;
+  size_t used_ = 0;
+  size_t high_water_ = 0;
+  std::vector<void*> extra_;
+};
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasLtGetStatusString(s));
+}
+
+struct Device {
+  int index = 0;
+  cudaDeviceProp prop{};
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void* workspace = nullptr;
+  std::unique_ptr<Arena> scratch;
+  // MDLM_CUDA_SYNC=1: wait after every op, so a fault inside a kernel names its op (debugging).
+  bool sync_each_op = false;
+
+  Device() {
+    const char* sync = std::getenv("MDLM_CUDA_SYNC");
+    sync_each_op = sync && std::string(sync) == "1";
+    check_cuda(cudaGetDevice(&index), "cudaGetDevice");
+    check_cuda(cudaSetDevice(index), "cudaSetDevice");
+    check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_lt(cublasLtCreate(&lt), "cublasLtCreate");
+    workspace = device_alloc(kCublasLtWorkspace, "the cuBLASLt workspace");
+    scratch = std::make_unique<Arena>(stream);
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device() {
+    // At process exit the driver may be gone already: best effort, errors ignored.
+    cudaStreamSynchronize(stream);
+    scratch.reset();
+    cudaFree(workspace);
+    cublasLtDestroy(lt);
+    cudaStreamDestroy(stream);
+  }
+};
+
+// Created on first use, so that probe() works (and says why not) without a usable device.
+Device& device(const Napi::Env& env) {
+  Device* d = env.GetInstanceData<Device>();
+  if (!d) {
+    d = new Device();
+    env.SetInstanceData(d);
+  }
+  return *d;
+}
+
+[[noreturn]] void throw_js(const Napi::Env& env, const std::exception& e) {
+  Napi::Error err = Napi::Error::New(env, e.what());
+  if (const auto* op = dynamic_cast<const OpError*>(&e)) err.Set("mdlmCode", op->code);
+  throw err;
+}
+
+// Runs f, turning C++ exceptions into JS errors.
+template <typename F>
+auto guarded(const Napi::CallbackInfo& info, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw_js(info.Env(), e);
+  }
+}
+
+void* pointer_arg(const Napi::Value& v, const char* what) {
+  if (!v.IsBigInt()) throw Napi::TypeError::New(v.Env(), std::string(what) + ": expected a BigInt device pointer");
+  bool lossless = false;
+  const uint64_t p = v.As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) throw Napi::TypeError::New(v.Env(), std::string(what) + ": pointer out of range");
+  return reinterpret_cast<void*>(static_cast<uintptr_t>(p));
+}
+
+size_t size_arg(const Napi::Value& v, const char* what) {
+  const double d = v.As<Napi::Number>().DoubleValue();
+  if (!(d >= 0 && d <= 9007199254740992.0 && static_cast<double>(static_cast<size_t>(d)) == d)) {
+    throw Napi::TypeError::New(v.Env(), std::string(what) + ": expected a non-negative integer byte count");
+  }
+  return static_cast<size_t>(d);
+}
+
+std::string version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+Napi::Value Probe(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object out = Napi::Object::New(env);
+  Napi::Array ops = Napi::Array::New(env);
+  const std::string names = mdlm::registered_ops();
+  for (size_t start = 0, i = 0; start < names.size(); i++) {
+    size_t end = names.find(',', start);
+    if (end == std::string::npos) end = names.size();
+    ops.Set(static_cast<uint32_t>(i), names.substr(start, end - start));
+    start = end + 1;
+  }
+  out.Set("ops", ops);
+  int runtime = 0, driver = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  out.Set("runtime", version(runtime));
+  out.Set("driver", driver ? version(driver) : std::string("none"));
+  const size_t lt = cublasLtGetVersion();
+  out.Set("cublasLt", std::to_string(lt / 10000) + "." + std::to_string(lt / 100 % 100) + "." + std::to_string(lt % 100));
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    std::string reason;
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && count == 0)) reason = "no CUDA device is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES)";
+    else if (e == cudaErrorInsufficientDriver) reason = driver ? "the NVIDIA driver (CUDA " + version(driver) + ") is older than the CUDA runtime " + version(runtime) + " the addon was built with; update the driver" : "no NVIDIA driver is installed (libcuda.so not found), so there is no GPU to use";
+    else reason = std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e);
+    out.Set("available", false);
+    out.Set("reason", reason);
+    return out;
+  }
+  int index = 0;
+  cudaGetDevice(&index);
+  cudaDeviceProp p{};
+  const cudaError_t pe = cudaGetDeviceProperties(&p, index);
+  if (pe != cudaSuccess) {
+    out.Set("available", false);
+    out.Set("reason", std::string("cudaGetDeviceProperties failed: ") + cudaGetErrorString(pe));
+    return out;
+  }
+  out.Set("available", true);
+  out.Set("device", std::string(p.name));
+  out.Set("deviceIndex", index);
+  out.Set("devices", count);
+  out.Set("sm", std::to_string(p.major) + "." + std::to_string(p.minor));
+  out.Set("memoryBytes", static_cast<double>(p.totalGlobalMem));
+  out.Set("multiprocessors", p.multiProcessorCount);
+  out.Set("bf16", p.major >= 8);
+  out.Set("fp8", p.major * 10 + p.minor >= 89);
+  return out;
+}
+
+Napi::Value Malloc(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    device(info.Env());
+    const size_t bytes = size_arg(info[0], "malloc");
+    void* p = device_alloc(bytes == 0 ? kAlign : bytes, "a tensor");
+    return Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)));
+  });
+}
+
+Napi::Value Free(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    device(info.Env());
+    check_cuda(cudaFree(pointer_arg(info[0], "free")), "cudaFree");
+    return info.Env().Undefined();
+  });
+}
+
+// upload(ptr, bytes: ArrayBufferView): the copy is enqueued on the stream after earlier work;
+// the host bytes are staged before this returns, so the caller may reuse them at once.
+Napi::Value Upload(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    void* dst = pointer_arg(info[0], "upload");
+    if (!info[1].IsTypedArray()) throw Napi::TypeError::New(info.Env(), "upload: expected a typed array");
+    Napi::TypedArray view = info[1].As<Napi::TypedArray>();
+    const auto* src = static_cast<const char*>(view.ArrayBuffer().Data()) + view.ByteOffset();
+    check_cuda(cudaMemcpyAsync(dst, src, view.ByteLength(), cudaMemcpyHostToDevice, d.stream), "upload: cudaMemcpyAsync");
+    return info.Env().Undefined();
+  });
+}
+
+// download(ptr, bytes) -> ArrayBuffer, after all work enqueued before it.
+Napi::Value Download(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    const void* src = pointer_arg(info[0], "download");
+    const size_t bytes = size_arg(info[1], "download");
+    Napi::ArrayBuffer out = Napi::ArrayBuffer::New(info.Env(), bytes);
+    if (bytes > 0) check_cuda(cudaMemcpyAsync(out.Data(), src, bytes, cudaMemcpyDeviceToHost, d.stream), "download: cudaMemcpyAsync");
+    check_cuda(cudaStreamSynchronize(d.stream), "download: a kernel enqueued before this download failed");
+    return out;
+  });
+}
+
+// run(op, args: [name, ptr, dtype, numel][], nums: {name: number}, strs: {name: string})
+Napi::Value Run(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Napi::Env env = info.Env();
+    Device& d = device(env);
+    mdlm::OpCall call;
+    call.op = info[0].As<Napi::String>().Utf8Value();
+    const mdlm::Launcher launch = mdlm::find_launcher(call.op);
+    if (!launch) throw OpError("UNSUPPORTED_OP", "cuda: no kernel for op '" + call.op + "' (kernels: " + mdlm::registered_ops() + ")");
+    Napi::Array args = info[1].As<Napi::Array>();
+    for (uint32_t i = 0; i < args.Length(); i++) {
+      Napi::Array a = args.Get(i).As<Napi::Array>();
+      mdlm::Arg arg;
+      arg.ptr = pointer_arg(a.Get(1u), "run");
+      const int code = a.Get(2u).As<Napi::Number>().Int32Value();
+      if (code < 0 || code > static_cast<int>(mdlm::DType::u32)) throw std::runtime_error(call.op + ": unknown dtype code " + std::to_string(code));
+      arg.dtype = static_cast<mdlm::DType>(code);
+      arg.numel = a.Get(3u).As<Napi::Number>().Int64Value();
+      call.args[a.Get(0u).As<Napi::String>().Utf8Value()] = arg;
+    }
+    Napi::Object nums = info[2].As<Napi::Object>();
+    Napi::Array keys = nums.GetPropertyNames();
+    for (uint32_t i = 0; i < keys.Length(); i++) {
+      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+      call.nums[key] = nums.Get(key).As<Napi::Number>().DoubleValue();
+    }
+    Napi::Object strs = info[3].As<Napi::Object>();
+    keys = strs.GetPropertyNames();
+    for (uint32_t i = 0; i < keys.Length(); i++) {
+      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+      call.strs[key] = strs.Get(key).As<Napi::String>().Utf8Value();
+    }
+    d.scratch->begin_call();
+    call.stream = d.stream;
+    call.scratch = d.scratch.get();
+    call.device = &d.prop;
+    call.cublaslt = d.lt;
+    call.cublaslt_workspace = d.workspace;
+    call.cublaslt_workspace_bytes = kCublasLtWorkspace;
+    try {
+      launch(call);
+      if (d.sync_each_op) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
+    } catch (const OpError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cuda: op '" + call.op + "': " + e.what());
+    }
+    return env.Undefined();
+  });
+}
+
+// Waits for all enqueued work; faults inside kernels surface here (or at the next download); set
+// MDLM_CUDA_SYNC=1 to learn which op faulted.
+Napi::Value Sync(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    check_cuda(cudaStreamSynchronize(d.stream), "sync: a kernel enqueued earlier failed");
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("malloc", Napi::Function::New(env, Malloc, "malloc"));
+  exports.Set("free", Napi::Function::New(env, Free, "free"));
+  exports.Set("upload", Napi::Function::New(env, Upload, "upload"));
+  exports.Set("download", Napi::Function::New(env, Download, "download"));
+  exports.Set("run", Napi::Function::New(env, Run, "run"));
+  exports.Set("sync", Napi::Function::New(env, Sync, "sync"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(mdlm_cuda, Init)

@@ -1,0 +1,200 @@
+// embedding: gather table rows by id; embedding_backward: the deterministic scatter-add
+// dtable[v] = Σ_{i : ids[i] = v} dout[i] in increasing position i, with no float atomics: positions
+// are sorted by id with a stable LSD radix sort (8-bit digits: per-tile histograms -> one scan ->
+// stable scatter, as shaders/embedding.wgsl), then each vocab row sums its positions in sorted
+// order. Out-of-range ids read nothing: the gather writes zeros, the sort keys them `vocab`,
+// which no row claims. f32 or bf16 storage; sums in f32.
+#include "common.cuh"
+
+namespace mdlm {
+
+constexpr int kTile = 256;  // threads a block = keys a sort tile = radix buckets
+constexpr int kRadixBits = 8;
+constexpr int kRowsPerBlock = 16;  // vocab rows a row_sum block: one round of bound searches for 16 rows
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) embedding_kernel(const int32_t* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out, int64_t tokens,
+                                                        int vocab, int dim) {
+  const int vecs = dim / VEC;
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= tokens * vecs) return;
+  const int64_t i = e / vecs;
+  const int c = static_cast<int>(e % vecs) * VEC;
+  const int32_t id = ids[i];
+  Pack<T, VEC> v;
+  if (id >= 0 && id < vocab) {
+    v = *reinterpret_cast<const Pack<T, VEC>*>(table + static_cast<int64_t>(id) * dim + c);
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v.v[k] = from_float<T>(0.0f);
+  }
+  *reinterpret_cast<Pack<T, VEC>*>(out + i * dim + c) = v;
+}
+
+// keys = ids (out of range -> vocab), vals = positions.
+__global__ void __launch_bounds__(kTile) sort_keys_kernel(const int32_t* __restrict__ ids, uint32_t* __restrict__ keys, uint32_t* __restrict__ vals, int tokens,
+                                                          int vocab) {
+  const int i = blockIdx.x * kTile + threadIdx.x;
+  if (i >= tokens) return;
+  const int32_t id = ids[i];
+  keys[i] = id >= 0 && id < vocab ? static_cast<uint32_t>(id) : static_cast<uint32_t>(vocab);
+  vals[i] = static_cast<uint32_t>(i);
+}
+
+__device__ __forceinline__ uint32_t digit_of(uint32_t key, int shift) { return (key >> shift) & (kTile - 1); }
+
+// tile_counts[digit · tiles + tile] = how many keys of the tile have that digit (integer atomics:
+// the count does not depend on their order).
+__global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* __restrict__ keys, uint32_t* __restrict__ tile_counts, int tokens, int tiles,
+                                                                int shift) {
+  __shared__ uint32_t hist[kTile];
+  hist[threadIdx.x] = 0;
+  __syncthreads();
+  const int i = blockIdx.x * kTile + threadIdx.x;
+  if (i < tokens) atomicAdd(&hist[digit_of(keys[i], shift)], 1u);
+  __syncthreads();
+  tile_counts[threadIdx.x * tiles + blockIdx.x] = hist[threadIdx.x];
+}
+
+// Exclusive scan of all kTile · tiles counts, digit-major, in one block: thread d owns digit d.
+__global__ void __launch_bounds__(kTile) radix_scan_kernel(uint32_t* __restrict__ tile_counts, int tiles) {
+  __shared__ uint32_t warps[kTile / 32];
+  uint32_t* own = tile_counts + static_cast<int64_t>(threadIdx.x) * tiles;
+  uint32_t total = 0;
+  for (int t = 0; t < tiles; t++) total += own[t];
+  uint32_t inclusive = total;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t x = __shfl_up_sync(0xffffffffu, inclusive, o);
+    if (lane >= o) inclusive += x;
+  }
+  if (lane == 31) warps[warp] = inclusive;
+  __syncthreads();
+  for (int w = 0; w < warp; w++) inclusive += warps[w];
+  uint32_t run = inclusive - total;
+  for (int t = 0; t < tiles; t++) {
+    const uint32_t c = own[t];
+    own[t] = run;
+    run += c;
+  }
+}
+
+// Stable: a key's place within its tile is the number of equal digits before it in the tile.
+__global__ void __launch_bounds__(kTile) radix_scatter_kernel(const uint32_t* __restrict__ keys_in, const uint32_t* __restrict__ vals_in,
+                                                              const uint32_t* __restrict__ tile_counts, uint32_t* __restrict__ keys_out,
+                                                              uint32_t* __restrict__ vals_out, int tokens, int tiles, int shift) {
+  __shared__ uint32_t digits[kTile];
+  const int i = blockIdx.x * kTile + threadIdx.x;
+  const bool valid = i < tokens;
+  const uint32_t key = valid ? keys_in[i] : 0;
+  const uint32_t digit = valid ? digit_of(key, shift) : kTile;  // kTile matches no real digit
+  digits[threadIdx.x] = digit;
+  __syncthreads();
+  if (!valid) return;
+  uint32_t rank = 0;
+  for (int j = 0; j < static_cast<int>(threadIdx.x); j++) rank += digits[j] == digit;
+  const uint32_t dest = tile_counts[digit * tiles + blockIdx.x] + rank;
+  keys_out[dest] = key;
+  vals_out[dest] = vals_in[i];
+}
+
+// First index of sorted keys[0, n) that is >= v.
+__device__ uint32_t lower_bound(const uint32_t* keys, uint32_t n, uint32_t v) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (keys[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// kRowsPerBlock vocab rows a block; threads run over (row, vector of columns) and each sums its
+// row's positions in sorted (increasing) order.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
+                                                                const T* __restrict__ dout, T* __restrict__ dtable, int tokens, int vocab, int dim) {
+  __shared__ uint32_t bounds[kRowsPerBlock + 1];
+  const int first = blockIdx.x * kRowsPerBlock;
+  const int count = min(kRowsPerBlock, vocab - first);
+  if (static_cast<int>(threadIdx.x) <= count) bounds[threadIdx.x] = lower_bound(keys, tokens, first + threadIdx.x);
+  __syncthreads();
+  const int vecs = dim / VEC;
+  for (int item = threadIdx.x; item < count * vecs; item += blockDim.x) {
+    const int r = item / vecs, c = (item % vecs) * VEC;
+    float acc[VEC] = {};
+    for (uint32_t q = bounds[r]; q < bounds[r + 1]; q++) {
+      float v[VEC];
+      load<T, VEC>(dout + static_cast<int64_t>(positions[q]) * dim + c, v);
+#pragma unroll
+      for (int k = 0; k < VEC; k++) acc[k] += v[k];
+    }
+    store<T, VEC>(dtable + static_cast<int64_t>(first + r) * dim + c, acc);
+  }
+}
+
+struct EmbeddingShape {
+  int tokens, vocab, dim;
+};
+
+EmbeddingShape embedding_shape(const OpCall& call) { return {call.i32("tokens"), call.i32("vocab"), call.i32("dim")}; }
+
+// Calls f(TypeTag<T>, integral_constant<VEC>) for the float args: 16-byte vectors when every row
+// start is 16-byte aligned.
+template <typename F>
+void with_rows(const OpCall& call, std::initializer_list<const char*> names, int dim, F&& f) {
+  bool aligned = true;
+  for (const char* n : names) aligned = aligned && aligned16(call.arg(n).ptr);
+  with_float_type(float_dtype_of(call, names), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) { f(tag, vec); });
+  });
+}
+
+}  // namespace mdlm
+
+MDLM_OP(embedding) {
+  using namespace mdlm;
+  const EmbeddingShape s = embedding_shape(call);
+  with_rows(call, {"table", "out"}, s.dim, [&](auto tag, auto vec) {
+    using T = typename decltype(tag)::type;
+    constexpr int VEC = decltype(vec)::value;
+    const int64_t items = static_cast<int64_t>(s.tokens) * (s.dim / VEC);
+    embedding_kernel<T, VEC><<<blocks_for(items, 256), 256, 0, call.stream>>>(static_cast<const int32_t*>(call.arg("ids").ptr),
+                                                                              static_cast<const T*>(call.arg("table").ptr),
+                                                                              static_cast<T*>(call.arg("out").ptr), s.tokens, s.vocab, s.dim);
+    check_launch("embedding_kernel");
+  });
+}
+
+MDLM_OP(embedding_backward) {
+  using namespace mdlm;
+  const EmbeddingShape s = embedding_shape(call);
+  const int tiles = (s.tokens + kTile - 1) / kTile;
+  const auto scratch_u32 = [&](int64_t n) { return static_cast<uint32_t*>(call.scratch->get(sizeof(uint32_t) * n)); };
+  uint32_t* keys = scratch_u32(s.tokens);
+  uint32_t* vals = scratch_u32(s.tokens);
+  uint32_t* keys_next = scratch_u32(s.tokens);
+  uint32_t* vals_next = scratch_u32(s.tokens);
+  uint32_t* tile_counts = scratch_u32(static_cast<int64_t>(kTile) * tiles);
+  sort_keys_kernel<<<tiles, kTile, 0, call.stream>>>(static_cast<const int32_t*>(call.arg("ids").ptr), keys, vals, s.tokens, s.vocab);
+  check_launch("sort_keys_kernel");
+  // Keys run up to vocab itself (the out-of-range key).
+  const int bits = 32 - __builtin_clz(static_cast<unsigned>(s.vocab));
+  for (int shift = 0; shift < bits; shift += kRadixBits) {
+    radix_histogram_kernel<<<tiles, kTile, 0, call.stream>>>(keys, tile_counts, s.tokens, tiles, shift);
+    radix_scan_kernel<<<1, kTile, 0, call.stream>>>(tile_counts, tiles);
+    radix_scatter_kernel<<<tiles, kTile, 0, call.stream>>>(keys, vals, tile_counts, keys_next, vals_next, s.tokens, tiles, shift);
+    check_launch("radix sort");
+    std::swap(keys, keys_next);
+    std::swap(vals, vals_next);
+  }
+  with_rows(call, {"dout", "dtable"}, s.dim, [&](auto tag, auto vec) {
+    using T = typename decltype(tag)::type;
+    constexpr int VEC = decltype(vec)::value;
+    embedding_row_sum_kernel<T, VEC><<<(s.vocab + kRowsPerBlock - 1) / kRowsPerBlock, 256, 0, call.stream>>>(
+        keys, vals, static_cast<const T*>(call.arg("dout").ptr), static_cast<T*>(call.arg("dtable").ptr), s.tokens, s.vocab, s.dim);
+    check_launch("embedding_row_sum_kernel");
+  });
+}

@@ -1,0 +1,156 @@
+// matmul: out[b] = op(a[b]) · op(b[b]) through cuBLASLt, row-major as src/ops/matmul.ts defines
+// it. f32 computes with CUBLAS_COMPUTE_32F (true f32 FMAs, never TF32: the op's f32 tolerance
+// would not hold); bf16 in and out with f32 accumulation and f32 scale.
+//
+// cuBLASLt is column-major. A row-major [r, c] matrix is the column-major [c, r] matrix with
+// ld = c, its transpose; so out = op(A)·op(B) is computed as outᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's
+// "A" is our b, its "B" our a, and the column-major result [n, m] is our row-major [m, n].
+//
+// Descriptors and the heuristic's algorithm are made once per (dtype, shape, transposes, pointer
+// alignment) and cached; the workspace is the addon's. Should cuBLASLt offer no algorithm for a
+// shape (odd leading dimensions with 2-byte alignment, say), a plain kernel computes it: one thread
+// per output, f32 sums in k order.
+#include <cublasLt.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "common.cuh"
+
+namespace mdlm {
+namespace {
+
+void check_lt(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLASLt ") + what + ": " + cublasLtGetStatusString(s));
+}
+
+// The largest power of two (up to the 256 cuBLASLt assumes by default) dividing the address:
+// views into flat buffers may start anywhere, and an algorithm picked for 256-byte alignment may
+// fail or read wrongly on less.
+uint32_t alignment(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+struct PlanKey {
+  DType dtype;
+  int64_t batch, m, n, k;
+  bool trans_a, trans_b;
+  uint32_t align_a, align_b, align_out;
+  bool operator<(const PlanKey& o) const {
+    return std::tie(dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out) <
+           std::tie(o.dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out);
+  }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_out = nullptr;  // cuBLASLt's A (our b), B (our a), D
+  cublasLtMatmulAlgo_t algo{};
+  bool fallback = false;  // cuBLASLt had no algorithm: matmul_fallback_kernel
+};
+
+template <typename T>
+__global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t m, int64_t n,
+                                                              int64_t k, bool trans_a, bool trans_b) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t i = blockIdx.y;
+  if (j >= n) return;
+  const T* ab = a + blockIdx.z * m * k;
+  const T* bb = b + blockIdx.z * k * n;
+  float acc = 0.0f;
+  for (int64_t l = 0; l < k; l++) acc += to_float(ab[trans_a ? l * m + i : i * k + l]) * to_float(bb[trans_b ? j * k + l : l * n + j]);
+  out[blockIdx.z * m * n + i * n + j] = from_float<T>(acc);
+}
+
+// A column-major rows x cols layout, ld = rows, `batch` of them `stride` elements apart.
+cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t l = nullptr;
+  check_lt(cublasLtMatrixLayoutCreate(&l, type, rows, cols, static_cast<int64_t>(rows)), "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    const int32_t count = static_cast<int32_t>(batch);
+    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "set BATCH_COUNT");
+    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "set STRIDED_BATCH_OFFSET");
+  }
+  return l;
+}
+
+Plan make_plan(const OpCall& call, const PlanKey& key) {
+  const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
+  const cudaDataType_t type = key.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const int64_t m = key.m, n = key.n, k = key.k;
+  Plan p;
+  check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  const cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "set TRANSA");
+  check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "set TRANSB");
+  // b is [k, n] row-major (column-major n x k), or [n, k] when transposed (column-major k x n).
+  p.lt_a = key.trans_b ? layout(type, k, n, key.batch, k * n) : layout(type, n, k, key.batch, k * n);
+  // a is [m, k] row-major (column-major k x m), or [k, m] when transposed (column-major m x k).
+  p.lt_b = key.trans_a ? layout(type, m, k, key.batch, m * k) : layout(type, k, m, key.batch, m * k);
+  p.lt_out = layout(type, n, m, key.batch, m * n);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const uint64_t workspace = call.cublaslt_workspace_bytes;
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)), "set MAX_WORKSPACE_BYTES");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_b, sizeof(uint32_t)), "set MIN_ALIGNMENT_A");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t)), "set MIN_ALIGNMENT_B");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_D");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    p.fallback = true;
+    return p;
+  }
+  check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
+  p.algo = result.algo;
+  return p;
+}
+
+}  // namespace
+}  // namespace mdlm
+
+MDLM_OP(matmul) {
+  using namespace mdlm;
+  const Arg& a = call.arg("a");
+  const Arg& b = call.arg("b");
+  const Arg& out = call.arg("out");
+  const PlanKey key{call.float_dtype("a", {DType::f32, DType::bf16}),
+                    call.i64("batch"),
+                    call.i64("m"),
+                    call.i64("n"),
+                    call.i64("k"),
+                    call.flag("transA"),
+                    call.flag("transB"),
+                    alignment(a.ptr),
+                    alignment(b.ptr),
+                    alignment(out.ptr)};
+  // One device and one handle per process, and the JavaScript side calls from one thread.
+  static std::map<PlanKey, Plan> plans;
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key)).first;
+  const Plan& p = it->second;
+  if (p.fallback) {
+    if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
+    with_float_type(key.dtype, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
+      matmul_fallback_kernel<T><<<grid, 256, 0, call.stream>>>(static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<T*>(out.ptr), key.m,
+                                                                key.n, key.k, key.trans_a, key.trans_b);
+      check_launch("matmul_fallback_kernel");
+    });
+    return;
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(call.cublaslt), p.desc, &alpha, b.ptr, p.lt_a, a.ptr, p.lt_b, &beta, out.ptr, p.lt_out, out.ptr,
+                          p.lt_out, &p.algo, call.cublaslt_workspace, call.cublaslt_workspace_bytes, call.stream),
+           "cublasLtMatmul");
+}

@@ -1,0 +1,98 @@
+// Deterministic reductions over rows of an f32 matrix, shared by reduce.cu and grad_norm.cu (the
+// twin of shaders/reduce.wgsl and its launcher). Each block combines one segment of one row: its
+// threads walk the segment strided (coalesced), then a fixed tree (warp butterflies, then the
+// warps' results in warp order) combines them. A row is cut into segments only while rows are too
+// few to fill the GPU; the segments' partials then go through a second pass. Segment counts and
+// block sizes are functions of the shape alone, so the same shape gives the same bits every run
+// and on every GPU.
+#pragma once
+
+#include <algorithm>
+
+#include "common.cuh"
+
+namespace mdlm {
+
+enum class ReduceMap { identity, square, abs };
+
+// Enough blocks to fill a large GPU; rows are split only while segments stay this long.
+constexpr int64_t kReduceTargetBlocks = 1024;
+constexpr int64_t kReduceMinSegment = 4096;
+
+inline int64_t reduce_segments_for(int64_t rows, int64_t cols) {
+  if (rows >= kReduceTargetBlocks) return 1;
+  return std::max<int64_t>(1, std::min((kReduceTargetBlocks + rows - 1) / rows, cols / kReduceMinSegment));
+}
+
+template <bool MAX>
+__device__ __forceinline__ float combine(float a, float b) {
+  return MAX ? fmaxf(a, b) : a + b;
+}
+
+// Combines v over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in
+// thread 0. 0 is the identity of both sums and maxima of |x| (the only maxima taken).
+template <bool MAX>
+__device__ float block_combine(float v) {
+  __shared__ float warps[32];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = combine<MAX>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (blockDim.x == 32) return v;
+  if (lane == 0) warps[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x / 32) ? warps[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = combine<MAX>(v, __shfl_xor_sync(0xffffffffu, v, o));
+  }
+  return v;
+}
+
+template <ReduceMap MAP>
+__device__ __forceinline__ float reduce_map(float e) {
+  return MAP == ReduceMap::square ? e * e : MAP == ReduceMap::abs ? fabsf(e) : e;
+}
+
+// out[o] = scale · combine of map(x) over segment o % segments of row o / segments.
+template <ReduceMap MAP, bool MAX>
+__global__ void __launch_bounds__(256) segment_reduce_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t cols, int64_t segments,
+                                                             int64_t seg_len, float scale) {
+  const int64_t o = blockIdx.x;
+  const int64_t begin = (o % segments) * seg_len;
+  const int64_t end = begin + seg_len < cols ? begin + seg_len : cols;
+  const float* row = x + (o / segments) * cols;
+  float acc = 0.0f;
+#pragma unroll 4
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc = combine<MAX>(acc, reduce_map<MAP>(row[j]));
+  acc = block_combine<MAX>(acc);
+  if (threadIdx.x == 0) out[o] = acc * scale;
+}
+
+struct SegmentPass {
+  int64_t rows, cols, segments;
+  ReduceMap map;
+  bool use_max;
+  float scale;
+};
+
+// One launch: out gets rows · segments values.
+inline void reduce_segments(const OpCall& call, const float* x, float* out, const SegmentPass& p) {
+  const int64_t seg_len = (p.cols + p.segments - 1) / p.segments;
+  // About four elements a thread before the tree, 32 to 256 threads.
+  int threads = 32;
+  while (threads < 256 && threads * 4 < seg_len) threads *= 2;
+  const unsigned blocks = static_cast<unsigned>(p.rows * p.segments);
+#define MDLM_SEGMENTS(MAP, MAX) \
+  segment_reduce_kernel<MAP, MAX><<<blocks, threads, 0, call.stream>>>(x, out, p.cols, p.segments, seg_len, p.scale)
+  if (p.use_max) {
+    if (p.map == ReduceMap::abs) MDLM_SEGMENTS(ReduceMap::abs, true);
+    else MDLM_SEGMENTS(ReduceMap::identity, true);
+  } else {
+    if (p.map == ReduceMap::square) MDLM_SEGMENTS(ReduceMap::square, false);
+    else MDLM_SEGMENTS(ReduceMap::identity, false);
+  }
+#undef MDLM_SEGMENTS
+  check_launch("segment_reduce_kernel");
+}
+
+}  // namespace mdlm

@@ -1,0 +1,202 @@
+/**
+ * The CUDA backend: device memory from the native addon (cuda/addon.cc) through the shared
+ * BufferPool, views as a pointer plus a byte offset, narrow floats encoded and decoded on the host
+ * (src/convert.ts), and ops run by the addon's kernels (cuda/<op>.cu) after validateCall. The
+ * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
+ * rest of the core, imports no Node built-ins.
+ */
+import { type Backend, BufferPool, type PoolStats } from '../backend.js';
+import { checkUpload, makeView } from '../cpu/cpu.js';
+import { decodeFloats, encodeFloats } from '../../convert.js';
+import { type ErrorCode, MdlmError, fail } from '../../errors.js';
+import { type OpDef, validateCall } from '../../ops/op.js';
+import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor, checkShape, numel } from '../../tensor.js';
+
+/** What the addon's probe() reports. Device fields are present when `available`. */
+export interface CudaProbeInfo {
+  readonly available: boolean;
+  readonly reason?: string;
+  readonly device?: string;
+  readonly deviceIndex?: number;
+  readonly devices?: number;
+  /** Compute capability, e.g. "9.0". */
+  readonly sm?: string;
+  readonly memoryBytes?: number;
+  readonly multiprocessors?: number;
+  readonly bf16?: boolean;
+  /** FP8 tensor cores (sm 8.9 and newer). */
+  readonly fp8?: boolean;
+  readonly driver: string;
+  readonly runtime: string;
+  readonly cublasLt: string;
+  /** Ops with a registered kernel. */
+  readonly ops: readonly string[];
+}
+
+/** One argument of a kernel call: name, device pointer (already offset), dtype code (index in DTYPES), element count. */
+export type CudaArg = readonly [name: string, ptr: bigint, dtype: number, numel: number];
+
+/** The native module cuda/build/Release/mdlm_cuda.node. */
+export interface CudaAddon {
+  probe(): CudaProbeInfo;
+  malloc(bytes: number): bigint;
+  free(ptr: bigint): void;
+  /** Enqueued after earlier work; the bytes are staged before it returns. */
+  upload(ptr: bigint, bytes: ArrayBufferView): void;
+  /** Waits for earlier work, then copies. */
+  download(ptr: bigint, bytes: number): ArrayBuffer;
+  run(op: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): void;
+  sync(): void;
+}
+
+interface CudaHandle {
+  readonly ptr: bigint;
+  readonly bytes: number;
+}
+
+/** Codes the addon and the kernels raise (OpError in cuda/op.h); anything else stays an internal Error. */
+const ADDON_CODES: ReadonlySet<string> = new Set<ErrorCode>([
+  'BAD_ARGUMENT', 'BAD_SHAPE', 'BAD_DTYPE', 'UNSUPPORTED_DTYPE', 'UNSUPPORTED_OP', 'OUT_OF_MEMORY',
+]);
+
+/** Runs an addon call, turning a kernel's user-facing error into an MdlmError. */
+function native<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    const code = (e as { mdlmCode?: unknown }).mdlmCode;
+    if (e instanceof Error && typeof code === 'string' && ADDON_CODES.has(code)) throw new MdlmError(code as ErrorCode, e.message);
+    throw e;
+  }
+}
+
+const NARROW = new Set<DType>(['f16', 'bf16', 'fp8e4m3', 'fp8e5m2']);
+
+function gib(bytes: number): string {
+  return `${(bytes / 2 ** 30).toFixed(1)} GiB`;
+}
+
+export class CudaBackend implements Backend {
+  readonly name = 'cuda' as const;
+  readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
+  /** Kernels compute 'float' args stored in f32 or bf16 (f32 math either way). */
+  readonly floatDtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'bf16']);
+  readonly description: string;
+  readonly info: CudaProbeInfo;
+
+  private readonly pool: BufferPool<bigint>;
+  private readonly live = new Set<CudaHandle>();
+  private readonly ops: ReadonlySet<string>;
+
+  constructor(private readonly addon: CudaAddon) {
+    const info = addon.probe();
+    if (!info.available) fail('BACKEND_UNAVAILABLE', `cuda: ${info.reason ?? 'no CUDA device'}`);
+    this.info = info;
+    this.ops = new Set(info.ops);
+    this.description = `${info.device} (sm ${info.sm}, ${gib(info.memoryBytes ?? 0)}, ${info.multiprocessors} SMs; CUDA ${info.runtime}, driver ${info.driver}, cuBLASLt ${info.cublasLt})`;
+    this.pool = new BufferPool(
+      (bytes) => native(() => addon.malloc(bytes)),
+      (ptr) => addon.free(ptr),
+    );
+  }
+
+  // --- memory ---
+
+  alloc(shape: Shape, dtype: DType): Tensor {
+    checkShape(shape, 'cuda.alloc');
+    const { buffer, bytes } = this.pool.take(numel(shape) * DTYPE_BYTES[dtype]);
+    const handle: CudaHandle = { ptr: buffer, bytes };
+    this.live.add(handle);
+    return new Tensor(this.name, shape, dtype, handle);
+  }
+
+  view(base: Tensor, offset: number, shape: Shape): Tensor {
+    return makeView(this.name, base, offset, shape, this.handleOf(base).bytes);
+  }
+
+  free(t: Tensor): void {
+    const h = this.handleOf(t);
+    if (t.offset !== 0 || !this.live.has(h)) fail('BAD_ARGUMENT', `cuda.free: ${t} is a view or already freed`);
+    this.live.delete(h);
+    this.pool.give(h.ptr, h.bytes);
+  }
+
+  upload(t: Tensor, data: HostArray): void {
+    checkUpload(t, data);
+    const bytes = NARROW.has(t.dtype) ? encodeFloats(t.dtype as 'f16' | 'bf16' | 'fp8e4m3' | 'fp8e5m2', data) : data;
+    native(() => this.addon.upload(this.pointer(t), bytes));
+  }
+
+  /** Raw storage bytes, as the device holds them (bf16 or fp8 words from a checkpoint, bit-level tests). */
+  uploadBytes(t: Tensor, bytes: Uint8Array): void {
+    if (bytes.byteLength !== t.byteSize) fail('BAD_SHAPE', `uploadBytes: ${t} holds ${t.byteSize} bytes, got ${bytes.byteLength}`);
+    native(() => this.addon.upload(this.pointer(t), bytes));
+  }
+
+  async download(t: Tensor): Promise<HostArray> {
+    const raw = await this.downloadBytes(t);
+    switch (t.dtype) {
+      case 'f32': return new Float32Array(raw.buffer, raw.byteOffset, t.size);
+      case 'i32': return new Int32Array(raw.buffer, raw.byteOffset, t.size);
+      case 'u32': return new Uint32Array(raw.buffer, raw.byteOffset, t.size);
+      case 'f16':
+      case 'bf16': return decodeFloats(t.dtype, new Uint16Array(raw.buffer, raw.byteOffset, t.size));
+      default: return decodeFloats(t.dtype, raw);
+    }
+  }
+
+  /** The tensor's storage bytes as the device holds them. */
+  async downloadBytes(t: Tensor): Promise<Uint8Array> {
+    return new Uint8Array(native(() => this.addon.download(this.pointer(t), t.byteSize)));
+  }
+
+  // --- ops ---
+
+  supports(opName: string): boolean {
+    return this.ops.has(opName);
+  }
+
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void {
+    if (!this.ops.has(op.name)) fail('UNSUPPORTED_OP', `cuda: no kernel for op '${op.name}' (the addon has ${[...this.ops].join(', ')})`);
+    const floatDtype = validateCall(op, args, attrs);
+    if (!this.floatDtypes.has(floatDtype)) fail('UNSUPPORTED_DTYPE', `${op.name}: cuda kernels take f32 or bf16 tensors, got ${floatDtype}`);
+    const list: CudaArg[] = [];
+    for (const a of op.args) {
+      const t = args[a.name]!;
+      if (t.backend !== this.name) fail('BAD_ARGUMENT', `${op.name}: argument '${a.name}' lives on ${t.backend}, not cuda`);
+      list.push([a.name, this.pointer(t), DTYPES.indexOf(t.dtype), t.size]);
+    }
+    const nums: Record<string, number> = {};
+    const strs: Record<string, string> = {};
+    for (const [k, v] of Object.entries(attrs as object)) {
+      if (typeof v === 'number') nums[k] = v;
+      else if (typeof v === 'boolean') nums[k] = v ? 1 : 0;
+      else if (typeof v === 'string') strs[k] = v;
+      else if (v !== undefined) throw new Error(`${op.name}: attribute '${k}' is a ${typeof v}; CUDA kernels take numbers, booleans and strings`);
+    }
+    native(() => this.addon.run(op.name, list, nums, strs));
+  }
+
+  async sync(): Promise<void> {
+    native(() => this.addon.sync());
+  }
+
+  poolStats(): PoolStats {
+    return this.pool.stats();
+  }
+
+  destroy(): void {
+    for (const h of this.live) this.pool.give(h.ptr, h.bytes);
+    this.live.clear();
+    this.pool.destroyAll();
+  }
+
+  private pointer(t: Tensor): bigint {
+    return this.handleOf(t).ptr + BigInt(t.offset * DTYPE_BYTES[t.dtype]);
+  }
+
+  private handleOf(t: Tensor): CudaHandle {
+    if (t.backend !== this.name) fail('BAD_ARGUMENT', `${t} is not a cuda tensor`);
+    return t.handle as CudaHandle;
+  }
+}

@@ -1,0 +1,252 @@
+/**
+ * The CUDA backend on a GPU: the backend contracts; every op of the registry against the float64
+ * reference, in bf16 and in f32 where the op takes them; casts bit for bit with src/convert.ts over
+ * every 16- and 8-bit code and random f32 bit patterns; the same bits from every run of the
+ * reductions and the scatter-add; unaligned views; errors. Without a GPU or without the built
+ * addon the tests skip and say why; with MDLM_REQUIRE_CUDA=1 (bench/cuda-run.sh) that fails.
+ * The backend's own TypeScript also runs everywhere, over a simulated device (tests/support).
+ */
+import { afterAll, describe, expect, it } from 'vitest';
+import { CudaBackend } from '../src/backend/cuda/cuda.js';
+import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
+import { checkParity, freshSeed, parityDtypes, relativeError } from '../src/harness/parity.js';
+import { add } from '../src/ops/add.js';
+import { CAST_DTYPES, type CastAttrs, cast } from '../src/ops/cast.js';
+import { embeddingBackward } from '../src/ops/embedding.js';
+import { gradNorm } from '../src/ops/grad_norm.js';
+import { OPS } from '../src/ops/index.js';
+import { matmul } from '../src/ops/matmul.js';
+import type { OpDef } from '../src/ops/op.js';
+import { type ReduceAttrs, reduce } from '../src/ops/reduce.js';
+import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
+import { createBackend, probeCuda } from '../src/runtime/backends.js';
+import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
+import { contracts, expectMdlmError } from './support/contracts.js';
+import { simulatedCudaAddon } from './support/simulated_cuda.js';
+
+const probe = probeCuda();
+if (!probe.available) {
+  if (process.env.MDLM_REQUIRE_CUDA === '1') throw new Error(`CUDA is required (MDLM_REQUIRE_CUDA=1) but unavailable: ${probe.reason}`);
+  console.warn(`[mdlm tests] skipping CUDA tests: ${probe.reason}`);
+}
+const hasCuda = probe.available;
+
+let opened: CudaBackend | undefined;
+async function cuda(): Promise<CudaBackend> {
+  opened ??= (await createBackend('cuda')) as CudaBackend;
+  return opened;
+}
+
+afterAll(() => opened?.destroy());
+
+describe.skipIf(hasCuda)('cuda', () => {
+  it.skip(`skipped: ${probe.reason}`, () => {});
+});
+
+contracts('cuda', async () => (hasCuda ? cuda() : null), hasCuda);
+contracts('cuda on a simulated device', async () => new CudaBackend(simulatedCudaAddon()), true);
+
+describe('cuda backend on a simulated device', () => {
+  it('hands kernels the right pointers, dtypes and attributes (parity through the references)', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    for (const name of ['cast', 'matmul', 'embedding_backward', 'diffusion_mask', 'philox', 'reduce', 'adamw', 'axpy']) {
+      const op = OPS.find((o) => o.name === name)!;
+      for (const c of op.cases('test').slice(0, 4)) {
+        for (const dtype of parityDtypes(op, b, ['bf16', 'f32'])) {
+          const r = await checkParity(b, op, c, { seed: freshSeed(), dtype });
+          expect(r.error, JSON.stringify(r)).toBeUndefined();
+          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+        }
+      }
+    }
+  });
+
+  it('moves raw bytes both ways and decodes narrow floats as src/convert.ts', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    const base = b.alloc([300], 'fp8e4m3');
+    const codes = Uint8Array.from({ length: 256 }, (_, i) => i);
+    const v = b.view(base, 17, [256]);
+    b.uploadBytes(v, codes);
+    expect(await b.downloadBytes(v)).toEqual(codes);
+    const got = Array.from((await b.download(v)) as Float32Array);
+    expect(got.map((x) => (Number.isNaN(x) ? 'NaN' : x))).toEqual(Array.from(codes, (c) => (Number.isNaN(e4m3ToF32(c)) ? 'NaN' : e4m3ToF32(c))));
+    await expectMdlmError(() => b.uploadBytes(v, codes.subarray(1)), 'BAD_SHAPE', '256 bytes');
+    b.free(base);
+  });
+
+  it('turns addon errors that carry a code into MdlmErrors', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    await expectMdlmError(() => b.alloc([2 ** 29], 'f32'), 'OUT_OF_MEMORY', 'free of');
+    expect(b.poolStats().liveBytes).toBe(0);
+  });
+});
+
+describe.runIf(hasCuda)('cuda parity over the registry', () => {
+  it('has a kernel for every op', async () => {
+    const b = await cuda();
+    expect(OPS.filter((o) => !b.supports(o.name)).map((o) => o.name)).toEqual([]);
+  });
+
+  for (const op of OPS) {
+    for (const c of op.cases('test')) {
+      it(`${op.name}: ${c.label}`, async (ctx) => {
+        const b = await cuda();
+        if (!b.supports(op.name)) ctx.skip(); // listed by the test above
+        for (const dtype of parityDtypes(op, b, ['bf16', 'f32'])) {
+          const r = await checkParity(b, op, c, { seed: freshSeed(), dtype });
+          expect(r.error, JSON.stringify(r)).toBeUndefined();
+          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+        }
+      });
+    }
+  }
+});
+
+// --- bit-level helpers ---
+
+const DECODE: Record<FloatDType, (code: number) => number> = {
+  f32: bitsF32, bf16: bf16ToF32, f16: f16ToF32, fp8e4m3: e4m3ToF32, fp8e5m2: e5m2ToF32,
+};
+const ENCODE: Record<FloatDType, (x: number) => number> = {
+  f32: f32Bits, bf16: f32ToBf16, f16: f32ToF16, fp8e4m3: f32ToE4m3, fp8e5m2: f32ToE5m2,
+};
+
+function codesToBytes(dtype: FloatDType, codes: ArrayLike<number>): Uint8Array {
+  const n = codes.length;
+  const arr = DTYPE_BYTES[dtype] === 4 ? Uint32Array.from(codes) : DTYPE_BYTES[dtype] === 2 ? Uint16Array.from(codes) : Uint8Array.from(codes);
+  return new Uint8Array(arr.buffer, 0, n * DTYPE_BYTES[dtype]);
+}
+
+function bytesToCodes(dtype: FloatDType, bytes: Uint8Array): ArrayLike<number> {
+  const n = bytes.byteLength / DTYPE_BYTES[dtype];
+  const copy = bytes.slice().buffer;
+  return DTYPE_BYTES[dtype] === 4 ? new Uint32Array(copy, 0, n) : DTYPE_BYTES[dtype] === 2 ? new Uint16Array(copy, 0, n) : new Uint8Array(copy, 0, n);
+}
+
+/** Every code of a narrow format; for f32, specials (zeros, infinities, NaNs, subnormals, ties) and random patterns. */
+function inputCodes(dtype: FloatDType): number[] {
+  if (dtype !== 'f32') return Array.from({ length: 2 ** (8 * DTYPE_BYTES[dtype]) }, (_, i) => i);
+  const rng = new PhiloxStream(7, RngPurpose.harness);
+  const codes = [0, 0x80000000, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00001, 0x7f800001, 0x00000001, 0x807fffff, 0x7f7fffff, 0x477ff000, 0x477fefff, 0x43e00000, 0x43f00000];
+  for (let i = 0; i < 1 << 18; i++) {
+    const u = rng.nextU32();
+    // Every fourth pattern has its low 13 or 16 bits at a tie for f16 or bf16.
+    codes.push(i % 4 === 1 ? ((u & ~0xffff) | 0x8000) >>> 0 : i % 4 === 2 ? ((u & ~0x1fff) | 0x1000) >>> 0 : u);
+  }
+  return codes;
+}
+
+async function castOnCuda(b: CudaBackend, from: FloatDType, to: FloatDType, codes: readonly number[]): Promise<ArrayLike<number>> {
+  const n = codes.length;
+  const x = b.alloc([n], from);
+  const out = b.alloc([n], to);
+  try {
+    b.uploadBytes(x, codesToBytes(from, codes));
+    b.run(cast, { x, out }, { n, from, to } as CastAttrs);
+    return bytesToCodes(to, await b.downloadBytes(out));
+  } finally {
+    b.free(x);
+    b.free(out);
+  }
+}
+
+describe.runIf(hasCuda)('cuda specifics', () => {
+  it('casts every bf16, f16 and fp8 code and random f32 patterns bit for bit as src/convert.ts', async () => {
+    const b = await cuda();
+    for (const from of CAST_DTYPES) {
+      const codes = inputCodes(from);
+      for (const to of CAST_DTYPES) {
+        const got = await castOnCuda(b, from, to, codes);
+        const bad: string[] = [];
+        for (let i = 0; i < codes.length && bad.length < 5; i++) {
+          const x = DECODE[from](codes[i]!);
+          // A NaN decoded to f32 is any NaN (JavaScript numbers do not keep NaN payloads).
+          const ok = to === 'f32' && Number.isNaN(x) ? Number.isNaN(bitsF32(got[i]!)) : got[i] === ENCODE[to](x);
+          if (!ok) bad.push(`${from} 0x${codes[i]!.toString(16)} -> ${to}: got 0x${got[i]!.toString(16)}, want 0x${ENCODE[to](x).toString(16)}`);
+        }
+        expect(bad, `${from} -> ${to}`).toEqual([]);
+      }
+    }
+  });
+
+  it('gives the same bits on every run of the reductions and the scatter-add', async () => {
+    const b = await cuda();
+    const rng = new PhiloxStream(11, RngPurpose.harness);
+    const input = (shape: number[], dtype: 'f32' | 'bf16'): Tensor => {
+      const t = b.alloc(shape, dtype);
+      b.upload(t, Float32Array.from({ length: t.size }, () => rng.normal()));
+      return t;
+    };
+    const x = input([3, 100003], 'f32');
+    const sums = b.alloc([3], 'f32');
+    const g = input([1 << 20], 'f32');
+    const norm = b.alloc([2], 'f32');
+    // 50 ids over 8192 positions: ~160 terms a row, where the summation order shows in the bits.
+    const tokens = 8192, vocab = 50, dim = 96;
+    const ids = b.alloc([tokens], 'i32');
+    b.upload(ids, Int32Array.from({ length: tokens }, () => rng.int(vocab)));
+    const dout = input([tokens, dim], 'bf16');
+    const dtable = b.alloc([vocab, dim], 'bf16');
+    const runs: [string, () => Tensor][] = [
+      ['reduce', () => (b.run(reduce, { x, out: sums }, { rows: 3, cols: 100003, kind: 'sum' }), sums)],
+      ['grad_norm', () => (b.run(gradNorm, { x: g, out: norm }, { n: 1 << 20, maxNorm: 1 }), norm)],
+      ['embedding_backward', () => (b.run(embeddingBackward, { ids, dout, dtable }, { tokens, vocab, dim }), dtable)],
+    ];
+    for (const [name, run] of runs) {
+      const first = await b.downloadBytes(run());
+      for (let i = 0; i < 3; i++) expect(await b.downloadBytes(run()), name).toEqual(first);
+    }
+    [x, sums, g, norm, ids, dout, dtable].forEach((t) => b.free(t));
+  });
+
+  it('runs on views at any element offset (unaligned pointers take the scalar paths)', async () => {
+    const b = await cuda();
+    const rng = new PhiloxStream(12, RngPurpose.harness);
+    const n = 1001;
+    const base = b.alloc([3 * n + 8], 'bf16');
+    const values = Float32Array.from({ length: 3 * n + 8 }, () => rng.normal());
+    b.upload(base, values);
+    const [a, x, out] = [1, n + 3, 2 * n + 6].map((offset) => b.view(base, offset, [n]));
+    b.run(add, { a: a!, b: x!, out: out! }, { n });
+    const got = (await b.download(out!)) as Float32Array;
+    const want = Array.from({ length: n }, (_, i) => bf16ToF32(f32ToBf16(bf16ToF32(f32ToBf16(values[1 + i]!)) + bf16ToF32(f32ToBf16(values[n + 3 + i]!)))));
+    expect(Array.from(got)).toEqual(want);
+
+    // matmul with a 2-byte-aligned a: cuBLASLt is told the real alignment.
+    const [m, k, nn] = [37, 29, 41];
+    const mat = b.alloc([1 + m * k + k * nn], 'bf16');
+    const host = Float32Array.from({ length: 1 + m * k + k * nn }, () => rng.normal());
+    b.upload(mat, host);
+    const ma = b.view(mat, 1, [1, m, k]);
+    const mb = b.view(mat, 1 + m * k, [1, k, nn]);
+    const mo = b.alloc([1, m, nn], 'bf16');
+    const attrs = { batch: 1, m, n: nn, k, transA: false, transB: false };
+    b.run(matmul, { a: ma, b: mb, out: mo }, attrs);
+    const r = (x: number): number => bf16ToF32(f32ToBf16(x));
+    const ref = new Float64Array(m * nn);
+    matmul.reference({ a: Float64Array.from(host.subarray(1, 1 + m * k), r), b: Float64Array.from(host.subarray(1 + m * k), r), out: ref }, attrs);
+    expect(relativeError((await b.download(mo)) as Float32Array, ref, false)).toBeLessThanOrEqual(matmul.tolerance.bf16!);
+    [base, mat, mo].forEach((t) => b.free(t));
+  });
+
+  it("turns a kernel's OpError into an MdlmError with its code", async () => {
+    const b = await cuda();
+    const x = b.alloc([2, 3], 'f32');
+    const out = b.alloc([2], 'f32');
+    // The declaration's validation would stop this kind first; the kernel checks it too.
+    const unchecked = { ...reduce, validate: undefined } as OpDef<ReduceAttrs>;
+    await expectMdlmError(() => b.run(unchecked, { x, out }, { rows: 2, cols: 3, kind: 'median' as ReduceAttrs['kind'] }), 'UNSUPPORTED_OP', 'reduce', 'median');
+    [x, out].forEach((t) => b.free(t));
+  });
+
+  it('reports out of memory with what was free, and f16 compute as unsupported', async () => {
+    const b = await cuda();
+    await expectMdlmError(() => b.alloc([2 ** 38], 'f32'), 'OUT_OF_MEMORY', 'free of');
+    const h = b.alloc([4], 'f16');
+    const out = b.alloc([4], 'f16');
+    // An op that took f16 'float' args would still find no f16 kernel here.
+    const addF16 = { ...add, floatDtypes: ['f16'] } as typeof add;
+    await expectMdlmError(() => b.run(addF16, { a: h, b: h, out }, { n: 4 }), 'UNSUPPORTED_DTYPE', 'f16');
+    [h, out].forEach((t) => b.free(t));
+  });
+});

@@ -1,0 +1,123 @@
+/**
+ * Without a GPU, where nvcc is installed (CI): every cuda/*.cu that needs only the CUDA toolkit
+ * (not the ones including <cublasLt.h>) compiles for sm_90a, so a kernel's syntax or type error
+ * fails the run; and a host build of cuda/convert.cuh and cuda/philox.cuh gives the same bits as
+ * src/convert.ts and src/rng/philox.ts. Without nvcc the tests skip and say why.
+ */
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { availableParallelism, tmpdir } from 'node:os';
+import { basename, join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CUDA_DIR, NVCC_FLAGS, cudaSources, findNvcc, gencodeFlags, usesCublasLt } from '../cuda/build.mjs';
+import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
+import { PhiloxStream, RngPurpose, philox4x32 } from '../src/rng/philox.js';
+
+const run = promisify(execFile);
+const nvcc: string | null = findNvcc();
+if (!nvcc) console.warn('[mdlm tests] skipping CUDA compile checks: nvcc not found (install the CUDA toolkit or set CUDA_HOME)');
+
+const sources: string[] = cudaSources().filter((f: string) => !usesCublasLt(f));
+const outDir = mkdtempSync(join(tmpdir(), 'mdlm-nvcc-'));
+const compiled = new Map<string, Promise<string | null>>();
+// Compiles run in a pool started before the tests that await them: one job per CPU but one, which
+// is left to the other test files vitest runs beside this one.
+const COMPILE_TIMEOUT = 300_000;
+
+afterAll(() => rmSync(outDir, { recursive: true, force: true }));
+
+async function compile(src: string): Promise<string | null> {
+  try {
+    await run(nvcc!, [...NVCC_FLAGS, ...gencodeFlags(['90a']), '-c', src, '-o', join(outDir, `${basename(src)}.o`)], { maxBuffer: 1 << 24 });
+    return null;
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; message: string };
+    return `${err.stderr ?? ''}${err.stdout ?? ''}` || err.message;
+  }
+}
+
+describe.skipIf(nvcc)('cuda compile checks', () => {
+  it.skip('skipped: nvcc not found', () => {});
+});
+
+describe.runIf(nvcc)('cuda kernels compile for sm_90a', () => {
+  beforeAll(() => {
+    let next = 0;
+    const waiting = sources.map(() => {
+      let resolve!: (v: string | null) => void;
+      const p = new Promise<string | null>((r) => (resolve = r));
+      return { p, resolve };
+    });
+    sources.forEach((s, i) => compiled.set(s, waiting[i]!.p));
+    const worker = async (): Promise<void> => {
+      while (next < sources.length) {
+        const i = next++;
+        waiting[i]!.resolve(await compile(sources[i]!));
+      }
+    };
+    for (let j = 0; j < Math.min(Math.max(1, availableParallelism() - 1), sources.length); j++) void worker();
+  });
+
+  for (const src of sources) {
+    it(basename(src), async () => {
+      const errors = await compiled.get(src)!;
+      expect(errors, `nvcc ${basename(src)}:\n${errors}`).toBeNull();
+    }, COMPILE_TIMEOUT);
+  }
+});
+
+describe.runIf(nvcc)('cuda host arithmetic matches the TypeScript definitions', () => {
+  let checker = '';
+  beforeAll(async () => {
+    checker = join(outDir, 'cuda_host_check');
+    await run(nvcc!, ['-std=c++17', '-I', CUDA_DIR, join(import.meta.dirname, 'support', 'cuda_host_check.cu'), '-o', checker]);
+  }, COMPILE_TIMEOUT);
+
+  async function host(mode: string, input = ''): Promise<string[]> {
+    const child = run(checker, [mode], { maxBuffer: 1 << 28 });
+    child.child.stdin!.end(input);
+    return (await child).stdout.trim().split('\n');
+  }
+
+  const hex = (v: number): string => v.toString(16);
+
+  it('encodes f32 into bf16, f16, E4M3 and E5M2 bit for bit as src/convert.ts', async () => {
+    const rng = new PhiloxStream(5, RngPurpose.harness);
+    const patterns: number[] = [];
+    // Every sign/exponent/high-mantissa combination at the bits that decide each format's
+    // rounding (ties, just above and below), and random patterns.
+    for (let h = 0; h < 65536; h++) {
+      for (const low of [0, 0x8000, 0x7fff, 0x8001, 0x1000, 0x0fff, 0x3000]) patterns.push(((h << 16) | low) >>> 0);
+    }
+    for (let i = 0; i < 100_000; i++) patterns.push(rng.nextU32());
+    const got = await host('encode', patterns.map(hex).join('\n'));
+    const bad: string[] = [];
+    patterns.forEach((p, i) => {
+      const x = bitsF32(p);
+      const want = [f32ToBf16(x), f32ToF16(x), f32ToE4m3(x), f32ToE5m2(x)].map(hex).join(' ');
+      if (got[i] !== want && bad.length < 5) bad.push(`0x${hex(p)}: got ${got[i]}, want ${want}`);
+    });
+    expect(bad).toEqual([]);
+  });
+
+  it('decodes every bf16, f16 and fp8 code as src/convert.ts', async () => {
+    const got = await host('decode');
+    // JavaScript numbers keep no NaN payloads: a NaN code must decode to some NaN.
+    const same = (bits: string, want: number): boolean => (Number.isNaN(want) ? Number.isNaN(bitsF32(parseInt(bits, 16))) : bits === hex(f32Bits(want)));
+    const bad: string[] = [];
+    for (let c = 0; c < 65536 + 256; c++) {
+      const [a, b] = got[c]!.split(' ') as [string, string];
+      const want = c < 65536 ? [bf16ToF32(c), f16ToF32(c)] : [e4m3ToF32(c - 65536), e5m2ToF32(c - 65536)];
+      if ((!same(a, want[0]!) || !same(b, want[1]!)) && bad.length < 5) bad.push(`code ${c}: got ${got[c]}, want ${want.join(' ')}`);
+    }
+    expect(bad).toEqual([]);
+  });
+
+  it('computes Philox4x32-10 blocks as src/rng/philox.ts', async () => {
+    const rng = new PhiloxStream(6, RngPurpose.harness);
+    const rows = Array.from({ length: 2000 }, () => Array.from({ length: 6 }, () => rng.nextU32()));
+    const got = await host('philox', rows.map((r) => r.join(' ')).join('\n'));
+    expect(got).toEqual(rows.map((r) => Array.from(philox4x32(r.slice(0, 4), r.slice(4))).join(' ')));
+  });
+});

@@ -1,0 +1,97 @@
+/**
+ * The contract every backend keeps, as vitest suites: validation errors naming op, argument and
+ * shapes, pooled allocation with reuse, views, upload checks, bf16/f16 rounding. Run by
+ * tests/backend.test.ts (cpu, webgpu) and tests/cuda.test.ts.
+ */
+import { describe, expect, it } from 'vitest';
+import type { Backend } from '../../src/backend/backend.js';
+import { MdlmError } from '../../src/errors.js';
+import { add } from '../../src/ops/add.js';
+
+export async function expectMdlmError(p: Promise<unknown> | (() => unknown), code: string, ...fragments: string[]): Promise<void> {
+  let err: unknown;
+  try {
+    await (typeof p === 'function' ? p() : p);
+  } catch (e) {
+    err = e;
+  }
+  expect(err, 'expected an MdlmError').toBeInstanceOf(MdlmError);
+  expect((err as MdlmError).code).toBe(code);
+  for (const f of fragments) expect((err as MdlmError).message).toContain(f);
+}
+
+export function contracts(name: string, get: () => Promise<Backend | null>, enabled: boolean): void {
+  describe(`${name} backend contracts`, () => {
+    it.skipIf(!enabled)('rejects a wrong shape naming op, argument, expected and given', async () => {
+      const b = (await get())!;
+      const a = b.alloc([8], 'f32');
+      const x = b.alloc([7], 'f32');
+      const out = b.alloc([8], 'f32');
+      await expectMdlmError(() => b.run(add, { a, b: x, out }, { n: 8 }), 'BAD_SHAPE', "add: argument 'b' expected shape [8], got [7]");
+      [a, x, out].forEach((t) => b.free(t));
+    });
+
+    it.skipIf(!enabled)('rejects wrong dtypes, missing and unknown arguments, and aliased outputs', async () => {
+      const b = (await get())!;
+      const a = b.alloc([4], 'f32');
+      const i = b.alloc([4], 'i32');
+      const out = b.alloc([4], 'f32');
+      await expectMdlmError(() => b.run(add, { a, b: i, out }, { n: 4 }), 'BAD_DTYPE', "'b'");
+      await expectMdlmError(() => b.run(add, { a, out }, { n: 4 }), 'BAD_ARGUMENT', "missing argument 'b'");
+      await expectMdlmError(() => b.run(add, { a, b: a, out, c: out }, { n: 4 }), 'BAD_ARGUMENT', "unknown argument 'c'");
+      await expectMdlmError(() => b.run(add, { a, b: a, out: a }, { n: 4 }), 'BAD_ARGUMENT', "output 'out' overlaps");
+      await expectMdlmError(() => b.run(add, { a, b: a, out }, { n: 0 }), 'BAD_ARGUMENT', "attribute 'n'");
+      [a, i, out].forEach((t) => b.free(t));
+    });
+
+    it.skipIf(!enabled)('round-trips data and reuses pooled buffers in a steady-state loop', async () => {
+      const b = (await get())!;
+      const data = Float32Array.from({ length: 1000 }, (_, k) => k * 0.5 - 3);
+      for (let step = 0; step < 3; step++) {
+        const x = b.alloc([1000], 'f32');
+        const y = b.alloc([1000], 'f32');
+        const out = b.alloc([1000], 'f32');
+        b.upload(x, data);
+        b.upload(y, data);
+        b.run(add, { a: x, b: y, out }, { n: 1000 });
+        const got = (await b.download(out)) as Float32Array;
+        expect(got[10]).toBe(data[10]! * 2);
+        const before = b.poolStats().created;
+        [x, y, out].forEach((t) => b.free(t));
+        if (step > 0) expect(b.poolStats().created).toBe(before);
+      }
+      const created = b.poolStats().created;
+      for (let step = 0; step < 5; step++) b.free(b.alloc([1000], 'f32'));
+      expect(b.poolStats().created).toBe(created);
+    });
+
+    it.skipIf(!enabled)('views read and write a window of their base tensor', async () => {
+      const b = (await get())!;
+      const base = b.alloc([128], 'f32');
+      b.upload(base, Float32Array.from({ length: 128 }, (_, k) => k));
+      const v = b.view(base, 64, [8]);
+      expect(Array.from((await b.download(v)) as Float32Array)).toEqual([64, 65, 66, 67, 68, 69, 70, 71]);
+      await expectMdlmError(() => b.view(base, 125, [8]), 'BAD_SHAPE', 'does not fit');
+      b.free(base);
+    });
+
+    it.skipIf(!enabled)('rejects uploads of the wrong kind or length', async () => {
+      const b = (await get())!;
+      const t = b.alloc([4], 'i32');
+      await expectMdlmError(() => b.upload(t, new Float32Array(4)), 'BAD_DTYPE', 'Int32Array');
+      await expectMdlmError(() => b.upload(t, new Int32Array(3)), 'BAD_SHAPE', '4 elements');
+      b.free(t);
+    });
+
+    it.skipIf(!enabled)('stores bf16 and f16 with round-to-nearest-even', async () => {
+      const b = (await get())!;
+      for (const dtype of ['bf16', 'f16'] as const) {
+        const t = b.alloc([3], dtype);
+        b.upload(t, Float32Array.from([1, 1 + 2 ** -9, -2.5]));
+        const got = Array.from((await b.download(t)) as Float32Array);
+        expect(got).toEqual(dtype === 'bf16' ? [1, 1, -2.5] : [1, 1 + 2 ** -9, -2.5]);
+        b.free(t);
+      }
+    });
+  });
+}

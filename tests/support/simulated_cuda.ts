@@ -1,0 +1,99 @@
+/**
+ * A stand-in for the native CUDA addon: "device" memory in host buffers addressed by BigInt
+ * pointers, and kernels that are the ops' float64 references over the stored dtypes. It lets
+ * machines without a GPU (CI) run src/backend/cuda/cuda.ts itself: pointer and view arithmetic,
+ * dtype codes, attribute marshalling, narrow-float encoding, raw bytes, error translation.
+ */
+import type { CudaAddon, CudaArg, CudaProbeInfo } from '../../src/backend/cuda/cuda.js';
+import { decodeFloats, encodeFloats } from '../../src/convert.js';
+import { OPS, findOp } from '../../src/ops/index.js';
+import type { RefArgs } from '../../src/ops/op.js';
+import { DTYPES, DTYPE_BYTES, type DType } from '../../src/tensor.js';
+
+/** Allocations past this fail as out of memory, as cudaMalloc would. */
+const MEMORY = 2 ** 30;
+
+function addonError(code: string, message: string): Error {
+  return Object.assign(new Error(message), { mdlmCode: code });
+}
+
+export function simulatedCudaAddon(): CudaAddon {
+  const blocks = new Map<bigint, Uint8Array>();
+  let next = 1n << 20n;
+  let used = 0;
+
+  /** The bytes [ptr, ptr + bytes) of one allocation. */
+  function at(ptr: bigint, bytes: number): Uint8Array {
+    for (const [base, block] of blocks) {
+      const offset = Number(ptr - base);
+      if (ptr >= base && offset + bytes <= block.byteLength) return block.subarray(offset, offset + bytes);
+    }
+    throw new Error(`simulated cuda: [${ptr}, +${bytes}) is not inside an allocation`);
+  }
+
+  function read(dtype: DType, bytes: Uint8Array): Float64Array | Int32Array | Uint32Array {
+    const copy = bytes.slice().buffer;
+    switch (dtype) {
+      case 'i32': return new Int32Array(copy);
+      case 'u32': return new Uint32Array(copy);
+      case 'f32': return Float64Array.from(new Float32Array(copy));
+      case 'f16':
+      case 'bf16': return Float64Array.from(decodeFloats(dtype, new Uint16Array(copy)));
+      default: return Float64Array.from(decodeFloats(dtype, new Uint8Array(copy)));
+    }
+  }
+
+  function write(dtype: DType, values: ArrayLike<number>, into: Uint8Array): void {
+    const encoded = dtype === 'i32' ? Int32Array.from(values) : dtype === 'u32' ? Uint32Array.from(values) : dtype === 'f32' ? Float32Array.from(values) : encodeFloats(dtype, values);
+    into.set(new Uint8Array(encoded.buffer, encoded.byteOffset, encoded.byteLength));
+  }
+
+  const info: CudaProbeInfo = {
+    available: true, device: 'simulated device', sm: '9.0', memoryBytes: MEMORY, multiprocessors: 1, bf16: true, fp8: true,
+    driver: 'simulated', runtime: 'simulated', cublasLt: 'simulated', ops: OPS.map((o) => o.name),
+  };
+
+  return {
+    probe: () => info,
+    malloc(bytes) {
+      if (used + bytes > MEMORY) throw addonError('OUT_OF_MEMORY', `cuda: cannot allocate ${bytes} bytes (${MEMORY - used} free of ${MEMORY})`);
+      const ptr = next;
+      next += BigInt(Math.ceil(bytes / 256) * 256 + 256);
+      blocks.set(ptr, new Uint8Array(bytes));
+      used += bytes;
+      return ptr;
+    },
+    free(ptr) {
+      const block = blocks.get(ptr);
+      if (!block) throw new Error(`simulated cuda: free of ${ptr}, which is not an allocation`);
+      used -= block.byteLength;
+      blocks.delete(ptr);
+    },
+    upload(ptr, view) {
+      at(ptr, view.byteLength).set(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
+    },
+    download(ptr, bytes) {
+      return at(ptr, bytes).slice().buffer;
+    },
+    run(name: string, args: readonly CudaArg[], nums, strs) {
+      const op = findOp(name);
+      if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
+      const attrs = { ...nums, ...strs };
+      const ref: RefArgs = {};
+      const views = new Map<string, [DType, Uint8Array]>();
+      for (const [arg, ptr, code, numel] of args) {
+        const dtype = DTYPES[code]!;
+        const bytes = at(ptr, numel * DTYPE_BYTES[dtype]);
+        views.set(arg, [dtype, bytes]);
+        ref[arg] = read(dtype, bytes);
+      }
+      op.reference(ref, attrs);
+      for (const a of op.args) {
+        if (a.role === 'in') continue;
+        const [dtype, bytes] = views.get(a.name)!;
+        write(dtype, ref[a.name]!, bytes);
+      }
+    },
+    sync() {},
+  };
+}
