@@ -1,5 +1,6 @@
+import { fail } from '../errors.js';
 import type { OpDef } from '../ops/op.js';
-import type { DType, HostArray, Shape, Tensor } from '../tensor.js';
+import { DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor, checkShape, numel, shapeStr } from '../tensor.js';
 
 export const BACKEND_NAMES = ['cpu', 'webgpu', 'cuda'] as const;
 export type BackendName = (typeof BACKEND_NAMES)[number];
@@ -94,4 +95,64 @@ export class BufferPool<B> {
     this.free.clear();
     this.pooledBytes = 0;
   }
+}
+
+/** The pooled buffer behind a tensor; its views share it. */
+export interface PooledHandle<B> {
+  readonly buffer: B;
+  readonly bytes: number;
+}
+
+/**
+ * The tensor bookkeeping every backend shares: tensors over pooled buffers, bounds-checked views,
+ * `free` of whole tensors only and only once, and handle lookup that refuses another backend's
+ * tensors.
+ */
+export class TensorStore<B> {
+  private readonly live = new Set<PooledHandle<B>>();
+
+  constructor(private readonly backend: BackendName, readonly pool: BufferPool<B>) {}
+
+  alloc(shape: Shape, dtype: DType): Tensor {
+    checkShape(shape, `${this.backend}.alloc`);
+    const handle: PooledHandle<B> = this.pool.take(numel(shape) * DTYPE_BYTES[dtype]);
+    this.live.add(handle);
+    return new Tensor(this.backend, shape, dtype, handle);
+  }
+
+  /** A view of `shape` from element `offset` of `base`'s storage. */
+  view(base: Tensor, offset: number, shape: Shape): Tensor {
+    checkShape(shape, `${this.backend}.view`);
+    const start = base.offset + offset;
+    if (!Number.isInteger(offset) || offset < 0 || (start + numel(shape)) * DTYPE_BYTES[base.dtype] > this.handleOf(base).bytes) {
+      fail('BAD_SHAPE', `${this.backend}.view: ${shapeStr(shape)} at offset ${offset} does not fit in ${base}`);
+    }
+    return new Tensor(this.backend, shape, base.dtype, base.handle, start);
+  }
+
+  free(t: Tensor): void {
+    const h = this.handleOf(t);
+    if (t.offset !== 0 || !this.live.has(h)) fail('BAD_ARGUMENT', `${this.backend}.free: ${t} is a view or already freed`);
+    this.live.delete(h);
+    this.pool.give(h.buffer, h.bytes);
+  }
+
+  handleOf(t: Tensor): PooledHandle<B> {
+    if (t.backend !== this.backend) fail('BAD_ARGUMENT', `${t} is not a ${this.backend} tensor`);
+    return t.handle as PooledHandle<B>;
+  }
+
+  /** Return every live buffer to the pool and destroy them all (backend teardown). */
+  destroyAll(): void {
+    for (const h of this.live) this.pool.give(h.buffer, h.bytes);
+    this.live.clear();
+    this.pool.destroyAll();
+  }
+}
+
+/** An upload's host array must match the tensor's kind and length. */
+export function checkUpload(t: Tensor, data: HostArray): void {
+  const want = t.dtype === 'i32' ? Int32Array : t.dtype === 'u32' ? Uint32Array : Float32Array;
+  if (!(data instanceof want)) fail('BAD_DTYPE', `upload: ${t} takes a ${want.name}, got ${data.constructor.name}`);
+  if (data.length !== t.size) fail('BAD_SHAPE', `upload: ${t} holds ${t.size} elements, got ${data.length}`);
 }

@@ -5,12 +5,11 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, type PoolStats } from '../backend.js';
-import { checkUpload, makeView } from '../cpu/cpu.js';
+import { type Backend, BufferPool, type PoolStats, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
-import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor, checkShape, numel } from '../../tensor.js';
+import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor } from '../../tensor.js';
 
 /** What the addon's probe() reports. Device fields are present when `available`. */
 export interface CudaProbeInfo {
@@ -49,11 +48,6 @@ export interface CudaAddon {
   sync(): void;
 }
 
-interface CudaHandle {
-  readonly ptr: bigint;
-  readonly bytes: number;
-}
-
 /** Codes the addon and the kernels raise (OpError in cuda/op.h); anything else stays an internal Error. */
 const ADDON_CODES: ReadonlySet<string> = new Set<ErrorCode>([
   'BAD_ARGUMENT', 'BAD_SHAPE', 'BAD_DTYPE', 'UNSUPPORTED_DTYPE', 'UNSUPPORTED_OP', 'OUT_OF_MEMORY',
@@ -84,8 +78,7 @@ export class CudaBackend implements Backend {
   readonly description: string;
   readonly info: CudaProbeInfo;
 
-  private readonly pool: BufferPool<bigint>;
-  private readonly live = new Set<CudaHandle>();
+  private readonly store: TensorStore<bigint>;
   private readonly ops: ReadonlySet<string>;
 
   constructor(private readonly addon: CudaAddon) {
@@ -94,31 +87,21 @@ export class CudaBackend implements Backend {
     this.info = info;
     this.ops = new Set(info.ops);
     this.description = `${info.device} (sm ${info.sm}, ${gib(info.memoryBytes ?? 0)}, ${info.multiprocessors} SMs; CUDA ${info.runtime}, driver ${info.driver}, cuBLASLt ${info.cublasLt})`;
-    this.pool = new BufferPool(
-      (bytes) => native(() => addon.malloc(bytes)),
-      (ptr) => addon.free(ptr),
-    );
+    this.store = new TensorStore('cuda', new BufferPool((bytes) => native(() => addon.malloc(bytes)), (ptr) => addon.free(ptr)));
   }
 
   // --- memory ---
 
   alloc(shape: Shape, dtype: DType): Tensor {
-    checkShape(shape, 'cuda.alloc');
-    const { buffer, bytes } = this.pool.take(numel(shape) * DTYPE_BYTES[dtype]);
-    const handle: CudaHandle = { ptr: buffer, bytes };
-    this.live.add(handle);
-    return new Tensor(this.name, shape, dtype, handle);
+    return this.store.alloc(shape, dtype);
   }
 
   view(base: Tensor, offset: number, shape: Shape): Tensor {
-    return makeView(this.name, base, offset, shape, this.handleOf(base).bytes);
+    return this.store.view(base, offset, shape);
   }
 
   free(t: Tensor): void {
-    const h = this.handleOf(t);
-    if (t.offset !== 0 || !this.live.has(h)) fail('BAD_ARGUMENT', `cuda.free: ${t} is a view or already freed`);
-    this.live.delete(h);
-    this.pool.give(h.ptr, h.bytes);
+    this.store.free(t);
   }
 
   upload(t: Tensor, data: HostArray): void {
@@ -182,21 +165,14 @@ export class CudaBackend implements Backend {
   }
 
   poolStats(): PoolStats {
-    return this.pool.stats();
+    return this.store.pool.stats();
   }
 
   destroy(): void {
-    for (const h of this.live) this.pool.give(h.ptr, h.bytes);
-    this.live.clear();
-    this.pool.destroyAll();
+    this.store.destroyAll();
   }
 
   private pointer(t: Tensor): bigint {
-    return this.handleOf(t).ptr + BigInt(t.offset * DTYPE_BYTES[t.dtype]);
-  }
-
-  private handleOf(t: Tensor): CudaHandle {
-    if (t.backend !== this.name) fail('BAD_ARGUMENT', `${t} is not a cuda tensor`);
-    return t.handle as CudaHandle;
+    return this.store.handleOf(t).buffer + BigInt(t.offset * DTYPE_BYTES[t.dtype]);
   }
 }

@@ -3,19 +3,13 @@
  * (shader, entry, constants) with bind-group layouts built from reflection, dispatches batched in
  * one compute pass until a sync point, uniforms packed by reflected struct layout into a ring.
  */
-import { type Backend, BufferPool, type PoolStats } from '../backend.js';
-import { checkUpload, makeView } from '../cpu/cpu.js';
+import { type Backend, BufferPool, type PoolStats, TensorStore, checkUpload } from '../backend.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../convert.js';
 import { MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
 import { DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor, checkShape, numel } from '../../tensor.js';
 import type { DispatchSpec, KernelContext, UniformValues, WebGpuKernelEntry } from './kernel.js';
 import { type CompiledShader, type ReflectedBinding, type ReflectedEntry, type ShaderLoader, compileShader } from './shaders.js';
-
-interface GpuHandle {
-  readonly buffer: GPUBuffer;
-  readonly bytes: number;
-}
 
 interface Pipeline {
   readonly pipeline: GPUComputePipeline;
@@ -77,9 +71,8 @@ export class WebGpuBackend implements Backend {
   readonly adapter: WebGpuAdapterDescription;
   readonly features: ReadonlySet<string>;
 
-  private readonly pool: BufferPool<GPUBuffer>;
+  private readonly store: TensorStore<GPUBuffer>;
   private readonly stagingPool: BufferPool<GPUBuffer>;
-  private readonly live = new Set<GpuHandle>();
   private readonly kernels = new Map<string, WebGpuKernelEntry>();
   private readonly shaders = new Map<string, CompiledShader>();
   private readonly pipelines = new Map<string, Pipeline>();
@@ -113,7 +106,7 @@ export class WebGpuBackend implements Backend {
     this.description = [a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(' ') || 'WebGPU adapter';
     for (const k of kernels) this.kernels.set(k.op.name, k);
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
-    this.pool = new BufferPool((size) => device.createBuffer({ size, usage }), (b) => b.destroy());
+    this.store = new TensorStore('webgpu', new BufferPool((size) => device.createBuffer({ size, usage }), (b) => b.destroy()));
     this.stagingPool = new BufferPool(
       (size) => device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }),
       (b) => b.destroy(),
@@ -142,27 +135,21 @@ export class WebGpuBackend implements Backend {
     const bytes = numel(shape) * DTYPE_BYTES[dtype];
     const max = this.device.limits.maxBufferSize;
     if (bytes > max) fail('OUT_OF_MEMORY', `webgpu: a ${dtype} tensor of ${bytes} bytes exceeds this adapter's maxBufferSize (${max})`);
-    const { buffer, bytes: size } = this.pool.take(bytes);
-    const handle: GpuHandle = { buffer, bytes: size };
-    this.live.add(handle);
-    return new Tensor(this.name, shape, dtype, handle);
+    return this.store.alloc(shape, dtype);
   }
 
   view(base: Tensor, offset: number, shape: Shape): Tensor {
-    return makeView(this.name, base, offset, shape, this.handleOf(base).bytes);
+    return this.store.view(base, offset, shape);
   }
 
   free(t: Tensor): void {
-    const h = this.handleOf(t);
-    if (t.offset !== 0 || !this.live.has(h)) fail('BAD_ARGUMENT', `webgpu.free: ${t} is a view or already freed`);
-    this.live.delete(h);
-    this.pool.give(h.buffer, h.bytes);
+    this.store.free(t);
   }
 
   upload(t: Tensor, data: HostArray): void {
     this.checkAlive();
     checkUpload(t, data);
-    const h = this.handleOf(t);
+    const h = this.store.handleOf(t);
     const byteOffset = t.offset * DTYPE_BYTES[t.dtype];
     if (byteOffset % 4 !== 0) fail('BAD_ARGUMENT', `webgpu.upload: ${t} starts at byte ${byteOffset}, not a multiple of 4`);
     let bytes: ArrayBufferView;
@@ -180,7 +167,7 @@ export class WebGpuBackend implements Backend {
 
   async download(t: Tensor): Promise<HostArray> {
     this.checkAlive();
-    const h = this.handleOf(t);
+    const h = this.store.handleOf(t);
     const byteOffset = t.offset * DTYPE_BYTES[t.dtype];
     if (byteOffset % 4 !== 0) fail('BAD_ARGUMENT', `webgpu.download: ${t} starts at byte ${byteOffset}, not a multiple of 4`);
     const size = Math.ceil(t.byteSize / 4) * 4;
@@ -259,12 +246,12 @@ export class WebGpuBackend implements Backend {
   }
 
   poolStats(): PoolStats {
-    return this.pool.stats();
+    return this.store.pool.stats();
   }
 
   destroy(): void {
     this.flush();
-    this.pool.destroyAll();
+    this.store.destroyAll();
     this.stagingPool.destroyAll();
     this.device.destroy();
   }
@@ -313,7 +300,7 @@ export class WebGpuBackend implements Backend {
       } else {
         if (!(value instanceof Tensor)) fail('SHADER_BINDING', `${where}: binding '${b.name}' is a storage buffer; pass a tensor`);
         checkElement(where, b, value);
-        const h = this.handleOf(value);
+        const h = this.store.handleOf(value);
         const offset = value.offset * DTYPE_BYTES[value.dtype];
         const align = this.device.limits.minStorageBufferOffsetAlignment;
         if (offset % align !== 0) fail('SHADER_BINDING', `${where}: binding '${b.name}' view starts at byte ${offset}, not a multiple of ${align}; align flat-buffer views`);
@@ -373,7 +360,7 @@ export class WebGpuBackend implements Backend {
     if (size === 0) return;
     this.endPass();
     this.encoder ??= this.device.createCommandEncoder();
-    this.encoder.copyBufferToBuffer(this.handleOf(src).buffer, so, this.handleOf(dst).buffer, dof, size);
+    this.encoder.copyBufferToBuffer(this.store.handleOf(src).buffer, so, this.store.handleOf(dst).buffer, dof, size);
   }
 
   private beginPass(): GPUComputePassEncoder {
@@ -419,11 +406,6 @@ export class WebGpuBackend implements Backend {
     const msgs = this.errors.splice(0);
     const oom = msgs.some((m) => /out of memory|OutOfMemory/i.test(m));
     throw new MdlmError(oom ? 'OUT_OF_MEMORY' : 'WEBGPU_VALIDATION', `WebGPU reported ${msgs.length} error(s):\n  ${msgs.join('\n  ')}`);
-  }
-
-  private handleOf(t: Tensor): GpuHandle {
-    if (t.backend !== this.name) fail('BAD_ARGUMENT', `${t} is not a webgpu tensor`);
-    return t.handle as GpuHandle;
   }
 }
 
