@@ -126,22 +126,73 @@ function poison(dtype: DType, n: number): HostArray {
   return new Float32Array(n).fill(NaN);
 }
 
-/** One op case on one backend against the reference. */
+/** Allocate and fill the tensors of one call: sampled inputs, poisoned outputs. */
+function uploadCall<A>(backend: Backend, op: OpDef<A>, attrs: A, dtype: DType, inputs: RefArgs, into: Record<string, Tensor>): void {
+  const shapes = op.shapes(attrs);
+  for (const a of op.args) {
+    const d = resolveArgDtype(op, a, attrs, dtype);
+    const t = backend.alloc(shapes[a.name]!, d);
+    into[a.name] = t;
+    backend.upload(t, a.role === 'out' ? poison(d, t.size) : toHost(inputs[a.name]!, d));
+  }
+}
+
+/**
+ * A backward op's tensors for a timing-only run, made on the backend under test: its forward op's
+ * inputs sampled, the forward run there for what backward reads of its outputs (out, lse, rstd…),
+ * cotangents and pass-through gradients random. Sampling a backward op builds those saved outputs
+ * with the float64 reference, which takes minutes at bench sizes (attention at T = 2048). Fills
+ * `into` and returns true, or returns false (touching nothing) when an input has no such source.
+ */
+export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, attrs: A, dtype: DType, rng: PhiloxStream, into: Record<string, Tensor>): boolean {
+  const g = op.gradient;
+  if (!g || !backend.supports(g.forward.name)) return false;
+  const forward = g.forward as OpDef<unknown>;
+  const fattrs = g.forwardAttrs(attrs);
+  const forwardArgs = new Map(forward.args.map((a) => [a.name, a]));
+  // backward input -> the forward argument holding its value (declared links, else the same name)
+  const source = new Map<string, string>(Object.entries(g.inputs).map(([f, b]) => [b, f]));
+  for (const a of op.args) if (!source.has(a.name) && forwardArgs.has(a.name)) source.set(a.name, a.name);
+  const random = new Set([...Object.values(g.cotangents), ...Object.values(g.passthrough ?? {})]);
+  for (const a of op.args) {
+    if (a.role !== 'out' && !source.has(a.name) && !(random.has(a.name) && a.dtype === 'float')) return false;
+  }
+  const fwd: Record<string, Tensor> = {};
+  try {
+    uploadCall(backend, forward, fattrs, dtype, roundInputs(forward, forward.sample(rng, fattrs), fattrs, dtype), fwd);
+    backend.run(forward, fwd, fattrs);
+    const shapes = op.shapes(attrs);
+    for (const a of op.args) {
+      const from = source.get(a.name);
+      if (a.role !== 'out' && from !== undefined) {
+        into[a.name] = fwd[from]!;
+        delete fwd[from];
+        continue;
+      }
+      const d = resolveArgDtype(op, a, attrs, dtype);
+      const t = backend.alloc(shapes[a.name]!, d);
+      into[a.name] = t;
+      backend.upload(t, a.role === 'out' ? poison(d, t.size) : Float32Array.from({ length: t.size }, () => rng.normal()));
+    }
+  } finally {
+    for (const t of Object.values(fwd)) backend.free(t);
+  }
+  return true;
+}
+
+/** One op case on one backend against the reference (or only timed, with `skipReference`). */
 export async function checkParity<A>(backend: Backend, op: OpDef<A>, c: OpCase<A>, opts: ParityOptions): Promise<ParityRecord> {
   const dtype = opts.dtype ?? 'f32';
   const rng = new PhiloxStream(opts.seed, RngPurpose.harness);
   const base = { op: op.name, case: c.label, backend: backend.name, check: 'reference' as const, shape: caseShape(op, c.attrs), dtype, seed: opts.seed };
-  const inputs = roundInputs(op, op.sample(rng, c.attrs), c.attrs, dtype);
-  const want = opts.skipReference ? null : runReference(op, inputs, c.attrs, dtype);
-  const shapes = op.shapes(c.attrs);
   const tensors: Record<string, Tensor> = {};
   const tol = op.tolerance[dtype] ?? op.tolerance.f32 ?? 1e-5;
+  let want: RefArgs | null = null;
   try {
-    for (const a of op.args) {
-      const d = resolveArgDtype(op, a, c.attrs, dtype);
-      const t = backend.alloc(shapes[a.name]!, d);
-      tensors[a.name] = t;
-      backend.upload(t, a.role === 'out' ? poison(d, t.size) : toHost(inputs[a.name]!, d));
+    if (!opts.skipReference || !uploadBackwardFromForward(backend, op, c.attrs, dtype, rng, tensors)) {
+      const inputs = roundInputs(op, op.sample(rng, c.attrs), c.attrs, dtype);
+      if (!opts.skipReference) want = runReference(op, inputs, c.attrs, dtype);
+      uploadCall(backend, op, c.attrs, dtype, inputs, tensors);
     }
     backend.run(op, tensors, c.attrs);
     let relErr = want ? 0 : NaN;
