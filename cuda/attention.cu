@@ -711,7 +711,7 @@ __device__ __forceinline__ void load_rows_f32(float* s, int stride, const TS* g,
   for (int i = threadIdx.x; i < n * D; i += blockDim.x) {
     const int r = i / D, c = i - r * D;
     const int t = t0 + r;
-    s[r * stride + c] = t < T ? to_f32(g[(int64_t)t * gstride + c]) : 0.f;
+    s[r * stride + c] = t < T ? to_float(g[(int64_t)t * gstride + c]) : 0.f;
   }
 }
 
@@ -809,7 +809,7 @@ __global__ void __launch_bounds__(128) fwd_simt(const Params p) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int d = lane + 32 * c;
-        if (d < D) og[(int64_t)t * qstride + d] = from_f32<TS>(o[i][c] * inv);
+        if (d < D) og[(int64_t)t * qstride + d] = from_float<TS>(o[i][c] * inv);
       }
       if (lane == 0) p.lse[row_base(p, b, h) + t] = L > 0.f ? m[i] + logf(L) : -INFINITY;
     }
@@ -850,7 +850,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
     lse[i] = t < T ? p.lse_in[rb + t] : 0.f;
     float dd = 0.f;
     if (t < T)
-      for (int d = lane; d < D; d += 32) dd = fmaf(to_f32(dog[(int64_t)t * qstride + d]), to_f32(og[(int64_t)t * qstride + d]), dd);
+      for (int d = lane; d < D; d += 32) dd = fmaf(to_float(dog[(int64_t)t * qstride + d]), to_float(og[(int64_t)t * qstride + d]), dd);
     drow[i] = warp_sum(dd);
     if (lane == 0 && t < T) p.dsum[rb + t] = drow[i];
     acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -905,7 +905,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int d = lane + 32 * c;
-        if (d < D) dqg[(int64_t)t * qstride + d] = from_f32<TS>(acc[i][c] * p.scale);
+        if (d < D) dqg[(int64_t)t * qstride + d] = from_float<TS>(acc[i][c] * p.scale);
       }
     }
   }
@@ -1008,8 +1008,8 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
       for (int c = 0; c < 4; ++c) {
         const int d = lane + 32 * c;
         if (d < D) {
-          dkg[(int64_t)t * kvstride + d] = from_f32<TS>(dk[i][c] * p.scale);
-          dvg[(int64_t)t * kvstride + d] = from_f32<TS>(dv[i][c]);
+          dkg[(int64_t)t * kvstride + d] = from_float<TS>(dk[i][c] * p.scale);
+          dvg[(int64_t)t * kvstride + d] = from_float<TS>(dv[i][c]);
         }
       }
     }

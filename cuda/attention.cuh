@@ -17,6 +17,8 @@
 #include "emu/warp_emu.h"
 #endif
 
+#include "common.cuh"  // to_float / from_float: storage <-> f32 for the SIMT kernels
+
 // Dynamic shared memory of a kernel, as an array of T named `name`.
 #ifdef MDLM_ATTN_EMULATE
 #define MDLM_ATTN_DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::emu::smem_base())
@@ -230,17 +232,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 #endif
 }
-
-// Storage <-> f32 for the SIMT kernels (f32 storage, and bf16 head dims the tensor-core path
-// does not take).
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(bf16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
 
 }  // namespace attn
 }  // namespace mdlm

@@ -5,7 +5,8 @@
 // and key tiles, tails, documents, GQA, unsorted document ids) in f32 and bf16.
 //
 //   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
-//       cuda/emu/attention_check.cc -o /tmp/attention_check && /tmp/attention_check [filter]
+//       cuda/emu/attention_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/attention_check \
+//       && /tmp/attention_check [filter]   (cudart only for op.cc's error names; no GPU needed)
 #include "../attention.cu"
 
 #include <cstdio>
@@ -14,46 +15,7 @@
 #include <string>
 #include <vector>
 
-// ---- the parts of cuda/op.h the addon normally defines ----
-namespace mdlm {
-const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    default: return "other";
-  }
-}
-const Arg& OpCall::arg(const std::string& n) const {
-  auto it = args.find(n);
-  if (it == args.end()) throw std::runtime_error(op + ": no argument " + n);
-  return it->second;
-}
-double OpCall::num(const std::string& n) const {
-  auto it = nums.find(n);
-  if (it == nums.end()) throw std::runtime_error(op + ": no attribute " + n);
-  return it->second;
-}
-int64_t OpCall::i64(const std::string& n) const { return static_cast<int64_t>(num(n)); }
-int OpCall::i32(const std::string& n) const { return static_cast<int>(num(n)); }
-bool OpCall::flag(const std::string& n) const { return num(n) != 0; }
-DType OpCall::float_dtype(const std::string& n, std::initializer_list<DType> allowed) const {
-  const DType d = arg(n).dtype;
-  for (DType a : allowed)
-    if (a == d) return d;
-  throw OpError("UNSUPPORTED_DTYPE", op + ": dtype " + dtype_name(d));
-}
-static std::map<std::string, Launcher>& registry() {
-  static std::map<std::string, Launcher> r;
-  return r;
-}
-Registrar::Registrar(const char* op, Launcher fn) { registry()[op] = fn; }
-Launcher find_launcher(const std::string& op) { return registry().at(op); }
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(what);
-}
-}  // namespace mdlm
+#include "../op.cc"  // the registry and OpCall accessors, as the addon builds them
 
 namespace {
 

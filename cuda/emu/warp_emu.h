@@ -396,6 +396,8 @@ inline int __any_sync(unsigned, int p) { return emu::any(p); }
 template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline float __log2f(float x) { return std::log2(x); }
+inline float __expf(float x) { return std::exp(x); }
+inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
