@@ -150,6 +150,27 @@ export class TensorStore<B> {
   }
 }
 
+/** The memory half of a Backend that every backend does the same way, over its TensorStore. */
+export abstract class PooledBackend<B> {
+  protected abstract readonly store: TensorStore<B>;
+
+  alloc(shape: Shape, dtype: DType): Tensor {
+    return this.store.alloc(shape, dtype);
+  }
+
+  view(base: Tensor, offset: number, shape: Shape): Tensor {
+    return this.store.view(base, offset, shape);
+  }
+
+  free(t: Tensor): void {
+    this.store.free(t);
+  }
+
+  poolStats(): PoolStats {
+    return this.store.pool.stats();
+  }
+}
+
 /** An upload's host array must match the tensor's kind and length. */
 export function checkUpload(t: Tensor, data: HostArray): void {
   const want = t.dtype === 'i32' ? Int32Array : t.dtype === 'u32' ? Uint32Array : Float32Array;

@@ -54,7 +54,7 @@ export class MdlmObjective implements Objective {
   readonly name = 'mdlm' as const;
   readonly causal = false;
   readonly schedule: Schedule;
-  private buffers: { tokens: Tensor; maskProb: Tensor; lossWeight: Tensor; mask: Tensor } | null = null;
+  private buffers: { maskProb: Tensor; lossWeight: Tensor; mask: Tensor } | null = null;
 
   constructor(readonly opts: MdlmOptions) {
     this.schedule = makeSchedule(opts.schedule, opts.exponent, opts.tMin);
@@ -110,13 +110,13 @@ export class MdlmObjective implements Objective {
     const bufs = this.buffersFor(b, B, T);
     const t = training ? this.noiseLevels(B, step, rank) : new Float64Array(B).fill(fixedT);
     const empirical = training && this.opts.weighting === 'empirical';
-    b.upload(bufs.tokens, rows.tokens);
     b.upload(bufs.maskProb, Float32Array.from(t, (x) => this.schedule.maskProb(x)));
     b.upload(bufs.lossWeight, Float32Array.from(t, (x) => (empirical ? 1 : this.schedule.weight(x))));
     const shape = [B, T];
     b.run(
       diffusionMask,
-      { tokens: bufs.tokens, maskProb: bufs.maskProb, lossWeight: bufs.lossWeight, noised: b.view(model.ids, 0, shape), mask: bufs.mask, weights: b.view(model.weights, 0, shape) },
+      // The clean tokens are the targets setBatch just uploaded.
+      { tokens: b.view(model.targets, 0, shape), maskProb: bufs.maskProb, lossWeight: bufs.lossWeight, noised: b.view(model.ids, 0, shape), mask: bufs.mask, weights: b.view(model.weights, 0, shape) },
       { batch: B, seqLen: T, seed: this.opts.seed, step, rank, maskId: this.opts.maskId },
     );
     // The kernel copies padding (−1) through; truncated tails need a real id for the embedding.
@@ -132,7 +132,6 @@ export class MdlmObjective implements Objective {
   private buffersFor(b: Backend, batch: number, seqLen: number) {
     if (!this.buffers) {
       this.buffers = {
-        tokens: b.alloc([batch, seqLen], 'i32'),
         maskProb: b.alloc([batch], 'f32'),
         lossWeight: b.alloc([batch], 'f32'),
         mask: b.alloc([batch, seqLen], 'i32'),

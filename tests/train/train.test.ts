@@ -45,6 +45,19 @@ async function trainer(config: TrainConfig, backend: Backend, extra: { resume?: 
   return new Trainer({ config, backend, train: data.train, val: data.val, tokenizer: data.tokenizer, resume: extra.resume ?? false, log: () => {}, ...(extra.maxSteps ? { maxSteps: extra.maxSteps } : {}) });
 }
 
+/** The per-step losses of one CPU run. */
+async function runLosses(config: TrainConfig, extra: { resume?: boolean; maxSteps?: number } = {}): Promise<number[]> {
+  const t = await trainer(config, new CpuBackend(), extra);
+  const { losses } = await t.run();
+  t.destroy();
+  return [...losses];
+}
+
+/** The losses of `first` steps, then of a resumed run to the end: a straight run's, if resume is exact. */
+async function lossesAcrossResume(config: TrainConfig, first: number): Promise<number[]> {
+  return [...(await runLosses(config, { maxSteps: first })), ...(await runLosses(config, { resume: true }))];
+}
+
 describe('training', () => {
   // Byte-level English: a uniform guess costs ln(259) ≈ 5.56 nats/token and the unigram byte
   // entropy of Brown is 3.08. Below 2.9 (AR) the model uses context beyond letter frequencies.
@@ -70,17 +83,8 @@ describe('training', () => {
 
   it('N steps + resume N steps gives exactly the losses of 2N uninterrupted steps (mdlm, accumulation)', async () => {
     const over = { 'objective.kind': 'mdlm', 'train.steps': '6', 'train.gradAccum': '2', 'train.saveEvery': '3' };
-    const straight = await trainer(tinyConfig('straight', over), new CpuBackend());
-    const all = (await straight.run()).losses;
-    straight.destroy();
-    const cfg = tinyConfig('resumed', over);
-    const first = await trainer(cfg, new CpuBackend(), { maxSteps: 3 });
-    const a = (await first.run()).losses;
-    first.destroy();
-    const second = await trainer(cfg, new CpuBackend(), { resume: true });
-    const b = (await second.run()).losses;
-    second.destroy();
-    expect([...a, ...b]).toEqual(all);
+    const all = await runLosses(tinyConfig('straight', over));
+    expect(await lossesAcrossResume(tinyConfig('resumed', over), 3)).toEqual(all);
   });
 
   it('mdlm with empirical weighting and random-length truncation: other losses than elbo, same after a resume', async () => {
@@ -88,22 +92,11 @@ describe('training', () => {
       'objective.kind': 'mdlm', 'objective.weighting': 'empirical', 'objective.varilenProb': '0.5', 'train.steps': '4', 'train.saveEvery': '2',
       'train.evalBatches': '1', 'objective.evalNoiseLevels': '1', 'train.batchSize': '4',
     };
-    const straight = await trainer(tinyConfig('megadlm-straight', over), new CpuBackend());
-    const all = (await straight.run()).losses;
-    straight.destroy();
-    const elbo = await trainer(tinyConfig('megadlm-elbo', { ...over, 'objective.weighting': 'elbo', 'objective.varilenProb': '0' }), new CpuBackend(), { maxSteps: 1 });
-    const elboLosses = (await elbo.run()).losses;
-    elbo.destroy();
+    const all = await runLosses(tinyConfig('megadlm-straight', over));
+    const elboLosses = await runLosses(tinyConfig('megadlm-elbo', { ...over, 'objective.weighting': 'elbo', 'objective.varilenProb': '0' }), { maxSteps: 1 });
     for (const l of all) expect(Number.isFinite(l)).toBe(true);
     expect(all[0]).not.toBe(elboLosses[0]);
-    const cfg = tinyConfig('megadlm-resumed', over);
-    const first = await trainer(cfg, new CpuBackend(), { maxSteps: 2 });
-    const a = (await first.run()).losses;
-    first.destroy();
-    const second = await trainer(cfg, new CpuBackend(), { resume: true });
-    const b = (await second.run()).losses;
-    second.destroy();
-    expect([...a, ...b]).toEqual(all);
+    expect(await lossesAcrossResume(tinyConfig('megadlm-resumed', over), 2)).toEqual(all);
   });
 
   it('a checkpoint round-trips parameters and optimizer state bit-exactly', async () => {

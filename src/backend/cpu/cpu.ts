@@ -2,31 +2,19 @@
  * The CPU backend: the ops' float64 references over f32 (or narrower) storage. It is the oracle
  * the other backends are held to, and a usable trainer for tiny models.
  */
-import { type Backend, BufferPool, type PoolStats, type PooledHandle, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type PooledHandle, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { fail } from '../../errors.js';
 import { type OpDef, type RefArgs, refArrayFor, resolveArgDtype, validateCall } from '../../ops/op.js';
-import { DTYPE_BYTES, DTYPES, type DType, type HostArray, type Shape, Tensor, isFloat } from '../../tensor.js';
+import { DTYPE_BYTES, DTYPES, type DType, type HostArray, Tensor, isFloat } from '../../tensor.js';
 
-export class CpuBackend implements Backend {
+export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   readonly name = 'cpu' as const;
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
   /** The reference computes in float64 whatever the storage. */
   readonly floatDtypes: ReadonlySet<DType> = new Set(DTYPES.filter(isFloat));
   readonly description = 'TypeScript reference (f32 storage, f64 accumulation)';
-  private readonly store = new TensorStore<ArrayBuffer>('cpu', new BufferPool((n) => new ArrayBuffer(n), () => {}));
-
-  alloc(shape: Shape, dtype: DType): Tensor {
-    return this.store.alloc(shape, dtype);
-  }
-
-  view(base: Tensor, offset: number, shape: Shape): Tensor {
-    return this.store.view(base, offset, shape);
-  }
-
-  free(t: Tensor): void {
-    this.store.free(t);
-  }
+  protected readonly store = new TensorStore<ArrayBuffer>('cpu', new BufferPool((n) => new ArrayBuffer(n), () => {}));
 
   upload(t: Tensor, data: HostArray): void {
     checkUpload(t, data);
@@ -69,10 +57,6 @@ export class CpuBackend implements Backend {
   }
 
   async sync(): Promise<void> {}
-
-  poolStats(): PoolStats {
-    return this.store.pool.stats();
-  }
 
   destroy(): void {
     this.store.destroyAll();

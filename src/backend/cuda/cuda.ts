@@ -5,11 +5,11 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, type PoolStats, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
-import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor } from '../../tensor.js';
+import { DTYPES, DTYPE_BYTES, type DType, type HostArray, Tensor } from '../../tensor.js';
 
 /** What the addon's probe() reports. Device fields are present when `available`. */
 export interface CudaProbeInfo {
@@ -70,7 +70,7 @@ function gib(bytes: number): string {
   return `${(bytes / 2 ** 30).toFixed(1)} GiB`;
 }
 
-export class CudaBackend implements Backend {
+export class CudaBackend extends PooledBackend<bigint> implements Backend {
   readonly name = 'cuda' as const;
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
   /** Kernels compute 'float' args stored in f32 or bf16 (f32 math either way). */
@@ -78,10 +78,11 @@ export class CudaBackend implements Backend {
   readonly description: string;
   readonly info: CudaProbeInfo;
 
-  private readonly store: TensorStore<bigint>;
+  protected readonly store: TensorStore<bigint>;
   private readonly ops: ReadonlySet<string>;
 
   constructor(private readonly addon: CudaAddon) {
+    super();
     const info = addon.probe();
     if (!info.available) fail('BACKEND_UNAVAILABLE', `cuda: ${info.reason ?? 'no CUDA device'}`);
     this.info = info;
@@ -91,18 +92,6 @@ export class CudaBackend implements Backend {
   }
 
   // --- memory ---
-
-  alloc(shape: Shape, dtype: DType): Tensor {
-    return this.store.alloc(shape, dtype);
-  }
-
-  view(base: Tensor, offset: number, shape: Shape): Tensor {
-    return this.store.view(base, offset, shape);
-  }
-
-  free(t: Tensor): void {
-    this.store.free(t);
-  }
 
   upload(t: Tensor, data: HostArray): void {
     checkUpload(t, data);
@@ -162,10 +151,6 @@ export class CudaBackend implements Backend {
 
   async sync(): Promise<void> {
     native(() => this.addon.sync());
-  }
-
-  poolStats(): PoolStats {
-    return this.store.pool.stats();
   }
 
   destroy(): void {

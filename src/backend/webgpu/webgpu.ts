@@ -3,7 +3,7 @@
  * (shader, entry, constants) with bind-group layouts built from reflection, dispatches batched in
  * one compute pass until a sync point, uniforms packed by reflected struct layout into a ring.
  */
-import { type Backend, BufferPool, type PoolStats, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, TensorStore, checkUpload } from '../backend.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../convert.js';
 import { MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
@@ -62,7 +62,7 @@ export function describeAdapter(adapter: GPUAdapter): WebGpuAdapterDescription {
   };
 }
 
-export class WebGpuBackend implements Backend {
+export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly name = 'webgpu' as const;
   readonly dtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'f16', 'bf16', 'i32', 'u32']);
   /** The shaders compute in f32 over f32 storage (f16/bf16 storage is for casts and transfers). */
@@ -71,7 +71,7 @@ export class WebGpuBackend implements Backend {
   readonly adapter: WebGpuAdapterDescription;
   readonly features: ReadonlySet<string>;
 
-  private readonly store: TensorStore<GPUBuffer>;
+  protected readonly store: TensorStore<GPUBuffer>;
   private readonly stagingPool: BufferPool<GPUBuffer>;
   private readonly kernels = new Map<string, WebGpuKernelEntry>();
   private readonly shaders = new Map<string, CompiledShader>();
@@ -100,6 +100,7 @@ export class WebGpuBackend implements Backend {
   }
 
   private constructor(adapter: GPUAdapter, readonly device: GPUDevice, kernels: readonly WebGpuKernelEntry[]) {
+    super();
     this.adapter = describeAdapter(adapter);
     this.features = new Set(device.features);
     const a = this.adapter;
@@ -128,22 +129,14 @@ export class WebGpuBackend implements Backend {
 
   // --- memory ---
 
-  alloc(shape: Shape, dtype: DType): Tensor {
+  override alloc(shape: Shape, dtype: DType): Tensor {
     this.checkAlive();
     checkShape(shape, 'webgpu.alloc');
     if (!this.dtypes.has(dtype)) fail('UNSUPPORTED_DTYPE', `webgpu: dtype ${dtype} is not supported (supported: ${[...this.dtypes].join(', ')}); fp8 needs --backend cuda`);
     const bytes = numel(shape) * DTYPE_BYTES[dtype];
     const max = this.device.limits.maxBufferSize;
     if (bytes > max) fail('OUT_OF_MEMORY', `webgpu: a ${dtype} tensor of ${bytes} bytes exceeds this adapter's maxBufferSize (${max})`);
-    return this.store.alloc(shape, dtype);
-  }
-
-  view(base: Tensor, offset: number, shape: Shape): Tensor {
-    return this.store.view(base, offset, shape);
-  }
-
-  free(t: Tensor): void {
-    this.store.free(t);
+    return super.alloc(shape, dtype);
   }
 
   upload(t: Tensor, data: HostArray): void {
@@ -243,10 +236,6 @@ export class WebGpuBackend implements Backend {
     await this.device.queue.onSubmittedWorkDone();
     this.checkAlive();
     this.raiseErrors();
-  }
-
-  poolStats(): PoolStats {
-    return this.store.pool.stats();
   }
 
   destroy(): void {
