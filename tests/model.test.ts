@@ -9,24 +9,108 @@ import { paramSpecs } from '../src/checkpoint/hf.js';
 import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
 import { modelLogits } from '../src/model/logits.js';
+import { Arena } from '../src/nn/arena.js';
+import { AttentionScratch, SelfAttention } from '../src/nn/attention.js';
+import { ParamStore } from '../src/nn/params.js';
+import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 
 const cfg = resolveConfig({
   preset: 'tiny',
   overrides: { 'model.dModel': '32', 'model.nLayers': '2', 'model.nHeads': '4', 'model.nKvHeads': '2', 'model.ffnHidden': '64', 'model.seqLen': '8', 'train.steps': '1', 'train.warmupSteps': '0' },
 });
 
+/** Qwen2's q/k/v biases and Qwen3's per-head q/k norms, both on (no HF architecture has both; the model does). */
+const qwenish = { ...cfg.model, qkvBias: true, qkNorm: true };
+
+/** Biases and norm weights away from their zeros/ones initialisation, so they change the output. */
+async function randomizeBiasesAndNorms(m: LlamaModel, seed: number): Promise<void> {
+  const rng = new PhiloxStream(seed, RngPurpose.harness);
+  const v = (await m.backend.download(m.store.value)) as Float32Array;
+  for (const p of m.store.list) {
+    if (!/\.b[qkv]$|_norm$/.test(p.name)) continue;
+    for (let i = p.offset; i < p.offset + p.value.size; i++) v[i] = p.name.endsWith('_norm') ? 1 + 0.3 * rng.normal() : 0.5 * rng.normal();
+  }
+  m.backend.upload(m.store.value, v);
+}
+
 describe('LlamaModel', () => {
-  it('declares exactly the parameters of the checkpoint mapping, in shape', () => {
-    const m = new LlamaModel(new CpuBackend(), cfg.model, 1, 1);
-    expect(m.store.list.map((p) => [p.name, [...p.shape]])).toEqual(paramSpecs(cfg.model).map((s) => [s.name, s.shape]));
-    m.destroy();
+  it('declares exactly the parameters of the checkpoint mapping, in shape (plain, q/k/v biases, q/k norms)', () => {
+    for (const model of [cfg.model, { ...cfg.model, qkvBias: true }, { ...cfg.model, qkNorm: true }]) {
+      const m = new LlamaModel(new CpuBackend(), model, 1, 1);
+      expect(m.store.list.map((p) => [p.name, [...p.shape]])).toEqual(paramSpecs(model).map((s) => [s.name, s.shape]));
+      m.destroy();
+    }
   });
 
-  for (const causal of [true, false]) {
-    it(`backward matches finite differences of the loss (${causal ? 'causal' : 'bidirectional'}, GQA, two documents per row)`, async () => {
+  it('q/k norms make the output independent of the scale of Wq and Wk', async () => {
+    const b = new CpuBackend();
+    const loss = async (model: typeof cfg.model, scale: number) => {
+      const m = new LlamaModel(b, model, 1, 9);
+      await randomizeBiasesAndNorms(m, 2);
+      const v = (await b.download(m.store.value)) as Float32Array;
+      for (const p of m.store.list) if (/attn\.w[qk]$/.test(p.name)) for (let i = p.offset; i < p.offset + p.value.size; i++) v[i]! *= scale;
+      b.upload(m.store.value, v);
+      const N = 8;
+      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 31 + 2) % 256), segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i) }, true);
+      m.setWeights(new Float32Array(N).fill(1));
+      m.forward();
+      const l = await m.loss();
+      m.destroy();
+      return l;
+    };
+    // Weights large enough that attention is far from uniform, so the scale of q·k matters.
+    const plain = { ...cfg.model, initStd: 0.3 };
+    const normed = { ...plain, qkNorm: true };
+    expect(await loss(normed, 4)).toBeCloseTo(await loss(normed, 1), 4);
+    // Without the norms the scale matters: the check above can fail.
+    expect(Math.abs((await loss(plain, 4)) - (await loss(plain, 1)))).toBeGreaterThan(1e-2);
+  });
+
+  it('the v bias is added to every position: with Wv = 0 each attention output is Wo · bv', async () => {
+    const b = new CpuBackend();
+    const s = { batch: 1, seqLen: 5, heads: 4, kvHeads: 2, headDim: 8, ropeBase: 10000, qkvBias: true, qkNorm: false, normEps: 1e-5 };
+    const d = 32;
+    const rows = s.batch * s.seqLen;
+    const store = new ParamStore(b);
+    const arena = new Arena(b);
+    const attn = new SelfAttention(store, arena, 'attn', d, s, new AttentionScratch(arena, s), 0.2, 0.2);
+    store.materialize(4);
+    const v = (await b.download(store.value)) as Float32Array;
+    const rng = new PhiloxStream(5, RngPurpose.harness);
+    const wv = store.find('attn.wv');
+    const bv = store.find('attn.bv');
+    v.fill(0, wv.offset, wv.offset + wv.value.size);
+    for (let i = 0; i < bv.value.size; i++) v[bv.offset + i] = rng.normal();
+    b.upload(store.value, v);
+    const x = arena.alloc([rows, d]);
+    b.upload(x, Float32Array.from({ length: rows * d }, () => rng.normal()));
+    const out = arena.alloc([rows, d]);
+    const segIds = arena.alloc([1, s.seqLen], 'i32');
+    const positions = arena.alloc([1, s.seqLen], 'i32');
+    b.upload(segIds, new Int32Array(s.seqLen));
+    b.upload(positions, Int32Array.from({ length: s.seqLen }, (_, i) => i));
+    attn.forward(b, x, out, segIds, positions, true);
+    const got = (await b.download(out)) as Float32Array;
+    // Query head h reads kv head floor(h / 2): its value row is bv's slice for that kv head.
+    const wo = store.find('attn.wo');
+    const u = Array.from({ length: s.heads * s.headDim }, (_, j) => v[bv.offset + Math.floor(j / s.headDim / 2) * s.headDim + (j % s.headDim)]!);
+    for (let r = 0; r < rows; r++) {
+      for (let o = 0; o < d; o++) {
+        let want = 0;
+        for (let j = 0; j < u.length; j++) want += v[wo.offset + o * u.length + j]! * u[j]!;
+        expect(got[r * d + o]).toBeCloseTo(want, 4);
+      }
+    }
+    arena.destroy();
+    store.destroy();
+  });
+
+  for (const [variant, model] of [['', cfg.model], [', q/k/v biases and q/k norms', qwenish]] as const) for (const causal of [true, false]) {
+    it(`backward matches finite differences of the loss (${causal ? 'causal' : 'bidirectional'}, GQA, two documents per row${variant})`, async () => {
       const b = new CpuBackend();
       const B = 2, T = 8, N = B * T;
-      const m = new LlamaModel(b, cfg.model, B, 3);
+      const m = new LlamaModel(b, model, B, 3);
+      await randomizeBiasesAndNorms(m, 8);
       const inputs = Int32Array.from({ length: N }, (_, i) => (i * 37 + 11) % 256);
       const targets = Int32Array.from({ length: N }, (_, i) => (i % 5 === 0 ? -1 : (i * 53 + 7) % 256));
       const segIds = Int32Array.from({ length: N }, (_, i) => (i % T < 3 ? 0 : 1));

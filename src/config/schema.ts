@@ -122,6 +122,9 @@ function finish(raw: Raw, issues: Issue[]) {
     const headDim = m.dModel / m.nHeads;
     if (headDim % 2 !== 0) issues.push({ path: ['model', 'nHeads'], message: `head dimension model.dModel / model.nHeads = ${headDim} must be even for RoPE; change model.nHeads or model.dModel` });
   }
+  if (m.qkvBias && m.qkNorm) {
+    issues.push({ path: ['model', 'qkNorm'], message: 'model.qkvBias and model.qkNorm together have no Hugging Face architecture to save as (Qwen2 has q/k/v biases, Qwen3 has q/k norms); turn one off' });
+  }
   if (m.nHeads % m.nKvHeads !== 0) {
     issues.push({ path: ['model', 'nKvHeads'], message: `model.nKvHeads (${m.nKvHeads}) must divide model.nHeads (${m.nHeads}); try ${divisorsNear(m.nHeads, m.nKvHeads)}` });
   }

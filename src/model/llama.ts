@@ -72,7 +72,7 @@ export class LlamaModel {
     const outStd = std / Math.sqrt(2 * cfg.nLayers);
     const dims = {
       batch, seqLen: T, heads: cfg.nHeads, kvHeads: cfg.nKvHeads, headDim, ropeBase: cfg.ropeTheta,
-      dModel: cfg.dModel, ffnHidden: cfg.ffnHidden, normEps: cfg.normEps,
+      dModel: cfg.dModel, ffnHidden: cfg.ffnHidden, normEps: cfg.normEps, qkvBias: cfg.qkvBias, qkNorm: cfg.qkNorm,
     };
     this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
     const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);
@@ -212,6 +212,4 @@ export function validateModel(cfg: ModelConfig): void {
   if (cfg.nHeads % cfg.nKvHeads !== 0) bad('nKvHeads', `${cfg.nKvHeads} KV heads do not divide ${cfg.nHeads} heads`);
   if ((cfg.dModel / cfg.nHeads) % 8 !== 0) bad('nHeads', `head dimension ${cfg.dModel / cfg.nHeads} must be a multiple of 8 (the RoPE kernel loads vec4 halves)`);
   if (cfg.dModel % 4 !== 0) bad('dModel', `${cfg.dModel} must be a multiple of 4 (vectorised norm kernels)`);
-  if (cfg.qkNorm) bad('qkNorm', 'q/k norms are not implemented in the mdlm model yet; set it false');
-  if (cfg.qkvBias) bad('qkvBias', 'q/k/v biases are not implemented in the mdlm model yet; set it false');
 }

@@ -1,14 +1,17 @@
 /**
- * Self-attention: q/k/v projections, RoPE on q and k, flash attention (causal, bidirectional or
- * document-masked, grouped-query), output projection. Saves q, k, v, the output and the LSE.
+ * Self-attention: q/k/v projections (with biases, Qwen2 style, when asked), per-head RMSNorm of q
+ * and k (Qwen3 style, when asked), RoPE on q and k, flash attention (causal, bidirectional or
+ * document-masked, grouped-query), output projection. Saves q, k, v, the output and the LSE, and
+ * the un-normalised q and k with their rstd when q/k are normalised.
  */
 import type { Backend } from '../backend/backend.js';
 import { attention, attentionBackward } from '../ops/attention.js';
 import { rope, ropeBackward } from '../ops/rope.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
-import { Linear } from './linear.js';
-import type { ParamStore } from './params.js';
+import { Linear, addRowBias, accumulateBiasGrad } from './linear.js';
+import type { Param, ParamStore } from './params.js';
+import { RMSNorm } from './rmsnorm.js';
 import type { Workspace } from './workspace.js';
 
 export interface AttentionShape {
@@ -18,6 +21,11 @@ export interface AttentionShape {
   readonly kvHeads: number;
   readonly headDim: number;
   readonly ropeBase: number;
+  /** Biases on the q/k/v projections. */
+  readonly qkvBias: boolean;
+  /** RMSNorm over each head of q and k before RoPE, with this epsilon. */
+  readonly qkNorm: boolean;
+  readonly normEps: number;
 }
 
 /** Temporaries shared by every attention layer (only one layer runs at a time). */
@@ -28,17 +36,37 @@ export class AttentionScratch {
   readonly dq: Tensor;
   readonly dk: Tensor;
   readonly dv: Tensor;
+  /** 1 per row: broadcasts a bias over rows, and sums rows into its gradient (qkvBias). */
+  readonly ones: Tensor | null;
+  /** The zero residual gradient of the q/k norms (qkNorm). */
+  readonly zeros: Tensor | null;
 
   constructor(arena: Arena, s: AttentionShape) {
     const q = [s.batch, s.seqLen, s.heads, s.headDim];
     const kv = [s.batch, s.seqLen, s.kvHeads, s.headDim];
+    const rows = s.batch * s.seqLen;
     this.qPre = arena.alloc(q);
     this.kPre = arena.alloc(kv);
     this.dAttn = arena.alloc(q);
     this.dq = arena.alloc(q);
     this.dk = arena.alloc(kv);
     this.dv = arena.alloc(kv);
+    this.ones = s.qkvBias ? arena.alloc([rows]) : null;
+    if (this.ones) arena.backend.upload(this.ones, new Float32Array(rows).fill(1));
+    this.zeros = s.qkNorm ? arena.alloc([rows * s.heads * s.headDim]) : null;
+    if (this.zeros) arena.backend.upload(this.zeros, new Float32Array(this.zeros.size));
   }
+}
+
+/** The optional pieces of one projection: its bias, and the per-head norm with what it saves. */
+interface Projection {
+  readonly linear: Linear;
+  readonly heads: number;
+  readonly bias: Param | null;
+  readonly norm: RMSNorm | null;
+  /** The projection before its norm, and the norm's rstd per (row, head). */
+  readonly raw: Tensor | null;
+  readonly rstd: Tensor | null;
 }
 
 export class SelfAttention {
@@ -51,12 +79,29 @@ export class SelfAttention {
   private readonly savedV: Tensor;
   private readonly savedOut: Tensor;
   private readonly savedLse: Tensor;
+  private readonly proj: { readonly q: Projection; readonly k: Projection; readonly v: Projection };
 
   constructor(store: ParamStore, arena: Arena, name: string, dModel: number, readonly s: AttentionShape, private readonly scratch: AttentionScratch, std: number, outStd: number) {
+    // Declaration order is the checkpoint mapping's (src/checkpoint/hf.ts paramSpecs).
     this.q = new Linear(store, `${name}.wq`, dModel, s.heads * s.headDim, std);
     this.k = new Linear(store, `${name}.wk`, dModel, s.kvHeads * s.headDim, std);
     this.v = new Linear(store, `${name}.wv`, dModel, s.kvHeads * s.headDim, std);
+    const bias = (which: string, n: number) => (s.qkvBias ? store.declare(`${name}.b${which}`, [n], { kind: 'zeros' }, false) : null);
+    const biases = { q: bias('q', s.heads * s.headDim), k: bias('k', s.kvHeads * s.headDim), v: bias('v', s.kvHeads * s.headDim) };
+    const norm = (which: string) => (s.qkNorm ? new RMSNorm(store, `${name}.${which}_norm`, s.headDim, s.normEps) : null);
+    const norms = { q: norm('q'), k: norm('k') };
     this.o = new Linear(store, `${name}.wo`, s.heads * s.headDim, dModel, outStd);
+    const rows = s.batch * s.seqLen;
+    const projection = (linear: Linear, heads: number, b: Param | null, n: RMSNorm | null): Projection => ({
+      linear, heads, bias: b, norm: n,
+      raw: n ? arena.alloc([s.batch, s.seqLen, heads, s.headDim]) : null,
+      rstd: n ? arena.alloc([rows * heads]) : null,
+    });
+    this.proj = {
+      q: projection(this.q, s.heads, biases.q, norms.q),
+      k: projection(this.k, s.kvHeads, biases.k, norms.k),
+      v: projection(this.v, s.kvHeads, biases.v, null),
+    };
     this.savedQ = arena.alloc([s.batch, s.seqLen, s.heads, s.headDim]);
     this.savedK = arena.alloc([s.batch, s.seqLen, s.kvHeads, s.headDim]);
     this.savedV = arena.alloc([s.batch, s.seqLen, s.kvHeads, s.headDim]);
@@ -79,9 +124,9 @@ export class SelfAttention {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
-    this.q.forward(b, x, as2d(b, sc.qPre), rows);
-    this.k.forward(b, x, as2d(b, sc.kPre), rows);
-    this.v.forward(b, x, as2d(b, this.savedV), rows);
+    this.project(b, this.proj.q, x, sc.qPre);
+    this.project(b, this.proj.k, x, sc.kPre);
+    this.project(b, this.proj.v, x, this.savedV);
     b.run(rope, { x: sc.qPre, positions, y: this.savedQ }, this.ropeAttrs(s.heads));
     b.run(rope, { x: sc.kPre, positions, y: this.savedK }, this.ropeAttrs(s.kvHeads));
     b.run(attention, { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse }, this.attrs(causal));
@@ -102,10 +147,39 @@ export class SelfAttention {
     // Pre-rope gradients reuse the forward's pre-rope buffers.
     b.run(ropeBackward, { dy: sc.dq, positions, dx: sc.qPre }, this.ropeAttrs(s.heads));
     b.run(ropeBackward, { dy: sc.dk, positions, dx: sc.kPre }, this.ropeAttrs(s.kvHeads));
-    this.q.backward(b, ws, x, as2d(b, sc.qPre), dx, 'write', rows);
-    this.k.backward(b, ws, x, as2d(b, sc.kPre), dx, 'add', rows);
-    this.v.backward(b, ws, x, as2d(b, sc.dv), dx, 'add', rows);
+    // Through the norms, the rope outputs' gradient buffers (read already) take the result.
+    this.projectBackward(b, ws, this.proj.q, x, sc.qPre, sc.dq, dx, 'write');
+    this.projectBackward(b, ws, this.proj.k, x, sc.kPre, sc.dk, dx, 'add');
+    this.projectBackward(b, ws, this.proj.v, x, sc.dv, sc.dv, dx, 'add');
   }
+
+  /** y [B, T, heads, D] = norm(x · Wᵀ + bias), each part as configured. */
+  private project(b: Backend, p: Projection, x: Tensor, y: Tensor): void {
+    const rows = this.s.batch * this.s.seqLen;
+    const lin = p.raw ?? y;
+    p.linear.forward(b, x, as2d(b, lin), rows);
+    // dAttn is free until backward: it holds the broadcast bias.
+    if (p.bias) addRowBias(b, as2d(b, lin), p.bias, this.scratch.ones!, as2d(b, this.scratch.dAttn), rows);
+    if (p.norm) p.norm.forward(b, perHead(b, lin), perHead(b, y), p.rstd!, rows * p.heads);
+  }
+
+  /** Gradients of `project` from dy; `spare` (same shape, free) takes the pre-norm gradient. */
+  private projectBackward(b: Backend, ws: Workspace, p: Projection, x: Tensor, dy: Tensor, spare: Tensor, dx: Tensor, mode: 'write' | 'add'): void {
+    const rows = this.s.batch * this.s.seqLen;
+    let dlin = dy;
+    if (p.norm) {
+      p.norm.backward(b, ws, perHead(b, dy), perHead(b, p.raw!), p.rstd!, b.view(this.scratch.zeros!, 0, [spare.size / this.s.headDim, this.s.headDim]), perHead(b, spare), rows * p.heads);
+      dlin = spare;
+    }
+    if (p.bias) accumulateBiasGrad(b, ws, as2d(b, dlin), p.bias, this.scratch.ones!, rows);
+    p.linear.backward(b, ws, x, as2d(b, dlin), dx, mode, rows);
+  }
+}
+
+/** [B, T, H, D] seen as [B·T·H, D]: one row per head, as the per-head norms see it. */
+function perHead(b: Backend, t: Tensor): Tensor {
+  const D = t.shape[t.shape.length - 1]!;
+  return b.view(t, 0, [t.size / D, D]);
 }
 
 /** [B, T, H, D] seen as [B·T, H·D]. */

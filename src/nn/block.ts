@@ -29,7 +29,6 @@ export class BlockScratch {
 export interface BlockDims extends AttentionShape {
   readonly dModel: number;
   readonly ffnHidden: number;
-  readonly normEps: number;
 }
 
 export class DecoderBlock {

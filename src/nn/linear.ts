@@ -46,3 +46,19 @@ export function as3d(b: Backend, t: Tensor): Tensor {
 export function flat(b: Backend, t: Tensor): Tensor {
   return t.shape.length === 1 ? t : b.view(t, 0, [t.size]);
 }
+
+/** y [rows, n] += bias broadcast over rows: ones [rows, 1] · bias [1, n] into `scratch`, then added. */
+export function addRowBias(b: Backend, y: Tensor, bias: Param, ones: Tensor, scratch: Tensor, rows: number): void {
+  const n = bias.value.size;
+  const tmp = b.view(scratch, 0, [1, rows, n]);
+  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: b.view(bias.value, 0, [1, 1, n]), out: tmp }, { batch: 1, m: rows, n, k: 1, transA: false, transB: false });
+  b.run(axpy, { x: flat(b, tmp), y: flat(b, y) }, { n: rows * n, alpha: 1 });
+}
+
+/** bias.grad += Σ_rows dy: onesᵀ [1, rows] · dy [rows, n]. */
+export function accumulateBiasGrad(b: Backend, ws: Workspace, dy: Tensor, bias: Param, ones: Tensor, rows: number): void {
+  const n = bias.value.size;
+  const dbias = ws.weightScratch(b, [1, 1, n]);
+  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: dbias }, { batch: 1, m: 1, n, k: rows, transA: true, transB: false });
+  b.run(axpy, { x: flat(b, dbias), y: bias.grad }, { n, alpha: 1 });
+}

@@ -152,6 +152,8 @@ describe('resolveConfig layering', () => {
   test('cross-field checks name the field', () => {
     expect(badConfig(() => resolveConfig({ overrides: { 'model.nHeads': '5' } }))).toMatch(/model\.nHeads \(5\) must divide model\.dModel \(384\)/);
     expect(badConfig(() => resolveConfig({ overrides: { 'model.nKvHeads': '4' } }))).toMatch(/model\.nKvHeads \(4\) must divide model\.nHeads \(6\)/);
+    expect(badConfig(() => resolveConfig({ overrides: { 'model.qkvBias': 'true', 'model.qkNorm': 'true' } }))).toMatch(/model\.qkNorm: .*no Hugging Face architecture/);
+    expect(resolveConfig({ overrides: { 'model.qkNorm': 'true' } }).model.qkNorm).toBe(true);
     expect(badConfig(() => resolveConfig({ overrides: { 'model.dModel': '36', 'model.nHeads': '12' } }))).toMatch(/head dimension .* = 3 must be even for RoPE/);
     expect(badConfig(() => resolveConfig({ overrides: { 'objective.tMin': '0.5', 'objective.tMax': '0.4' } }))).toMatch(/objective\.tMin \(0\.5\) must be < objective\.tMax/);
     expect(badConfig(() => resolveConfig({ overrides: { 'train.minLr': '0.1' } }))).toMatch(/train\.minLr/);
