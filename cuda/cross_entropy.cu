@@ -1,4 +1,5 @@
 // cross_entropy: per row, lse = log Σ_j exp(logits_j) and loss = weight · (lse − logits[target]),
+// (logits and dlogits in the float dtype; weights, loss, dloss and lse always f32)
 // 0 where target < 0 (ignored). One block per row, one pass over the row with an online
 // (max, Σ exp(x − max)); nothing but loss and lse is written.
 // cross_entropy_backward: dlogits = dloss · weight · (exp(logits − lse) − onehot(target)), 0 rows
@@ -93,8 +94,8 @@ __device__ __forceinline__ Online warp_merge(Online a) {
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
-    cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const T* __restrict__ weights,
-                         T* __restrict__ loss, float* __restrict__ lse, int vocab) {
+    cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
+                         float* __restrict__ loss, float* __restrict__ lse, int vocab) {
   __shared__ float warp_m[kCeMaxThreads / 32], warp_s[kCeMaxThreads / 32];
   const int row = blockIdx.x;
   const T* p = logits + static_cast<int64_t>(row) * vocab;
@@ -119,14 +120,14 @@ __global__ void __launch_bounds__(kCeMaxThreads)
   float l = 0.0f;
   if (t >= vocab) l = CUDART_NAN_F;
   // (m − logit) + log s: two non-negative terms, no cancellation when the target dominates.
-  else if (t >= 0) l = load1(weights + row) * ((acc.m - load1(p + t)) + log_s);
-  store1(loss + row, l);
+  else if (t >= 0) l = weights[row] * ((acc.m - load1(p + t)) + log_s);
+  loss[row] = l;
 }
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
-    cross_entropy_backward_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const T* __restrict__ weights,
-                                  const float* __restrict__ lse, const T* __restrict__ dloss, T* __restrict__ dlogits, int vocab) {
+    cross_entropy_backward_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
+                                  const float* __restrict__ lse, const float* __restrict__ dloss, T* __restrict__ dlogits, int vocab) {
   const int row = blockIdx.x;
   const T* p = logits + static_cast<int64_t>(row) * vocab;
   T* q = dlogits + static_cast<int64_t>(row) * vocab;  // as aligned as p (the launcher checks)
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(kCeMaxThreads)
     });
     return;
   }
-  const float scale = load1(dloss + row) * load1(weights + row);
+  const float scale = dloss[row] * weights[row];
   const float l = lse[row];
   sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int j, const auto& v) {
     constexpr int N = sizeof(v) / sizeof(float);
@@ -168,7 +169,7 @@ int ce_threads(int vocab) {
 
 MDLM_OP(cross_entropy) {
   using namespace mdlm;
-  const DType dtype = float_dtype_of(call, {"logits", "weights", "loss"});
+  const DType dtype = float_dtype_of(call, {"logits"});
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
   const void* logits = call.arg("logits").ptr;
   with_float_type(dtype, [&](auto tag) {
@@ -176,7 +177,7 @@ MDLM_OP(cross_entropy) {
     constexpr int VEC = kVec16<T>;  // always: each row finds its own 16-byte boundary
     cross_entropy_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
         static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
-        static_cast<const T*>(call.arg("weights").ptr), static_cast<T*>(call.arg("loss").ptr),
+        static_cast<const float*>(call.arg("weights").ptr), static_cast<float*>(call.arg("loss").ptr),
         static_cast<float*>(call.arg("lse").ptr), vocab);
     check_launch(call.op.c_str());
   });
@@ -184,7 +185,7 @@ MDLM_OP(cross_entropy) {
 
 MDLM_OP(cross_entropy_backward) {
   using namespace mdlm;
-  const DType dtype = float_dtype_of(call, {"logits", "weights", "dloss", "dlogits"});
+  const DType dtype = float_dtype_of(call, {"logits", "dlogits"});
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
   const void* logits = call.arg("logits").ptr;
   void* dlogits = call.arg("dlogits").ptr;
@@ -196,8 +197,8 @@ MDLM_OP(cross_entropy_backward) {
       constexpr int VEC = decltype(vec)::value;
       cross_entropy_backward_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
           static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
-          static_cast<const T*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
-          static_cast<const T*>(call.arg("dloss").ptr), static_cast<T*>(dlogits), vocab);
+          static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
+          static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(dlogits), vocab);
       check_launch(call.op.c_str());
     });
   });

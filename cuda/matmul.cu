@@ -1,6 +1,8 @@
-// matmul: out[b] = op(a[b]) · op(b[b]) through cuBLASLt, row-major as src/ops/matmul.ts defines
-// it. f32 computes with CUBLAS_COMPUTE_32F (true f32 FMAs, never TF32: the op's f32 tolerance
-// would not hold); bf16 in and out with f32 accumulation and f32 scale.
+// matmul: out[b] (+)= op(a[b]) · op(b[b]) through cuBLASLt, row-major as src/ops/matmul.ts
+// defines it. f32 computes with CUBLAS_COMPUTE_32F (true f32 FMAs, never TF32: the op's f32
+// tolerance would not hold); bf16 inputs with f32 accumulation and f32 scale, out in bf16 or (outF32)
+// f32. accumulate is GEMM's beta = 1 with C = D = out: weight gradients land in the f32 master
+// gradient directly.
 //
 // cuBLASLt is column-major. A row-major [r, c] matrix is the column-major [c, r] matrix with
 // ld = c, its transpose; so out = op(A)·op(B) is computed as outᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's
@@ -36,13 +38,13 @@ uint32_t alignment(const void* p) {
 }
 
 struct PlanKey {
-  DType dtype;
+  DType dtype, out_dtype;
   int64_t batch, m, n, k;
   bool trans_a, trans_b;
   uint32_t align_a, align_b, align_out;
   bool operator<(const PlanKey& o) const {
-    return std::tie(dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out) <
-           std::tie(o.dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out);
+    return std::tie(dtype, out_dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out) <
+           std::tie(o.dtype, o.out_dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out);
   }
 };
 
@@ -53,9 +55,9 @@ struct Plan {
   bool fallback = false;  // cuBLASLt had no algorithm: matmul_fallback_kernel
 };
 
-template <typename T>
-__global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, int64_t m, int64_t n,
-                                                              int64_t k, bool trans_a, bool trans_b) {
+template <typename T, typename TO>
+__global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, TO* __restrict__ out, int64_t m, int64_t n,
+                                                              int64_t k, bool trans_a, bool trans_b, bool accumulate) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t i = blockIdx.y;
   if (j >= n) return;
@@ -63,7 +65,8 @@ __global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restric
   const T* bb = b + blockIdx.z * k * n;
   float acc = 0.0f;
   for (int64_t l = 0; l < k; l++) acc += to_float(ab[trans_a ? l * m + i : i * k + l]) * to_float(bb[trans_b ? j * k + l : l * n + j]);
-  out[blockIdx.z * m * n + i * n + j] = from_float<T>(acc);
+  TO* o = out + blockIdx.z * m * n + i * n + j;
+  *o = from_float<TO>(accumulate ? to_float(*o) + acc : acc);
 }
 
 // A column-major rows x cols layout, ld = rows, `batch` of them `stride` elements apart.
@@ -92,7 +95,7 @@ Plan make_plan(const OpCall& call, const PlanKey& key) {
   p.lt_a = key.trans_b ? layout(type, k, n, key.batch, k * n) : layout(type, n, k, key.batch, k * n);
   // a is [m, k] row-major (column-major k x m), or [k, m] when transposed (column-major m x k).
   p.lt_b = key.trans_a ? layout(type, m, k, key.batch, m * k) : layout(type, k, m, key.batch, m * k);
-  p.lt_out = layout(type, n, m, key.batch, m * n);
+  p.lt_out = layout(key.out_dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, key.batch, m * n);
 
   cublasLtMatmulPreference_t pref = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
@@ -123,7 +126,10 @@ MDLM_OP(matmul) {
   const Arg& a = call.arg("a");
   const Arg& b = call.arg("b");
   const Arg& out = call.arg("out");
-  const PlanKey key{call.float_dtype("a", {DType::f32, DType::bf16}),
+  const DType dtype = float_dtype_of(call, {"a", "b"});
+  // The TypeScript side has checked out's dtype: the inputs' own, or f32 with outF32.
+  const PlanKey key{dtype,
+                    out.dtype,
                     call.i64("batch"),
                     call.i64("m"),
                     call.i64("n"),
@@ -138,18 +144,22 @@ MDLM_OP(matmul) {
   auto it = plans.find(key);
   if (it == plans.end()) it = plans.emplace(key, make_plan(call, key)).first;
   const Plan& p = it->second;
+  const bool accumulate = call.flag("accumulate");
   if (p.fallback) {
     if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
     with_float_type(key.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
-      matmul_fallback_kernel<T><<<grid, 256, 0, call.stream>>>(static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<T*>(out.ptr), key.m,
-                                                                key.n, key.k, key.trans_a, key.trans_b);
-      check_launch("matmul_fallback_kernel");
+      with_float_type(key.out_dtype, [&](auto out_tag) {
+        using TO = typename decltype(out_tag)::type;
+        const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
+        matmul_fallback_kernel<T, TO><<<grid, 256, 0, call.stream>>>(static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<TO*>(out.ptr),
+                                                                      key.m, key.n, key.k, key.trans_a, key.trans_b, accumulate);
+        check_launch("matmul_fallback_kernel");
+      });
     });
     return;
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(call.cublaslt), p.desc, &alpha, b.ptr, p.lt_a, a.ptr, p.lt_b, &beta, out.ptr, p.lt_out, out.ptr,
                           p.lt_out, &p.algo, call.cublaslt_workspace, call.cublaslt_workspace_bytes, call.stream),
            "cublasLtMatmul");

@@ -1,4 +1,5 @@
-// matmul: out[b] = op(A[b]) · op(B[b]) with op = identity or transpose, f32 accumulate.
+// matmul: out[b] (+)= op(A[b]) · op(B[b]) with op = identity or transpose, f32 accumulate; with
+// ACCUMULATE the product is added to what out holds (GEMM beta = 1).
 //
 // One workgroup of 256 threads (16 x 16) computes a (16·TM) x 128 block of out; each thread owns
 // TM x 8 outputs, split in two column halves of 4 (cols tx·4.. and 64 + tx·4..) and, for TM = 8,
@@ -30,6 +31,7 @@ struct Params {
 // a is [k, m] (else [m, k]); b is [n, k] (else [k, n])
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
+override ACCUMULATE: bool = false;
 // rows of out per thread: 8 (128 x 128 block) or 4 (64 x 128 block, for grids too small to fill the GPU)
 override TM: u32 = 8u;
 
@@ -155,7 +157,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u
         let v = acc[2u * (4u * h + i) + half];
         let col0 = n0 + 64u * half + 4u * tx;
         for (var j = 0u; j < 4u; j++) {
-          if (col0 + j < params.n) { out[base_out + row * params.n + col0 + j] = v[j]; }
+          if (col0 + j >= params.n) { continue; }
+          let o = base_out + row * params.n + col0 + j;
+          if (ACCUMULATE) { out[o] += v[j]; } else { out[o] = v[j]; }
         }
       }
     }

@@ -15,7 +15,7 @@ import { CAST_DTYPES, type CastAttrs, cast } from '../src/ops/cast.js';
 import { embeddingBackward } from '../src/ops/embedding.js';
 import { gradNorm } from '../src/ops/grad_norm.js';
 import { OPS } from '../src/ops/index.js';
-import { matmul } from '../src/ops/matmul.js';
+import { matmul, matmulAttrs } from '../src/ops/matmul.js';
 import type { OpDef } from '../src/ops/op.js';
 import { type ReduceAttrs, reduce } from '../src/ops/reduce.js';
 import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
@@ -220,7 +220,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     const ma = b.view(mat, 1, [1, m, k]);
     const mb = b.view(mat, 1 + m * k, [1, k, nn]);
     const mo = b.alloc([1, m, nn], 'bf16');
-    const attrs = { batch: 1, m, n: nn, k, transA: false, transB: false };
+    const attrs = matmulAttrs(1, m, nn, k);
     b.run(matmul, { a: ma, b: mb, out: mo }, attrs);
     const r = (x: number): number => bf16ToF32(f32ToBf16(x));
     const ref = new Float64Array(m * nn);

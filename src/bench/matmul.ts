@@ -8,7 +8,7 @@
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { relativeError } from '../harness/parity.js';
-import { type MatmulAttrs, matmul } from '../ops/matmul.js';
+import { type MatmulAttrs, matmul, matmulAttrs } from '../ops/matmul.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { createBackend } from '../runtime/backends.js';
 import { numel } from '../tensor.js';
@@ -43,11 +43,11 @@ export interface MatmulBenchRecord {
 /** The square sizes given (batch 1, no transposes), or the op's bench cases. */
 export function matmulBenchShapes(sizes?: readonly number[]): MatmulAttrs[] {
   if (!sizes) return matmul.cases('bench').map((c) => c.attrs);
-  return sizes.map((s) => ({ batch: 1, m: s, n: s, k: s, transA: false, transB: false }));
+  return sizes.map((s) => matmulAttrs(1, s, s, s));
 }
 
-export function describeShape({ batch, m, n, k, transA, transB }: MatmulAttrs): string {
-  const op = `${transA ? 'aᵀ' : 'a'}·${transB ? 'bᵀ' : 'b'}`;
+export function describeShape({ batch, m, n, k, transA, transB, accumulate }: MatmulAttrs): string {
+  const op = `${accumulate ? 'out += ' : ''}${transA ? 'aᵀ' : 'a'}·${transB ? 'bᵀ' : 'b'}`;
   return `${batch > 1 ? `${batch}x ` : ''}${m}x${n}x${k} ${op}`;
 }
 

@@ -8,7 +8,7 @@ import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { crossEntropy, crossEntropyBackward } from '../ops/cross_entropy.js';
 import { reduce } from '../ops/reduce.js';
-import type { Tensor } from '../tensor.js';
+import type { FloatDType, Tensor } from '../tensor.js';
 import { Arena } from '../nn/arena.js';
 import { AttentionScratch } from '../nn/attention.js';
 import { BlockScratch, DecoderBlock } from '../nn/block.js';
@@ -59,15 +59,22 @@ export class LlamaModel {
   private readonly zeros: Tensor;
   private causal = true;
 
-  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number) {
+  /**
+   * `dtype` is the compute dtype of activations and of the weights' working copy (bf16 for
+   * mixed precision); master weights, gradients and optimizer state are f32 either way.
+   */
+  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number, readonly dtype: FloatDType = 'f32') {
     validateModel(cfg);
+    if (!backend.floatDtypes.has(dtype)) {
+      fail('BAD_CONFIG', `compute dtype ${dtype}: the ${backend.name} backend's kernels take ${[...backend.floatDtypes].join(', ')}`);
+    }
     const b = backend;
     const T = cfg.seqLen;
     const N = batch * T;
     const headDim = cfg.dModel / cfg.nHeads;
     this.rows = N;
-    this.store = new ParamStore(b);
-    this.arena = new Arena(b);
+    this.store = new ParamStore(b, dtype);
+    this.arena = new Arena(b, dtype);
     const std = cfg.initStd;
     const outStd = std / Math.sqrt(2 * cfg.nLayers);
     const dims = {
@@ -83,22 +90,22 @@ export class LlamaModel {
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
       : new Linear(this.store, 'lm_head', cfg.dModel, cfg.vocabSize, std);
-    const maxWeight = Math.max(cfg.vocabSize * cfg.dModel, cfg.ffnHidden * cfg.dModel, cfg.dModel * cfg.dModel);
-    this.ws = new Workspace(this.arena, maxWeight, N * cfg.dModel);
+    // The largest gradient written through the workspace is the embedding table's.
+    this.ws = new Workspace(this.arena, cfg.vocabSize * cfg.dModel);
     const a = this.arena;
     this.ids = a.alloc([N], 'i32');
     this.targets = a.alloc([N], 'i32');
-    this.weights = a.alloc([N]);
+    this.weights = a.alloc([N], 'f32');
     this.segIds = a.alloc([batch, T], 'i32');
     this.positions = a.alloc([batch, T], 'i32');
     this.streams = Array.from({ length: cfg.nLayers + 1 }, () => a.alloc([N, cfg.dModel]));
     this.normed = a.alloc([N, cfg.dModel]);
-    this.rstdFinal = a.alloc([N]);
+    this.rstdFinal = a.alloc([N], 'f32');
     this.logits = a.alloc([N, cfg.vocabSize]);
-    this.tokenLoss = a.alloc([N]);
-    this.lse = a.alloc([N]);
-    this.lossSum = a.alloc([1]);
-    this.dLoss = a.alloc([N]);
+    this.tokenLoss = a.alloc([N], 'f32');
+    this.lse = a.alloc([N], 'f32');
+    this.lossSum = a.alloc([1], 'f32');
+    this.dLoss = a.alloc([N], 'f32');
     this.dLogits = a.alloc([N, cfg.vocabSize]);
     this.dNormed = a.alloc([N, cfg.dModel]);
     this.dStream = a.alloc([N, cfg.dModel]);
@@ -183,7 +190,7 @@ export class LlamaModel {
     const N = this.rows;
     const cfg = this.cfg;
     b.run(crossEntropyBackward, { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: this.dLogits }, { rows: N, vocab: cfg.vocabSize });
-    this.head.backward(b, this.ws, this.normed, this.dLogits, this.dNormed, 'write', N);
+    this.head.backward(b, this.normed, this.dLogits, this.dNormed, 'write', N);
     this.finalNorm.backward(b, this.ws, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
     for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.ws, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
     this.embed.backward(b, this.ws, this.ids, this.dStream, N);
@@ -197,7 +204,7 @@ export class LlamaModel {
       if (!t || t.length !== p.value.size) fail('BAD_FILE', `${source}: parameter '${p.name}' is missing or has ${t?.length ?? 0} values, expected ${p.value.size}`);
       host.set(t, p.offset);
     }
-    this.backend.upload(this.store.value, host);
+    this.store.upload(host);
   }
 
   destroy(): void {

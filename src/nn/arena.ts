@@ -3,15 +3,16 @@
  * every step: the steady-state training loop allocates nothing.
  */
 import type { Backend } from '../backend/backend.js';
-import type { DType, Shape, Tensor } from '../tensor.js';
+import type { DType, FloatDType, Shape, Tensor } from '../tensor.js';
 
 export class Arena {
   private readonly tensors: Tensor[] = [];
   private bytes = 0;
 
-  constructor(readonly backend: Backend) {}
+  /** `floatDtype`: the activations' dtype, what `alloc` gives unless told otherwise. */
+  constructor(readonly backend: Backend, readonly floatDtype: FloatDType = 'f32') {}
 
-  alloc(shape: Shape, dtype: DType = 'f32'): Tensor {
+  alloc(shape: Shape, dtype: DType = this.floatDtype): Tensor {
     const t = this.backend.alloc(shape, dtype);
     this.tensors.push(t);
     this.bytes += t.byteSize;

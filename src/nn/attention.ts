@@ -95,7 +95,7 @@ export class SelfAttention {
     const projection = (linear: Linear, heads: number, b: Param | null, n: RMSNorm | null): Projection => ({
       linear, heads, bias: b, norm: n,
       raw: n ? arena.alloc([s.batch, s.seqLen, heads, s.headDim]) : null,
-      rstd: n ? arena.alloc([rows * heads]) : null,
+      rstd: n ? arena.alloc([rows * heads], 'f32') : null,
     });
     this.proj = {
       q: projection(this.q, s.heads, biases.q, norms.q),
@@ -106,7 +106,7 @@ export class SelfAttention {
     this.savedK = arena.alloc([s.batch, s.seqLen, s.kvHeads, s.headDim]);
     this.savedV = arena.alloc([s.batch, s.seqLen, s.kvHeads, s.headDim]);
     this.savedOut = arena.alloc([s.batch, s.seqLen, s.heads, s.headDim]);
-    this.savedLse = arena.alloc([s.batch, s.heads, s.seqLen]);
+    this.savedLse = arena.alloc([s.batch, s.heads, s.seqLen], 'f32');
   }
 
   private attrs(causal: boolean) {
@@ -138,7 +138,7 @@ export class SelfAttention {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
-    this.o.backward(b, ws, as2d(b, this.savedOut), dout, as2d(b, sc.dAttn), 'write', rows);
+    this.o.backward(b, as2d(b, this.savedOut), dout, as2d(b, sc.dAttn), 'write', rows);
     b.run(
       attentionBackward,
       { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, dq: sc.dq, dk: sc.dk, dv: sc.dv },
@@ -158,8 +158,7 @@ export class SelfAttention {
     const rows = this.s.batch * this.s.seqLen;
     const lin = p.raw ?? y;
     p.linear.forward(b, x, as2d(b, lin), rows);
-    // dAttn is free until backward: it holds the broadcast bias.
-    if (p.bias) addRowBias(b, as2d(b, lin), p.bias, this.scratch.ones!, as2d(b, this.scratch.dAttn), rows);
+    if (p.bias) addRowBias(b, as2d(b, lin), p.bias, this.scratch.ones!, rows);
     if (p.norm) p.norm.forward(b, perHead(b, lin), perHead(b, y), p.rstd!, rows * p.heads);
   }
 
@@ -171,8 +170,8 @@ export class SelfAttention {
       p.norm.backward(b, ws, perHead(b, dy), perHead(b, p.raw!), p.rstd!, b.view(this.scratch.zeros!, 0, [spare.size / this.s.headDim, this.s.headDim]), perHead(b, spare), rows * p.heads);
       dlin = spare;
     }
-    if (p.bias) accumulateBiasGrad(b, ws, as2d(b, dlin), p.bias, this.scratch.ones!, rows);
-    p.linear.backward(b, ws, x, as2d(b, dlin), dx, mode, rows);
+    if (p.bias) accumulateBiasGrad(b, as2d(b, dlin), p.bias, this.scratch.ones!, rows);
+    p.linear.backward(b, x, as2d(b, dlin), dx, mode, rows);
   }
 }
 

@@ -55,10 +55,10 @@ export class DecoderBlock {
     this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd);
     const nd = [this.rows, d.dModel];
     this.n1 = arena.alloc(nd);
-    this.rstd1 = arena.alloc([this.rows]);
+    this.rstd1 = arena.alloc([this.rows], 'f32');
     this.mid = arena.alloc(nd);
     this.n2 = arena.alloc(nd);
-    this.rstd2 = arena.alloc([this.rows]);
+    this.rstd2 = arena.alloc([this.rows], 'f32');
   }
 
   /** out = block(h); h must stay untouched until backward (the model keeps every block input). */
@@ -74,7 +74,7 @@ export class DecoderBlock {
   /** On entry `dStream` holds d(out); on exit d(h). */
   backward(b: Backend, ws: Workspace, h: Tensor, dStream: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
     const sc = this.scratch;
-    this.mlp.backward(b, ws, this.n2, dStream, sc.dNorm);
+    this.mlp.backward(b, this.n2, dStream, sc.dNorm);
     this.norm2.backward(b, ws, sc.dNorm, this.mid, this.rstd2, dStream, sc.dMid, this.rows);
     this.attn.backward(b, ws, this.n1, sc.dMid, sc.dNorm, segIds, positions, causal);
     this.norm1.backward(b, ws, sc.dNorm, h, this.rstd1, sc.dMid, dStream, this.rows);

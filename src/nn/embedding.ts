@@ -1,6 +1,5 @@
 /** Token embedding: a gather forward, a deterministic scatter-add backward. */
 import type { Backend } from '../backend/backend.js';
-import { axpy } from '../ops/axpy.js';
 import { embedding, embeddingBackward } from '../ops/embedding.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
@@ -14,12 +13,12 @@ export class Embedding {
   }
 
   forward(b: Backend, ids: Tensor, out: Tensor, tokens: number): void {
-    b.run(embedding, { ids, table: this.table.value, out }, { tokens, vocab: this.vocab, dim: this.dim });
+    b.run(embedding, { ids, table: this.table.compute, out }, { tokens, vocab: this.vocab, dim: this.dim });
   }
 
   backward(b: Backend, ws: Workspace, ids: Tensor, dout: Tensor, tokens: number): void {
     const dtable = ws.weightScratch(b, [this.vocab, this.dim]);
     b.run(embeddingBackward, { ids, dout, dtable }, { tokens, vocab: this.vocab, dim: this.dim });
-    b.run(axpy, { x: b.view(dtable, 0, [dtable.size]), y: b.view(this.table.grad, 0, [dtable.size]) }, { n: dtable.size, alpha: 1 });
+    ws.accumulateGrad(b, dtable, this.table);
   }
 }

@@ -1,10 +1,12 @@
-/** Linear layer without bias: y = x · Wᵀ with W stored [out, in] as Hugging Face stores it. */
+/**
+ * Linear layer without bias: y = x · Wᵀ with W stored [out, in] as Hugging Face stores it. The
+ * forward and input gradient use the weight's working copy (the compute dtype); the weight
+ * gradient accumulates in f32 straight into the master gradient (matmul with accumulate, outF32).
+ */
 import type { Backend } from '../backend/backend.js';
-import { axpy } from '../ops/axpy.js';
-import { matmul } from '../ops/matmul.js';
+import { matmul, matmulAttrs } from '../ops/matmul.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
-import type { Workspace } from './workspace.js';
 
 /** How a backward pass delivers an input gradient: overwrite, add to what is there, or skip. */
 export type GradMode = 'write' | 'add' | 'none';
@@ -23,18 +25,14 @@ export class Linear {
 
   /** y [rows, out] = x [rows, in] · Wᵀ */
   forward(b: Backend, x: Tensor, y: Tensor, rows: number): void {
-    b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.value), out: as3d(b, y) }, { batch: 1, m: rows, n: this.outFeatures, k: this.inFeatures, transA: false, transB: true });
+    b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.compute), out: as3d(b, y) }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
   }
 
-  /** dW += dyᵀ · x; dx = dy · W (per `mode`). */
-  backward(b: Backend, ws: Workspace, x: Tensor, dy: Tensor, dx: Tensor | null, mode: GradMode, rows: number): void {
-    const dW = ws.weightScratch(b, this.weight.value.shape);
-    b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, dW) }, { batch: 1, m: this.outFeatures, n: this.inFeatures, k: rows, transA: true, transB: false });
-    b.run(axpy, { x: flat(b, dW), y: flat(b, this.weight.grad) }, { n: this.weight.grad.size, alpha: 1 });
+  /** dW += dyᵀ · x (f32); dx = or += dy · W (per `mode`). */
+  backward(b: Backend, x: Tensor, dy: Tensor, dx: Tensor | null, mode: GradMode, rows: number): void {
+    b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate: true, outF32: true }));
     if (mode === 'none' || !dx) return;
-    const target = mode === 'add' ? ws.actScratch(b, dx.shape) : dx;
-    b.run(matmul, { a: as3d(b, dy), b: as3d(b, this.weight.value), out: as3d(b, target) }, { batch: 1, m: rows, n: this.inFeatures, k: this.outFeatures, transA: false, transB: false });
-    if (mode === 'add') b.run(axpy, { x: flat(b, target), y: flat(b, dx) }, { n: dx.size, alpha: 1 });
+    b.run(matmul, { a: as3d(b, dy), b: as3d(b, this.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, this.inFeatures, this.outFeatures, false, false, { accumulate: mode === 'add' }));
   }
 }
 
@@ -47,18 +45,14 @@ export function flat(b: Backend, t: Tensor): Tensor {
   return t.shape.length === 1 ? t : b.view(t, 0, [t.size]);
 }
 
-/** y [rows, n] += bias broadcast over rows: ones [rows, 1] · bias [1, n] into `scratch`, then added. */
-export function addRowBias(b: Backend, y: Tensor, bias: Param, ones: Tensor, scratch: Tensor, rows: number): void {
+/** y [rows, n] += bias broadcast over rows: ones [rows, 1] · bias [1, n], accumulated into y. */
+export function addRowBias(b: Backend, y: Tensor, bias: Param, ones: Tensor, rows: number): void {
   const n = bias.value.size;
-  const tmp = b.view(scratch, 0, [1, rows, n]);
-  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: b.view(bias.value, 0, [1, 1, n]), out: tmp }, { batch: 1, m: rows, n, k: 1, transA: false, transB: false });
-  b.run(axpy, { x: flat(b, tmp), y: flat(b, y) }, { n: rows * n, alpha: 1 });
+  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: b.view(bias.compute, 0, [1, 1, n]), out: as3d(b, y) }, matmulAttrs(1, rows, n, 1, false, false, { accumulate: true }));
 }
 
-/** bias.grad += Σ_rows dy: onesᵀ [1, rows] · dy [rows, n]. */
-export function accumulateBiasGrad(b: Backend, ws: Workspace, dy: Tensor, bias: Param, ones: Tensor, rows: number): void {
+/** bias.grad += Σ_rows dy (f32): onesᵀ [1, rows] · dy [rows, n]. */
+export function accumulateBiasGrad(b: Backend, dy: Tensor, bias: Param, ones: Tensor, rows: number): void {
   const n = bias.value.size;
-  const dbias = ws.weightScratch(b, [1, 1, n]);
-  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: dbias }, { batch: 1, m: 1, n, k: rows, transA: true, transB: false });
-  b.run(axpy, { x: flat(b, dbias), y: bias.grad }, { n, alpha: 1 });
+  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: b.view(bias.grad, 0, [1, 1, n]) }, matmulAttrs(1, 1, n, rows, true, false, { accumulate: true, outF32: true }));
 }

@@ -5,7 +5,6 @@ import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { Linear } from './linear.js';
 import type { ParamStore } from './params.js';
-import type { Workspace } from './workspace.js';
 
 /** Temporaries shared by every MLP (only one runs at a time). */
 export class MlpScratch {
@@ -43,11 +42,11 @@ export class SwiGluMlp {
     this.down.forward(b, this.h, out, this.rows);
   }
 
-  backward(b: Backend, ws: Workspace, x: Tensor, dout: Tensor, dx: Tensor): void {
+  backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor): void {
     const sc = this.scratch;
-    this.down.backward(b, ws, this.h, dout, sc.dHidden, 'write', this.rows);
+    this.down.backward(b, this.h, dout, sc.dHidden, 'write', this.rows);
     b.run(swigluBackward, { dout: sc.dHidden, gate: this.g, up: this.u, dgate: sc.dGate, dup: sc.dUp }, { rows: this.rows, hidden: this.hidden });
-    this.gate.backward(b, ws, x, sc.dGate, dx, 'write', this.rows);
-    this.up.backward(b, ws, x, sc.dUp, dx, 'add', this.rows);
+    this.gate.backward(b, x, sc.dGate, dx, 'write', this.rows);
+    this.up.backward(b, x, sc.dUp, dx, 'add', this.rows);
   }
 }

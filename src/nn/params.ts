@@ -1,5 +1,8 @@
 /**
  * Parameters, their gradients and optimizer state live in flat device buffers; layers hold views.
+ * Master values and gradients are f32. Under a narrower compute dtype (bf16) a working copy of the
+ * values in that dtype, same layout, is what the layers read; `refreshCompute` re-derives it with
+ * one cast after every change of the masters (init, load, optimizer step).
  * Views start on 64-element (256-byte) boundaries, as WebGPU storage bindings require. Decayed
  * parameters come first and the rest (norms) after, so AdamW runs on two ranges without a mask
  * and the global gradient norm is one reduction over the whole gradient buffer.
@@ -7,7 +10,8 @@
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
-import { type Shape, type Tensor, numel } from '../tensor.js';
+import { cast } from '../ops/cast.js';
+import { type FloatDType, type Shape, type Tensor, numel } from '../tensor.js';
 
 const ALIGN = 64;
 
@@ -22,8 +26,12 @@ export interface ParamSpec {
 
 export interface Param extends ParamSpec {
   readonly offset: number; // elements into the flat buffers
+  /** The f32 master value. */
   value: Tensor;
+  /** The f32 gradient. */
   grad: Tensor;
+  /** What the layers compute with: the working copy in the compute dtype (the master under f32). */
+  compute: Tensor;
 }
 
 /** A contiguous range of the flat buffers: all decayed parameters, then all others. */
@@ -39,10 +47,11 @@ export class ParamStore {
   private params: Param[] | null = null;
   private flatValue: Tensor | null = null;
   private flatGrad: Tensor | null = null;
+  private flatCompute: Tensor | null = null;
   private ranges: { decay: ParamRange; noDecay: ParamRange } | null = null;
   private zeros: Float32Array | null = null;
 
-  constructor(readonly backend: Backend) {}
+  constructor(readonly backend: Backend, readonly computeDtype: FloatDType = 'f32') {}
 
   /** Declare a parameter; its tensors exist after `materialize`. */
   declare(name: string, shape: Shape, init: ParamInit, decay: boolean): Param {
@@ -72,6 +81,8 @@ export class ParamStore {
     const grad = b.alloc([size], 'f32');
     this.flatValue = value;
     this.flatGrad = grad;
+    const work = this.computeDtype === 'f32' ? value : b.alloc([size], this.computeDtype);
+    if (work !== value) this.flatCompute = work;
     const range = (offset: number, n: number): ParamRange => ({
       offset, size: n, value: b.view(value, offset, [n]), grad: b.view(grad, offset, [n]),
     });
@@ -80,12 +91,25 @@ export class ParamStore {
     this.params = this.specs.map((spec, index) => {
       const offset = offsets.get(spec)!;
       const p = spec as Param;
-      Object.assign(p, { offset, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape) });
+      Object.assign(p, { offset, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape), compute: b.view(work, offset, spec.shape) });
       fillInit(host, offset, numel(spec.shape), spec.init, seed, index);
       return p;
     });
-    b.upload(value, host);
+    this.upload(host);
     this.zeroGrads();
+  }
+
+  /** Set every master value from a host array in the flat layout (and the working copy from it). */
+  upload(host: Float32Array): void {
+    this.backend.upload(this.value, host);
+    this.refreshCompute();
+  }
+
+  /** Re-derive the working copy from the masters (a no-op under f32, where they are one buffer). */
+  refreshCompute(): void {
+    const work = this.flatCompute;
+    if (!work) return;
+    this.backend.run(cast, { x: this.value, out: work }, { n: work.size, from: 'f32', to: this.computeDtype });
   }
 
   get list(): readonly Param[] {
@@ -131,6 +155,7 @@ export class ParamStore {
   destroy(): void {
     if (this.flatValue) this.backend.free(this.flatValue);
     if (this.flatGrad) this.backend.free(this.flatGrad);
+    if (this.flatCompute) this.backend.free(this.flatCompute);
   }
 }
 /** Initial values keyed by (seed, parameter index): the same on every backend and rank. */

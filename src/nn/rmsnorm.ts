@@ -1,6 +1,5 @@
 /** RMSNorm layer: y = x / rms(x) · weight; the fused variant adds the residual branch first. */
 import type { Backend } from '../backend/backend.js';
-import { axpy } from '../ops/axpy.js';
 import { addRmsnorm, rmsnorm, rmsnormBackward } from '../ops/rmsnorm.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
@@ -14,18 +13,18 @@ export class RMSNorm {
   }
 
   forward(b: Backend, x: Tensor, y: Tensor, rstd: Tensor, rows: number): void {
-    b.run(rmsnorm, { x, weight: this.weight.value, y, rstd }, { rows, dim: this.dim, eps: this.eps });
+    b.run(rmsnorm, { x, weight: this.weight.compute, y, rstd }, { rows, dim: this.dim, eps: this.eps });
   }
 
   /** sum = x + residual; y = norm(sum). */
   forwardAdd(b: Backend, x: Tensor, residual: Tensor, sum: Tensor, y: Tensor, rstd: Tensor, rows: number): void {
-    b.run(addRmsnorm, { x, residual, weight: this.weight.value, sum, y, rstd }, { rows, dim: this.dim, eps: this.eps });
+    b.run(addRmsnorm, { x, residual, weight: this.weight.compute, sum, y, rstd }, { rows, dim: this.dim, eps: this.eps });
   }
 
   /** dx = dresidual + ∂y/∂x · dy; weight gradient accumulated. `x` is the normalised input. */
   backward(b: Backend, ws: Workspace, dy: Tensor, x: Tensor, rstd: Tensor, dresidual: Tensor, dx: Tensor, rows: number): void {
     const dweight = ws.weightScratch(b, [this.dim]);
-    b.run(rmsnormBackward, { dy, x, weight: this.weight.value, rstd, dresidual, dx, dweight }, { rows, dim: this.dim, eps: this.eps });
-    b.run(axpy, { x: dweight, y: this.weight.grad }, { n: this.dim, alpha: 1 });
+    b.run(rmsnormBackward, { dy, x, weight: this.weight.compute, rstd, dresidual, dx, dweight }, { rows, dim: this.dim, eps: this.eps });
+    ws.accumulateGrad(b, dweight, this.weight);
   }
 }

@@ -1,18 +1,24 @@
 /**
- * Scratch buffers shared by every layer's backward pass (one weight-gradient buffer as large as
- * the largest weight, one activation buffer as large as the largest activation), allocated once.
+ * Scratch shared by every layer's backward pass, allocated once: a weight-gradient buffer in the
+ * compute dtype as large as the largest weight (for the ops that write a parameter gradient in
+ * the activations' dtype: norm weights, the embedding table), and under a narrower compute dtype
+ * an f32 buffer of the same size to widen such a gradient before it is added to the f32 master
+ * gradient. Matmul weight gradients need neither: they accumulate into the master gradient directly.
  */
 import type { Backend } from '../backend/backend.js';
-import { type Shape, type Tensor, numel } from '../tensor.js';
+import { axpy } from '../ops/axpy.js';
+import { cast } from '../ops/cast.js';
+import { type FloatDType, type Shape, type Tensor, numel } from '../tensor.js';
 import type { Arena } from './arena.js';
+import type { Param } from './params.js';
 
 export class Workspace {
   private readonly weight: Tensor;
-  private readonly act: Tensor;
+  private readonly widened: Tensor | null;
 
-  constructor(arena: Arena, maxWeight: number, maxAct: number) {
+  constructor(arena: Arena, maxWeight: number) {
     this.weight = arena.alloc([maxWeight]);
-    this.act = arena.alloc([maxAct]);
+    this.widened = arena.floatDtype === 'f32' ? null : arena.alloc([maxWeight], 'f32');
   }
 
   weightScratch(b: Backend, shape: Shape): Tensor {
@@ -20,8 +26,15 @@ export class Workspace {
     return b.view(this.weight, 0, shape);
   }
 
-  actScratch(b: Backend, shape: Shape): Tensor {
-    if (numel(shape) > this.act.size) throw new Error(`Workspace: activation scratch ${numel(shape)} > ${this.act.size}`);
-    return b.view(this.act, 0, shape);
+  /** p.grad += g, with g (from weightScratch) in the compute dtype. */
+  accumulateGrad(b: Backend, g: Tensor, p: Param): void {
+    const n = p.grad.size;
+    let src = b.view(g, 0, [n]);
+    if (this.widened) {
+      const wide = b.view(this.widened, 0, [n]);
+      b.run(cast, { x: src, out: wide }, { n, from: g.dtype as FloatDType, to: 'f32' });
+      src = wide;
+    }
+    b.run(axpy, { x: src, y: b.view(p.grad, 0, [n]) }, { n, alpha: 1 });
   }
 }

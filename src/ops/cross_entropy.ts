@@ -7,7 +7,9 @@
  * where ignored; it takes the forward's lse so the softmax is one exp per element.
  *
  * lse is f32 whatever the float dtype: the backward subtracts it from every logit before the exp,
- * and a bf16 lse (~11 ± 0.03) would skew every softmax entry of the row by up to 3%.
+ * and a bf16 lse (~11 ± 0.03) would skew every softmax entry of the row by up to 3%. The per-row
+ * weights, losses and loss gradients are f32 too: a bf16 w(t) = 1/t would be off by up to 0.4%,
+ * and the reported loss would carry three significant digits; they are one value per row.
  *
  * Targets ≥ vocab are a data error: the reference throws. The kernels cannot throw and never read
  * out of bounds: the WGSL kernels treat such rows as ignored; the CUDA kernels write a NaN loss
@@ -100,8 +102,8 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
   args: [
     { name: 'logits', role: 'in', dtype: 'float' },
     { name: 'targets', role: 'in', dtype: 'i32' },
-    { name: 'weights', role: 'in', dtype: 'float' },
-    { name: 'loss', role: 'out', dtype: 'float' },
+    { name: 'weights', role: 'in', dtype: 'f32' },
+    { name: 'loss', role: 'out', dtype: 'f32' },
     { name: 'lse', role: 'out', dtype: 'f32' },
   ],
   floatDtypes: ['f32', 'bf16'],
@@ -127,9 +129,9 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
   args: [
     { name: 'logits', role: 'in', dtype: 'float' },
     { name: 'targets', role: 'in', dtype: 'i32' },
-    { name: 'weights', role: 'in', dtype: 'float' },
+    { name: 'weights', role: 'in', dtype: 'f32' },
     { name: 'lse', role: 'in', dtype: 'f32' },
-    { name: 'dloss', role: 'in', dtype: 'float' },
+    { name: 'dloss', role: 'in', dtype: 'f32' },
     { name: 'dlogits', role: 'out', dtype: 'float' },
   ],
   floatDtypes: ['f32', 'bf16'],

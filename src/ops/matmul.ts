@@ -1,6 +1,8 @@
 /**
- * matmul: out[b] = op(A[b]) · op(B[b]) per batch item, op = identity or transpose. One op covers a
- * linear layer's forward (x·Wᵀ), its input gradient (dy·W) and its weight gradient (dyᵀ·x).
+ * matmul: out[b] (+)= op(A[b]) · op(B[b]) per batch item, op = identity or transpose. One op covers
+ * a linear layer's forward (x·Wᵀ), its input gradient (dy·W, added to what a sibling branch wrote
+ * with `accumulate`) and its weight gradient (dyᵀ·x, accumulated straight into the f32 master
+ * gradient with `accumulate` and `outF32` under bf16 activations: no scratch, no extra add).
  */
 import { type Shape, numel } from '../tensor.js';
 import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, randn, requireDims } from './op.js';
@@ -14,11 +16,17 @@ export interface MatmulAttrs {
   readonly transA: boolean;
   /** b is stored [batch, n, k] (use Bᵀ) instead of [batch, k, n]. */
   readonly transB: boolean;
+  /** out += the product (GEMM beta = 1) instead of out = the product. */
+  readonly accumulate: boolean;
+  /** out is f32 whatever a and b are (bf16 inputs, f32 result); else out has their dtype. */
+  readonly outF32: boolean;
 }
 
-function mm(batch: number, m: number, n: number, k: number, transA = false, transB = false): MatmulAttrs {
-  return { batch, m, n, k, transA, transB };
+/** Attributes of a plain product (no accumulation, out in the inputs' dtype) unless `extra` says so. */
+export function matmulAttrs(batch: number, m: number, n: number, k: number, transA = false, transB = false, extra: Partial<Pick<MatmulAttrs, 'accumulate' | 'outF32'>> = {}): MatmulAttrs {
+  return { batch, m, n, k, transA, transB, accumulate: false, outF32: false, ...extra };
 }
+const mm = matmulAttrs;
 
 function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAttrs): Record<'a' | 'b' | 'out', Shape> {
   return {
@@ -30,21 +38,23 @@ function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAttrs): Record<'
 
 export const matmul = defineOp<MatmulAttrs>({
   name: 'matmul',
-  summary: 'out[b] = op(a[b]) · op(b[b]), op = identity or transpose (transA, transB); f32 accumulate',
+  summary: 'out[b] (+)= op(a[b]) · op(b[b]), op = identity or transpose (transA, transB), f32 accumulation; out += with accumulate, f32 out under bf16 inputs with outF32',
+  // out is read when accumulating, so it is declared inout (a plain product ignores its old value).
   args: [
     { name: 'a', role: 'in', dtype: 'float' },
     { name: 'b', role: 'in', dtype: 'float' },
-    { name: 'out', role: 'out', dtype: 'float' },
+    { name: 'out', role: 'inout', dtype: 'float' },
   ],
   floatDtypes: ['f32', 'bf16'],
   validate(attrs) {
     requireDims('matmul', attrs, ['batch', 'm', 'n', 'k']);
-    for (const key of ['transA', 'transB'] as const) {
+    for (const key of ['transA', 'transB', 'accumulate', 'outF32'] as const) {
       if (typeof attrs[key] !== 'boolean') badAttr('matmul', key, attrs[key], 'expected true or false');
     }
   },
   shapes: matmulShapes,
-  reference({ a, b, out }, { batch, m, n, k, transA, transB }) {
+  argDtype: (arg, { outF32 }) => (arg === 'out' && outF32 ? 'f32' : undefined),
+  reference({ a, b, out }, { batch, m, n, k, transA, transB, accumulate }) {
     // Gather op(A) by rows and op(B) by columns into contiguous scratch so each output is a plain
     // dot product over k (same float64 sums, cache-friendly: the CPU backend trains with this).
     const rowA = new Float64Array(m * k);
@@ -60,7 +70,8 @@ export const matmul = defineOp<MatmulAttrs>({
           const bj = j * k;
           let s = 0;
           for (let l = 0; l < k; l++) s += rowA[ai + l]! * colB[bj + l]!;
-          out![p * m * n + i * n + j] = s;
+          const o = p * m * n + i * n + j;
+          out![o] = accumulate ? out![o]! + s : s;
         }
       }
     }
@@ -79,6 +90,9 @@ export const matmul = defineOp<MatmulAttrs>({
           { label: 'a·b batch 2 130x260x20 (two tiles each way)', attrs: mm(2, 130, 260, 20) },
           { label: '128-row tiles: batch 600 20x21x9 a·bᵀ', attrs: mm(600, 20, 21, 9, false, true) },
           { label: '128-row tiles: batch 600 20x21x9 aᵀ·b', attrs: mm(600, 20, 21, 9, true, false) },
+          { label: 'out += a·bᵀ 67x45x33', attrs: mm(1, 67, 45, 33, false, true, { accumulate: true }) },
+          { label: 'f32 out += aᵀ·b batch 2 70x130x19 (weight gradient)', attrs: mm(2, 70, 130, 19, true, false, { accumulate: true, outF32: true }) },
+          { label: 'f32 out = a·b 67x45x33', attrs: mm(1, 67, 45, 33, false, false, { outF32: true }) },
         ]
       : [
           { label: '1024³', attrs: mm(1, 1024, 1024, 1024) },
@@ -86,16 +100,17 @@ export const matmul = defineOp<MatmulAttrs>({
           { label: '4096³', attrs: mm(1, 4096, 4096, 4096) },
           { label: 'linear forward x·Wᵀ 8192x3072x768', attrs: mm(1, 8192, 3072, 768, false, true) },
           { label: 'linear dx = dy·W 8192x768x3072', attrs: mm(1, 8192, 768, 3072) },
-          { label: 'linear dW = dyᵀ·x 768x3072x8192', attrs: mm(1, 768, 3072, 8192, true, false) },
+          { label: 'linear dW += dyᵀ·x 768x3072x8192, f32 out', attrs: mm(1, 768, 3072, 8192, true, false, { accumulate: true, outF32: true }) },
         ],
   sample: (rng, attrs) => {
     const s = matmulShapes(attrs);
-    return { a: randn(rng, numel(s.a)), b: randn(rng, numel(s.b)) };
+    return { a: randn(rng, numel(s.a)), b: randn(rng, numel(s.b)), out: randn(rng, numel(s.out)) };
   },
   // f32 rounding error of a k-term dot product grows like eps·sqrt(k) for random signs:
   // 6e-8·sqrt(8192) ≈ 5e-6 at the longest bench sum; 2e-5 leaves a 4x margin.
   // bf16 in and out, f32 accumulation: products of bf16 values are exact in f32, the f32 sum adds
-  // ~5e-6 as above, and the one rounding to bf16 at most 2^-8 ≈ 3.9e-3: within 4e-3.
+  // ~5e-6 as above, and the one rounding to bf16 at most 2^-8 ≈ 3.9e-3: within 4e-3 (an f32 out
+  // skips that rounding; accumulating adds one f32 addition before it).
   tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
 });

@@ -54,8 +54,11 @@ export interface OpDef<A = Record<string, never>> {
   validate?(attrs: A): void;
   /** The shape each argument must have. */
   shapes(attrs: A): Record<string, Shape>;
-  /** Concrete dtype of an arg whose dtype depends on attributes (e.g. cast). */
-  argDtype?(arg: string, attrs: A): DType;
+  /**
+   * Concrete dtype of an arg whose dtype depends on attributes (cast's x and out; matmul's out when
+   * it is f32 under bf16 inputs); undefined leaves the declared dtype.
+   */
+  argDtype?(arg: string, attrs: A): DType | undefined;
   /** The float64 reference: reads 'in'/'inout' args, writes 'out'/'inout' args (preallocated). */
   reference(args: RefArgs, attrs: A): void;
   /** Parity cases; 'bench' cases are the sizes timed by `mdlm bench kernels`. */
@@ -94,11 +97,16 @@ export function resolveArgDtype<A>(op: OpDef<A>, arg: ArgSpec, attrs: A, floatDt
   return arg.dtype === 'float' ? floatDtype : arg.dtype;
 }
 
+/** Whether an arg takes the call's float dtype (declared 'float' and not fixed by argDtype). */
+function followsCallDtype<A>(op: OpDef<A>, arg: ArgSpec, attrs: A): boolean {
+  return arg.dtype === 'float' && !op.argDtype?.(arg.name, attrs);
+}
+
 /** The float dtype of a call: the dtype of its 'float' tensors, which must all agree. */
-export function callFloatDtype<A>(op: OpDef<A>, tensors: Readonly<Record<string, Tensor>>): DType {
+export function callFloatDtype<A>(op: OpDef<A>, tensors: Readonly<Record<string, Tensor>>, attrs: A): DType {
   let found: DType | undefined;
   for (const a of op.args) {
-    if (a.dtype !== 'float') continue;
+    if (!followsCallDtype(op, a, attrs)) continue;
     const t = tensors[a.name];
     if (!t) continue;
     if (found && t.dtype !== found) {
@@ -119,14 +127,14 @@ export function validateCall<A>(op: OpDef<A>, tensors: Readonly<Record<string, T
   for (const k of Object.keys(tensors)) {
     if (!names.has(k)) fail('BAD_ARGUMENT', `${op.name}: unknown argument '${k}'; it takes ${[...names].join(', ')}`);
   }
-  const floatDtype = callFloatDtype(op, tensors);
+  const floatDtype = callFloatDtype(op, tensors, attrs);
   const allowed = op.floatDtypes ?? ['f32'];
   const expected = op.shapes(attrs);
   for (const a of op.args) {
     const t = tensors[a.name];
     if (!t) fail('BAD_ARGUMENT', `${op.name}: missing argument '${a.name}'`);
     const want = resolveArgDtype(op, a, attrs, floatDtype);
-    if (a.dtype === 'float' && !op.argDtype && !allowed.includes(t.dtype)) {
+    if (followsCallDtype(op, a, attrs) && !allowed.includes(t.dtype)) {
       fail('BAD_DTYPE', `${op.name}: argument '${a.name}' is ${t.dtype}; this op takes ${allowed.join(' or ')}`);
     }
     if (t.dtype !== want) fail('BAD_DTYPE', `${op.name}: argument '${a.name}' must be ${want}, got ${t.dtype}`);

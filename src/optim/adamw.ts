@@ -46,6 +46,7 @@ export class AdamW {
   update(lr: number, step: number): void {
     this.updateRange(this.store.decayRange, lr, step, this.opts.weightDecay);
     this.updateRange(this.store.noDecayRange, lr, step, 0);
+    this.store.refreshCompute();
   }
 
   private updateRange(r: ParamRange, lr: number, step: number, weightDecay: number): void {

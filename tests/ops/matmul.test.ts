@@ -2,12 +2,13 @@ import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { MdlmError } from '../../src/errors.js';
 import { runReference } from '../../src/harness/parity.js';
-import { type MatmulAttrs, matmul } from '../../src/ops/matmul.js';
+import { type MatmulAttrs, matmul, matmulAttrs } from '../../src/ops/matmul.js';
 import { randn } from '../../src/ops/op.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
 
-function ref(attrs: MatmulAttrs, a: number[], b: number[]): number[] {
-  return [...(runReference(matmul, { a: Float64Array.from(a), b: Float64Array.from(b) }, attrs, 'f32').out as Float64Array)];
+function ref(attrs: MatmulAttrs, a: number[], b: number[], out: number[] = []): number[] {
+  const old = Float64Array.from({ length: attrs.batch * attrs.m * attrs.n }, (_, i) => out[i] ?? Number.NaN);
+  return [...(runReference(matmul, { a: Float64Array.from(a), b: Float64Array.from(b), out: old }, attrs, 'f32').out as Float64Array)];
 }
 
 /** x stored [batch, r, c] -> [batch, c, r] */
@@ -17,7 +18,7 @@ function transpose(x: Float64Array, batch: number, r: number, c: number): Float6
   return t;
 }
 
-const attrs = (batch: number, m: number, n: number, k: number, transA = false, transB = false): MatmulAttrs => ({ batch, m, n, k, transA, transB });
+const attrs = matmulAttrs;
 
 describe('matmul reference', () => {
   it('multiplies a 2x3 by a 3x2 by hand', () => {
@@ -30,6 +31,11 @@ describe('matmul reference', () => {
     expect(ref(attrs(1, 2, 2, 3, true, true), [1, 4, 2, 5, 3, 6], [7, 9, 11, 8, 10, 12])).toEqual([58, 64, 139, 154]);
   });
 
+  it('overwrites out (NaN before) unless accumulating, then adds to it', () => {
+    expect(ref(attrs(1, 2, 2, 3), [1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12])).toEqual([58, 64, 139, 154]);
+    expect(ref(attrs(1, 2, 2, 3, false, false, { accumulate: true }), [1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12], [1, -1, 0.5, 100])).toEqual([59, 63, 139.5, 254]);
+  });
+
   it('keeps batch items apart', () => {
     // batch 2 of 1x1x2: [1,2]·[3,4]ᵀ = 11 and [5,6]·[7,8]ᵀ = 83
     expect(ref(attrs(2, 1, 1, 2), [1, 2, 5, 6], [3, 4, 7, 8])).toEqual([11, 83]);
@@ -40,9 +46,10 @@ describe('matmul reference', () => {
     const rng = new PhiloxStream(7, RngPurpose.harness);
     const a = randn(rng, batch * m * k);
     const b = randn(rng, batch * k * n);
-    const plain = runReference(matmul, { a, b }, attrs(batch, m, n, k), 'f32').out!;
+    const out = new Float64Array(batch * m * n);
+    const plain = runReference(matmul, { a, b, out }, attrs(batch, m, n, k), 'f32').out!;
     for (const [transA, transB] of [[true, false], [false, true], [true, true]] as const) {
-      const inputs = { a: transA ? transpose(a, batch, m, k) : a, b: transB ? transpose(b, batch, k, n) : b };
+      const inputs = { a: transA ? transpose(a, batch, m, k) : a, b: transB ? transpose(b, batch, k, n) : b, out };
       const got = runReference(matmul, inputs, attrs(batch, m, n, k, transA, transB), 'f32').out!;
       for (let i = 0; i < got.length; i++) expect(got[i]).toBeCloseTo(plain[i]!, 12);
     }
@@ -53,8 +60,9 @@ describe('matmul reference', () => {
     const rng = new PhiloxStream(11, RngPurpose.harness);
     const a = randn(rng, m * k);
     const b = randn(rng, k * n);
-    const ab = runReference(matmul, { a, b }, attrs(1, m, n, k), 'f32').out as Float64Array;
-    const btat = runReference(matmul, { a: b, b: a }, attrs(1, n, m, k, true, true), 'f32').out as Float64Array;
+    const out = new Float64Array(m * n);
+    const ab = runReference(matmul, { a, b, out }, attrs(1, m, n, k), 'f32').out as Float64Array;
+    const btat = runReference(matmul, { a: b, b: a, out }, attrs(1, n, m, k, true, true), 'f32').out as Float64Array;
     const abT = transpose(ab, 1, m, n);
     for (let i = 0; i < abT.length; i++) expect(btat[i]).toBeCloseTo(abT[i]!, 12);
   });
@@ -83,6 +91,21 @@ describe('matmul validation', () => {
 
   it('names out when its shape is wrong', () => {
     expect(call([2, 3, 4], [2, 4, 5], [1, 3, 5], attrs(2, 3, 5, 4))).toThrow(/matmul: argument 'out' expected shape/);
+  });
+
+  it('takes an f32 out under bf16 inputs only with outF32, and accumulates into it', async () => {
+    const a = cpu.alloc([1, 1, 2], 'bf16');
+    const b = cpu.alloc([1, 2, 1], 'bf16');
+    cpu.upload(a, Float32Array.from([1, 2]));
+    cpu.upload(b, Float32Array.from([3, 4]));
+    const wide = cpu.alloc([1, 1, 1], 'f32');
+    cpu.upload(wide, Float32Array.from([0.25]));
+    expect(() => cpu.run(matmul, { a, b, out: wide }, attrs(1, 1, 1, 2, false, false, { accumulate: true }))).toThrow(/matmul: argument 'out' is f32 but other float arguments are bf16/);
+    cpu.run(matmul, { a, b, out: wide }, attrs(1, 1, 1, 2, false, false, { accumulate: true, outF32: true }));
+    expect(Array.from((await cpu.download(wide)) as Float32Array)).toEqual([11.25]);
+    const narrow = cpu.alloc([1, 1, 1], 'bf16');
+    expect(() => cpu.run(matmul, { a, b, out: narrow }, attrs(1, 1, 1, 2, false, false, { outF32: true }))).toThrow(/matmul: argument 'out' must be f32, got bf16/);
+    expect(() => cpu.run(matmul, { a: wide, b, out: wide }, attrs(1, 1, 1, 1))).toThrow(/matmul: argument 'b' is bf16 but other float arguments are f32/);
   });
 
   it('rejects non-positive dimensions and non-boolean transposes', () => {

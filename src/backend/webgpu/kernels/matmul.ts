@@ -11,7 +11,7 @@ const MIN_BIG_BLOCKS = 512;
 export const matmulKernel = defineKernel({
   op: matmul,
   shaders: ['matmul'],
-  run(k, { a, b, out }, { batch, m, n, k: depth, transA, transB }) {
+  run(k, { a, b, out }, { batch, m, n, k: depth, transA, transB, accumulate }) {
     const bigBlocks = batch * ceilDiv(m, 128) * ceilDiv(n, BLOCK_N);
     const rowsPerThread = bigBlocks >= MIN_BIG_BLOCKS ? 8 : 4;
     const blockM = 16 * rowsPerThread;
@@ -25,7 +25,7 @@ export const matmulKernel = defineKernel({
         out: out!,
       },
       workgroups: [ceilDiv(n, BLOCK_N), ceilDiv(m, blockM), batch],
-      constants: { TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, TM: rowsPerThread },
+      constants: { TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0, TM: rowsPerThread },
     });
   },
 });
