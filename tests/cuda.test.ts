@@ -2,11 +2,13 @@
  * The CUDA backend on a GPU: the backend contracts; every op of the registry against the float64
  * reference, in bf16 and in f32 where the op takes them; casts bit for bit with src/convert.ts over
  * every 16- and 8-bit code and random f32 bit patterns; the same bits from every run of the
- * reductions and the scatter-add; unaligned views; errors. Without a GPU or without the built
+ * reductions and the scatter-add; unaligned views; errors; 20 training steps of each objective in
+ * bf16 whose losses track the CPU's in f32. Without a GPU or without the built
  * addon the tests skip and say why; with MDLM_REQUIRE_CUDA=1 (bench/cuda-run.sh) that fails.
  * The backend's own TypeScript also runs everywhere, over a simulated device (tests/support).
  */
 import { afterAll, describe, expect, it } from 'vitest';
+import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
 import { checkParity, freshSeed, parityDtypes, relativeError } from '../src/harness/parity.js';
@@ -23,6 +25,7 @@ import { createBackend, probeCuda } from '../src/runtime/backends.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
+import { expectBf16Tracks, runLosses, tinyConfig, tinyRunRoot } from './support/train.js';
 
 const probe = probeCuda();
 if (!probe.available) {
@@ -249,4 +252,19 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     await expectMdlmError(() => b.run(addF16, { a: h, b: h, out }, { n: 4 }), 'UNSUPPORTED_DTYPE', 'f16');
     [h, out].forEach((t) => b.free(t));
   });
+
+  it('trains 20 steps of each objective in bf16 with losses tracking the CPU in f32 (same weights, same batches)', async () => {
+    const b = await cuda();
+    const { root, dataDir, remove } = await tinyRunRoot('mdlm-cuda-train-');
+    try {
+      for (const kind of ['ar', 'mdlm']) {
+        const over = { 'objective.kind': kind, 'train.steps': '20', 'train.warmupSteps': '5', 'train.evalBatches': '1' };
+        const f32 = await runLosses(tinyConfig(root, dataDir, `${kind}-cpu`, { ...over, 'train.precision': 'f32' }), new CpuBackend());
+        const bf16 = await runLosses(tinyConfig(root, dataDir, `${kind}-cuda`, { ...over, 'train.precision': 'bf16', backend: 'cuda' }), b);
+        expectBf16Tracks(f32, bf16);
+      }
+    } finally {
+      remove();
+    }
+  }, 300_000);
 });

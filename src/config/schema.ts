@@ -24,6 +24,7 @@ export const DATA_MODES = ['window', 'packed'] as const;
 export const LR_DECAYS = ['cosine', 'wsd', 'constant'] as const;
 export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
 export const NON_FINITE = ['stop', 'skip'] as const;
+export const PRECISIONS = ['auto', 'f32', 'bf16'] as const;
 
 export const ModelSchema = z.strictObject({
   vocabSize: int(2).default(264).describe('Vocabulary size (embedding rows). Pad to a multiple of 64 for fast matmuls; for mdlm it must also hold the [MASK] id.'),
@@ -82,6 +83,7 @@ export const TrainSchema = z.strictObject({
   logEvery: int(1).default(10).describe('Log training metrics every this many steps.'),
   seed: int(0).default(1234).describe('Seed of every random draw (init, data order, noise levels, masks).'),
   nonFinite: z.enum(NON_FINITE).default('stop').describe('On a NaN/Inf loss or gradient: stop the run (nothing is saved) or skip the step.'),
+  precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu.'),
 });
 
 type Issue = { path: (string | number)[]; message: string };

@@ -11,7 +11,7 @@ import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/
 import { fromHfTensors } from '../checkpoint/hf.js';
 import { openTensors } from '../checkpoint/safetensors.js';
 import { flopsPerToken } from '../config/model-size.js';
-import type { ObjectiveSection, TrainConfig } from '../config/schema.js';
+import type { ObjectiveSection, PRECISIONS, TrainConfig } from '../config/schema.js';
 import { type BatchLoader, type LoaderState, createLoader } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
@@ -22,6 +22,7 @@ import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective, TokenBatch } from '../objectives/objective.js';
 import { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
+import type { FloatDType } from '../tensor.js';
 import { evaluateModel } from './evaluate.js';
 
 export interface TrainerOptions {
@@ -90,7 +91,7 @@ export class Trainer {
       fail('BAD_CONFIG', `model.vocabSize ${cfg.model.vocabSize} is smaller than the ${tok.name} tokenizer's ${tok.vocabSize} ids; raise it (e.g. to ${Math.ceil(tok.vocabSize / 64) * 64})`);
     }
     const maskId = this.maskId();
-    this.model = new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed);
+    this.model = new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, computeDtype(cfg.train.precision, opts.backend));
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     this.optimizer = new AdamW(this.model.store, {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
@@ -115,7 +116,7 @@ export class Trainer {
     const fpt = flopsPerToken(m, m.seqLen, this.cfg.objective.kind);
     return [
       `model: ${(this.model.paramCount / 1e6).toFixed(2)}M parameters (d ${m.dModel}, ${m.nLayers} layers, ${m.nHeads} heads / ${m.nKvHeads} KV, SwiGLU ${m.ffnHidden}, seq ${m.seqLen}, vocab ${m.vocabSize})`,
-      `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}`,
+      `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; ${this.model.dtype} activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}`,
       `objective: ${this.objective.name}; batch ${this.cfg.train.batchSize} × ${m.seqLen} × accum ${this.cfg.train.gradAccum}`,
     ].join('\n');
   }
@@ -238,6 +239,15 @@ export class Trainer {
     this.optimizer.destroy();
     this.model.destroy();
   }
+}
+
+/** train.precision on a backend: the compute dtype (auto: bf16 where the kernels are bf16 tensor-core kernels, CUDA). */
+export function computeDtype(precision: (typeof PRECISIONS)[number], backend: Backend): FloatDType {
+  const dtype = precision === 'auto' ? (backend.name === 'cuda' ? 'bf16' : 'f32') : precision;
+  if (!backend.floatDtypes.has(dtype)) {
+    fail('BAD_CONFIG', `train.precision ${precision}: the ${backend.name} backend computes in ${[...backend.floatDtypes].filter((d) => d === 'f32' || d === 'bf16').join(' or ')} only; use train.precision auto or f32, or another --backend`);
+  }
+  return dtype;
 }
 
 /** The objective a config section describes; `maskId` is the [MASK] id, checked by the caller. */

@@ -2,55 +2,39 @@
  * End to end on tiny models: learning on the Brown corpus (both objectives), bit-exact resume,
  * checkpoint round trip, same masks and first loss on CPU and WebGPU.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Backend } from '../../src/backend/backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
-import { resolveConfig } from '../../src/config/load.js';
+import { bf16ToF32, f32ToBf16 } from '../../src/convert.js';
 import type { TrainConfig } from '../../src/config/schema.js';
-import { prepareData } from '../../src/data/prepare.js';
-import { openRunData, type RunData } from '../../src/train/data.js';
-import { Trainer } from '../../src/train/trainer.js';
+import { openRunData } from '../../src/train/data.js';
+import { type Trainer, computeDtype } from '../../src/train/trainer.js';
+import { expectBf16Tracks, runLosses as runOn, tinyConfig as tinyIn, tinyRunRoot, tinyTrainer } from '../support/train.js';
 import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
 
 let root: string;
 let dataDir: string;
+let remove = (): void => {};
 
 beforeAll(async () => {
-  root = mkdtempSync(join(tmpdir(), 'mdlm-train-'));
-  dataDir = join(root, 'brown-byte');
-  await prepareData({ tokenizer: 'byte', out: dataDir, valFraction: 0.02, seed: 7 });
+  ({ root, dataDir, remove } = await tinyRunRoot('mdlm-train-'));
 });
 
-afterAll(() => rmSync(root, { recursive: true, force: true }));
+afterAll(() => remove());
 
-/** A ~0.12M-parameter model: small enough to train for real on two CPU cores in a test. */
 function tinyConfig(name: string, overrides: Record<string, string> = {}): TrainConfig {
-  return resolveConfig({
-    preset: 'tiny',
-    overrides: {
-      'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '192', 'model.seqLen': '64',
-      'train.batchSize': '8', 'train.steps': '100', 'train.lr': '1e-2', 'train.minLr': '1e-3', 'model.initStd': '0.08',
-      'train.evalEvery': '0', 'train.evalBatches': '4', 'train.saveEvery': '0', 'data.path': dataDir, out: join(root, name), backend: 'cpu',
-      'train.warmupSteps': String(Math.min(10, Number(overrides['train.steps'] ?? 100))),
-      ...overrides,
-    },
-  });
+  return tinyIn(root, dataDir, name, overrides);
 }
 
-async function trainer(config: TrainConfig, backend: Backend, extra: { resume?: boolean; maxSteps?: number } = {}): Promise<Trainer> {
-  const data: RunData = await openRunData(config, () => {});
-  return new Trainer({ config, backend, train: data.train, val: data.val, tokenizer: data.tokenizer, resume: extra.resume ?? false, log: () => {}, ...(extra.maxSteps ? { maxSteps: extra.maxSteps } : {}) });
+function trainer(config: TrainConfig, backend: Backend, extra: { resume?: boolean; maxSteps?: number } = {}): Promise<Trainer> {
+  return tinyTrainer(config, backend, extra);
 }
 
 /** The per-step losses of one CPU run. */
-async function runLosses(config: TrainConfig, extra: { resume?: boolean; maxSteps?: number } = {}): Promise<number[]> {
-  const t = await trainer(config, new CpuBackend(), extra);
-  const { losses } = await t.run();
-  t.destroy();
-  return [...losses];
+function runLosses(config: TrainConfig, extra: { resume?: boolean; maxSteps?: number } = {}): Promise<number[]> {
+  return runOn(config, new CpuBackend(), extra);
 }
 
 /** The losses of `first` steps, then of a resumed run to the end: a straight run's, if resume is exact. */
@@ -97,6 +81,31 @@ describe('training', () => {
     for (const l of all) expect(Number.isFinite(l)).toBe(true);
     expect(all[0]).not.toBe(elboLosses[0]);
     expect(await lossesAcrossResume(tinyConfig('megadlm-resumed', over), 2)).toEqual(all);
+  });
+
+  it('20 mdlm steps with bf16 activations and working weights track the f32 losses (same weights, same batches)', async () => {
+    const over = { 'objective.kind': 'mdlm', 'train.steps': '20', 'train.warmupSteps': '5', 'train.evalBatches': '1' };
+    const f32 = await runLosses(tinyConfig('precision-f32', { ...over, 'train.precision': 'f32' }));
+    const cpu = new CpuBackend();
+    const t = await trainer(tinyConfig('precision-bf16', { ...over, 'train.precision': 'bf16' }), cpu);
+    expect(t.model.dtype).toBe('bf16');
+    expect(t.model.store.list[0]!.compute.dtype).toBe('bf16');
+    expect(t.model.store.value.dtype).toBe('f32');
+    const { losses } = await t.run();
+    // The working copy is the masters rounded to bf16 after the last step.
+    const masters = (await cpu.download(t.model.store.value)) as Float32Array;
+    const work = (await cpu.download(t.model.store.list[0]!.compute)) as Float32Array;
+    const p0 = t.model.store.list[0]!;
+    expect(Array.from(work)).toEqual(Array.from(masters.subarray(p0.offset, p0.offset + p0.value.size), (v) => bf16ToF32(f32ToBf16(v))));
+    t.destroy();
+    expectBf16Tracks(f32, losses);
+  }, 120_000);
+
+  it('refuses bf16 on a backend whose kernels compute in f32 only', async () => {
+    const f32Only = { name: 'webgpu', floatDtypes: new Set(['f32']) } as unknown as Backend;
+    expect(() => computeDtype('bf16', f32Only)).toThrow(/train.precision bf16: the webgpu backend computes in f32 only/);
+    expect(computeDtype('auto', f32Only)).toBe('f32');
+    expect(computeDtype('auto', { name: 'cuda', floatDtypes: new Set(['f32', 'bf16']) } as unknown as Backend)).toBe('bf16');
   });
 
   it('a checkpoint round-trips parameters and optimizer state bit-exactly', async () => {
