@@ -6,7 +6,11 @@ import { type ParityRecord, checkGradient, checkParity, freshSeed, parityDtypes 
 import { OPS } from '../ops/index.js';
 import type { OpDef } from '../ops/op.js';
 import { benchMatmul, formatMatmulTable, matmulBenchShapes } from '../bench/matmul.js';
-import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { PEER_MODES, type PeerMode, benchTrain, describeThroughput } from '../bench/train.js';
+import { PRESET_NAMES } from '../config/presets.js';
+import { OBJECTIVES, PRECISIONS } from '../config/schema.js';
+import { choiceOption, intOption, numberOption } from './options.js';
+import { type BackendChoice, createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { type DType, parseDType } from '../tensor.js';
 
 export interface BenchKernelsOptions {
@@ -137,5 +141,45 @@ export function benchCommand(): Command {
       });
       if (records[0]) console.log(o.json ? JSON.stringify(records, null, 2) : `${records[0].adapter}\n${formatMatmulTable(records)}`);
     });
+  bench
+    .command('train')
+    .description('Training tokens/s, ms/step, MFU and peak memory of a preset on a backend, beside the same model in PyTorch (eager, torch.compile)')
+    .option('--preset <name>', `model preset: ${PRESET_NAMES.join(', ')}`, 'llama-124m')
+    .option('--objective <kind>', 'ar or mdlm', choiceOption('--objective', OBJECTIVES), 'mdlm')
+    .option('--backend <name>', 'auto, cpu, webgpu or cuda', 'auto')
+    .option('--batch <n>', "sequences per step (default: the preset's micro-batch)", intOption('--batch', 1))
+    .option('--seq-len <n>', "tokens per sequence (default: the preset's)", intOption('--seq-len', 2))
+    .option('--steps <n>', 'timed optimizer steps', intOption('--steps', 1), 10)
+    .option('--warmup <n>', 'untimed steps first (allocation, autotuning, compilation)', intOption('--warmup', 0), 3)
+    .option('--precision <p>', 'auto (bf16 on cuda), f32 or bf16', choiceOption('--precision', PRECISIONS), 'auto')
+    .option('--peer <list>', `PyTorch peer modes, comma-separated: ${PEER_MODES.join(', ')}, or none (default: both on cuda, none elsewhere)`)
+    .option('--peak-tflops <x>', "the device's dense bf16 peak for MFU (default: known GPUs, e.g. 989 for H100/H200)", numberOption('--peak-tflops', 0, Infinity, true))
+    .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers and the speedups')
+    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; peer?: string; peakTflops?: number; json?: boolean }) => {
+      const backend: BackendChoice = parseBackendChoice(o.backend);
+      const peers = parsePeers(o.peer);
+      const report = await benchTrain(
+        {
+          preset: o.preset, objective: o.objective, backend, steps: o.steps, warmup: o.warmup, precision: o.precision,
+          ...(o.batch !== undefined ? { batch: o.batch } : {}), ...(o.seqLen !== undefined ? { seqLen: o.seqLen } : {}),
+          ...(o.peakTflops !== undefined ? { peakTflops: o.peakTflops } : {}),
+          log: (line) => console.error(line),
+        },
+        peers,
+      );
+      if (o.json) {
+        console.log(JSON.stringify(report, null, 2));
+        return;
+      }
+      console.log(describeThroughput(report));
+      for (const mode of Object.keys(report.peers) as PeerMode[]) console.log(`${describeThroughput(report.peers[mode]!)}  → mdlm ${report.speedup[mode]!.toFixed(2)}×`);
+    });
   return bench;
+}
+
+/** --peer: explicit modes, 'none', or by default 'auto' (both modes when the backend is CUDA). */
+function parsePeers(value: string | undefined): PeerMode[] | 'auto' {
+  if (value === undefined) return 'auto';
+  if (value === 'none') return [];
+  return value.split(',').map((m) => choiceOption('--peer', PEER_MODES)(m.trim()));
 }

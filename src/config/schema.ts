@@ -71,7 +71,7 @@ export const TrainSchema = z.strictObject({
   warmupSteps: int(0).default(100).describe('Linear warmup steps from 0 to train.lr.'),
   decay: z.enum(LR_DECAYS).default('cosine').describe('Learning-rate decay after warmup: cosine to minLr, wsd (warmup-stable-decay: constant, then linear to minLr over the last wsdDecayFraction of steps) or constant.'),
   wsdDecayFraction: z.number().min(0).max(1).default(0.2).describe('Fraction of train.steps spent decaying in the wsd schedule.'),
-  weightDecay: nonNeg().default(0.1).describe('AdamW decoupled weight decay (matrices only; norms, biases and embeddings excluded).'),
+  weightDecay: nonNeg().default(0.1).describe('AdamW decoupled weight decay on the matrices (the embedding and LM head included); norms and biases take none.'),
   beta1: z.number().min(0).lt(1).default(0.9).describe('AdamW β1.'),
   beta2: z.number().min(0).lt(1).default(0.95).describe('AdamW β2.'),
   adamEps: pos().default(1e-8).describe('AdamW ε.'),

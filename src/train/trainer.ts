@@ -193,28 +193,13 @@ export class Trainer {
     this.model.setLossScale(1 / t.gradAccum);
     while (this.step < end) {
       const started = performance.now();
-      this.model.store.zeroGrads();
-      let loss = 0;
-      for (let micro = 0; micro < t.gradAccum; micro++) {
-        const batch: TokenBatch = this.loader.next();
-        await this.objective.prepare(this.model, batch, this.step * t.gradAccum + micro, 0);
-        this.model.forward();
-        this.model.backward();
-        loss += (await this.model.loss()) / t.gradAccum;
-      }
-      this.optimizer.measure();
-      const [gradNorm] = (await this.opts.backend.download(this.optimizer.normOut)) as Float32Array;
-      const finite = Number.isFinite(loss) && Number.isFinite(gradNorm!);
-      if (!finite && t.nonFinite === 'stop') {
-        throw new MdlmError('BAD_CONFIG', `non-finite ${Number.isFinite(loss) ? 'gradient norm' : 'loss'} at step ${this.step} (loss ${loss}, grad norm ${gradNorm}); nothing was saved. Lower train.lr, or set train.nonFinite skip`);
-      }
       const lr = learningRate(schedule, this.step);
-      if (finite) this.optimizer.update(lr, this.step + 1);
+      const { loss, gradNorm, finite } = await optimizerStep(this, () => this.loader.next(), this.step, t.gradAccum, lr, t.nonFinite);
       this.step++;
       this.tokens += tokensPerStep;
       losses.push(loss);
       const seconds = (performance.now() - started) / 1000;
-      const m: StepMetrics = { step: this.step, loss, lr, grad_norm: gradNorm!, tokens_per_s: tokensPerStep / seconds, ...(finite ? {} : { skipped: true }) };
+      const m: StepMetrics = { step: this.step, loss, lr, grad_norm: gradNorm, tokens_per_s: tokensPerStep / seconds, ...(finite ? {} : { skipped: true }) };
       this.writeMetric(m);
       this.opts.onStep?.(m);
       const last = this.step === end;
@@ -239,6 +224,40 @@ export class Trainer {
     this.optimizer.destroy();
     this.model.destroy();
   }
+}
+
+/** What one optimizer step works on. */
+export interface StepParts {
+  readonly model: LlamaModel;
+  readonly objective: Objective;
+  readonly optimizer: AdamW;
+}
+
+/**
+ * One optimizer step at 0-based `step`: zero the gradients, `gradAccum` micro-batches of
+ * (prepare, forward, backward), the global gradient norm, then AdamW at `lr` unless the loss or
+ * the norm is not finite (an error under nonFinite 'stop', a skipped update under 'skip').
+ */
+export async function optimizerStep(
+  parts: StepParts, next: () => TokenBatch, step: number, gradAccum: number, lr: number, nonFinite: TrainConfig['train']['nonFinite'],
+): Promise<{ loss: number; gradNorm: number; finite: boolean }> {
+  const { model, objective, optimizer } = parts;
+  model.store.zeroGrads();
+  let loss = 0;
+  for (let micro = 0; micro < gradAccum; micro++) {
+    await objective.prepare(model, next(), step * gradAccum + micro, 0);
+    model.forward();
+    model.backward();
+    loss += (await model.loss()) / gradAccum;
+  }
+  optimizer.measure();
+  const [gradNorm] = (await model.backend.download(optimizer.normOut)) as Float32Array;
+  const finite = Number.isFinite(loss) && Number.isFinite(gradNorm!);
+  if (!finite && nonFinite === 'stop') {
+    throw new MdlmError('BAD_CONFIG', `non-finite ${Number.isFinite(loss) ? 'gradient norm' : 'loss'} at step ${step} (loss ${loss}, grad norm ${gradNorm}); nothing was saved. Lower train.lr, or set train.nonFinite skip`);
+  }
+  if (finite) optimizer.update(lr, step + 1);
+  return { loss, gradNorm: gradNorm!, finite };
 }
 
 /** train.precision on a backend: the compute dtype (auto: bf16 where the kernels are bf16 tensor-core kernels, CUDA). */

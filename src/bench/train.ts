@@ -1,0 +1,229 @@
+/**
+ * `mdlm bench train`: training throughput of a preset on a backend, measured on the trainer's own
+ * step (src/train/trainer.ts optimizerStep: objective, forward, backward, gradient norm, AdamW),
+ * with synthetic token windows so data loading never limits it. Reports tokens/s, ms per step,
+ * MFU ((6·N + attention) FLOPs per token × tokens/s over the GPU's dense bf16 peak) and the
+ * device memory the backend's pool holds. The PyTorch peer (bench/peers/train_torch.py: the same
+ * model, objective, shapes and FLOP count) runs in the same command, eager and torch.compile.
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Backend } from '../backend/backend.js';
+import { resolveConfig } from '../config/load.js';
+import { flopsBreakdown, paramCount } from '../config/model-size.js';
+import type { TrainConfig } from '../config/schema.js';
+import { fail } from '../errors.js';
+import { LlamaModel } from '../model/llama.js';
+import type { TokenBatch } from '../objectives/objective.js';
+import { AdamW } from '../optim/adamw.js';
+import { PhiloxStream, RngPurpose } from '../rng/philox.js';
+import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
+import { computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
+
+export const PEER_MODES = ['eager', 'compile'] as const;
+export type PeerMode = (typeof PEER_MODES)[number];
+
+export interface BenchTrainOptions {
+  readonly preset: string;
+  readonly objective: 'ar' | 'mdlm';
+  readonly backend: BackendChoice;
+  /** Sequences per step (default: the preset's micro-batch). */
+  readonly batch?: number;
+  /** Tokens per sequence (default: the preset's). */
+  readonly seqLen?: number;
+  readonly steps: number;
+  readonly warmup: number;
+  readonly precision: TrainConfig['train']['precision'];
+  /** Dense bf16 peak of the device in TFLOP/s for MFU (default: known GPUs, else no MFU). */
+  readonly peakTflops?: number;
+  /** Config overrides (dotted keys), applied last. */
+  readonly overrides?: Readonly<Record<string, string>>;
+  readonly log?: (line: string) => void;
+}
+
+/** One side of the comparison; the keys the issue asks `--json` for come first. */
+export interface TrainThroughput {
+  readonly tokens_per_s: number;
+  readonly mfu: number | null;
+  readonly ms_step: number;
+  readonly peak_mem_gib: number;
+  readonly impl: string;
+  readonly device: string;
+  readonly precision: string;
+  readonly steps: number;
+  /** Mean loss of the timed steps (a sanity check that both sides train the same thing). */
+  readonly loss: number;
+}
+
+export interface BenchTrainSetup {
+  readonly preset: string;
+  readonly objective: 'ar' | 'mdlm';
+  readonly batch: number;
+  readonly seq_len: number;
+  readonly params: number;
+  readonly flops_per_token: number;
+  readonly flops_convention: string;
+  readonly peak_tflops: number | null;
+  /** The model fields the PyTorch peer is built from. */
+  readonly model: TrainConfig['model'];
+}
+
+/** Dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by device name. */
+const BF16_PEAKS: readonly [RegExp, number][] = [
+  [/\bH200\b/, 989],
+  [/\bH100\b/, 989],
+  [/\bH800\b/, 989],
+  [/\bA100\b/, 312],
+  [/\bL40S\b/, 362],
+  [/\bB200\b/, 2250],
+];
+
+export function bf16PeakTflops(device: string): number | undefined {
+  return BF16_PEAKS.find(([re]) => re.test(device))?.[1];
+}
+
+/** The configuration a bench run trains: the preset at the given shapes, one micro-batch per step. */
+export function benchConfig(opts: BenchTrainOptions): TrainConfig {
+  const overrides: Record<string, string> = { 'objective.kind': opts.objective, 'train.gradAccum': '1', 'train.precision': opts.precision };
+  if (opts.batch !== undefined) overrides['train.batchSize'] = String(opts.batch);
+  if (opts.seqLen !== undefined) overrides['model.seqLen'] = String(opts.seqLen);
+  return resolveConfig({ preset: opts.preset, overrides: { ...overrides, ...opts.overrides } });
+}
+
+export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined): BenchTrainSetup {
+  const f = flopsBreakdown(cfg.model, cfg.model.seqLen, cfg.objective.kind);
+  return {
+    preset, objective: cfg.objective.kind, batch: cfg.train.batchSize, seq_len: cfg.model.seqLen, params: paramCount(cfg.model),
+    flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, model: cfg.model,
+  };
+}
+
+/** Random token windows (ids below the [MASK] id), a fresh batch per call, the same for a seed. */
+export function syntheticBatches(batch: number, seqLen: number, maxId: number, seed: number): () => TokenBatch {
+  const rng = new PhiloxStream(seed, RngPurpose.dataOrder);
+  const n = batch * seqLen;
+  const positions = Int32Array.from({ length: n }, (_, i) => i % seqLen);
+  const segIds = new Int32Array(n);
+  return () => {
+    const row = Int32Array.from({ length: n + batch }, () => rng.int(maxId));
+    const tokens = new Int32Array(n);
+    const targets = new Int32Array(n);
+    for (let r = 0; r < batch; r++) {
+      const src = row.subarray(r * (seqLen + 1), (r + 1) * (seqLen + 1));
+      tokens.set(src.subarray(0, seqLen), r * seqLen);
+      targets.set(src.subarray(1), r * seqLen);
+    }
+    return { batchSize: batch, seqLen, tokens, targets, segIds, positions };
+  };
+}
+
+/** mdlm's side: `warmup` untimed steps, then `steps` timed ones (each ends with the loss read back). */
+export async function benchTrainMdlm(cfg: TrainConfig, setup: BenchTrainSetup, backend: Backend, steps: number, warmup: number): Promise<TrainThroughput> {
+  const t = cfg.train;
+  const maskId = cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
+  const dtype = computeDtype(t.precision, backend);
+  const model = new LlamaModel(backend, cfg.model, t.batchSize, t.seed, dtype);
+  const objective = createObjective(cfg.objective, t.seed, maskId);
+  const optimizer = new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip });
+  try {
+    const next = syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed);
+    const parts = { model, objective, optimizer };
+    for (let s = 0; s < warmup; s++) await optimizerStep(parts, next, s, 1, t.lr, 'skip');
+    await backend.sync();
+    let loss = 0;
+    const started = performance.now();
+    for (let s = 0; s < steps; s++) loss += (await optimizerStep(parts, next, warmup + s, 1, t.lr, 'skip')).loss;
+    await backend.sync();
+    const msStep = (performance.now() - started) / steps;
+    const tokensPerS = (t.batchSize * cfg.model.seqLen) / (msStep / 1000);
+    const pool = backend.poolStats();
+    return {
+      tokens_per_s: tokensPerS,
+      mfu: setup.peak_tflops ? (tokensPerS * setup.flops_per_token) / (setup.peak_tflops * 1e12) : null,
+      ms_step: msStep,
+      peak_mem_gib: (pool.liveBytes + pool.pooledBytes) / 2 ** 30,
+      impl: `mdlm ${backend.name}`,
+      device: backend.description,
+      precision: dtype,
+      steps,
+      loss: loss / steps,
+    };
+  } finally {
+    optimizer.destroy();
+    model.destroy();
+  }
+}
+
+export const TORCH_PEER = join(PACKAGE_ROOT, 'bench', 'peers', 'train_torch.py');
+
+/** The PyTorch peer in `mode`, on the same model, objective and shapes; its one JSON line parsed. */
+export function benchTrainTorch(setup: BenchTrainSetup, cfg: TrainConfig, mode: PeerMode, steps: number, warmup: number, python = process.env.PYTHON ?? 'python3'): TrainThroughput {
+  if (!existsSync(TORCH_PEER)) fail('NOT_FOUND', `bench train: the PyTorch peer ${TORCH_PEER} is missing`);
+  const m = setup.model;
+  const o = cfg.objective;
+  const args = [
+    TORCH_PEER, '--mode', mode, '--objective', setup.objective, '--batch', String(setup.batch), '--seq-len', String(setup.seq_len),
+    '--vocab', String(m.vocabSize), '--d-model', String(m.dModel), '--layers', String(m.nLayers), '--heads', String(m.nHeads),
+    '--kv-heads', String(m.nKvHeads), '--ffn', String(m.ffnHidden), '--rope-theta', String(m.ropeTheta), '--norm-eps', String(m.normEps),
+    '--init-std', String(m.initStd), ...(m.tieEmbeddings ? ['--tie-embeddings'] : []), '--t-min', String(o.tMin),
+    '--lr', String(cfg.train.lr), '--weight-decay', String(cfg.train.weightDecay), '--beta1', String(cfg.train.beta1), '--beta2', String(cfg.train.beta2),
+    '--grad-clip', String(cfg.train.gradClip), '--steps', String(steps), '--warmup', String(warmup),
+    '--flops-per-token', String(setup.flops_per_token), ...(setup.peak_tflops ? ['--peak-tflops', String(setup.peak_tflops)] : []),
+  ];
+  const r = spawnSync(python, args, { encoding: 'utf8', maxBuffer: 16 << 20 });
+  if (r.error) fail('NOT_FOUND', `bench train: could not run ${python} for the PyTorch peer (${r.error.message}); pass --peer none, or set PYTHON`);
+  const line = r.stdout.trim().split('\n').filter((l) => l.startsWith('{')).at(-1);
+  if (r.status !== 0 || !line) {
+    fail('BACKEND_UNAVAILABLE', `bench train: the PyTorch peer (${mode}) failed with exit code ${r.status}: ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join(' | ')}`);
+  }
+  return JSON.parse(line) as TrainThroughput;
+}
+
+export interface BenchTrainReport extends TrainThroughput {
+  readonly setup: BenchTrainSetup;
+  /** The PyTorch peer's runs, by mode. */
+  readonly peers: Partial<Record<PeerMode, TrainThroughput>>;
+  /** mdlm tokens/s over each peer's. */
+  readonly speedup: Partial<Record<PeerMode, number>>;
+}
+
+/**
+ * mdlm on the backend, then each requested PyTorch mode, on the same configuration. 'auto' peers:
+ * both modes when the backend is CUDA (a PyTorch peer on another device would compare nothing).
+ */
+export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly PeerMode[] | 'auto'): Promise<BenchTrainReport> {
+  const log = opts.log ?? (() => {});
+  const cfg = benchConfig(opts);
+  const backend = await createBackend(opts.backend);
+  const peerModes = peerChoice === 'auto' ? (backend.name === 'cuda' ? PEER_MODES : []) : peerChoice;
+  let mine: TrainThroughput;
+  let setup: BenchTrainSetup;
+  try {
+    if (peerModes.length > 0 && cfg.objective.kind === 'mdlm' && cfg.objective.schedule !== 'linear') {
+      fail('BAD_CONFIG', `bench train: the PyTorch peer implements the linear schedule only; objective.schedule is ${cfg.objective.schedule}`);
+    }
+    setup = benchSetup(cfg, opts.preset, opts.peakTflops ?? bf16PeakTflops(backend.description));
+    log(`bench train: ${opts.preset} ${setup.objective}, batch ${setup.batch} × ${setup.seq_len}, ${(setup.params / 1e6).toFixed(1)}M parameters, ${(setup.flops_per_token / 1e9).toFixed(3)} GFLOP/token (${setup.flops_convention})`);
+    log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
+    mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup);
+  } finally {
+    backend.destroy();
+  }
+  log(describeThroughput(mine));
+  const peers: Partial<Record<PeerMode, TrainThroughput>> = {};
+  const speedup: Partial<Record<PeerMode, number>> = {};
+  for (const mode of peerModes) {
+    log(`PyTorch ${mode}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
+    const theirs = benchTrainTorch(setup, cfg, mode, opts.steps, opts.warmup);
+    peers[mode] = theirs;
+    speedup[mode] = mine.tokens_per_s / theirs.tokens_per_s;
+    log(`${describeThroughput(theirs)}; mdlm is ${speedup[mode]!.toFixed(2)}× its tokens/s`);
+  }
+  return { ...mine, setup, peers, speedup };
+}
+
+export function describeThroughput(r: TrainThroughput): string {
+  const mfu = r.mfu === null ? '' : `, MFU ${(100 * r.mfu).toFixed(1)}%`;
+  return `${r.impl} (${r.precision}): ${Math.round(r.tokens_per_s).toLocaleString('en-US')} tokens/s, ${r.ms_step.toFixed(1)} ms/step${mfu}, peak ${r.peak_mem_gib.toFixed(2)} GiB, loss ${r.loss.toFixed(4)}`;
+}

@@ -1,0 +1,73 @@
+/** `mdlm bench train`: the report's figures and the plumbing to the PyTorch peer (a stand-in here). */
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { paramCount } from '../src/config/model-size.js';
+import { resolveConfig } from '../src/config/load.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'mdlm-bench-train-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+const SMALL = ['bench', 'train', '--preset', 'tiny', '--backend', 'cpu', '--batch', '2', '--seq-len', '32', '--steps', '2', '--warmup', '1'];
+
+function run(args: string[], env: Record<string, string> = {}) {
+  const r = spawnSync(process.execPath, ['bin/mdlm.js', ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, ...env } });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** A stand-in for python3: records its arguments, prints the peer's JSON line (or fails). */
+function fakePython(name: string, body: string): string {
+  const path = join(dir, name);
+  writeFileSync(path, `#!/bin/sh\necho "$@" > ${path}.args\n${body}\n`);
+  chmodSync(path, 0o755);
+  return path;
+}
+
+describe('mdlm bench train', () => {
+  it('reports tokens/s, ms/step, MFU against the given peak and the pool memory, for the preset at the given shapes', () => {
+    const r = run([...SMALL, '--peak-tflops', '2', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const rep = JSON.parse(r.stdout) as Record<string, unknown> & { setup: Record<string, number>; tokens_per_s: number; ms_step: number; mfu: number; peak_mem_gib: number; loss: number };
+    const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.seqLen': '32' } });
+    expect(rep.setup).toMatchObject({ batch: 2, seq_len: 32, params: paramCount(cfg.model), peak_tflops: 2 });
+    expect(rep.tokens_per_s).toBeCloseTo((2 * 32) / (rep.ms_step / 1000), 6);
+    expect(rep.mfu).toBeCloseTo((rep.tokens_per_s * rep.setup.flops_per_token!) / 2e12, 12);
+    expect(rep.peak_mem_gib).toBeGreaterThan(0);
+    // Random tokens: the weighted mdlm loss of an untrained model sits near ln(vocab) = ln(264) ≈ 5.6.
+    expect(rep.loss).toBeGreaterThan(4.5);
+    expect(rep.loss).toBeLessThan(7);
+    expect(rep.peers).toEqual({});
+    expect(r.stderr).toContain('bench train: tiny mdlm, batch 2 × 32');
+  });
+
+  it('runs the PyTorch peer on the same model and shapes and prints the speedup', () => {
+    const python = fakePython('peer-ok', `echo '{"tokens_per_s": 10, "mfu": null, "ms_step": 6400, "peak_mem_gib": 1.5, "impl": "torch fake eager", "device": "cpu", "precision": "bf16", "steps": 2, "loss": 5.5}'`);
+    const r = run([...SMALL, '--objective', 'ar', '--peer', 'eager', '--json'], { PYTHON: python });
+    expect(r.code, r.stderr).toBe(0);
+    const rep = JSON.parse(r.stdout) as { tokens_per_s: number; setup: { flops_per_token: number }; peers: Record<string, { tokens_per_s: number }>; speedup: Record<string, number> };
+    expect(rep.peers.eager!.tokens_per_s).toBe(10);
+    expect(rep.speedup.eager).toBeCloseTo(rep.tokens_per_s / 10, 12);
+    const args = readFileSync(`${python}.args`, 'utf8');
+    expect(args).toContain('bench/peers/train_torch.py --mode eager --objective ar --batch 2 --seq-len 32 --vocab 264 --d-model 128 --layers 4 --heads 4 --kv-heads 4 --ffn 512');
+    expect(args).toContain(`--flops-per-token ${rep.setup.flops_per_token}`);
+    expect(args).toContain('--tie-embeddings');
+  });
+
+  it('fails with the exit code and the last lines of a peer that fails, or names a missing interpreter', () => {
+    const python = fakePython('peer-bad', `echo "ModuleNotFoundError: No module named 'torch'" >&2; exit 3`);
+    const r = run([...SMALL, '--peer', 'compile'], { PYTHON: python });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toContain('the PyTorch peer (compile) failed with exit code 3');
+    expect(r.stderr).toContain("No module named 'torch'");
+    const missing = run([...SMALL, '--peer', 'eager'], { PYTHON: join(dir, 'no-such-python') });
+    expect(missing.code).not.toBe(0);
+    expect(missing.stderr).toMatch(/could not run .*no-such-python for the PyTorch peer/);
+  });
+
+  it('rejects unknown peer modes and objectives', () => {
+    expect(run([...SMALL, '--peer', 'jit']).stderr).toContain('--peer: expected one of eager, compile, got "jit"');
+    expect(run([...SMALL, '--objective', 'gpt']).stderr).toContain('--objective: expected one of ar, mdlm, got "gpt"');
+  });
+});
