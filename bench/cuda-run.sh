@@ -2,8 +2,11 @@
 # One call on the GPU machine for the CUDA backend: unpack the carried Node.js, node_modules, dist/
 # and Node's headers (.device/, made here by bench/pack-device.sh), build the addon for the GPU at
 # hand, probe, check every kernel against the float64 reference (bf16 and f32), time the bench
-# shapes against PyTorch on the same GPU, and run tests/cuda.test.ts. Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer tests]   (default: all)
+# shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
+# per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
+# torch.compile (mdlm bench train). Logs go to $OUT.
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer tests train train-1.3b]
+#   (default: all but train-1.3b)
 # All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
 # then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
 set -uo pipefail
@@ -25,7 +28,7 @@ summary() {
     console.log(rs.length + ' records, ' + bad.length + ' failed');"
 }
 
-for w in ${*:-build probe parity bench peer tests}; do
+for w in ${*:-build probe parity bench peer tests train}; do
   echo "=== $w"
   case $w in
     build)
@@ -40,6 +43,16 @@ for w in ${*:-build probe parity bench peer tests}; do
       timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops matmul --dtype f32 --scale bench --no-check --reps 10 --json > "$OUT/bench_f32.json" 2>> "$OUT/bench.err"
       { summary "$OUT/bench.json"; summary "$OUT/bench_f32.json"; } | tee "$OUT/bench.txt"; tail -n 5 "$OUT/bench.err" ;;
     peer) timeout 180 python3 bench/cuda_peer.py 2>&1 | tee "$OUT/peer.txt" ;;
+    train)
+      for obj in mdlm ar; do
+        timeout 280 node bin/mdlm.js bench train --preset llama-124m --objective $obj --backend cuda --batch 16 --seq-len 1024 --steps 10 --warmup 3 --json \
+          > "$OUT/train-124m-$obj.json" 2> >(tee "$OUT/train-124m-$obj.err" >&2)
+      done ;;
+    train-1.3b)
+      for obj in mdlm ar; do
+        timeout 290 node bin/mdlm.js bench train --preset llama-1.3b --objective $obj --backend cuda --batch 8 --seq-len 2048 --steps 5 --warmup 2 --json \
+          > "$OUT/train-1.3b-$obj.json" 2> >(tee "$OUT/train-1.3b-$obj.err" >&2)
+      done ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done

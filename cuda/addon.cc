@@ -258,6 +258,17 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
   });
 }
 
+// memset(ptr, bytes): zero the bytes on the stream, after earlier work (gradient buffers each step).
+Napi::Value Memset(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    void* dst = pointer_arg(info[0], "memset");
+    const size_t bytes = size_arg(info[1], "memset");
+    if (bytes > 0) check_cuda(cudaMemsetAsync(dst, 0, bytes, d.stream), "memset: cudaMemsetAsync");
+    return info.Env().Undefined();
+  });
+}
+
 // download(ptr, bytes) -> ArrayBuffer, after all work enqueued before it.
 Napi::Value Download(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
@@ -337,6 +348,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("malloc", Napi::Function::New(env, Malloc, "malloc"));
   exports.Set("free", Napi::Function::New(env, Free, "free"));
   exports.Set("upload", Napi::Function::New(env, Upload, "upload"));
+  exports.Set("memset", Napi::Function::New(env, Memset, "memset"));
   exports.Set("download", Napi::Function::New(env, Download, "download"));
   exports.Set("run", Napi::Function::New(env, Run, "run"));
   exports.Set("sync", Napi::Function::New(env, Sync, "sync"));

@@ -34,6 +34,8 @@ export interface Backend {
   /** Float tensors take Float32Array (converted to the storage dtype), integer ones Int32/Uint32Array. */
   upload(t: Tensor, data: HostArray): void;
   download(t: Tensor): Promise<HostArray>;
+  /** Set every element to 0 (all bits clear), in order with the work enqueued before it: no host data moves. */
+  zero(t: Tensor): void;
   /** Whether this backend has a kernel for the op. */
   supports(opName: string): boolean;
   /** Validate the call against the op's declaration and enqueue it. */

@@ -110,7 +110,7 @@ export class LlamaModel {
     this.dNormed = a.alloc([N, cfg.dModel]);
     this.dStream = a.alloc([N, cfg.dModel]);
     this.zeros = a.alloc([N, cfg.dModel]);
-    b.upload(this.zeros, new Float32Array(N * cfg.dModel));
+    b.zero(this.zeros);
     // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
     this.store.materialize(seed);

@@ -54,7 +54,7 @@ export class AttentionScratch {
     this.ones = s.qkvBias ? arena.alloc([rows]) : null;
     if (this.ones) arena.backend.upload(this.ones, new Float32Array(rows).fill(1));
     this.zeros = s.qkNorm ? arena.alloc([rows * s.heads * s.headDim]) : null;
-    if (this.zeros) arena.backend.upload(this.zeros, new Float32Array(this.zeros.size));
+    if (this.zeros) arena.backend.zero(this.zeros);
   }
 }
 

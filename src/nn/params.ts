@@ -49,7 +49,6 @@ export class ParamStore {
   private flatGrad: Tensor | null = null;
   private flatCompute: Tensor | null = null;
   private ranges: { decay: ParamRange; noDecay: ParamRange } | null = null;
-  private zeros: Float32Array | null = null;
 
   constructor(readonly backend: Backend, readonly computeDtype: FloatDType = 'f32') {}
 
@@ -148,8 +147,7 @@ export class ParamStore {
 
   /** Zero the gradient buffer (start of an accumulation window). */
   zeroGrads(): void {
-    this.zeros ??= new Float32Array(this.grad.size);
-    this.backend.upload(this.grad, this.zeros);
+    this.backend.zero(this.grad);
   }
 
   destroy(): void {

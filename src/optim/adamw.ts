@@ -31,8 +31,8 @@ export class AdamW {
     const n = store.value.size;
     this.m = b.alloc([n], 'f32');
     this.v = b.alloc([n], 'f32');
-    b.upload(this.m, new Float32Array(n));
-    b.upload(this.v, new Float32Array(n));
+    b.zero(this.m);
+    b.zero(this.v);
     this.normOut = b.alloc([2], 'f32');
   }
 

@@ -44,6 +44,25 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
       [a, i, out].forEach((t) => b.free(t));
     });
 
+    it.skipIf(!enabled)('zeroes a view in order with earlier work, leaving its neighbours alone', async () => {
+      const b = (await get())!;
+      for (const dtype of ['f32', 'bf16'] as const) {
+        if (!b.dtypes.has(dtype)) continue;
+        const base = b.alloc([200], dtype);
+        const ones = b.alloc([200], dtype);
+        b.upload(ones, new Float32Array(200).fill(1));
+        b.upload(base, new Float32Array(200).fill(b.floatDtypes.has(dtype) ? -3 : 2));
+        // Enqueued before the zero, so overwritten by it where they overlap.
+        if (b.floatDtypes.has(dtype)) b.run(add, { a: ones, b: ones, out: base }, { n: 200 });
+        b.zero(b.view(base, 66, [70]));
+        const got = Array.from((await b.download(base)) as Float32Array);
+        expect(got.slice(0, 66).every((v) => v === 2), dtype).toBe(true);
+        expect(got.slice(66, 136).every((v) => v === 0 && !Object.is(v, -0)), dtype).toBe(true);
+        expect(got.slice(136).every((v) => v === 2), dtype).toBe(true);
+        [base, ones].forEach((t) => b.free(t));
+      }
+    });
+
     it.skipIf(!enabled)('round-trips data and reuses pooled buffers in a steady-state loop', async () => {
       const b = (await get())!;
       const data = Float32Array.from({ length: 1000 }, (_, k) => k * 0.5 - 3);

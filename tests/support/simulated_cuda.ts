@@ -72,6 +72,9 @@ export function simulatedCudaAddon(): CudaAddon {
     upload(ptr, view) {
       at(ptr, view.byteLength).set(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
     },
+    memset(ptr, bytes) {
+      at(ptr, bytes).fill(0);
+    },
     download(ptr, bytes) {
       return at(ptr, bytes).slice().buffer;
     },

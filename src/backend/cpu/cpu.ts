@@ -27,6 +27,10 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
     return this.read(t);
   }
 
+  zero(t: Tensor): void {
+    storage(t, this.store.handleOf(t)).fill(0);
+  }
+
   supports(): boolean {
     return true;
   }

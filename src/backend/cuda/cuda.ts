@@ -42,6 +42,8 @@ export interface CudaAddon {
   free(ptr: bigint): void;
   /** Enqueued after earlier work; the bytes are staged before it returns. */
   upload(ptr: bigint, bytes: ArrayBufferView): void;
+  /** cudaMemsetAsync to 0 on the stream, after earlier work. */
+  memset(ptr: bigint, bytes: number): void;
   /** Waits for earlier work, then copies. */
   download(ptr: bigint, bytes: number): ArrayBuffer;
   run(op: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): void;
@@ -103,6 +105,10 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   uploadBytes(t: Tensor, bytes: Uint8Array): void {
     if (bytes.byteLength !== t.byteSize) fail('BAD_SHAPE', `uploadBytes: ${t} holds ${t.byteSize} bytes, got ${bytes.byteLength}`);
     native(() => this.addon.upload(this.pointer(t), bytes));
+  }
+
+  zero(t: Tensor): void {
+    native(() => this.addon.memset(this.pointer(t), t.byteSize));
   }
 
   async download(t: Tensor): Promise<HostArray> {

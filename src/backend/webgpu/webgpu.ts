@@ -158,6 +158,19 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     this.device.queue.writeBuffer(h.buffer, byteOffset, bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
 
+  zero(t: Tensor): void {
+    this.checkAlive();
+    const byteOffset = t.offset * DTYPE_BYTES[t.dtype];
+    // clearBuffer takes 4-byte multiples; rounding a 2-byte-aligned view out would clear a neighbour's half word.
+    if (byteOffset % 4 !== 0 || t.byteSize % 4 !== 0) {
+      fail('BAD_ARGUMENT', `webgpu.zero: ${t} spans bytes ${byteOffset}..${byteOffset + t.byteSize}, not on 4-byte boundaries`);
+    }
+    if (t.byteSize === 0) return;
+    this.endPass();
+    this.encoder ??= this.device.createCommandEncoder();
+    this.encoder.clearBuffer(this.store.handleOf(t).buffer, byteOffset, t.byteSize);
+  }
+
   async download(t: Tensor): Promise<HostArray> {
     this.checkAlive();
     const h = this.store.handleOf(t);
