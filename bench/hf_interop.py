@@ -2,11 +2,13 @@
 checkpoint, in both directions. Run it through bench/hf_interop.sh (it checks node, dist/ and the
 Python packages first); it needs torch, transformers and safetensors, no network.
 
-  (a) HF -> mdlm: a small random LlamaForCausalLM (tied and untied) saved with save_pretrained;
+  (a) HF -> mdlm: a small random LlamaForCausalLM (tied and untied), Qwen2ForCausalLM (random
+      q/k/v biases) and Qwen3ForCausalLM (random per-head q/k norms) saved with save_pretrained;
       `mdlm eval --model DIR --save-logits` must give transformers' fp32 logits.
-  (b) mdlm -> HF: `mdlm train --preset tiny --objective ar` for a few CPU steps (tied; untied with
-      grouped-query attention); LlamaForCausalLM.from_pretrained must load every tensor of the
-      checkpoint and give mdlm's logits.
+  (b) mdlm -> HF: `mdlm train --preset tiny --objective ar` for a few CPU steps (Llama tied; Llama
+      untied with grouped-query attention; --model.qkvBias true as Qwen2; --model.qkNorm true as
+      Qwen3); AutoModelForCausalLM.from_pretrained must load every tensor of the checkpoint into
+      the architecture config.json names and give mdlm's logits.
 
 Pass threshold: relative error ||mdlm - hf|| / ||hf|| <= 1e-4 for the fp32 backends (cpu, webgpu).
 Both sides compute in fp32 (mdlm's CPU backend even accumulates in f64), so they differ only by
@@ -25,7 +27,7 @@ import numpy as np
 import torch
 import transformers
 from safetensors.numpy import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
 
 THRESHOLD = {"cpu": 1e-4, "webgpu": 1e-4, "cuda": 3e-2}
 VOCAB = 264  # mdlm's byte tokenizer: 256 bytes, EOS 256, specials, padded to 264
@@ -58,24 +60,36 @@ def rope_theta_of(config):
     return float(config.rope_theta)  # transformers 4
 
 
-def save_random_llama(out_dir, tied):
-    """A small random Llama with every weight (norms included) far from its default, saved as HF does."""
-    torch.manual_seed(0 if tied else 1)
+# architecture -> (config class, what config.json must name, extra config fields)
+ARCHS = {
+    "llama": (LlamaConfig, "LlamaForCausalLM", {}),
+    "qwen2": (Qwen2Config, "Qwen2ForCausalLM", {"use_sliding_window": False}),
+    # Qwen3's head_dim defaults to 128 whatever the hidden size: mdlm's is hidden / heads.
+    "qwen3": (Qwen3Config, "Qwen3ForCausalLM", {"head_dim": 16, "attention_bias": False, "use_sliding_window": False}),
+}
+
+
+def save_random_model(out_dir, arch, tied):
+    """A small random model with every weight (norms and biases included) far from its default, saved as HF does."""
+    torch.manual_seed(2 * list(ARCHS).index(arch) + int(tied))
+    config_class, _, extra = ARCHS[arch]
     common = dict(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-5, hidden_act="silu",
-        tie_word_embeddings=tied, initializer_range=0.1, bos_token_id=None, eos_token_id=EOS,
+        tie_word_embeddings=tied, initializer_range=0.1, bos_token_id=None, eos_token_id=EOS, **extra,
     )
     try:  # transformers 5 keeps RoPE settings in rope_parameters
-        config = LlamaConfig(**common, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        config = config_class(**common, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     except TypeError:  # transformers 4
-        config = LlamaConfig(**common, rope_theta=10000.0)
+        config = config_class(**common, rope_theta=10000.0)
     assert rope_theta_of(config) == 10000.0, f"rope_theta is {rope_theta_of(config)}"
-    model = LlamaForCausalLM(config).float().eval()
+    model = AutoModelForCausalLM.from_config(config).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.uniform_(0.5, 1.5)
+            elif name.endswith("_proj.bias"):
+                p.uniform_(-0.5, 0.5)
     if tied:
         assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(), "lm_head is not tied"
     try:
@@ -87,7 +101,7 @@ def save_random_llama(out_dir, tied):
 
 def hf_logits(model_dir, ids):
     """transformers' fp32 logits for one row of ids; every checkpoint tensor must have been used."""
-    model, info = LlamaForCausalLM.from_pretrained(model_dir, attn_implementation="eager", output_loading_info=True)
+    model, info = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", output_loading_info=True)
     model = model.float().eval()
     missing = [k for k in info.get("missing_keys", []) if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     problems = {k: v for k, v in (("missing", missing), ("unexpected", info.get("unexpected_keys", [])), ("mismatched", info.get("mismatched_keys", []))) if v}
@@ -110,10 +124,10 @@ def mdlm_logits(mdlm, model_dir, ids, backend, out_file, log):
     return t["logits"]
 
 
-def check_mdlm_config(ck_dir, tied):
+def check_mdlm_config(ck_dir, arch, tied):
     """What transformers needs from the config.json mdlm writes."""
     c = json.load(open(os.path.join(ck_dir, "config.json")))
-    want = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "tie_word_embeddings": tied, "hidden_act": "silu", "eos_token_id": EOS, "vocab_size": VOCAB}
+    want = {"architectures": [ARCHS[arch][1]], "model_type": arch, "tie_word_embeddings": tied, "hidden_act": "silu", "eos_token_id": EOS, "vocab_size": VOCAB}
     bad = {k: c.get(k) for k, v in want.items() if c.get(k) != v}
     if c.get("torch_dtype") != "float32" and c.get("dtype") != "float32":
         bad["torch_dtype/dtype"] = (c.get("torch_dtype"), c.get("dtype"))
@@ -159,11 +173,11 @@ def main():
                 results.append(False)
 
     # (a) HF -> mdlm
-    for tied in (True, False):
-        name = f"hf->mdlm {'tied' if tied else 'untied'}"
+    for arch, tied in (("llama", True), ("llama", False), ("qwen2", False), ("qwen3", True)):
+        name = f"hf->mdlm {arch} {'tied' if tied else 'untied'}"
         try:
-            d = os.path.join(args.work, f"hf-{'tied' if tied else 'untied'}")
-            save_random_llama(d, tied)
+            d = os.path.join(args.work, f"hf-{arch}-{'tied' if tied else 'untied'}")
+            save_random_model(d, arch, tied)
             check(name, d, hf_logits(d, ids))
         except Exception as e:
             print(f"FAIL  {name:<34} {e}", flush=True)
@@ -171,20 +185,24 @@ def main():
 
     # (b) mdlm -> HF
     data = None
-    for tied in (True, False):
-        name = f"mdlm->hf {'tied' if tied else 'untied gqa'}"
-        out = os.path.join(args.work, f"mdlm-{'tied' if tied else 'untied'}")
+    variants = (
+        ("llama", True, "tied", []),
+        ("llama", False, "untied gqa", ["--model.tieEmbeddings", "false", "--model.nKvHeads", "2"]),
+        ("qwen2", True, "q/k/v biases", ["--model.qkvBias", "true"]),
+        ("qwen3", False, "q/k norms untied gqa", ["--model.qkNorm", "true", "--model.tieEmbeddings", "false", "--model.nKvHeads", "2"]),
+    )
+    for arch, tied, label, flags in variants:
+        name = f"mdlm->hf {arch} {label}"
+        out = os.path.join(args.work, f"mdlm-{arch}-{'tied' if tied else 'untied'}")
         try:
             cmd = mdlm + ["train", "--preset", "tiny", "--objective", "ar", "--steps", str(args.steps), "--out", out, "--backend", "cpu",
-                          "--model.seqLen", "64", "--train.batchSize", "4", "--train.evalBatches", "1", "--train.warmupSteps", "1"]
-            if not tied:
-                cmd += ["--model.tieEmbeddings", "false", "--model.nKvHeads", "2"]
+                          "--model.seqLen", "64", "--train.batchSize", "4", "--train.evalBatches", "1", "--train.warmupSteps", "1"] + flags
             if data:
                 cmd += ["--data.path", data]  # the Brown corpus prepared by the first run
             run(cmd, log)
             data = data or os.path.join(out, "data")
             ck = os.path.join(out, f"step-{args.steps:07d}")
-            check_mdlm_config(ck, tied)
+            check_mdlm_config(ck, arch, tied)
             check(name, ck, hf_logits(ck, ids))
         except Exception as e:
             print(f"FAIL  {name:<34} {e}", flush=True)
