@@ -11,6 +11,7 @@
 #include <napi.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,7 +49,9 @@ void* device_alloc(size_t bytes, const char* what) {
 // The per-call scratch: a bump allocator over one block, reset at every call. A call that wants
 // more gets extra blocks for that call; the next call then drains the stream (in-flight work may
 // still use the old blocks) and replaces them by one block of the largest total seen, so a
-// steady-state loop allocates nothing.
+// steady-state loop allocates nothing. While a CUDA graph is captured the block is fixed (the
+// graph keeps its addresses; draining a capturing stream is illegal): a call that would need more
+// fails and asks for the work to run once uncaptured first.
 class Arena final : public mdlm::Scratch {
  public:
   explicit Arena(cudaStream_t stream) : stream_(stream) {}
@@ -56,21 +59,31 @@ class Arena final : public mdlm::Scratch {
   Arena& operator=(const Arena&) = delete;
   ~Arena() override { release(); }
 
+  // Replace the blocks by one of the high-water size if the last call needed extra ones.
+  void settle() {
+    if (extra_.empty()) return;
+    check_cuda(cudaStreamSynchronize(stream_), "scratch: cudaStreamSynchronize before growing");
+    release();
+    base_ = static_cast<char*>(device_alloc(high_water_, "the scratch arena"));
+    size_ = high_water_;
+  }
+
   void begin_call() {
-    if (!extra_.empty()) {
-      check_cuda(cudaStreamSynchronize(stream_), "scratch: cudaStreamSynchronize before growing");
-      release();
-      base_ = static_cast<char*>(device_alloc(high_water_, "the scratch arena"));
-      size_ = high_water_;
-    }
+    if (!capturing_) settle();
     used_ = 0;
   }
+
+  void set_capturing(bool on) { capturing_ = on; }
 
   void* get(size_t bytes) override {
     bytes = round_up(bytes == 0 ? 1 : bytes, kAlign);
     used_ += bytes;
     if (used_ > high_water_) high_water_ = used_;
     if (used_ <= size_) return base_ + (used_ - bytes);
+    if (capturing_) {
+      throw OpError("BAD_ARGUMENT", "cuda: an op needs " + mib(used_) + " of scratch while a CUDA graph is recorded, more than the arena's " +
+                                        mib(size_) + "; run the same work once unrecorded before recording it");
+    }
     extra_.push_back(device_alloc(bytes, "scratch"));
     return extra_.back();
   }
@@ -85,6 +98,7 @@ class Arena final : public mdlm::Scratch {
   }
 
   cudaStream_t stream_;
+  bool capturing_ = false;
   char* base_ = nullptr;
   size_t size_ = 0;
   size_t used_ = 0;
@@ -103,6 +117,10 @@ struct Device {
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;
   std::unique_ptr<Arena> scratch;
+  // Instantiated CUDA graphs by id (record/replay from JavaScript); `capturing` while one is recorded.
+  std::map<int, cudaGraphExec_t> graphs;
+  int next_graph = 1;
+  bool capturing = false;
   // MDLM_CUDA_SYNC=1: wait after every op, so a fault inside a kernel names its op (debugging).
   bool sync_each_op = false;
 
@@ -122,6 +140,7 @@ struct Device {
   ~Device() {
     // At process exit the driver may be gone already: best effort, errors ignored.
     cudaStreamSynchronize(stream);
+    for (auto& [id, exec] : graphs) cudaGraphExecDestroy(exec);
     scratch.reset();
     cudaFree(workspace);
     cublasLtDestroy(lt);
@@ -323,13 +342,103 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
     call.cublaslt_workspace_bytes = kCublasLtWorkspace;
     try {
       launch(call);
-      if (d.sync_each_op) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
+      if (d.sync_each_op && !d.capturing) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
     } catch (const OpError&) {
       throw;
     } catch (const std::exception& e) {
       throw std::runtime_error("cuda: op '" + call.op + "': " + e.what());
     }
     return env.Undefined();
+  });
+}
+
+// captureBegin(): record the stream's work from here on into a graph (nothing runs meanwhile).
+// Thread-local mode: an unsafe call from this thread (a cudaMalloc, a synchronisation) fails the
+// capture instead of running; the TypeScript side refuses those before they reach here.
+Napi::Value CaptureBegin(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    if (d.capturing) throw std::runtime_error("captureBegin: a capture is already under way");
+    d.scratch->settle();
+    check_cuda(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    d.capturing = true;
+    d.scratch->set_capturing(true);
+    return info.Env().Undefined();
+  });
+}
+
+// Ends the capture; returns the graph (nullptr when the capture was invalidated).
+cudaGraph_t end_capture(Device& d) {
+  d.capturing = false;
+  d.scratch->set_capturing(false);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    check_cuda(e, "cudaStreamEndCapture");
+  }
+  return graph;
+}
+
+// captureEnd() -> graph id: instantiate what was captured.
+Napi::Value CaptureEnd(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    if (!d.capturing) throw std::runtime_error("captureEnd: no capture is under way");
+    cudaGraph_t graph = end_capture(d);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check_cuda(e, "cudaGraphInstantiate");
+    const int id = d.next_graph++;
+    d.graphs[id] = exec;
+    return Napi::Number::New(info.Env(), id);
+  });
+}
+
+// captureAbort(): end a capture that failed part way and drop what it holds.
+Napi::Value CaptureAbort(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    if (d.capturing) {
+      cudaGraph_t graph = nullptr;
+      d.capturing = false;
+      d.scratch->set_capturing(false);
+      cudaStreamEndCapture(d.stream, &graph);
+      cudaGetLastError();  // an invalidated capture's error is the one already reported
+      if (graph) cudaGraphDestroy(graph);
+    }
+    return info.Env().Undefined();
+  });
+}
+
+cudaGraphExec_t graph_arg(Device& d, const Napi::Value& v, const char* what) {
+  const int id = v.As<Napi::Number>().Int32Value();
+  auto it = d.graphs.find(id);
+  if (it == d.graphs.end()) throw std::runtime_error(std::string(what) + ": no graph " + std::to_string(id));
+  return it->second;
+}
+
+// graphLaunch(id): enqueue the graph's work on the stream, after earlier work.
+Napi::Value GraphLaunch(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    check_cuda(cudaGraphLaunch(graph_arg(d, info[0], "graphLaunch"), d.stream), "cudaGraphLaunch");
+    if (d.sync_each_op) check_cuda(cudaStreamSynchronize(d.stream), "graph execution (MDLM_CUDA_SYNC=1)");
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value GraphDestroy(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    cudaGraphExec_t exec = graph_arg(d, info[0], "graphDestroy");
+    // Launches already enqueued keep using it: wait for them first.
+    check_cuda(cudaStreamSynchronize(d.stream), "graphDestroy: cudaStreamSynchronize");
+    cudaGraphExecDestroy(exec);
+    d.graphs.erase(info[0].As<Napi::Number>().Int32Value());
+    return info.Env().Undefined();
   });
 }
 
@@ -349,6 +458,11 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("free", Napi::Function::New(env, Free, "free"));
   exports.Set("upload", Napi::Function::New(env, Upload, "upload"));
   exports.Set("memset", Napi::Function::New(env, Memset, "memset"));
+  exports.Set("captureBegin", Napi::Function::New(env, CaptureBegin, "captureBegin"));
+  exports.Set("captureEnd", Napi::Function::New(env, CaptureEnd, "captureEnd"));
+  exports.Set("captureAbort", Napi::Function::New(env, CaptureAbort, "captureAbort"));
+  exports.Set("graphLaunch", Napi::Function::New(env, GraphLaunch, "graphLaunch"));
+  exports.Set("graphDestroy", Napi::Function::New(env, GraphDestroy, "graphDestroy"));
   exports.Set("download", Napi::Function::New(env, Download, "download"));
   exports.Set("run", Napi::Function::New(env, Run, "run"));
   exports.Set("sync", Napi::Function::New(env, Sync, "sync"));

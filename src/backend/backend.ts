@@ -42,8 +42,40 @@ export interface Backend {
   run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void;
   /** Wait for all enqueued work; rethrows device errors raised meanwhile. */
   sync(): Promise<void>;
+  /**
+   * Record the ops `fn` enqueues (and zeroes) for replay; nothing runs until `replay`. On CUDA this
+   * is a CUDA graph: one launch replays hundreds of kernels with their arguments, so the tensors
+   * must outlive the recording and `fn` may not upload, download, sync, allocate or free. Other
+   * backends replay by calling `fn` again.
+   */
+  record(fn: () => void): Recording;
   poolStats(): PoolStats;
   destroy(): void;
+}
+
+/** Work recorded by `Backend.record`. */
+export interface Recording {
+  /** Enqueue the recorded work again. */
+  replay(): void;
+  /** Release it; a replay afterwards is an error. */
+  destroy(): void;
+  /** Whether replay skips the host work (a device graph) rather than calling the function again. */
+  readonly native: boolean;
+}
+
+/** A Recording that replays by calling `fn` (backends without device graphs). */
+export function rerun(fn: () => void): Recording {
+  let live = true;
+  return {
+    native: false,
+    replay: () => {
+      if (!live) fail('BAD_ARGUMENT', 'replay of a destroyed recording');
+      fn();
+    },
+    destroy: () => {
+      live = false;
+    },
+  };
 }
 
 /** Round a byte size up to the pool's bucket granularity. */

@@ -123,7 +123,7 @@ export async function benchTrainMdlm(cfg: TrainConfig, setup: BenchTrainSetup, b
   const t = cfg.train;
   const maskId = cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
   const dtype = computeDtype(t.precision, backend);
-  const model = new LlamaModel(backend, cfg.model, t.batchSize, t.seed, dtype);
+  const model = new LlamaModel(backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda' });
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip });
   try {

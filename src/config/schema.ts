@@ -83,6 +83,7 @@ export const TrainSchema = z.strictObject({
   logEvery: int(1).default(10).describe('Log training metrics every this many steps.'),
   seed: int(0).default(1234).describe('Seed of every random draw (init, data order, noise levels, masks).'),
   nonFinite: z.enum(NON_FINITE).default('stop').describe('On a NaN/Inf loss or gradient: stop the run (nothing is saved) or skip the step.'),
+  cudaGraphs: z.boolean().default(true).describe('CUDA: record the forward and backward pass as a CUDA graph at the second micro-batch and replay it from then on (one launch instead of hundreds). Other backends run the pass directly either way.'),
   precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu.'),
 });
 

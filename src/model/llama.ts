@@ -4,7 +4,7 @@
  * src/checkpoint/hf.ts's paramSpecs, so checkpoints map one to one onto Hugging Face names. All activations are allocated at construction for a
  * fixed (batch, seqLen); a step allocates nothing.
  */
-import type { Backend } from '../backend/backend.js';
+import type { Backend, Recording } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { crossEntropy, crossEntropyBackward } from '../ops/cross_entropy.js';
 import { reduce } from '../ops/reduce.js';
@@ -58,13 +58,22 @@ export class LlamaModel {
   private readonly dStream: Tensor;
   private readonly zeros: Tensor;
   private causal = true;
+  readonly dtype: FloatDType;
+  private readonly recordSteps: boolean;
+  /** forward + backward recorded per attention kind, and the kinds run once unrecorded. */
+  private readonly recordings = new Map<boolean, Recording>();
+  private readonly warmed = new Set<boolean>();
 
   /**
    * `dtype` is the compute dtype of activations and of the weights' working copy (bf16 for
    * mixed precision); master weights, gradients and optimizer state are f32 either way.
+   * `record`: `forwardBackward` records the pass (a CUDA graph on CUDA) and replays it.
    */
-  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number, readonly dtype: FloatDType = 'f32') {
+  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number, opts: { dtype?: FloatDType; record?: boolean } = {}) {
     validateModel(cfg);
+    const dtype = opts.dtype ?? 'f32';
+    this.dtype = dtype;
+    this.recordSteps = opts.record ?? false;
     if (!backend.floatDtypes.has(dtype)) {
       fail('BAD_CONFIG', `compute dtype ${dtype}: the ${backend.name} backend's kernels take ${[...backend.floatDtypes].join(', ')}`);
     }
@@ -196,6 +205,30 @@ export class LlamaModel {
     this.embed.backward(b, this.ws, this.ids, this.dStream, N);
   }
 
+  /**
+   * forward() then backward(). With `record`, the first call per attention kind runs them directly
+   * (sizing the kernels' scratch, caching GEMM plans), the second records them and every call
+   * replays the recording: on CUDA one graph launch instead of hundreds of kernel launches. The
+   * inputs live in fixed device buffers, so a replay reads whatever setBatch and the objective
+   * put there.
+   */
+  forwardBackward(): void {
+    const run = (): void => {
+      this.forward();
+      this.backward();
+    };
+    if (!this.recordSteps) return run();
+    const rec = this.recordings.get(this.causal);
+    if (rec) return rec.replay();
+    if (!this.warmed.has(this.causal)) {
+      this.warmed.add(this.causal);
+      return run();
+    }
+    const recorded = this.backend.record(run);
+    this.recordings.set(this.causal, recorded);
+    recorded.replay();
+  }
+
   /** Upload every parameter from host arrays by mdlm name (a checkpoint's tensors). */
   loadParams(tensors: Readonly<Record<string, Float32Array>>, source: string): void {
     const host = new Float32Array(this.store.value.size);
@@ -208,6 +241,8 @@ export class LlamaModel {
   }
 
   destroy(): void {
+    for (const r of this.recordings.values()) r.destroy();
+    this.recordings.clear();
     this.arena.destroy();
     this.store.destroy();
   }

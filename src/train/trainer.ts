@@ -91,7 +91,9 @@ export class Trainer {
       fail('BAD_CONFIG', `model.vocabSize ${cfg.model.vocabSize} is smaller than the ${tok.name} tokenizer's ${tok.vocabSize} ids; raise it (e.g. to ${Math.ceil(tok.vocabSize / 64) * 64})`);
     }
     const maskId = this.maskId();
-    this.model = new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, computeDtype(cfg.train.precision, opts.backend));
+    this.model = new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
+      dtype: computeDtype(cfg.train.precision, opts.backend), record: cfg.train.cudaGraphs && opts.backend.name === 'cuda',
+    });
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     this.optimizer = new AdamW(this.model.store, {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
@@ -246,8 +248,7 @@ export async function optimizerStep(
   let loss = 0;
   for (let micro = 0; micro < gradAccum; micro++) {
     await objective.prepare(model, next(), step * gradAccum + micro, 0);
-    model.forward();
-    model.backward();
+    model.forwardBackward();
     loss += (await model.loss()) / gradAccum;
   }
   optimizer.measure();

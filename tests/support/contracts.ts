@@ -63,6 +63,27 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
       }
     });
 
+    it.skipIf(!enabled)('records ops and zeroes without running them and replays them on the data of the moment', async () => {
+      const b = (await get())!;
+      const [x, y, out] = [b.alloc([5], 'f32'), b.alloc([5], 'f32'), b.alloc([5], 'f32')];
+      b.upload(x, new Float32Array(5).fill(1));
+      b.upload(y, new Float32Array(5).fill(2));
+      b.upload(out, new Float32Array(5).fill(9));
+      const rec = b.record(() => {
+        b.zero(out);
+        b.run(add, { a: x, b: y, out }, { n: 5 });
+      });
+      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([9, 9, 9, 9, 9]);
+      rec.replay();
+      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([3, 3, 3, 3, 3]);
+      b.upload(x, new Float32Array(5).fill(10));
+      rec.replay();
+      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([12, 12, 12, 12, 12]);
+      rec.destroy();
+      await expectMdlmError(() => rec.replay(), 'BAD_ARGUMENT', 'destroyed');
+      [x, y, out].forEach((t) => b.free(t));
+    });
+
     it.skipIf(!enabled)('round-trips data and reuses pooled buffers in a steady-state loop', async () => {
       const b = (await get())!;
       const data = Float32Array.from({ length: 1000 }, (_, k) => k * 0.5 - 3);

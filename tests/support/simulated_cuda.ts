@@ -21,6 +21,18 @@ export function simulatedCudaAddon(): CudaAddon {
   const blocks = new Map<bigint, Uint8Array>();
   let next = 1n << 20n;
   let used = 0;
+  // A "graph" is the list of device calls made while capturing, run again on launch.
+  let capture: (() => void)[] | null = null;
+  const graphs = new Map<number, (() => void)[]>();
+  let nextGraph = 1;
+  /** Device work: recorded while capturing, else done now. */
+  const enqueue = (work: () => void): void => {
+    if (capture) capture.push(work);
+    else work();
+  };
+  const host = (what: string): void => {
+    if (capture) throw new Error(`simulated cuda: ${what} while capturing (cudaErrorStreamCaptureUnsupported)`);
+  };
 
   /** The bytes [ptr, ptr + bytes) of one allocation. */
   function at(ptr: bigint, bytes: number): Uint8Array {
@@ -70,33 +82,61 @@ export function simulatedCudaAddon(): CudaAddon {
       blocks.delete(ptr);
     },
     upload(ptr, view) {
+      host('upload');
       at(ptr, view.byteLength).set(new Uint8Array(view.buffer, view.byteOffset, view.byteLength));
     },
     memset(ptr, bytes) {
-      at(ptr, bytes).fill(0);
+      const target = at(ptr, bytes);
+      enqueue(() => target.fill(0));
+    },
+    captureBegin() {
+      if (capture) throw new Error('simulated cuda: captureBegin during a capture');
+      capture = [];
+    },
+    captureEnd() {
+      if (!capture) throw new Error('simulated cuda: captureEnd without a capture');
+      graphs.set(nextGraph, capture);
+      capture = null;
+      return nextGraph++;
+    },
+    captureAbort() {
+      capture = null;
+    },
+    graphLaunch(id) {
+      host('graphLaunch');
+      const g = graphs.get(id);
+      if (!g) throw new Error(`simulated cuda: no graph ${id}`);
+      for (const work of g) work();
+    },
+    graphDestroy(id) {
+      if (!graphs.delete(id)) throw new Error(`simulated cuda: no graph ${id}`);
     },
     download(ptr, bytes) {
+      host('download');
       return at(ptr, bytes).slice().buffer;
     },
     run(name: string, args: readonly CudaArg[], nums, strs) {
       const op = findOp(name);
       if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
       const attrs = { ...nums, ...strs };
-      const ref: RefArgs = {};
       const views = new Map<string, [DType, Uint8Array]>();
       for (const [arg, ptr, code, numel] of args) {
         const dtype = DTYPES[code]!;
-        const bytes = at(ptr, numel * DTYPE_BYTES[dtype]);
-        views.set(arg, [dtype, bytes]);
-        ref[arg] = read(dtype, bytes);
+        views.set(arg, [dtype, at(ptr, numel * DTYPE_BYTES[dtype])]);
       }
-      op.reference(ref, attrs);
-      for (const a of op.args) {
-        if (a.role === 'in') continue;
-        const [dtype, bytes] = views.get(a.name)!;
-        write(dtype, ref[a.name]!, bytes);
-      }
+      enqueue(() => {
+        const ref: RefArgs = {};
+        for (const [arg, [dtype, bytes]] of views) ref[arg] = read(dtype, bytes);
+        op.reference(ref, attrs);
+        for (const a of op.args) {
+          if (a.role === 'in') continue;
+          const [dtype, bytes] = views.get(a.name)!;
+          write(dtype, ref[a.name]!, bytes);
+        }
+      });
     },
-    sync() {},
+    sync() {
+      host('sync');
+    },
   };
 }

@@ -2,7 +2,7 @@
  * The CPU backend: the ops' float64 references over f32 (or narrower) storage. It is the oracle
  * the other backends are held to, and a usable trainer for tiny models.
  */
-import { type Backend, BufferPool, PooledBackend, type PooledHandle, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type PooledHandle, type Recording, TensorStore, checkUpload, rerun } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { fail } from '../../errors.js';
 import { type OpDef, type RefArgs, refArrayFor, resolveArgDtype, validateCall } from '../../ops/op.js';
@@ -61,6 +61,10 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   }
 
   async sync(): Promise<void> {}
+
+  record(fn: () => void): Recording {
+    return rerun(fn);
+  }
 
   destroy(): void {
     this.store.destroyAll();

@@ -5,11 +5,11 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, PooledBackend, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
-import { DTYPES, DTYPE_BYTES, type DType, type HostArray, Tensor } from '../../tensor.js';
+import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor } from '../../tensor.js';
 
 /** What the addon's probe() reports. Device fields are present when `available`. */
 export interface CudaProbeInfo {
@@ -42,6 +42,14 @@ export interface CudaAddon {
   free(ptr: bigint): void;
   /** Enqueued after earlier work; the bytes are staged before it returns. */
   upload(ptr: bigint, bytes: ArrayBufferView): void;
+  /** Start capturing the stream's work into a CUDA graph (settles the scratch arena first). */
+  captureBegin(): void;
+  /** End the capture and instantiate the graph; returns its id. */
+  captureEnd(): number;
+  /** End a capture that failed part way, discarding what was captured. */
+  captureAbort(): void;
+  graphLaunch(id: number): void;
+  graphDestroy(id: number): void;
   /** cudaMemsetAsync to 0 on the stream, after earlier work. */
   memset(ptr: bigint, bytes: number): void;
   /** Waits for earlier work, then copies. */
@@ -66,6 +74,15 @@ function native<T>(f: () => T): T {
   }
 }
 
+/** f's result as a promise; its error as a rejection. */
+function settle<T>(f: () => T): Promise<T> {
+  try {
+    return Promise.resolve(f());
+  } catch (e) {
+    return Promise.reject(e);
+  }
+}
+
 const NARROW = new Set<DType>(['f16', 'bf16', 'fp8e4m3', 'fp8e5m2']);
 
 function gib(bytes: number): string {
@@ -82,6 +99,8 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   protected readonly store: TensorStore<bigint>;
   private readonly ops: ReadonlySet<string>;
+  /** Inside `record`: only ops and zeroes may be enqueued. */
+  private recording = false;
 
   constructor(private readonly addon: CudaAddon) {
     super();
@@ -93,9 +112,25 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     this.store = new TensorStore('cuda', new BufferPool((bytes) => native(() => addon.malloc(bytes)), (ptr) => addon.free(ptr)));
   }
 
+  /** What a graph cannot hold (host copies, waits) or must not see change under it (memory). */
+  private notRecording(what: string): void {
+    if (this.recording) fail('BAD_ARGUMENT', `cuda.${what} while recording a CUDA graph: a recording may only enqueue ops and zero tensors`);
+  }
+
   // --- memory ---
 
+  override alloc(shape: Shape, dtype: DType): Tensor {
+    this.notRecording('alloc');
+    return super.alloc(shape, dtype);
+  }
+
+  override free(t: Tensor): void {
+    this.notRecording('free');
+    super.free(t);
+  }
+
   upload(t: Tensor, data: HostArray): void {
+    this.notRecording('upload');
     checkUpload(t, data);
     const bytes = NARROW.has(t.dtype) ? encodeFloats(t.dtype as 'f16' | 'bf16' | 'fp8e4m3' | 'fp8e5m2', data) : data;
     native(() => this.addon.upload(this.pointer(t), bytes));
@@ -103,6 +138,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   /** Raw storage bytes, as the device holds them (bf16 or fp8 words from a checkpoint, bit-level tests). */
   uploadBytes(t: Tensor, bytes: Uint8Array): void {
+    this.notRecording('uploadBytes');
     if (bytes.byteLength !== t.byteSize) fail('BAD_SHAPE', `uploadBytes: ${t} holds ${t.byteSize} bytes, got ${bytes.byteLength}`);
     native(() => this.addon.upload(this.pointer(t), bytes));
   }
@@ -111,7 +147,14 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     native(() => this.addon.memset(this.pointer(t), t.byteSize));
   }
 
-  async download(t: Tensor): Promise<HostArray> {
+  // The recording check runs before the promise: a recording function cannot await, so a rejected
+  // promise would go unnoticed.
+  download(t: Tensor): Promise<HostArray> {
+    this.notRecording('download');
+    return this.decode(t);
+  }
+
+  private async decode(t: Tensor): Promise<HostArray> {
     const raw = await this.downloadBytes(t);
     switch (t.dtype) {
       case 'f32': return new Float32Array(raw.buffer, raw.byteOffset, t.size);
@@ -124,8 +167,9 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   }
 
   /** The tensor's storage bytes as the device holds them. */
-  async downloadBytes(t: Tensor): Promise<Uint8Array> {
-    return new Uint8Array(native(() => this.addon.download(this.pointer(t), t.byteSize)));
+  downloadBytes(t: Tensor): Promise<Uint8Array> {
+    this.notRecording('download');
+    return settle(() => new Uint8Array(native(() => this.addon.download(this.pointer(t), t.byteSize))));
   }
 
   // --- ops ---
@@ -155,8 +199,38 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     native(() => this.addon.run(op.name, list, nums, strs));
   }
 
-  async sync(): Promise<void> {
-    native(() => this.addon.sync());
+  sync(): Promise<void> {
+    this.notRecording('sync');
+    return settle(() => native(() => this.addon.sync()));
+  }
+
+  record(fn: () => void): Recording {
+    this.notRecording('record');
+    native(() => this.addon.captureBegin());
+    this.recording = true;
+    let id: number;
+    try {
+      fn();
+    } catch (e) {
+      this.recording = false;
+      native(() => this.addon.captureAbort());
+      throw e;
+    }
+    this.recording = false;
+    id = native(() => this.addon.captureEnd());
+    let live = true;
+    return {
+      native: true,
+      replay: () => {
+        if (!live) fail('BAD_ARGUMENT', 'replay of a destroyed CUDA graph');
+        this.notRecording('replay');
+        native(() => this.addon.graphLaunch(id));
+      },
+      destroy: () => {
+        if (live) native(() => this.addon.graphDestroy(id));
+        live = false;
+      },
+    };
   }
 
   destroy(): void {

@@ -3,7 +3,7 @@
  * (shader, entry, constants) with bind-group layouts built from reflection, dispatches batched in
  * one compute pass until a sync point, uniforms packed by reflected struct layout into a ring.
  */
-import { type Backend, BufferPool, PooledBackend, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload, rerun } from '../backend.js';
 import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../convert.js';
 import { MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
@@ -241,6 +241,11 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
       // Queue order makes reuse by later ops safe even before this op's work completes.
       for (const t of scratch) this.free(t);
     }
+  }
+
+  /** WebGPU replays by re-encoding: dispatches are already batched into few submits. */
+  record(fn: () => void): Recording {
+    return rerun(fn);
   }
 
   async sync(): Promise<void> {
