@@ -3,7 +3,8 @@
 // are sorted by id with a stable LSD radix sort (8-bit digits: per-tile histograms -> one scan ->
 // stable scatter, as shaders/embedding.wgsl), then each vocab row sums its positions in sorted
 // order. Out-of-range ids read nothing: the gather writes zeros, the sort keys them `vocab`,
-// which no row claims. f32 or bf16 storage; sums in f32.
+// which no row claims. f32 or bf16 storage; sums in f32. With `accumulate` the sums are added to
+// dtable, which is f32 with `outF32` (the master gradient of a bf16 model).
 #include "common.cuh"
 
 namespace mdlm {
@@ -111,10 +112,11 @@ __device__ uint32_t lower_bound(const uint32_t* keys, uint32_t n, uint32_t v) {
 }
 
 // kRowsPerBlock vocab rows a block; threads run over (row, vector of columns) and each sums its
-// row's positions in sorted (increasing) order.
-template <typename T, int VEC>
+// row's positions in sorted (increasing) order. dout is T, dtable TO.
+template <typename T, typename TO, int VEC>
 __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
-                                                                const T* __restrict__ dout, T* __restrict__ dtable, int tokens, int vocab, int dim) {
+                                                                const T* __restrict__ dout, TO* __restrict__ dtable, int tokens, int vocab, int dim,
+                                                                bool accumulate) {
   __shared__ uint32_t bounds[kRowsPerBlock + 1];
   const int first = blockIdx.x * kRowsPerBlock;
   const int count = min(kRowsPerBlock, vocab - first);
@@ -123,14 +125,16 @@ __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* 
   const int vecs = dim / VEC;
   for (int item = threadIdx.x; item < count * vecs; item += blockDim.x) {
     const int r = item / vecs, c = (item % vecs) * VEC;
+    TO* dst = dtable + static_cast<int64_t>(first + r) * dim + c;
     float acc[VEC] = {};
+    if (accumulate) load<TO, VEC>(dst, acc);
     for (uint32_t q = bounds[r]; q < bounds[r + 1]; q++) {
       float v[VEC];
       load<T, VEC>(dout + static_cast<int64_t>(positions[q]) * dim + c, v);
 #pragma unroll
       for (int k = 0; k < VEC; k++) acc[k] += v[k];
     }
-    store<T, VEC>(dtable + static_cast<int64_t>(first + r) * dim + c, acc);
+    store<TO, VEC>(dst, acc);
   }
 }
 
@@ -190,11 +194,25 @@ MDLM_OP(embedding_backward) {
     std::swap(keys, keys_next);
     std::swap(vals, vals_next);
   }
-  with_rows(call, {"dout", "dtable"}, s.dim, [&](auto tag, auto vec) {
+  const Arg& dtable = call.arg("dtable");
+  const bool accumulate = call.flag("accumulate");
+  const DType dout_dtype = call.float_dtype("dout", {DType::f32, DType::bf16});
+  // The TypeScript side has checked dtable's dtype: dout's own, or f32 with outF32.
+  with_float_type(dout_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    constexpr int VEC = decltype(vec)::value;
-    embedding_row_sum_kernel<T, VEC><<<(s.vocab + kRowsPerBlock - 1) / kRowsPerBlock, 256, 0, call.stream>>>(
-        keys, vals, static_cast<const T*>(call.arg("dout").ptr), static_cast<T*>(call.arg("dtable").ptr), s.tokens, s.vocab, s.dim);
-    check_launch("embedding_row_sum_kernel");
+    with_float_type(dtable.dtype, [&](auto out_tag) {
+      using TO = typename decltype(out_tag)::type;
+      // VEC elements of T are 16 bytes; of TO up to 32 (bf16 in, f32 out): each pointer must be
+      // aligned to its own vector size.
+      constexpr int V = kVec16<T>;
+      const bool vectorised = s.dim % V == 0 && aligned16(call.arg("dout").ptr) &&
+                              reinterpret_cast<uintptr_t>(dtable.ptr) % (V * sizeof(TO)) == 0;
+      with_vec<T>(vectorised, [&](auto vec) {
+        constexpr int VEC = decltype(vec)::value;
+        embedding_row_sum_kernel<T, TO, VEC><<<(s.vocab + kRowsPerBlock - 1) / kRowsPerBlock, 256, 0, call.stream>>>(
+            keys, vals, static_cast<const T*>(call.arg("dout").ptr), static_cast<TO*>(dtable.ptr), s.tokens, s.vocab, s.dim, accumulate);
+        check_launch("embedding_row_sum_kernel");
+      });
+    });
   });
 }

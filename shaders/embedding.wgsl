@@ -149,6 +149,8 @@ fn lowerBound(v: u32) -> u32 {
 // (one per row boundary, in parallel) is paid once per ROWS rows; threads run over channels and
 // each row sums its positions in sorted (increasing) order.
 const ROWS = 16u;
+// row_sum adds to dtable instead of overwriting it (embedding_backward's accumulate).
+override ACCUMULATE: bool = false;
 var<workgroup> bounds: array<u32, ROWS + 1u>;
 
 @compute @workgroup_size(WG)
@@ -172,7 +174,11 @@ fn row_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
       for (var p = start; p < end; p++) {
         acc += dout[valsIn[p] * dim + c];
       }
-      dtable[row * dim + c] = acc;
+      if (ACCUMULATE) {
+        dtable[row * dim + c] += acc;
+      } else {
+        dtable[row * dim + c] = acc;
+      }
     }
   }
 }

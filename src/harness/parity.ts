@@ -245,9 +245,10 @@ export function checkGradient<A>(op: OpDef<A>, c: OpCase<A>, seed: number, probe
   const g = op.gradient;
   if (!g) throw new Error(`${op.name} has no gradient check`);
   const rng = new PhiloxStream(seed, RngPurpose.harness, 1);
-  const sampled = op.sample(rng, c.attrs);
-  const bwd = runReference(op, sampled, c.attrs, 'f32');
-  const fattrs = g.forwardAttrs(c.attrs);
+  const attrs = (g.checkAttrs as ((a: A) => A) | undefined)?.(c.attrs) ?? c.attrs;
+  const sampled = op.sample(rng, attrs);
+  const bwd = runReference(op, sampled, attrs, 'f32');
+  const fattrs = g.forwardAttrs(attrs);
   const forward = g.forward as OpDef<unknown>;
   const finputs: RefArgs = {};
   for (const [fname, bname] of Object.entries(g.inputs)) finputs[fname] = sampled[bname]!.slice();

@@ -99,8 +99,8 @@ export class LlamaModel {
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
       : new Linear(this.store, 'lm_head', cfg.dModel, cfg.vocabSize, std);
-    // The largest gradient written through the workspace is the embedding table's.
-    this.ws = new Workspace(this.arena, cfg.vocabSize * cfg.dModel);
+    // The norms' weight gradients are the only ones written through the workspace.
+    this.ws = new Workspace(this.arena, cfg.dModel);
     const a = this.arena;
     this.ids = a.alloc([N], 'i32');
     this.targets = a.alloc([N], 'i32');
@@ -202,7 +202,7 @@ export class LlamaModel {
     this.head.backward(b, this.normed, this.dLogits, this.dNormed, 'write', N);
     this.finalNorm.backward(b, this.ws, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
     for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.ws, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
-    this.embed.backward(b, this.ws, this.ids, this.dStream, N);
+    this.embed.backward(b, this.ids, this.dStream, N);
   }
 
   /**

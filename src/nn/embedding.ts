@@ -3,7 +3,6 @@ import type { Backend } from '../backend/backend.js';
 import { embedding, embeddingBackward } from '../ops/embedding.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
-import type { Workspace } from './workspace.js';
 
 export class Embedding {
   readonly table: Param;
@@ -16,9 +15,9 @@ export class Embedding {
     b.run(embedding, { ids, table: this.table.compute, out }, { tokens, vocab: this.vocab, dim: this.dim });
   }
 
-  backward(b: Backend, ws: Workspace, ids: Tensor, dout: Tensor, tokens: number): void {
-    const dtable = ws.weightScratch(b, [this.vocab, this.dim]);
-    b.run(embeddingBackward, { ids, dout, dtable }, { tokens, vocab: this.vocab, dim: this.dim });
-    ws.accumulateGrad(b, dtable, this.table);
+  /** The table's f32 gradient += the scatter-add of dout, in one kernel whatever dout's dtype. */
+  backward(b: Backend, ids: Tensor, dout: Tensor, tokens: number): void {
+    const attrs = { tokens, vocab: this.vocab, dim: this.dim, accumulate: true, outF32: true };
+    b.run(embeddingBackward, { ids, dout, dtable: this.table.grad }, attrs);
   }
 }

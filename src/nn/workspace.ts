@@ -1,9 +1,9 @@
 /**
  * Scratch shared by every layer's backward pass, allocated once: a weight-gradient buffer in the
- * compute dtype as large as the largest weight (for the ops that write a parameter gradient in
- * the activations' dtype: norm weights, the embedding table), and under a narrower compute dtype
- * an f32 buffer of the same size to widen such a gradient before it is added to the f32 master
- * gradient. Matmul weight gradients need neither: they accumulate into the master gradient directly.
+ * compute dtype for the op that writes a parameter gradient in the activations' dtype (RMSNorm's
+ * dweight, at most dModel values), and under a narrower compute dtype an f32 buffer of the same
+ * size to widen it before it is added to the f32 master gradient. Matmul and embedding weight
+ * gradients need neither: they accumulate into the master gradient directly.
  */
 import type { Backend } from '../backend/backend.js';
 import { axpy } from '../ops/axpy.js';

@@ -1,15 +1,23 @@
 /**
  * embedding: out[i, :] = table[ids[i], :]. embedding_backward: the scatter-add
- * dtable[v, :] = Σ_{i : ids[i] = v} dout[i, :], summed in increasing position i so the result is
- * bitwise the same on every run (the WebGPU kernel sorts positions by id, stably, to get there).
+ * dtable[v, :] (+)= Σ_{i : ids[i] = v} dout[i, :], summed in increasing position i so the result is
+ * bitwise the same on every run (the kernels sort positions by id, stably, to get there). With
+ * `accumulate` and `outF32` it adds straight into the f32 master gradient of a bf16 model.
  */
 import { fail } from '../errors.js';
-import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randint, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randint, randn, requireDims } from './op.js';
 
 export interface EmbeddingAttrs {
   readonly tokens: number;
   readonly vocab: number;
   readonly dim: number;
+}
+
+export interface EmbeddingBackwardAttrs extends EmbeddingAttrs {
+  /** dtable += the sums (else dtable = the sums). */
+  readonly accumulate: boolean;
+  /** dtable is f32 whatever dout is. */
+  readonly outF32: boolean;
 }
 
 function validate(op: string, attrs: EmbeddingAttrs): void {
@@ -31,6 +39,7 @@ const testCases = [
   { label: 'tokens 1 vocab 3 dim 1', attrs: { tokens: 1, vocab: 3, dim: 1 } },
 ];
 const benchCases = [{ label: 'tokens 16384 vocab 50304 dim 768', attrs: { tokens: 16384, vocab: 50304, dim: 768 } }];
+const plain = { accumulate: false, outF32: false };
 
 export const embedding = defineOp<EmbeddingAttrs>({
   name: 'embedding',
@@ -55,37 +64,58 @@ export const embedding = defineOp<EmbeddingAttrs>({
   tolerance: { f32: 0, bf16: 0 },
 });
 
-export const embeddingBackward = defineOp<EmbeddingAttrs>({
+export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
   name: 'embedding_backward',
-  summary: 'dtable[v, :] = Σ_{i : ids[i] = v} dout[i, :] (deterministic scatter-add)',
+  summary: 'dtable[v, :] (+)= Σ_{i : ids[i] = v} dout[i, :] (deterministic scatter-add; accumulate, f32 dtable with outF32)',
+  // dtable is read when accumulating, so it is declared inout.
   args: [
     { name: 'ids', role: 'in', dtype: 'i32' },
     { name: 'dout', role: 'in', dtype: 'float' },
-    { name: 'dtable', role: 'out', dtype: 'float' },
+    { name: 'dtable', role: 'inout', dtype: 'float' },
   ],
   floatDtypes: ['f32', 'bf16'],
-  validate: (attrs) => validate('embedding_backward', attrs),
+  validate: (attrs) => {
+    validate('embedding_backward', attrs);
+    for (const key of ['accumulate', 'outF32'] as const) {
+      if (typeof attrs[key] !== 'boolean') badAttr('embedding_backward', key, attrs[key], 'expected true or false');
+    }
+  },
   shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], dout: [tokens, dim], dtable: [vocab, dim] }),
-  reference({ ids, dout, dtable }, { tokens, vocab, dim }) {
-    dtable!.fill(0);
+  argDtype: (arg, { outF32 }) => (arg === 'dtable' && outF32 ? 'f32' : undefined),
+  reference({ ids, dout, dtable }, { tokens, vocab, dim, accumulate }) {
+    if (!accumulate) dtable!.fill(0);
     for (let i = 0; i < tokens; i++) {
       const v = idAt('embedding_backward', ids!, i, vocab);
       for (let c = 0; c < dim; c++) dtable![v * dim + c] += dout![i * dim + c]!;
     }
   },
-  cases: (scale) => (scale === 'test' ? testCases : benchCases),
+  cases: (scale) =>
+    scale === 'test'
+      ? [
+          ...testCases.map((c) => ({ ...c, attrs: { ...c.attrs, ...plain } })),
+          { label: 'f32 dtable += tokens 300 vocab 37 dim 16', attrs: { tokens: 300, vocab: 37, dim: 16, accumulate: true, outF32: true } },
+          { label: 'dtable += tokens 70 vocab 300 dim 5', attrs: { tokens: 70, vocab: 300, dim: 5, accumulate: true, outF32: false } },
+        ]
+      : [
+          ...benchCases.map((c) => ({ ...c, attrs: { ...c.attrs, ...plain } })),
+          { label: 'f32 dtable += tokens 16384 vocab 50304 dim 768', attrs: { ...benchCases[0]!.attrs, accumulate: true, outF32: true } },
+        ],
   sample: (rng, { tokens, vocab, dim }) => ({
     ids: randint(rng, tokens, 0, vocab),
     dout: randn(rng, tokens * dim),
+    dtable: randn(rng, vocab * dim),
     // Not an argument: the forward input the gradient check perturbs (the backward never reads it).
     table: randn(rng, vocab * dim),
   }),
-  // Sums of a handful of f32 terms per row; bf16: summed in f32, one rounding to bf16.
+  // Sums of a handful of f32 terms per row (one more when accumulating); bf16: summed in f32, one
+  // rounding to bf16 (none with an f32 dtable).
   tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ tokens, dim }) => tokens * dim,
   gradient: gradientOf({
     forward: embedding,
-    forwardAttrs: (attrs: EmbeddingAttrs) => attrs,
+    forwardAttrs: ({ tokens, vocab, dim }: EmbeddingBackwardAttrs) => ({ tokens, vocab, dim }),
+    // The finite differences check the sums; accumulation is checked against the reference.
+    checkAttrs: (attrs: EmbeddingBackwardAttrs) => ({ ...attrs, accumulate: false }),
     inputs: { ids: 'ids', table: 'table' },
     cotangents: { out: 'dout' },
     grads: { dtable: 'table' },

@@ -42,6 +42,8 @@ export interface GradientCheck<A, F> {
   readonly grads: Readonly<Record<string, string>>;
   /** backward output -> backward input added to it as is (fused residual gradients) */
   readonly passthrough?: Readonly<Record<string, string>>;
+  /** The backward attributes the finite-difference check runs with (default: the case's). */
+  checkAttrs?(attrs: A): A;
 }
 
 export interface OpDef<A = Record<string, never>> {

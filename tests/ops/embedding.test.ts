@@ -3,7 +3,7 @@ import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import type { KernelContext } from '../../src/backend/webgpu/kernel.js';
 import { rowChunks } from '../../src/backend/webgpu/kernels/embedding.js';
 import { MdlmError } from '../../src/errors.js';
-import { type EmbeddingAttrs, embedding, embeddingBackward } from '../../src/ops/embedding.js';
+import { type EmbeddingAttrs, type EmbeddingBackwardAttrs, embedding, embeddingBackward } from '../../src/ops/embedding.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
 import { runOp } from '../support/run_op.js';
 import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
@@ -17,12 +17,13 @@ afterAll(async () => {
 // table rows: row v = [10v, 10v + 1]
 const table = Float32Array.from([0, 1, 10, 11, 20, 21]);
 const small: EmbeddingAttrs = { tokens: 4, vocab: 3, dim: 2 };
+const smallBackward: EmbeddingBackwardAttrs = { ...small, accumulate: false, outF32: false };
 
 function randomCase(tokens: number, vocab: number, dim: number, seed: number) {
   const rng = new PhiloxStream(seed, RngPurpose.harness);
   const ids = Int32Array.from({ length: tokens }, () => rng.int(vocab));
   const dout = Float32Array.from({ length: tokens * dim }, () => rng.normal());
-  return { attrs: { tokens, vocab, dim }, ids, dout };
+  return { attrs: { tokens, vocab, dim, accumulate: false, outF32: false }, ids, dout };
 }
 
 /** dtable summed in f32, position by position in increasing order: what the kernel promises. */
@@ -44,9 +45,23 @@ describe('embedding reference', () => {
 
   it('backward sums the rows of repeated ids and leaves unused rows zero', async () => {
     const dout = Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
-    const { dtable } = await runOp(cpu, embeddingBackward, small, { ids: Int32Array.from([1, 1, 0, 1]), dout });
-    // Row 1 = positions 0, 1, 3: [1+3+7, 2+4+8]; row 0 = position 2; row 2 unused.
+    const { dtable } = await runOp(cpu, embeddingBackward, smallBackward, { ids: Int32Array.from([1, 1, 0, 1]), dout, dtable: [9, 9, 9, 9, 9, 9] });
+    // Row 1 = positions 0, 1, 3: [1+3+7, 2+4+8]; row 0 = position 2; row 2 unused (the old 9s overwritten).
     expect(Array.from(dtable!)).toEqual([5, 6, 11, 14, 0, 0]);
+  });
+
+  it('backward with accumulate adds the sums to the f32 gradient a bf16 dout feeds', async () => {
+    const dout = Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
+    const attrs = { ...small, accumulate: true, outF32: true };
+    const b = cpu;
+    const t = { ids: b.alloc([4], 'i32'), dout: b.alloc([4, 2], 'bf16'), dtable: b.alloc([3, 2], 'f32') };
+    b.upload(t.ids, Int32Array.from([1, 1, 0, 1]));
+    b.upload(t.dout, dout);
+    b.upload(t.dtable, Float32Array.from([0.5, 0.5, 0.25, 0.25, -1, 2]));
+    b.run(embeddingBackward, t, attrs);
+    expect(Array.from((await b.download(t.dtable)) as Float32Array)).toEqual([5.5, 6.5, 11.25, 14.25, -1, 2]);
+    expect(() => b.run(embeddingBackward, t, { ...attrs, outF32: false })).toThrow(/embedding_backward: argument 'dtable' is f32 but other float arguments are bf16/);
+    Object.values(t).forEach((x) => b.free(x));
   });
 
   it.each([
@@ -55,7 +70,7 @@ describe('embedding reference', () => {
     [embeddingBackward, 7, 'dout'],
   ] as const)('%s rejects an id outside the vocabulary, naming the position and value', async (op, bad, floatArg) => {
     const ids = Int32Array.from([0, 1, bad, 2]);
-    const call = runOp(cpu, op, small, { ids, [floatArg]: new Float32Array(floatArg === 'table' ? 6 : 8) });
+    const call = runOp(cpu, op as typeof embeddingBackward, smallBackward, { ids, [floatArg]: new Float32Array(floatArg === 'table' ? 6 : 8) });
     await expect(call).rejects.toBeInstanceOf(MdlmError);
     await expect(call).rejects.toThrow(new RegExp(`${op.name}: ids\\[2\\] = ${bad} is outside the vocabulary \\[0, 3\\)`));
   });
@@ -63,7 +78,8 @@ describe('embedding reference', () => {
   it('rejects a table of the wrong shape and non-positive sizes', () => {
     const args = { ids: cpu.alloc([4], 'i32'), table: cpu.alloc([3, 3], 'f32'), out: cpu.alloc([4, 2], 'f32') };
     expect(() => cpu.run(embedding, args, small)).toThrow(/embedding: argument 'table' expected shape \[3, 2\], got \[3, 3\]/);
-    expect(() => embeddingBackward.validate!({ ...small, vocab: 0 })).toThrow(/embedding_backward: attribute 'vocab'/);
+    expect(() => embeddingBackward.validate!({ ...smallBackward, vocab: 0 })).toThrow(/embedding_backward: attribute 'vocab'/);
+    expect(() => embeddingBackward.validate!({ ...small } as EmbeddingBackwardAttrs)).toThrow(/embedding_backward: attribute 'accumulate' is undefined/);
   });
 });
 
@@ -88,6 +104,9 @@ describe.skipIf(!hasWebGpu)('embedding on webgpu', () => {
     const second = (await runOp(gpu, embeddingBackward, attrs, { ids, dout })).dtable!;
     expect(new Uint32Array(second.buffer)).toEqual(new Uint32Array(first.buffer));
     expect(first).toEqual(sequentialF32(attrs, ids, dout));
+    // Accumulating onto the sums themselves doubles them exactly.
+    const doubled = (await runOp(gpu, embeddingBackward, { ...attrs, accumulate: true, outF32: true }, { ids, dout, dtable: first })).dtable!;
+    expect(doubled).toEqual(first.map((v) => 2 * v));
   });
 
   it('skips out-of-range ids: zero rows forward, ignored backward', async () => {
@@ -96,7 +115,7 @@ describe.skipIf(!hasWebGpu)('embedding on webgpu', () => {
     const { out } = await runOp(gpu, embedding, small, { ids, table });
     expect(Array.from(out!)).toEqual([20, 21, 0, 0, 0, 0, 10, 11]);
     const dout = Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
-    const { dtable } = await runOp(gpu, embeddingBackward, small, { ids, dout });
+    const { dtable } = await runOp(gpu, embeddingBackward, smallBackward, { ids, dout });
     expect(Array.from(dtable!)).toEqual([0, 0, 7, 8, 1, 2]);
   });
 });

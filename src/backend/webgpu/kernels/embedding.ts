@@ -99,6 +99,7 @@ export const embeddingBackwardKernel = defineKernel({
         shader: 'embedding', entry: 'row_sum',
         bindings: { params: params(attrs, chunk), keysIn: keys, valsIn: positions, dout: dout!, dtable: rowsOf(dtable!, chunk, attrs.dim) },
         workgroups: grid1d(chunk.rows, ROWS_PER_GROUP, k.limits.maxComputeWorkgroupsPerDimension),
+        constants: { ACCUMULATE: attrs.accumulate ? 1 : 0 },
       });
     }
   },
