@@ -2,7 +2,8 @@
 // (src/ops/diffusion_mask.ts) and shaders/diffusion_mask.wgsl. One block per sequence; each
 // thread owns a contiguous chunk of positions. A block scan of the chunks' (non-padding, masked)
 // counts gives the row totals and, when the row drew no mask, which thread holds the fallback's
-// j-th non-padding position.
+// j-th non-padding position. With `empirical` each thread then rescales the weights of its own
+// masked positions by real / masked (f32 division and product, as the reference rounds them).
 #include "common.cuh"
 #include "philox.cuh"
 
@@ -20,6 +21,7 @@ struct MaskParams {
   uint32_t batch, seq_len, step, rank;
   uint2 key;
   int32_t mask_id;
+  bool empirical;
 };
 
 __device__ __forceinline__ uint32_t mask_draw(const MaskParams& p, uint32_t index) {
@@ -68,17 +70,26 @@ __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams
   const uint2 inclusive = block_inclusive_scan(make_uint2(real, masked));
   if (threadIdx.x == kMaskThreads - 1) total = inclusive;
   __syncthreads();
-  if (total.y != 0 || total.x == 0) return;
-  const uint32_t j = mask_draw(p, p.batch * len + b) % total.x;
-  uint32_t seen = inclusive.x - real;
-  if (j < seen || j >= seen + real) return;
-  for (uint32_t i = lo; i < hi; i++) {
-    const int32_t token = p.tokens[row + i];
-    if (token < 0) continue;
-    if (seen++ == j) {
-      emit(p, row + i, token, true, weight);
-      return;
+  const bool fallback = total.y == 0 && total.x != 0;
+  if (fallback) {
+    const uint32_t j = mask_draw(p, p.batch * len + b) % total.x;
+    uint32_t seen = inclusive.x - real;
+    if (j >= seen && j < seen + real) {
+      for (uint32_t i = lo; i < hi; i++) {
+        const int32_t token = p.tokens[row + i];
+        if (token < 0) continue;
+        if (seen++ == j) {
+          emit(p, row + i, token, true, weight);
+          break;
+        }
+      }
     }
+  }
+  if (!p.empirical || total.x == 0) return;
+  // The fallback's position is in its owner's chunk, written by this same thread above.
+  const float scaled = weight * (static_cast<float>(total.x) / static_cast<float>(fallback ? 1u : total.y));
+  for (uint32_t i = lo; i < hi; i++) {
+    if (p.mask[row + i]) p.weights[row + i] = scaled;
   }
 }
 
@@ -99,6 +110,7 @@ MDLM_OP(diffusion_mask) {
       static_cast<uint32_t>(call.i64("rank")),
       seed_key(call.i64("seed")),
       call.i32("maskId"),
+      call.flag("empirical"),
   };
   diffusion_mask_kernel<<<p.batch, kMaskThreads, 0, call.stream>>>(p);
   check_launch("diffusion_mask_kernel");

@@ -1,9 +1,12 @@
 // diffusion_mask: one workgroup per sequence; each thread owns a contiguous chunk of positions.
 // A workgroup scan of (non-padding, masked) counts per chunk gives the row totals and, when the
-// row drew no mask, which thread holds the fallback's j-th non-padding position.
+// row drew no mask, which thread holds the fallback's j-th non-padding position. With EMPIRICAL
+// each thread then rescales the weights of its own masked positions by real / masked.
 //!import lib/philox
 
 struct Params { batch: u32, seqLen: u32, step: u32, rank: u32, purpose: u32, keyLo: u32, keyHi: u32, maskId: i32 }
+
+override EMPIRICAL: bool = false;
 
 @group(0) @binding(0) var<uniform> params: Params;
 @group(0) @binding(1) var<storage, read> tokens: array<i32>;
@@ -64,7 +67,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   }
   workgroupBarrier();
   let total = counts[WG - 1u];
-  if (total.y == 0u && total.x > 0u) {
+  let fallback = total.y == 0u && total.x > 0u;
+  if (fallback) {
     let j = draw(params.batch * len + b) % total.x;
     let before = counts[lid].x - real;
     if (j >= before && j < before + real) {
@@ -78,6 +82,15 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
           }
           seen++;
         }
+      }
+    }
+  }
+  if (EMPIRICAL && total.x > 0u) {
+    // The fallback's position is in its owner's chunk, written by that same thread above.
+    let scaled = w * (f32(total.x) / f32(select(total.y, 1u, fallback)));
+    for (var i = lo; i < hi; i++) {
+      if (mask[row + i] != 0) {
+        weights[row + i] = scaled;
       }
     }
   }

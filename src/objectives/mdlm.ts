@@ -6,8 +6,8 @@
  * the loss is normalised by the token count (batch · seqLen).
  *
  * Weighting: `elbo` gives masked tokens the schedule's ELBO weight w(t) (1/t for linear);
- * `empirical` (MegaDLMs) gives them 1/p, p = the realised masked fraction of the row's real tokens
- * — read back from the device after masking, so it is exact for the mask the kernel drew.
+ * `empirical` (MegaDLMs) gives them 1/p, p = the realised masked fraction of the row's real tokens,
+ * computed by the masking kernel itself from the mask it drew (no read-back, no host sync).
  *
  * Random-length truncation (MegaDLMs' varilen, `varilenProb`): with that probability a training
  * row keeps only a prefix of random length ℓ ~ U{2..T}; its tail is no token of the loss, is never
@@ -117,16 +117,12 @@ export class MdlmObjective implements Objective {
       diffusionMask,
       // The clean tokens are the targets setBatch just uploaded.
       { tokens: b.view(model.targets, 0, shape), maskProb: bufs.maskProb, lossWeight: bufs.lossWeight, noised: b.view(model.ids, 0, shape), mask: bufs.mask, weights: b.view(model.weights, 0, shape) },
-      { batch: B, seqLen: T, seed: this.opts.seed, step, rank, maskId: this.opts.maskId },
+      { batch: B, seqLen: T, seed: this.opts.seed, step, rank, maskId: this.opts.maskId, empirical },
     );
     // The kernel copies padding (−1) through; truncated tails need a real id for the embedding.
     lengths?.forEach((len, row) => {
       if (len < T) b.upload(b.view(model.ids, row * T + len, [T - len]), new Int32Array(T - len).fill(this.opts.maskId));
     });
-    if (empirical) {
-      const mask = (await b.download(bufs.mask)) as Int32Array;
-      b.upload(b.view(model.weights, 0, shape), empiricalWeights(mask, rows.tokens, B, T));
-    }
   }
 
   private buffersFor(b: Backend, batch: number, seqLen: number) {
@@ -154,23 +150,4 @@ export function truncateRows(batch: TokenBatch, lengths: Int32Array): NoisingRow
     segIds.fill(segIds[o + len - 1]! + 1, o + len, o + T);
   });
   return { tokens, segIds };
-}
-
-/**
- * MegaDLMs' empirical weights: 1/p at masked positions, p = masked / real tokens of the row
- * (padding, token −1, is neither); 0 elsewhere.
- */
-export function empiricalWeights(mask: Int32Array, tokens: Int32Array, batch: number, seqLen: number): Float32Array {
-  const weights = new Float32Array(batch * seqLen);
-  for (let row = 0; row < batch; row++) {
-    const o = row * seqLen;
-    let real = 0;
-    let masked = 0;
-    for (let i = o; i < o + seqLen; i++) {
-      if (tokens[i]! >= 0) real++;
-      if (mask[i]) masked++;
-    }
-    if (masked > 0) for (let i = o; i < o + seqLen; i++) if (mask[i]) weights[i] = real / masked;
-  }
-  return weights;
 }

@@ -23,8 +23,8 @@ export interface Objective {
   readonly name: 'ar' | 'mdlm';
   readonly causal: boolean;
   /**
-   * Put the batch on the device for `step` (noise keyed by seed, step and rank). Async because
-   * some options (mdlm's empirical weighting) read the realised noise back from the device.
+   * Put the batch on the device for `step` (noise keyed by seed, step and rank). Async so that an
+   * objective may read from the device; neither does today (both only upload and enqueue).
    */
   prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number): Promise<void>;
 }

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { resolveConfig } from '../../src/config/load.js';
 import { LlamaModel } from '../../src/model/llama.js';
-import { MdlmObjective, type MdlmOptions, empiricalWeights, truncateRows } from '../../src/objectives/mdlm.js';
+import { MdlmObjective, type MdlmOptions, truncateRows } from '../../src/objectives/mdlm.js';
 import type { TokenBatch } from '../../src/objectives/objective.js';
 
 const B = 3;
@@ -41,12 +41,6 @@ async function noised(obj: MdlmObjective, b: TokenBatch, step: number, fixedT?: 
 }
 
 describe('mdlm empirical weighting', () => {
-  it('empiricalWeights: real/masked at masked positions, padding counts as neither', () => {
-    const mask = Int32Array.of(1, 0, 0, 1, /* row 2 */ 0, 1, 0, 0);
-    const tokens = Int32Array.of(5, 6, 7, 8, /* row 2 */ 5, 6, -1, -1);
-    expect(Array.from(empiricalWeights(mask, tokens, 2, 4))).toEqual([2, 0, 0, 2, 0, 2, 0, 0]);
-  });
-
   it('gives each masked token n/m for the realised mask (same mask as elbo), so every row sums to its length', async () => {
     const b = batch();
     const elbo = await noised(objective(), b, 3);

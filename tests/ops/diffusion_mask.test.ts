@@ -21,7 +21,7 @@ interface Inputs {
 }
 
 function attrsFor(batch: number, seqLen: number, over: Partial<DiffusionMaskAttrs> = {}): DiffusionMaskAttrs {
-  return { batch, seqLen, seed: 42, step: 3, rank: 0, maskId: MASK, ...over };
+  return { batch, seqLen, seed: 42, step: 3, rank: 0, maskId: MASK, empirical: false, ...over };
 }
 
 /** Tokens 0..seqLen-1 per row with `pad(b, i)` positions set to -1. */
@@ -55,6 +55,22 @@ const backends: [string, () => Promise<Backend>][] = [['cpu', async () => cpu]];
 if (hasWebGpu) backends.push(['webgpu', async () => (await webgpuBackend())!]);
 
 describe.each(backends)('diffusion_mask on %s', (_, get) => {
+  it('empirical: masked tokens weigh w · real / masked of their row (padding is neither; the fallback counts as one)', async () => {
+    const attrs = attrsFor(3, 600, { empirical: true });
+    // Row 0 all masked, row 1 none (the fallback masks one), row 2 about 30%; a third of each row padding.
+    const x = inputs(3, 600, [1, 0, 0.3], (_, i) => i % 3 === 2);
+    const out = await run(await get(), attrs, x);
+    const masked = maskedPerRow(attrs, out.mask!);
+    expect(masked.slice(0, 2)).toEqual([400, 1]);
+    for (let k = 0; k < x.tokens.length; k++) {
+      const b = Math.floor(k / 600);
+      const want = out.mask![k] ? Math.fround(x.lossWeight[b]! * Math.fround(400 / masked[b]!)) : 0;
+      expect(Math.abs(out.weights![k]! - want)).toBeLessThanOrEqual(want * 3e-7);
+    }
+    // The same masks as the ELBO weighting.
+    expect(out.mask).toEqual((await run(await get(), { ...attrs, empirical: false }, x)).mask);
+  });
+
   it('masks about maskProb of the tokens of each row', async () => {
     const probs = [0.1, 0.5, 0.9, 0.3];
     const attrs = attrsFor(4, 4096);

@@ -5,7 +5,7 @@ import { defineKernel, grid1d } from '../kernel.js';
 export const diffusionMaskKernel = defineKernel({
   op: diffusionMask,
   shaders: ['diffusion_mask'],
-  run(k, { tokens, maskProb, lossWeight, noised, mask, weights }, { batch, seqLen, seed, step, rank, maskId }) {
+  run(k, { tokens, maskProb, lossWeight, noised, mask, weights }, { batch, seqLen, seed, step, rank, maskId, empirical }) {
     const [keyLo, keyHi] = seedKey(seed);
     k.dispatch({
       shader: 'diffusion_mask',
@@ -15,6 +15,7 @@ export const diffusionMaskKernel = defineKernel({
         tokens: tokens!, maskProb: maskProb!, lossWeight: lossWeight!, noised: noised!, mask: mask!, weights: weights!,
       },
       workgroups: grid1d(batch, 1),
+      constants: { EMPIRICAL: empirical ? 1 : 0 },
     });
   },
 });
