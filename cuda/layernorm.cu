@@ -139,7 +139,7 @@ MDLM_OP(layernorm_backward) {
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
       launch_row_backward<T>(call, layernorm_backward_kernel<T, VEC>, row_layout<VEC>(call, dim, 512), rows, dim,
-                             static_cast<T*>(call.arg("dweight").ptr), static_cast<T*>(call.arg("dbias").ptr),
+                             static_cast<T*>(call.arg("dweight").ptr), static_cast<T*>(call.arg("dbias").ptr), false,
                              static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<const T*>(weight),
                              static_cast<const float*>(call.arg("mean").ptr), static_cast<const float*>(call.arg("rstd").ptr),
                              static_cast<const T*>(dresidual), static_cast<T*>(dx));

@@ -2,7 +2,8 @@
 // add_rmsnorm: the same on sum = x + residual, which it also writes (y is computed from the f32
 // sum, before its rounding to the storage dtype).
 // rmsnorm_backward, g = dy · weight:
-//   dx = rstd · g − rstd³ · mean(g · x) · x + dresidual,  dweight = Σ_rows dy · x · rstd.
+//   dx = rstd · g − rstd³ · mean(g · x) · x + dresidual,  dweight (+)= Σ_rows dy · x · rstd
+//   (dweight in the float dtype, or f32 with outF32; added to with accumulate).
 // Layout and deterministic dweight: rownorm.cuh. Semantics: src/ops/rmsnorm.ts.
 #include "rownorm.cuh"
 
@@ -118,7 +119,10 @@ MDLM_OP(add_rmsnorm) { mdlm::launch_rmsnorm(call, true); }
 
 MDLM_OP(rmsnorm_backward) {
   using namespace mdlm;
-  const DType dtype = float_dtype_of(call, {"dy", "x", "weight", "dresidual", "dx", "dweight"});
+  // dweight is the others' dtype, or f32 with outF32 (the TypeScript side has checked which).
+  const DType dtype = float_dtype_of(call, {"dy", "x", "weight", "dresidual", "dx"});
+  const Arg& dweight = call.arg("dweight");
+  const bool accumulate = call.flag("accumulate");
   const int rows = call.i32("rows"), dim = call.i32("dim");
   const void* dy = call.arg("dy").ptr;
   const void* x = call.arg("x").ptr;
@@ -130,11 +134,14 @@ MDLM_OP(rmsnorm_backward) {
     using T = typename decltype(tag)::type;
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
-      launch_row_backward<T>(call, rmsnorm_backward_kernel<T, VEC>, row_layout<VEC>(call, dim, 512), rows, dim,
-                             static_cast<T*>(call.arg("dweight").ptr), static_cast<T*>(nullptr), static_cast<const T*>(dy),
-                             static_cast<const T*>(x), static_cast<const T*>(weight),
-                             static_cast<const float*>(call.arg("rstd").ptr), static_cast<const T*>(dresidual),
-                             static_cast<T*>(dx));
+      with_float_type(dweight.dtype, [&](auto out_tag) {
+        using TO = typename decltype(out_tag)::type;
+        launch_row_backward<TO>(call, rmsnorm_backward_kernel<T, VEC>, row_layout<VEC>(call, dim, 512), rows, dim,
+                                static_cast<TO*>(dweight.ptr), static_cast<TO*>(nullptr), accumulate, static_cast<const T*>(dy),
+                                static_cast<const T*>(x), static_cast<const T*>(weight),
+                                static_cast<const float*>(call.arg("rstd").ptr), static_cast<const T*>(dresidual),
+                                static_cast<T*>(dx));
+      });
     });
   });
 }

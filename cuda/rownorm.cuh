@@ -75,10 +75,11 @@ __device__ void write_block_columns(const float (&v)[kRowVecs<VEC>][VEC], int di
   __syncthreads();  // acc may be reused at once
 }
 
-// out_y[j] = Σ_g partials[y][g][j] over the groups g in a fixed order, for y < gridDim.y (out0,
-// out1). Block (32, 32): 32 columns, 32 slices of the groups, then the slices in order.
+// out_y[j] (+)= Σ_g partials[y][g][j] over the groups g in a fixed order, for y < gridDim.y (out0,
+// out1); added to out_y with `accumulate`. Block (32, 32): 32 columns, 32 slices of the groups,
+// then the slices in order.
 template <typename T>
-__global__ void __launch_bounds__(1024) sum_partials_kernel(const float* __restrict__ partials, int groups, int dim, T* out0, T* out1) {
+__global__ void __launch_bounds__(1024) sum_partials_kernel(const float* __restrict__ partials, int groups, int dim, T* out0, T* out1, bool accumulate) {
   __shared__ float slice[32][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
   const float* p = partials + static_cast<int64_t>(blockIdx.y) * groups * dim;
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const float* __restr
     float t = 0.0f;
 #pragma unroll 8
     for (int y = 0; y < 32; y++) t += slice[y][threadIdx.x];
-    (blockIdx.y == 0 ? out0 : out1)[j] = from_float<T>(t);
+    T* out = (blockIdx.y == 0 ? out0 : out1) + j;
+    *out = from_float<T>(accumulate ? to_float(*out) + t : t);
   }
 }
 
@@ -120,10 +122,10 @@ RowLayout row_layout(const OpCall& call, int dim, int block_threads) {
 
 // Backward grid: one block per row group up to as many as are resident at once, each walking
 // rows block, block + grid, ... (so the partial rows stay few); then launches the kernel
-// (args...) and the sum of its partials into out0 (and out1). `partials` is the scratch the
-// kernel writes: [outputs][grid][dim] floats.
-template <typename T, typename Kernel, typename... Args>
-void launch_row_backward(const OpCall& call, Kernel kernel, const RowLayout& layout, int rows, int dim, T* out0, T* out1,
+// (args...) and the sum of its partials into out0 (and out1), of type TO, added to them with
+// `accumulate`. `partials` is the scratch the kernel writes: [outputs][grid][dim] floats.
+template <typename TO, typename Kernel, typename... Args>
+void launch_row_backward(const OpCall& call, Kernel kernel, const RowLayout& layout, int rows, int dim, TO* out0, TO* out1, bool accumulate,
                          Args... args) {
   const int outputs = out1 ? 2 : 1;
   const dim3 block = layout.block();
@@ -135,7 +137,7 @@ void launch_row_backward(const OpCall& call, Kernel kernel, const RowLayout& lay
   float* partials = static_cast<float*>(call.scratch->get(sizeof(float) * outputs * grid * dim));
   kernel<<<grid, block, smem, call.stream>>>(args..., partials, rows, dim);
   check_launch(call.op.c_str());
-  sum_partials_kernel<T><<<dim3((dim + 31) / 32, outputs), dim3(32, 32), 0, call.stream>>>(partials, grid, dim, out0, out1);
+  sum_partials_kernel<TO><<<dim3((dim + 31) / 32, outputs), dim3(32, 32), 0, call.stream>>>(partials, grid, dim, out0, out1, accumulate);
   check_launch(call.op.c_str());
 }
 

@@ -81,10 +81,12 @@ fn slot_sum(l: Lane, v: vec4f) -> vec4f {
   return total;
 }
 
-// Second stage of a parameter gradient: dparam[c] = sum over groups g of partials[g, c], in a
-// fixed order. A workgroup takes REDUCE_COLS vec4 columns with REDUCE_LANES threads on each.
+// Second stage of a parameter gradient: dparam[c] (+)= sum over groups g of partials[g, c], in a
+// fixed order (added to dparam with ACCUMULATE). A workgroup takes REDUCE_COLS vec4 columns with
+// REDUCE_LANES threads on each.
 const REDUCE_COLS: u32 = 16u;
 const REDUCE_LANES: u32 = 16u;
+override ACCUMULATE: bool = false;
 
 @group(0) @binding(14) var<storage, read> partials: array<vec4f>;
 @group(0) @binding(15) var<storage, read_write> dparam: array<vec4f>;
@@ -109,6 +111,10 @@ fn reduce_partials(@builtin(local_invocation_index) lid: u32, @builtin(workgroup
     workgroupBarrier();
   }
   if (lane == 0u && col < dim4()) {
-    dparam[col] = col_scratch[lid];
+    if (ACCUMULATE) {
+      dparam[col] += col_scratch[lid];
+    } else {
+      dparam[col] = col_scratch[lid];
+    }
   }
 }

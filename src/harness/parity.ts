@@ -155,7 +155,8 @@ export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, att
   for (const a of op.args) if (!source.has(a.name) && forwardArgs.has(a.name)) source.set(a.name, a.name);
   const random = new Set([...Object.values(g.cotangents), ...Object.values(g.passthrough ?? {})]);
   for (const a of op.args) {
-    if (a.role !== 'out' && !source.has(a.name) && !(random.has(a.name) && isFloat(resolveArgDtype(op, a, attrs, dtype)))) return false;
+    // Pure inputs need a forward source or random values; inout args start random.
+    if (a.role === 'in' && !source.has(a.name) && !(random.has(a.name) && isFloat(resolveArgDtype(op, a, attrs, dtype)))) return false;
   }
   const fwd: Record<string, Tensor> = {};
   try {

@@ -17,7 +17,6 @@ import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
 import { ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
-import { Workspace } from '../nn/workspace.js';
 import type { ModelConfig } from '../config/schema.js';
 
 /** One batch as the model consumes it (host arrays of batch·seqLen entries). */
@@ -36,7 +35,6 @@ export class LlamaModel {
   readonly finalNorm: RMSNorm;
   readonly head: Linear;
   private readonly arena: Arena;
-  private readonly ws: Workspace;
   // Inputs, device-side.
   readonly ids: Tensor;
   readonly targets: Tensor;
@@ -99,8 +97,6 @@ export class LlamaModel {
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
       : new Linear(this.store, 'lm_head', cfg.dModel, cfg.vocabSize, std);
-    // The norms' weight gradients are the only ones written through the workspace.
-    this.ws = new Workspace(this.arena, cfg.dModel);
     const a = this.arena;
     this.ids = a.alloc([N], 'i32');
     this.targets = a.alloc([N], 'i32');
@@ -200,8 +196,8 @@ export class LlamaModel {
     const cfg = this.cfg;
     b.run(crossEntropyBackward, { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: this.dLogits }, { rows: N, vocab: cfg.vocabSize });
     this.head.backward(b, this.normed, this.dLogits, this.dNormed, 'write', N);
-    this.finalNorm.backward(b, this.ws, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
-    for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.ws, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
+    this.finalNorm.backward(b, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
+    for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
     this.embed.backward(b, this.ids, this.dStream, N);
   }
 

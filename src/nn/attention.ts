@@ -12,7 +12,6 @@ import type { Arena } from './arena.js';
 import { Linear, addRowBias, accumulateBiasGrad } from './linear.js';
 import type { Param, ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
-import type { Workspace } from './workspace.js';
 
 export interface AttentionShape {
   readonly batch: number;
@@ -134,7 +133,7 @@ export class SelfAttention {
   }
 
   /** dx [rows, dModel] (written) from dout; parameter gradients accumulated. */
-  backward(b: Backend, ws: Workspace, x: Tensor, dout: Tensor, dx: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+  backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
@@ -148,9 +147,9 @@ export class SelfAttention {
     b.run(ropeBackward, { dy: sc.dq, positions, dx: sc.qPre }, this.ropeAttrs(s.heads));
     b.run(ropeBackward, { dy: sc.dk, positions, dx: sc.kPre }, this.ropeAttrs(s.kvHeads));
     // Through the norms, the rope outputs' gradient buffers (read already) take the result.
-    this.projectBackward(b, ws, this.proj.q, x, sc.qPre, sc.dq, dx, 'write');
-    this.projectBackward(b, ws, this.proj.k, x, sc.kPre, sc.dk, dx, 'add');
-    this.projectBackward(b, ws, this.proj.v, x, sc.dv, sc.dv, dx, 'add');
+    this.projectBackward(b, this.proj.q, x, sc.qPre, sc.dq, dx, 'write');
+    this.projectBackward(b, this.proj.k, x, sc.kPre, sc.dk, dx, 'add');
+    this.projectBackward(b, this.proj.v, x, sc.dv, sc.dv, dx, 'add');
   }
 
   /** y [B, T, heads, D] = norm(x · Wᵀ + bias), each part as configured. */
@@ -163,11 +162,11 @@ export class SelfAttention {
   }
 
   /** Gradients of `project` from dy; `spare` (same shape, free) takes the pre-norm gradient. */
-  private projectBackward(b: Backend, ws: Workspace, p: Projection, x: Tensor, dy: Tensor, spare: Tensor, dx: Tensor, mode: 'write' | 'add'): void {
+  private projectBackward(b: Backend, p: Projection, x: Tensor, dy: Tensor, spare: Tensor, dx: Tensor, mode: 'write' | 'add'): void {
     const rows = this.s.batch * this.s.seqLen;
     let dlin = dy;
     if (p.norm) {
-      p.norm.backward(b, ws, perHead(b, dy), perHead(b, p.raw!), p.rstd!, b.view(this.scratch.zeros!, 0, [spare.size / this.s.headDim, this.s.headDim]), perHead(b, spare), rows * p.heads);
+      p.norm.backward(b, perHead(b, dy), perHead(b, p.raw!), p.rstd!, b.view(this.scratch.zeros!, 0, [spare.size / this.s.headDim, this.s.headDim]), perHead(b, spare), rows * p.heads);
       dlin = spare;
     }
     if (p.bias) accumulateBiasGrad(b, as2d(b, dlin), p.bias, this.scratch.ones!, rows);

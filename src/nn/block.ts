@@ -12,7 +12,6 @@ import { flat } from './linear.js';
 import { type MlpScratch, SwiGluMlp } from './mlp.js';
 import type { ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
-import type { Workspace } from './workspace.js';
 
 /** Temporaries shared by all blocks. */
 export class BlockScratch {
@@ -72,11 +71,11 @@ export class DecoderBlock {
   }
 
   /** On entry `dStream` holds d(out); on exit d(h). */
-  backward(b: Backend, ws: Workspace, h: Tensor, dStream: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+  backward(b: Backend, h: Tensor, dStream: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
     const sc = this.scratch;
     this.mlp.backward(b, this.n2, dStream, sc.dNorm);
-    this.norm2.backward(b, ws, sc.dNorm, this.mid, this.rstd2, dStream, sc.dMid, this.rows);
-    this.attn.backward(b, ws, this.n1, sc.dMid, sc.dNorm, segIds, positions, causal);
-    this.norm1.backward(b, ws, sc.dNorm, h, this.rstd1, sc.dMid, dStream, this.rows);
+    this.norm2.backward(b, sc.dNorm, this.mid, this.rstd2, dStream, sc.dMid, this.rows);
+    this.attn.backward(b, this.n1, sc.dMid, sc.dNorm, segIds, positions, causal);
+    this.norm1.backward(b, sc.dNorm, h, this.rstd1, sc.dMid, dStream, this.rows);
   }
 }

@@ -3,7 +3,6 @@ import type { Backend } from '../backend/backend.js';
 import { addRmsnorm, rmsnorm, rmsnormBackward } from '../ops/rmsnorm.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
-import type { Workspace } from './workspace.js';
 
 export class RMSNorm {
   readonly weight: Param;
@@ -22,9 +21,8 @@ export class RMSNorm {
   }
 
   /** dx = dresidual + ∂y/∂x · dy; weight gradient accumulated. `x` is the normalised input. */
-  backward(b: Backend, ws: Workspace, dy: Tensor, x: Tensor, rstd: Tensor, dresidual: Tensor, dx: Tensor, rows: number): void {
-    const dweight = ws.weightScratch(b, [this.dim]);
-    b.run(rmsnormBackward, { dy, x, weight: this.weight.compute, rstd, dresidual, dx, dweight }, { rows, dim: this.dim, eps: this.eps });
-    ws.accumulateGrad(b, dweight, this.weight);
+  backward(b: Backend, dy: Tensor, x: Tensor, rstd: Tensor, dresidual: Tensor, dx: Tensor, rows: number): void {
+    const attrs = { rows, dim: this.dim, eps: this.eps, accumulate: true, outF32: true };
+    b.run(rmsnormBackward, { dy, x, weight: this.weight.compute, rstd, dresidual, dx, dweight: this.weight.grad }, attrs);
   }
 }

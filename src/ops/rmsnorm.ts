@@ -15,6 +15,12 @@ export interface RowNormAttrs {
   readonly eps: number;
 }
 
+/** rmsnorm_backward's: dweight (+)= the sums, in f32 with outF32 (the master gradient of a bf16 model). */
+export interface RmsnormBackwardAttrs extends RowNormAttrs {
+  readonly accumulate: boolean;
+  readonly outF32: boolean;
+}
+
 /** Largest dim the WebGPU kernels keep in registers: 256 threads × 8 vec4 per row. */
 export const MAX_ROW_NORM_DIM = 8192;
 
@@ -104,9 +110,10 @@ export const addRmsnorm = defineOp<RowNormAttrs>({
   flops: flopsPerElement(5),
 });
 
-export const rmsnormBackward = defineOp<RowNormAttrs>({
+export const rmsnormBackward = defineOp<RmsnormBackwardAttrs>({
   name: 'rmsnorm_backward',
-  summary: 'dx = rmsnorm′(x)ᵀ dy + dresidual, dweight = Σ_rows dy · x · rstd',
+  summary: 'dx = rmsnorm′(x)ᵀ dy + dresidual, dweight (+)= Σ_rows dy · x · rstd (accumulate; f32 dweight with outF32)',
+  // dweight is read when accumulating, so it is declared inout.
   args: [
     { name: 'dy', role: 'in', dtype: 'float' },
     { name: 'x', role: 'in', dtype: 'float' },
@@ -114,14 +121,20 @@ export const rmsnormBackward = defineOp<RowNormAttrs>({
     { name: 'rstd', role: 'in', dtype: 'f32' },
     { name: 'dresidual', role: 'in', dtype: 'float' },
     { name: 'dx', role: 'out', dtype: 'float' },
-    { name: 'dweight', role: 'out', dtype: 'float' },
+    { name: 'dweight', role: 'inout', dtype: 'float' },
   ],
   floatDtypes: ['f32', 'bf16'],
-  validate: (attrs) => validateRowNorm('rmsnorm_backward', attrs),
+  validate: (attrs) => {
+    validateRowNorm('rmsnorm_backward', attrs);
+    for (const key of ['accumulate', 'outF32'] as const) {
+      if (typeof attrs[key] !== 'boolean') badAttr('rmsnorm_backward', key, attrs[key], 'expected true or false');
+    }
+  },
   shapes: ({ rows, dim }) => ({ dy: [rows, dim], x: [rows, dim], weight: [dim], rstd: [rows], dresidual: [rows, dim], dx: [rows, dim], dweight: [dim] }),
-  reference({ dy, x, weight, rstd, dresidual, dx, dweight }, { rows, dim }) {
+  argDtype: (arg, { outF32 }) => (arg === 'dweight' && outF32 ? 'f32' : undefined),
+  reference({ dy, x, weight, rstd, dresidual, dx, dweight }, { rows, dim, accumulate }) {
     const dw = dweight as Float64Array;
-    dw.fill(0);
+    if (!accumulate) dw.fill(0);
     for (let r = 0; r < rows; r++) {
       const rs = rstd![r]!;
       let gx = 0; // Σ_j dy_j · w_j · x_j
@@ -133,21 +146,28 @@ export const rmsnormBackward = defineOp<RowNormAttrs>({
       }
     }
   },
-  cases: rowNormCases,
+  cases: (scale) => [
+    ...rowNormCases(scale).map((c) => ({ ...c, attrs: { ...c.attrs, accumulate: false, outF32: false } })),
+    ...(scale === 'test'
+      ? [{ label: 'f32 dweight += 7x100', attrs: { rows: 7, dim: 100, eps: 1e-5, accumulate: true, outF32: true } }]
+      : [{ label: 'f32 dweight += 8192x2048', attrs: { rows: 8192, dim: 2048, eps: 1e-5, accumulate: true, outF32: true } }]),
+  ],
   sample(rng, attrs) {
     const { rows, dim } = attrs;
     const x = randn(rng, rows * dim);
     const rstd = new Float64Array(rows);
     rmsRstd(x, rstd, attrs);
-    return { dy: randn(rng, rows * dim), x, weight: sampleWeight(rng, dim), rstd, dresidual: randn(rng, rows * dim) };
+    return { dy: randn(rng, rows * dim), x, weight: sampleWeight(rng, dim), rstd, dresidual: randn(rng, rows * dim), dweight: randn(rng, dim) };
   },
   // dweight sums up to 8192 rows (per-workgroup blocks, then a tree over blocks): measured
   // 1.5e-7 at 8192 x 2048 on lavapipe
   tolerance: { f32: 2e-6, bf16: BF16_ROUNDED_OUTPUT },
   flops: flopsPerElement(10),
-  gradient: gradientOf<RowNormAttrs, RowNormAttrs>({
+  gradient: gradientOf<RmsnormBackwardAttrs, RowNormAttrs>({
     forward: rmsnorm,
-    forwardAttrs: (a) => a,
+    forwardAttrs: ({ rows, dim, eps }) => ({ rows, dim, eps }),
+    // The finite differences check the sums; accumulation is checked against the reference.
+    checkAttrs: (a) => ({ ...a, accumulate: false }),
     inputs: { x: 'x', weight: 'weight' },
     cotangents: { y: 'dy' },
     grads: { dx: 'x', dweight: 'weight' },

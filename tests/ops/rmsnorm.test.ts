@@ -3,7 +3,7 @@ import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { MdlmError } from '../../src/errors.js';
 import { runReference } from '../../src/harness/parity.js';
 import type { RefArgs } from '../../src/ops/op.js';
-import { type RowNormAttrs, addRmsnorm, rmsnorm, rmsnormBackward } from '../../src/ops/rmsnorm.js';
+import { type RmsnormBackwardAttrs, type RowNormAttrs, addRmsnorm, rmsnorm, rmsnormBackward } from '../../src/ops/rmsnorm.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
 import type { Shape } from '../../src/tensor.js';
 
@@ -43,17 +43,24 @@ describe('rmsnorm_backward reference', () => {
     const r = 1 / Math.sqrt(12.5);
     const out = runReference(
       rmsnormBackward,
-      { dy: f64(1, 0), x: f64(3, 4), weight: f64(1, 1), rstd: f64(r), dresidual: f64(0.5, -0.5) },
-      { rows: 1, dim: 2, eps: 0 },
+      { dy: f64(1, 0), x: f64(3, 4), weight: f64(1, 1), rstd: f64(r), dresidual: f64(0.5, -0.5), dweight: f64(NaN, NaN) },
+      { rows: 1, dim: 2, eps: 0, accumulate: false, outF32: false },
       'f32',
     );
     // dx_j = r·dy_j·w_j − r³·(Σ dy·w·x)/D · x_j + dresidual_j, with Σ dy·w·x = 3
     close(out.dx!, [r - (r ** 3 * 3 / 2) * 3 + 0.5, -(r ** 3 * 3 / 2) * 4 - 0.5]);
     close(out.dweight!, [3 * r, 0]);
+    const added = runReference(
+      rmsnormBackward,
+      { dy: f64(1, 0), x: f64(3, 4), weight: f64(1, 1), rstd: f64(r), dresidual: f64(0.5, -0.5), dweight: f64(10, -1) },
+      { rows: 1, dim: 2, eps: 0, accumulate: true, outF32: true },
+      'f32',
+    );
+    close(added.dweight!, [10 + 3 * r, -1]);
   });
 
   it('is orthogonal to x when eps = 0 (rmsnorm is scale invariant) and passes dresidual through', () => {
-    const attrs: RowNormAttrs = { rows: 3, dim: 8, eps: 0 };
+    const attrs: RmsnormBackwardAttrs = { rows: 3, dim: 8, eps: 0, accumulate: false, outF32: false };
     const rng = new PhiloxStream(2, RngPurpose.harness);
     const args: RefArgs = rmsnormBackward.sample(rng, attrs);
     const withoutResidual = runReference(rmsnormBackward, { ...args, dresidual: new Float64Array(24) }, attrs, 'f32');
@@ -84,7 +91,7 @@ describe('rmsnorm argument checks', () => {
 
   it('rejects a dim that is not a multiple of 4, a dim over the limit and a negative eps', () => {
     expect(() => rmsnorm.validate!({ rows: 7, dim: 30, eps: 1e-5 })).toThrow(/rmsnorm: attribute 'dim' is 30; expected a multiple of 4/);
-    expect(() => rmsnormBackward.validate!({ rows: 7, dim: 16384, eps: 1e-5 })).toThrow(/rmsnorm_backward: attribute 'dim' is 16384; expected at most 8192/);
+    expect(() => rmsnormBackward.validate!({ rows: 7, dim: 16384, eps: 1e-5, accumulate: false, outF32: false })).toThrow(/rmsnorm_backward: attribute 'dim' is 16384; expected at most 8192/);
     expect(() => addRmsnorm.validate!({ rows: 7, dim: 36, eps: -1 })).toThrow(/add_rmsnorm: attribute 'eps' is -1/);
     expect(() => rmsnorm.validate!({ rows: 0, dim: 36, eps: 1e-5 })).toThrow(/rmsnorm: attribute 'rows' is 0/);
   });

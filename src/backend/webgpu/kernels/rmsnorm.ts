@@ -40,13 +40,14 @@ export function rowNormParams({ rows, dim, eps }: RowNormAttrs, rowsPerGroup: nu
   return { rows, dim, eps, rows_per_group: rowsPerGroup };
 }
 
-/** Second pass of a parameter gradient: sum the [groups, dim] partials of `shader` into `dparam`. */
-export function reducePartials(k: KernelContext, shader: string, attrs: RowNormAttrs, rowsPerGroup: number, partials: Tensor, dparam: Tensor): void {
+/** Second pass of a parameter gradient: sum the [groups, dim] partials of `shader` into `dparam` (or add them to it). */
+export function reducePartials(k: KernelContext, shader: string, attrs: RowNormAttrs, rowsPerGroup: number, partials: Tensor, dparam: Tensor, accumulate = false): void {
   k.dispatch({
     shader,
     entry: 'reduce_partials',
     bindings: { params: rowNormParams(attrs, rowsPerGroup), partials, dparam },
     workgroups: grid1d(attrs.dim / 4, REDUCE_COLS),
+    constants: { ACCUMULATE: accumulate ? 1 : 0 },
   });
 }
 
@@ -95,6 +96,6 @@ export const rmsnormBackwardKernel = defineKernel({
       workgroups: grid1d(groups, 1),
       constants: rowNormConstants(layout),
     });
-    reducePartials(k, 'rmsnorm', attrs, rowsPerGroup, partials, dweight!);
+    reducePartials(k, 'rmsnorm', attrs, rowsPerGroup, partials, dweight!, attrs.accumulate);
   },
 });
