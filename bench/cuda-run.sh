@@ -46,7 +46,7 @@ for w in ${*:-build probe parity bench peer tests train}; do
     peer) timeout 180 python3 bench/cuda_peer.py 2>&1 | tee "$OUT/peer.txt" ;;
     train)
       for obj in mdlm ar; do
-        timeout 280 node bin/mdlm.js bench train --preset llama-124m --objective $obj --backend cuda --batch 16 --seq-len 1024 --steps 10 --warmup 3 --json \
+        timeout 280 node bin/mdlm.js bench train --preset llama-124m --objective $obj --backend cuda --batch 16 --seq-len 1024 --steps 10 --warmup 3 --profile 2 --json \
           > "$OUT/train-124m-$obj.json" 2> >(tee "$OUT/train-124m-$obj.err" >&2)
       done ;;
     train-1.3b)

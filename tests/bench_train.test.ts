@@ -5,6 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { paramCount } from '../src/config/model-size.js';
+import type { Backend } from '../src/backend/backend.js';
+import { ProfiledBackend } from '../src/bench/profile.js';
 import { resolveConfig } from '../src/config/load.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'mdlm-bench-train-'));
@@ -42,6 +44,20 @@ describe('mdlm bench train', () => {
     expect(r.stderr).toContain('bench train: tiny mdlm, batch 2 × 32');
   });
 
+  it('--profile breaks a step down by op and argument shapes: every op of the step, shares summing to 1', () => {
+    const r = run([...SMALL, '--profile', '2', '--json']);
+    expect(r.code, r.stderr).toBe(0);
+    const rows = (JSON.parse(r.stdout) as { profile: { op: string; calls_per_step: number; ms_per_step: number; share: number }[] }).profile;
+    const ops = new Set(rows.map((x) => x.op));
+    for (const op of ['matmul', 'attention', 'attention_backward', 'embedding_backward', 'rmsnorm_backward', 'cross_entropy', 'diffusion_mask', 'grad_norm', 'adamw']) {
+      expect(ops.has(op), op).toBe(true);
+    }
+    expect(rows.reduce((a, x) => a + x.share, 0)).toBeCloseTo(1, 9);
+    expect(rows.every((x, i) => i === 0 || x.ms_per_step <= rows[i - 1]!.ms_per_step)).toBe(true);
+    // tiny: 4 layers, each with one attention forward per step.
+    expect(rows.filter((x) => x.op === 'attention').reduce((a, x) => a + x.calls_per_step, 0)).toBe(4);
+  });
+
   it('runs the PyTorch peer on the same model and shapes and prints the speedup', () => {
     const python = fakePython('peer-ok', `echo '{"tokens_per_s": 10, "mfu": null, "ms_step": 6400, "peak_mem_gib": 1.5, "impl": "torch fake eager", "device": "cpu", "precision": "bf16", "steps": 2, "loss": 5.5}'`);
     const r = run([...SMALL, '--objective', 'ar', '--peer', 'eager', '--json'], { PYTHON: python });
@@ -69,5 +85,12 @@ describe('mdlm bench train', () => {
   it('rejects unknown peer modes and objectives', () => {
     expect(run([...SMALL, '--peer', 'jit']).stderr).toContain('--peer: expected one of eager, compile, got "jit"');
     expect(run([...SMALL, '--objective', 'gpt']).stderr).toContain('--objective: expected one of ar, mdlm, got "gpt"');
+  });
+});
+
+describe('ProfiledBackend', () => {
+  it('needs a backend that can wait synchronously', () => {
+    const webgpuLike = { name: 'webgpu' } as unknown as Backend;
+    expect(() => ProfiledBackend.of(webgpuLike)).toThrow(/profiling needs a backend that can wait for each op synchronously \(cpu, cuda\); webgpu cannot/);
   });
 });

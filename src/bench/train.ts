@@ -17,6 +17,7 @@ import { fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
 import type { TokenBatch } from '../objectives/objective.js';
 import { AdamW } from '../optim/adamw.js';
+import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
 import { computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
@@ -37,6 +38,8 @@ export interface BenchTrainOptions {
   readonly precision: TrainConfig['train']['precision'];
   /** Dense bf16 peak of the device in TFLOP/s for MFU (default: known GPUs, else no MFU). */
   readonly peakTflops?: number;
+  /** Steps to run op by op after the timed ones, for the per-op breakdown (0: none). */
+  readonly profileSteps?: number;
   /** Config overrides (dotted keys), applied last. */
   readonly overrides?: Readonly<Record<string, string>>;
   readonly log?: (line: string) => void;
@@ -118,12 +121,28 @@ export function syntheticBatches(batch: number, seqLen: number, maxId: number, s
   };
 }
 
-/** mdlm's side: `warmup` untimed steps, then `steps` timed ones (each ends with the loss read back). */
-export async function benchTrainMdlm(cfg: TrainConfig, setup: BenchTrainSetup, backend: Backend, steps: number, warmup: number): Promise<TrainThroughput> {
+/** One op (and argument shapes) of the per-op breakdown: its calls and time per step, its share. */
+export interface OpProfileRow {
+  readonly op: string;
+  readonly shapes: string;
+  readonly calls_per_step: number;
+  readonly ms_per_step: number;
+  readonly share: number;
+}
+
+/**
+ * mdlm's side: `warmup` untimed steps, then `steps` timed ones (each ends with the loss read back);
+ * then, with `profileSteps`, that many more op by op (each op waited for and timed: see
+ * ProfiledBackend), for the breakdown.
+ */
+export async function benchTrainMdlm(
+  cfg: TrainConfig, setup: BenchTrainSetup, backend: Backend, steps: number, warmup: number, profileSteps = 0,
+): Promise<TrainThroughput & { profile?: OpProfileRow[] }> {
   const t = cfg.train;
   const maskId = cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
   const dtype = computeDtype(t.precision, backend);
-  const model = new LlamaModel(backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda' });
+  const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
+  const model = new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda' });
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip });
   try {
@@ -138,6 +157,16 @@ export async function benchTrainMdlm(cfg: TrainConfig, setup: BenchTrainSetup, b
     const msStep = (performance.now() - started) / steps;
     const tokensPerS = (t.batchSize * cfg.model.seqLen) / (msStep / 1000);
     const pool = backend.poolStats();
+    let profile: OpProfileRow[] | undefined;
+    if (profiler) {
+      model.stopRecording();
+      profiler.timing = true;
+      for (let s = 0; s < profileSteps; s++) await optimizerStep(parts, next, warmup + steps + s, 1, t.lr, 'skip');
+      profiler.timing = false;
+      const rows = profiler.report();
+      const total = rows.reduce((a, r) => a + r.ms, 0);
+      profile = rows.map((r) => ({ op: r.op, shapes: r.shapes, calls_per_step: r.calls / profileSteps, ms_per_step: r.ms / profileSteps, share: r.ms / total }));
+    }
     return {
       tokens_per_s: tokensPerS,
       mfu: setup.peak_tflops ? (tokensPerS * setup.flops_per_token) / (setup.peak_tflops * 1e12) : null,
@@ -148,6 +177,7 @@ export async function benchTrainMdlm(cfg: TrainConfig, setup: BenchTrainSetup, b
       precision: dtype,
       steps,
       loss: loss / steps,
+      ...(profile ? { profile } : {}),
     };
   } finally {
     optimizer.destroy();
@@ -182,6 +212,8 @@ export function benchTrainTorch(setup: BenchTrainSetup, cfg: TrainConfig, mode: 
 
 export interface BenchTrainReport extends TrainThroughput {
   readonly setup: BenchTrainSetup;
+  /** With profileSteps: mdlm's time per op and shapes, largest first. */
+  readonly profile?: OpProfileRow[];
   /** The PyTorch peer's runs, by mode. */
   readonly peers: Partial<Record<PeerMode, TrainThroughput>>;
   /** mdlm tokens/s over each peer's. */
@@ -197,7 +229,7 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
   const cfg = benchConfig(opts);
   const backend = await createBackend(opts.backend);
   const peerModes = peerChoice === 'auto' ? (backend.name === 'cuda' ? PEER_MODES : []) : peerChoice;
-  let mine: TrainThroughput;
+  let mine: TrainThroughput & { profile?: OpProfileRow[] };
   let setup: BenchTrainSetup;
   try {
     if (peerModes.length > 0 && cfg.objective.kind === 'mdlm' && cfg.objective.schedule !== 'linear') {
@@ -206,7 +238,7 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
     setup = benchSetup(cfg, opts.preset, opts.peakTflops ?? bf16PeakTflops(backend.description));
     log(`bench train: ${opts.preset} ${setup.objective}, batch ${setup.batch} × ${setup.seq_len}, ${(setup.params / 1e6).toFixed(1)}M parameters, ${(setup.flops_per_token / 1e9).toFixed(3)} GFLOP/token (${setup.flops_convention})`);
     log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
-    mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup);
+    mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup, opts.profileSteps ?? 0);
   } finally {
     backend.destroy();
   }
@@ -221,6 +253,19 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
     log(`${describeThroughput(theirs)}; mdlm is ${speedup[mode]!.toFixed(2)}× its tokens/s`);
   }
   return { ...mine, setup, peers, speedup };
+}
+
+/** The breakdown as a table: ms and share per step for the ops above `minShare`, then the rest summed. */
+export function formatProfile(rows: readonly OpProfileRow[], minShare = 0.005): string {
+  const shown = rows.filter((r) => r.share >= minShare);
+  const rest = rows.filter((r) => r.share < minShare);
+  const line = (op: string, calls: string, ms: number, share: number, shapes: string) =>
+    `${op.padEnd(24)} ${calls.padStart(6)} ${ms.toFixed(3).padStart(10)} ${(100 * share).toFixed(1).padStart(6)}%  ${shapes}`;
+  return [
+    `${'op'.padEnd(24)} ${'calls'.padStart(6)} ${'ms/step'.padStart(10)} ${'share'.padStart(7)}  argument shapes`,
+    ...shown.map((r) => line(r.op, String(r.calls_per_step), r.ms_per_step, r.share, r.shapes)),
+    ...(rest.length ? [line(`(${rest.length} more)`, String(rest.reduce((a, r) => a + r.calls_per_step, 0)), rest.reduce((a, r) => a + r.ms_per_step, 0), rest.reduce((a, r) => a + r.share, 0), '')] : []),
+  ].join('\n');
 }
 
 export function describeThroughput(r: TrainThroughput): string {

@@ -6,7 +6,7 @@ import { type ParityRecord, checkGradient, checkParity, freshSeed, parityDtypes 
 import { OPS } from '../ops/index.js';
 import type { OpDef } from '../ops/op.js';
 import { benchMatmul, formatMatmulTable, matmulBenchShapes } from '../bench/matmul.js';
-import { PEER_MODES, type PeerMode, benchTrain, describeThroughput } from '../bench/train.js';
+import { PEER_MODES, type PeerMode, benchTrain, describeThroughput, formatProfile } from '../bench/train.js';
 import { PRESET_NAMES } from '../config/presets.js';
 import { OBJECTIVES, PRECISIONS } from '../config/schema.js';
 import { choiceOption, intOption, numberOption } from './options.js';
@@ -154,8 +154,9 @@ export function benchCommand(): Command {
     .option('--precision <p>', 'auto (bf16 on cuda), f32 or bf16', choiceOption('--precision', PRECISIONS), 'auto')
     .option('--peer <list>', `PyTorch peer modes, comma-separated: ${PEER_MODES.join(', ')}, or none (default: both on cuda, none elsewhere)`)
     .option('--peak-tflops <x>', "the device's dense bf16 peak for MFU (default: known GPUs, e.g. 989 for H100/H200)", numberOption('--peak-tflops', 0, Infinity, true))
-    .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers and the speedups')
-    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; peer?: string; peakTflops?: number; json?: boolean }) => {
+    .option('--profile <steps>', 'then run this many steps op by op and print where the time goes (cpu, cuda)', intOption('--profile', 1))
+    .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers, the speedups (and the profile)')
+    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; peer?: string; peakTflops?: number; profile?: number; json?: boolean }) => {
       const backend: BackendChoice = parseBackendChoice(o.backend);
       const peers = parsePeers(o.peer);
       const report = await benchTrain(
@@ -163,6 +164,7 @@ export function benchCommand(): Command {
           preset: o.preset, objective: o.objective, backend, steps: o.steps, warmup: o.warmup, precision: o.precision,
           ...(o.batch !== undefined ? { batch: o.batch } : {}), ...(o.seqLen !== undefined ? { seqLen: o.seqLen } : {}),
           ...(o.peakTflops !== undefined ? { peakTflops: o.peakTflops } : {}),
+          ...(o.profile !== undefined ? { profileSteps: o.profile } : {}),
           log: (line) => console.error(line),
         },
         peers,
@@ -172,6 +174,7 @@ export function benchCommand(): Command {
         return;
       }
       console.log(describeThroughput(report));
+      if (report.profile) console.log(`\nwhere a step's time goes (${o.profile} steps, each op waited for):\n${formatProfile(report.profile)}`);
       for (const mode of Object.keys(report.peers) as PeerMode[]) console.log(`${describeThroughput(report.peers[mode]!)}  → mdlm ${report.speedup[mode]!.toFixed(2)}×`);
     });
   return bench;

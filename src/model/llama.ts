@@ -57,7 +57,7 @@ export class LlamaModel {
   private readonly zeros: Tensor;
   private causal = true;
   readonly dtype: FloatDType;
-  private readonly recordSteps: boolean;
+  private recordSteps: boolean;
   /** forward + backward recorded per attention kind, and the kinds run once unrecorded. */
   private readonly recordings = new Map<boolean, Recording>();
   private readonly warmed = new Set<boolean>();
@@ -225,6 +225,13 @@ export class LlamaModel {
     recorded.replay();
   }
 
+  /** Run forward and backward directly from now on, releasing the recordings (op-by-op profiling). */
+  stopRecording(): void {
+    this.recordSteps = false;
+    for (const r of this.recordings.values()) r.destroy();
+    this.recordings.clear();
+  }
+
   /** Upload every parameter from host arrays by mdlm name (a checkpoint's tensors). */
   loadParams(tensors: Readonly<Record<string, Float32Array>>, source: string): void {
     const host = new Float32Array(this.store.value.size);
@@ -237,8 +244,7 @@ export class LlamaModel {
   }
 
   destroy(): void {
-    for (const r of this.recordings.values()) r.destroy();
-    this.recordings.clear();
+    this.stopRecording();
     this.arena.destroy();
     this.store.destroy();
   }

@@ -200,8 +200,13 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   }
 
   sync(): Promise<void> {
+    return settle(() => this.syncNow());
+  }
+
+  /** Wait for the stream here and now (the addon's wait is blocking; `sync` wraps it in a promise). */
+  syncNow(): void {
     this.notRecording('sync');
-    return settle(() => native(() => this.addon.sync()));
+    native(() => this.addon.sync());
   }
 
   record(fn: () => void): Recording {
