@@ -27,6 +27,8 @@ export interface Backend {
   readonly floatDtypes: ReadonlySet<DType>;
   /** A short description of the device, for logs and reports. */
   readonly description: string;
+  /** The device's memory in bytes, where the backend knows it (CUDA). */
+  readonly memoryBytes?: number;
   alloc(shape: Shape, dtype: DType): Tensor;
   /** A view of `count` elements from `offset` (elements) of `base`'s storage, shaped `shape`. */
   view(base: Tensor, offset: number, shape: Shape): Tensor;

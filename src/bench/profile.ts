@@ -47,6 +47,9 @@ export class ProfiledBackend implements Backend {
   get description(): string {
     return this.inner.description;
   }
+  get memoryBytes(): number | undefined {
+    return this.inner.memoryBytes;
+  }
 
   alloc(shape: Shape, dtype: DType): Tensor {
     return this.inner.alloc(shape, dtype);

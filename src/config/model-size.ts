@@ -83,3 +83,73 @@ export function flopsBreakdown(m: ModelConfig, seqLen: number, objective: Pick<O
 export function flopsPerToken(m: ModelConfig, seqLen: number, objective: Pick<ObjectiveConfig, 'kind'> | 'ar' | 'mdlm', opts: FlopsOptions = {}): number {
   return flopsBreakdown(m, seqLen, objective, opts).total;
 }
+
+/** Element counts of every parameter tensor, in no particular order (what ParamStore declares). */
+export function paramSizes(m: ModelConfig): number[] {
+  const d = m.dModel;
+  const hd = headDim(m);
+  const qDim = m.nHeads * hd;
+  const kvDim = m.nKvHeads * hd;
+  const layer = [
+    d, qDim * d, kvDim * d, kvDim * d, d * qDim, // attn_norm, q, k, v, o
+    ...(m.qkvBias ? [qDim, kvDim, kvDim] : []),
+    ...(m.qkNorm ? [hd, hd] : []),
+    d, m.ffnHidden * d, m.ffnHidden * d, d * m.ffnHidden, // mlp_norm, gate, up, down
+  ];
+  return [m.vocabSize * d, ...Array.from({ length: m.nLayers }, () => layer).flat(), d, ...(m.tieEmbeddings ? [] : [m.vocabSize * d])];
+}
+
+/** Parameters start on 64-element boundaries in the flat buffers (WebGPU binding alignment). */
+export const PARAM_ALIGN = 64;
+
+/** Elements of each flat parameter buffer: every tensor padded to PARAM_ALIGN. */
+export function flatParamElements(m: ModelConfig): number {
+  return Math.max(PARAM_ALIGN, paramSizes(m).reduce((n, s) => n + Math.ceil(s / PARAM_ALIGN) * PARAM_ALIGN, 0));
+}
+
+export interface MemoryBreakdown {
+  /** f32 master weights, their f32 gradients, AdamW's two f32 moments (flat, padded). */
+  readonly weights: number;
+  readonly grads: number;
+  readonly optimizer: number;
+  /** The working copy in the compute dtype (none under f32: the masters are read directly). */
+  readonly workingCopy: number;
+  /** Activations, saved tensors and backward scratch: the model's arena. */
+  readonly activations: number;
+  readonly total: number;
+}
+
+/**
+ * Bytes a training model holds on its device at `batch` sequences of m.seqLen: the arithmetic of
+ * src/model/llama.ts's allocations (tests hold the two together exactly). The backend's pool
+ * rounds each buffer up to 256 bytes, and kernels keep some scratch of their own (CUDA: the
+ * arena and cuBLASLt's 32 MiB workspace), so the device needs a little more.
+ */
+export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf16'): MemoryBreakdown {
+  const f = dtype === 'bf16' ? 2 : 4; // bytes of an activation
+  const N = batch * m.seqLen;
+  const d = m.dModel;
+  const hd = headDim(m);
+  const q = N * m.nHeads * hd;
+  const kv = N * m.nKvHeads * hd;
+  const F = m.ffnHidden;
+  // Shared scratch: the block's three [N, d], attention's pre-rope q/k and gradients (+ ones for
+  // biases, zeros for q/k norms), the MLP's three [N, F].
+  const scratch = f * (3 * N * d + (q + kv + q + q + kv + kv) + (m.qkvBias ? N : 0) + (m.qkNorm ? q : 0) + 3 * N * F);
+  // Per layer: n1, mid, n2 and their two rstd; q/k before their norms and the norms' rstd; saved
+  // q, k, v, out and lse; the MLP's gate, up and product.
+  const perLayer =
+    f * 3 * N * d + 4 * 2 * N +
+    (m.qkNorm ? f * (q + kv) + 4 * N * (m.nHeads + m.nKvHeads) : 0) +
+    f * (q + 2 * kv + q) + 4 * batch * m.nHeads * m.seqLen +
+    f * 3 * N * F;
+  // The model: ids, targets, segment ids, positions (i32), loss weights, rstd, per-token loss,
+  // lse, loss gradient (f32), the loss sum; the residual streams, the final norm's output, logits
+  // and their gradient, the stream gradients and the zero residual gradient.
+  const model = 4 * 4 * N + 4 * 5 * N + 4 + f * ((m.nLayers + 1) * N * d + N * d + 2 * N * m.vocabSize + 3 * N * d);
+  const flat = flatParamElements(m);
+  const weights = 4 * flat;
+  const workingCopy = dtype === 'f32' ? 0 : f * flat;
+  const activations = scratch + m.nLayers * perLayer + model;
+  return { weights, grads: weights, optimizer: 2 * weights, workingCopy, activations, total: 4 * weights + workingCopy + activations };
+}

@@ -10,10 +10,10 @@
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
+import { PARAM_ALIGN } from '../config/model-size.js';
 import { cast } from '../ops/cast.js';
 import { type FloatDType, type Shape, type Tensor, numel } from '../tensor.js';
 
-const ALIGN = 64;
 
 export type ParamInit = { readonly kind: 'normal'; readonly std: number } | { readonly kind: 'ones' } | { readonly kind: 'zeros' };
 
@@ -71,10 +71,10 @@ export class ParamStore {
     const offsets = new Map<ParamSpec, number>();
     for (const s of ordered) {
       offsets.set(s, size);
-      size += Math.ceil(numel(s.shape) / ALIGN) * ALIGN;
+      size += Math.ceil(numel(s.shape) / PARAM_ALIGN) * PARAM_ALIGN;
       if (s.decay) decayEnd = size;
     }
-    size = Math.max(size, ALIGN);
+    size = Math.max(size, PARAM_ALIGN);
     const b = this.backend;
     const value = b.alloc([size], 'f32');
     const grad = b.alloc([size], 'f32');

@@ -10,7 +10,7 @@ import type { Backend } from '../backend/backend.js';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/checkpoint.js';
 import { fromHfTensors } from '../checkpoint/hf.js';
 import { openTensors } from '../checkpoint/safetensors.js';
-import { flopsPerToken } from '../config/model-size.js';
+import { type MemoryBreakdown, flopsPerToken } from '../config/model-size.js';
 import type { ObjectiveSection, PRECISIONS, TrainConfig } from '../config/schema.js';
 import { type BatchLoader, type LoaderState, createLoader } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
@@ -24,6 +24,7 @@ import { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
 import type { FloatDType } from '../tensor.js';
 import { evaluateModel } from './evaluate.js';
+import { checkTrainingFits, describeMemory, withMemoryEstimate } from './memory.js';
 
 export interface TrainerOptions {
   readonly config: TrainConfig;
@@ -82,6 +83,7 @@ export class Trainer {
   private readonly metricsPath: string;
   private step = 0;
   private tokens = 0;
+  private readonly memory: MemoryBreakdown;
 
   constructor(private readonly opts: TrainerOptions) {
     const cfg = opts.config;
@@ -91,13 +93,16 @@ export class Trainer {
       fail('BAD_CONFIG', `model.vocabSize ${cfg.model.vocabSize} is smaller than the ${tok.name} tokenizer's ${tok.vocabSize} ids; raise it (e.g. to ${Math.ceil(tok.vocabSize / 64) * 64})`);
     }
     const maskId = this.maskId();
-    this.model = new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
-      dtype: computeDtype(cfg.train.precision, opts.backend), record: cfg.train.cudaGraphs && opts.backend.name === 'cuda',
-    });
+    const dtype = computeDtype(cfg.train.precision, opts.backend);
+    const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype);
+    this.memory = memory;
+    this.model = withMemoryEstimate(memory, () => new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
+      dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda',
+    }));
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
-    this.optimizer = new AdamW(this.model.store, {
+    this.optimizer = withMemoryEstimate(memory, () => new AdamW(this.model.store, {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
-    });
+    }));
     this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
     mkdirSync(cfg.out, { recursive: true });
     this.metricsPath = join(cfg.out, 'metrics.jsonl');
@@ -119,6 +124,7 @@ export class Trainer {
     return [
       `model: ${(this.model.paramCount / 1e6).toFixed(2)}M parameters (d ${m.dModel}, ${m.nLayers} layers, ${m.nHeads} heads / ${m.nKvHeads} KV, SwiGLU ${m.ffnHidden}, seq ${m.seqLen}, vocab ${m.vocabSize})`,
       `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; ${this.model.dtype} activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}`,
+      `memory: about ${describeMemory(this.memory)}`,
       `objective: ${this.objective.name}; batch ${this.cfg.train.batchSize} × ${m.seqLen} × accum ${this.cfg.train.gradAccum}`,
     ].join('\n');
   }

@@ -96,6 +96,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   readonly floatDtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'bf16']);
   readonly description: string;
   readonly info: CudaProbeInfo;
+  readonly memoryBytes?: number;
 
   protected readonly store: TensorStore<bigint>;
   private readonly ops: ReadonlySet<string>;
@@ -107,6 +108,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     const info = addon.probe();
     if (!info.available) fail('BACKEND_UNAVAILABLE', `cuda: ${info.reason ?? 'no CUDA device'}`);
     this.info = info;
+    if (info.memoryBytes !== undefined) this.memoryBytes = info.memoryBytes;
     this.ops = new Set(info.ops);
     this.description = `${info.device} (sm ${info.sm}, ${gib(info.memoryBytes ?? 0)}, ${info.multiprocessors} SMs; CUDA ${info.runtime}, driver ${info.driver}, cuBLASLt ${info.cublasLt})`;
     this.store = new TensorStore('cuda', new BufferPool((bytes) => native(() => addon.malloc(bytes)), (ptr) => addon.free(ptr)));
@@ -200,6 +202,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   }
 
   sync(): Promise<void> {
+    this.notRecording('sync');
     return settle(() => this.syncNow());
   }
 

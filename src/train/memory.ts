@@ -1,0 +1,45 @@
+/**
+ * Out of memory at setup, said up front: the device bytes a training run needs (weights,
+ * gradients, AdamW state, working copy, activations: trainingMemory) against what the device has,
+ * and the same breakdown on any allocation that fails while the run is being set up.
+ */
+import type { Backend } from '../backend/backend.js';
+import { type MemoryBreakdown, trainingMemory } from '../config/model-size.js';
+import type { ModelConfig } from '../config/schema.js';
+import { MdlmError, fail } from '../errors.js';
+import type { FloatDType } from '../tensor.js';
+
+/** Room left for the CUDA context, the kernels' scratch arena and cuBLASLt's workspace: 2 GiB, or a tenth of a small device. */
+export function deviceReserve(memoryBytes: number): number {
+  return Math.min(2 * 2 ** 30, memoryBytes / 10);
+}
+
+function gib(bytes: number): string {
+  return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
+}
+
+export function describeMemory(e: MemoryBreakdown): string {
+  return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}`;
+}
+
+const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16';
+
+/** The estimate for this run; an OUT_OF_MEMORY error now if the device is known to be too small. */
+export function checkTrainingFits(backend: Backend, m: ModelConfig, batch: number, dtype: FloatDType): MemoryBreakdown {
+  const est = trainingMemory(m, batch, dtype === 'bf16' ? 'bf16' : 'f32');
+  const have = backend.memoryBytes;
+  if (have !== undefined && est.total + deviceReserve(have) > have) {
+    fail('OUT_OF_MEMORY', `this run needs about ${describeMemory(est)}, plus ~${gib(deviceReserve(have))} for the runtime, but ${backend.description} has ${gib(have)}; ${ADVICE}`);
+  }
+  return est;
+}
+
+/** fn(), with an allocation failure's message extended by the run's estimate. */
+export function withMemoryEstimate<T>(est: MemoryBreakdown, fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    if (e instanceof MdlmError && e.code === 'OUT_OF_MEMORY') throw new MdlmError('OUT_OF_MEMORY', `${e.message}. This run needs about ${describeMemory(est)}; ${ADVICE}`);
+    throw e;
+  }
+}

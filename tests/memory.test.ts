@@ -1,0 +1,66 @@
+/** The training-memory arithmetic against what a model really allocates, and the setup error it feeds. */
+import { describe, expect, it } from 'vitest';
+import { CpuBackend } from '../src/backend/cpu/cpu.js';
+import { CudaBackend } from '../src/backend/cuda/cuda.js';
+import { MdlmError } from '../src/errors.js';
+import { checkTrainingFits, withMemoryEstimate } from '../src/train/memory.js';
+import { expectMdlmError } from './support/contracts.js';
+import { simulatedCudaAddon } from './support/simulated_cuda.js';
+import { resolveConfig } from '../src/config/load.js';
+import { flatParamElements, paramCount, trainingMemory } from '../src/config/model-size.js';
+import { LlamaModel } from '../src/model/llama.js';
+
+const variants: [string, Record<string, string>][] = [
+  ['tied, multi-head', {}],
+  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }],
+  ['q/k/v biases', { 'model.qkvBias': 'true' }],
+  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }],
+];
+
+describe('trainingMemory', () => {
+  for (const [label, over] of variants) {
+    for (const dtype of ['f32', 'bf16'] as const) {
+      it(`matches the model's allocations exactly: ${label}, ${dtype}`, () => {
+        const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '24', ...over } });
+        const batch = 3;
+        const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype });
+        const est = trainingMemory(cfg.model, batch, dtype);
+        expect(est.activations).toBe(model.activationBytes);
+        expect(est.weights).toBe(model.store.value.byteSize);
+        expect(flatParamElements(cfg.model)).toBe(model.store.value.size);
+        expect(model.store.list[0]!.compute.dtype).toBe(dtype);
+        expect(est.workingCopy).toBe(dtype === 'f32' ? 0 : 2 * model.store.value.size);
+        expect(est.total).toBe(4 * est.weights + est.workingCopy + est.activations);
+        model.destroy();
+      });
+    }
+  }
+
+  it('charges llama-1.3b in bf16 18 bytes a parameter (f32 weights, gradients, two moments; bf16 copy) within the padding', () => {
+    const cfg = resolveConfig({ preset: 'llama-1.3b' });
+    const est = trainingMemory(cfg.model, 8, 'bf16');
+    const P = paramCount(cfg.model);
+    // 16 bytes a parameter of f32 state + 2 of working copy, within the padding.
+    expect((4 * est.weights + est.workingCopy) / P).toBeGreaterThanOrEqual(18);
+    expect((4 * est.weights + est.workingCopy) / P).toBeLessThan(18.01);
+  });
+});
+
+describe('out of memory at setup', () => {
+  it('refuses up front a run the device cannot hold, with the estimate and what to change', async () => {
+    const b = new CudaBackend(simulatedCudaAddon()); // 1 GiB
+    const cfg = resolveConfig({ preset: 'llama-124m' });
+    await expectMdlmError(() => checkTrainingFits(b, cfg.model, 16, 'bf16'), 'OUT_OF_MEMORY', 'needs about 10.17 GiB: weights 471.4 MiB', 'activations 8.10 GiB', 'has 1.00 GiB', 'lower train.batchSize');
+    const small = resolveConfig({ preset: 'tiny' });
+    expect(checkTrainingFits(b, small.model, 2, 'bf16').total).toBeLessThan(2 ** 30);
+    // No known memory (the CPU): nothing to check against.
+    expect(checkTrainingFits(new CpuBackend(), cfg.model, 16, 'bf16').total).toBeGreaterThan(2 ** 30);
+  });
+
+  it('adds the estimate to an allocation that fails during setup', async () => {
+    const est = trainingMemory(resolveConfig({ preset: 'tiny' }).model, 2, 'f32');
+    const failing = () => withMemoryEstimate(est, () => { throw new MdlmError('OUT_OF_MEMORY', 'cuda: cannot allocate 64 MiB for a tensor (10 MiB free of 1 GiB)'); });
+    await expectMdlmError(failing, 'OUT_OF_MEMORY', 'cannot allocate 64 MiB', 'This run needs about', 'activations');
+    expect(() => withMemoryEstimate(est, () => { throw new MdlmError('BAD_SHAPE', 'x'); })).toThrow(/^x$/);
+  });
+});
