@@ -4,6 +4,8 @@
 // (max, Σ exp(x − max)); nothing but loss and lse is written.
 // cross_entropy_backward: dlogits = dloss · weight · (exp(logits − lse) − onehot(target)), 0 rows
 // where ignored; one pass, one exp per element (expm1 at the target, where exp ≈ 1 would cancel).
+// dlogits may be logits itself (in place): each thread reads an element before it writes it and
+// no other thread touches it, so logits and dlogits are not __restrict__.
 // Semantics: src/ops/cross_entropy.ts.
 //
 // Targets ≥ vocab are a data error the kernels cannot throw: they write a NaN loss (forward) and
@@ -126,8 +128,8 @@ __global__ void __launch_bounds__(kCeMaxThreads)
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
-    cross_entropy_backward_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
-                                  const float* __restrict__ lse, const float* __restrict__ dloss, T* __restrict__ dlogits, int vocab) {
+    cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
+                                  const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
   const int row = blockIdx.x;
   const T* p = logits + static_cast<int64_t>(row) * vocab;
   T* q = dlogits + static_cast<int64_t>(row) * vocab;  // as aligned as p (the launcher checks)

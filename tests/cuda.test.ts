@@ -25,6 +25,7 @@ import { createBackend, probeCuda } from '../src/runtime/backends.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
+import { expectCrossEntropyInPlace } from './support/in_place.js';
 import { expectBf16Tracks, runLosses, tinyConfig, tinyRunRoot, tinyTrainer } from './support/train.js';
 
 const probe = probeCuda();
@@ -62,6 +63,10 @@ describe('cuda backend on a simulated device', () => {
         }
       }
     }
+  });
+
+  it('runs cross_entropy_backward in place on the simulated device', async () => {
+    await expectCrossEntropyInPlace(new CudaBackend(simulatedCudaAddon()), 'bf16');
   });
 
   it('refuses host work while recording a CUDA graph, and closes the capture when it does', async () => {
@@ -283,6 +288,11 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     matmul.reference({ a: Float64Array.from(host.subarray(1, 1 + m * k), r), b: Float64Array.from(host.subarray(1 + m * k), r), out: ref }, attrs);
     expect(relativeError((await b.download(mo)) as Float32Array, ref, false)).toBeLessThanOrEqual(matmul.tolerance.bf16!);
     [base, mat, mo].forEach((t) => b.free(t));
+  });
+
+  it('runs cross_entropy_backward in place with the out-of-place bits (bf16 and f32)', async () => {
+    await expectCrossEntropyInPlace(await cuda(), 'bf16');
+    await expectCrossEntropyInPlace(await cuda(), 'f32');
   });
 
   it("turns a kernel's OpError into an MdlmError with its code", async () => {

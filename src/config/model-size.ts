@@ -144,9 +144,9 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
     f * (q + 2 * kv + q) + 4 * batch * m.nHeads * m.seqLen +
     f * 3 * N * F;
   // The model: ids, targets, segment ids, positions (i32), loss weights, rstd, per-token loss,
-  // lse, loss gradient (f32), the loss sum; the residual streams, the final norm's output, logits
-  // and their gradient, the stream gradients and the zero residual gradient.
-  const model = 4 * 4 * N + 4 * 5 * N + 4 + f * ((m.nLayers + 1) * N * d + N * d + 2 * N * m.vocabSize + 3 * N * d);
+  // lse, loss gradient (f32), the loss sum; the residual streams, the final norm's output, the
+  // logits (their gradient overwrites them), the stream gradients and the zero residual gradient.
+  const model = 4 * 4 * N + 4 * 5 * N + 4 + f * ((m.nLayers + 1) * N * d + N * d + N * m.vocabSize + 3 * N * d);
   const flat = flatParamElements(m);
   const weights = 4 * flat;
   const workingCopy = dtype === 'f32' ? 0 : f * flat;

@@ -51,7 +51,6 @@ export class LlamaModel {
   private readonly lossSum: Tensor;
   // Gradients.
   private readonly dLoss: Tensor;
-  private readonly dLogits: Tensor;
   private readonly dNormed: Tensor;
   private readonly dStream: Tensor;
   private readonly zeros: Tensor;
@@ -111,7 +110,6 @@ export class LlamaModel {
     this.lse = a.alloc([N], 'f32');
     this.lossSum = a.alloc([1], 'f32');
     this.dLoss = a.alloc([N], 'f32');
-    this.dLogits = a.alloc([N, cfg.vocabSize]);
     this.dNormed = a.alloc([N, cfg.dModel]);
     this.dStream = a.alloc([N, cfg.dModel]);
     this.zeros = a.alloc([N, cfg.dModel]);
@@ -163,7 +161,7 @@ export class LlamaModel {
     this.head.forward(b, this.normed, this.logits, N);
   }
 
-  /** The [batch·seqLen, vocab] logits of the last forward (waits for the device). */
+  /** The [batch·seqLen, vocab] logits of the last forward (waits for the device); a backward overwrites them with their gradient. */
   async downloadLogits(): Promise<Float32Array> {
     return (await this.backend.download(this.logits)) as Float32Array;
   }
@@ -194,8 +192,10 @@ export class LlamaModel {
     const b = this.backend;
     const N = this.rows;
     const cfg = this.cfg;
-    b.run(crossEntropyBackward, { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: this.dLogits }, { rows: N, vocab: cfg.vocabSize });
-    this.head.backward(b, this.normed, this.dLogits, this.dNormed, 'write', N);
+    // In place: the logits' gradient overwrites the logits (one [tokens, vocab] buffer, not two).
+    const dLogits = this.logits;
+    b.run(crossEntropyBackward, { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: dLogits }, { rows: N, vocab: cfg.vocabSize });
+    this.head.backward(b, this.normed, dLogits, this.dNormed, 'write', N);
     this.finalNorm.backward(b, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
     for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
     this.embed.backward(b, this.ids, this.dStream, N);

@@ -4,7 +4,8 @@
  * 0 where target < 0 (ignored). The mdlm objective weights masked positions by w(t) and gives
  * the others weight 0 (or target −1); the ar objective uses weight 1 (or 1/N).
  * cross_entropy_backward: dlogits = dloss · weight · (softmax(logits) − onehot(target)), 0 rows
- * where ignored; it takes the forward's lse so the softmax is one exp per element.
+ * where ignored; it takes the forward's lse so the softmax is one exp per element. dlogits may be
+ * the logits tensor itself (in place: the model keeps one [tokens, vocab] buffer, not two).
  *
  * lse is f32 whatever the float dtype: the backward subtracts it from every logit before the exp,
  * and a bf16 lse (~11 ± 0.03) would skew every softmax entry of the row by up to 3%. The per-row
@@ -135,6 +136,7 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
     { name: 'dlogits', role: 'out', dtype: 'float' },
   ],
   floatDtypes: ['f32', 'bf16'],
+  inPlace: { dlogits: 'logits' },
   validate: validate('cross_entropy_backward'),
   shapes: ({ rows, vocab }) => ({
     logits: [rows, vocab], targets: [rows], weights: [rows], lse: [rows], dloss: [rows], dlogits: [rows, vocab],

@@ -67,6 +67,11 @@ export interface OpDef<A = Record<string, never>> {
   cases(scale: 'test' | 'bench'): readonly OpCase<A>[];
   /** Fresh random values for every 'in' and 'inout' arg (never all zeros). */
   sample(rng: PhiloxStream, attrs: A): RefArgs;
+  /**
+   * output -> input it may overwrite: the call may pass the very same view for both (every kernel
+   * reads each element before writing it, or copies first). Any other overlap is an error.
+   */
+  readonly inPlace?: Readonly<Record<string, string>>;
   /** Relative-error tolerance per float dtype of the outputs (integer outputs must match exactly). */
   readonly tolerance: Partial<Record<DType, number>>;
   /** Floating-point operations of one call, for TFLOP/s in benchmarks. */
@@ -152,12 +157,18 @@ export function validateCall<A>(op: OpDef<A>, tensors: Readonly<Record<string, T
     for (const b of op.args) {
       if (b === a) continue;
       const u = tensors[b.name]!;
+      if (op.inPlace?.[a.name] === b.name && sameView(t, u)) continue;
       if (u.handle === t.handle && overlaps(t, u)) {
         fail('BAD_ARGUMENT', `${op.name}: output '${a.name}' overlaps argument '${b.name}'; give it its own buffer`);
       }
     }
   }
   return floatDtype;
+}
+
+/** The same storage, offset, size and dtype: one tensor under two names. */
+export function sameView(a: Tensor, b: Tensor): boolean {
+  return a.handle === b.handle && a.offset === b.offset && a.size === b.size && a.dtype === b.dtype;
 }
 
 function overlaps(a: Tensor, b: Tensor): boolean {

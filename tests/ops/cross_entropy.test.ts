@@ -4,6 +4,7 @@ import { MdlmError } from '../../src/errors.js';
 import { runReference } from '../../src/harness/parity.js';
 import { type CrossEntropyAttrs, crossEntropy, crossEntropyBackward } from '../../src/ops/cross_entropy.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
+import { expectCrossEntropyInPlace } from '../support/in_place.js';
 import { runOp } from '../support/run_op.js';
 import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
 
@@ -160,5 +161,16 @@ describe.skipIf(!hasWebGpu)('cross_entropy on webgpu', () => {
     const want = reference({ rows, vocab }, inputs, true);
     expectClose(got.lse, want.lse, 1e-6, 'lse');
     expectClose(got.loss, want.loss, 1e-5, 'loss');
+  });
+});
+
+describe('cross_entropy_backward in place', () => {
+  it('cpu: dlogits may be the logits tensor, with the out-of-place result', async () => {
+    await expectCrossEntropyInPlace(new CpuBackend(), 'f32');
+    await expectCrossEntropyInPlace(new CpuBackend(), 'bf16');
+  });
+
+  it.skipIf(!hasWebGpu)('webgpu: the same (the kernel copies the logits first: writable bindings may not alias)', async () => {
+    await expectCrossEntropyInPlace((await webgpuBackend())!, 'f32');
   });
 });

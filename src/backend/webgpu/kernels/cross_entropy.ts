@@ -1,4 +1,5 @@
 import { crossEntropy, crossEntropyBackward } from '../../../ops/cross_entropy.js';
+import { sameView } from '../../../ops/op.js';
 import { defineKernel, grid1d } from '../kernel.js';
 
 const SHADER = 'cross_entropy';
@@ -18,11 +19,20 @@ export const crossEntropyKernel = defineKernel({
   },
 });
 
-/** Flat over rows * vocab: a vec4 body, then the scalar tail of (rows * vocab) % 4 elements. */
+/**
+ * Flat over rows * vocab: a vec4 body, then the scalar tail of (rows * vocab) % 4 elements. In
+ * place (dlogits is logits) the logits are copied to a scratch first: a writable storage binding
+ * may not alias another binding in WebGPU.
+ */
 export const crossEntropyBackwardKernel = defineKernel({
   op: crossEntropyBackward,
   shaders: [SHADER],
-  run(k, { logits, targets, weights, lse, dloss, dlogits }, { rows, vocab }) {
+  run(k, { logits: given, targets, weights, lse, dloss, dlogits }, { rows, vocab }) {
+    let logits = given;
+    if (sameView(given!, dlogits!)) {
+      logits = k.scratch(given!.shape, given!.dtype);
+      k.copy(given!, logits);
+    }
     const n = rows * vocab;
     const params = { rows, vocab };
     const rowArgs = { targets: targets!, weights: weights!, lse_saved: lse!, dloss: dloss! };
