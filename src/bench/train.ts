@@ -20,6 +20,7 @@ import { AdamW } from '../optim/adamw.js';
 import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
+import { parallelFiller } from '../runtime/parallel_init.js';
 import { checkTrainingFits, withMemoryEstimate } from '../train/memory.js';
 import { computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
 
@@ -144,7 +145,7 @@ export async function benchTrainMdlm(
   const dtype = computeDtype(t.precision, backend);
   const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
   const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype);
-  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda' }));
+  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda', fill: parallelFiller() }));
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
   try {

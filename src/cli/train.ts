@@ -6,6 +6,7 @@ import { fail } from '../errors.js';
 import type { Backend } from '../backend/backend.js';
 import { WebGpuBackend } from '../backend/webgpu/webgpu.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { parallelFiller } from '../runtime/parallel_init.js';
 import { openRunData } from '../train/data.js';
 import { type StepMetrics, Trainer } from '../train/trainer.js';
 
@@ -99,7 +100,7 @@ export function trainCommand(): Command {
       const started = performance.now();
       let first = -1;
       const trainer = new Trainer({
-        config, backend, train: data.train, val: data.val, tokenizer: data.tokenizer, resume: o.resume ?? false, log, signal: ac.signal,
+        config, backend, train: data.train, val: data.val, tokenizer: data.tokenizer, resume: o.resume ?? false, log, signal: ac.signal, fill: parallelFiller(),
         onStep: (m: StepMetrics) => {
           if (first < 0) first = m.step - 1;
           const rate = (m.step - first) / ((performance.now() - started) / 1000);

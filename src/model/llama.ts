@@ -15,7 +15,7 @@ import { BlockScratch, DecoderBlock } from '../nn/block.js';
 import { Embedding } from '../nn/embedding.js';
 import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
-import { ParamStore } from '../nn/params.js';
+import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import type { ModelConfig } from '../config/schema.js';
 
@@ -64,9 +64,10 @@ export class LlamaModel {
   /**
    * `dtype` is the compute dtype of activations and of the weights' working copy (bf16 for
    * mixed precision); master weights, gradients and optimizer state are f32 either way.
-   * `record`: `forwardBackward` records the pass (a CUDA graph on CUDA) and replays it.
+   * `record`: `forwardBackward` records the pass (a CUDA graph on CUDA) and replays it. `fill`
+   * computes the initial values (default: on this thread; src/runtime/parallel_init.ts: workers).
    */
-  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number, opts: { dtype?: FloatDType; record?: boolean } = {}) {
+  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number, opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller } = {}) {
     validateModel(cfg);
     const dtype = opts.dtype ?? 'f32';
     this.dtype = dtype;
@@ -116,7 +117,7 @@ export class LlamaModel {
     b.zero(this.zeros);
     // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
-    this.store.materialize(seed);
+    this.store.materialize(seed, opts.fill);
   }
 
   /** Scale of the loss gradient: 1/gradAccum, so accumulated gradients are of the mean loss. */

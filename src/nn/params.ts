@@ -62,8 +62,8 @@ export class ParamStore {
     return spec as unknown as Param;
   }
 
-  /** Allocate the flat buffers, give every parameter its views, and initialise from `seed`. */
-  materialize(seed: number): void {
+  /** Allocate the flat buffers, give every parameter its views, and initialise from `seed` (through `fill`). */
+  materialize(seed: number, fill: ParamFiller = fillSequential): void {
     if (this.params) throw new Error('ParamStore: materialize() called twice');
     const ordered = [...this.specs.filter((s) => s.decay), ...this.specs.filter((s) => !s.decay)];
     let size = 0;
@@ -86,15 +86,15 @@ export class ParamStore {
       offset, size: n, value: b.view(value, offset, [n]), grad: b.view(grad, offset, [n]),
     });
     this.ranges = { decay: range(0, Math.max(decayEnd, 0)), noDecay: range(decayEnd, size - decayEnd) };
-    const host = new Float32Array(size);
+    const jobs: InitJob[] = [];
     this.params = this.specs.map((spec, index) => {
       const offset = offsets.get(spec)!;
       const p = spec as Param;
       Object.assign(p, { offset, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape), compute: b.view(work, offset, spec.shape) });
-      fillInit(host, offset, numel(spec.shape), spec.init, seed, index);
+      jobs.push({ offset, n: numel(spec.shape), init: spec.init, index });
       return p;
     });
-    this.upload(host);
+    this.upload(fill(size, jobs, seed));
     this.zeroGrads();
   }
 
@@ -156,13 +156,36 @@ export class ParamStore {
     if (this.flatCompute) this.backend.free(this.flatCompute);
   }
 }
-/** Initial values keyed by (seed, parameter index): the same on every backend and rank. */
-function fillInit(out: Float32Array, offset: number, n: number, init: ParamInit, seed: number, index: number): void {
+/** One parameter to initialise: `n` values at `offset` of the flat buffer, keyed by its index. */
+export interface InitJob {
+  readonly offset: number;
+  readonly n: number;
+  readonly init: ParamInit;
+  readonly index: number;
+}
+
+/** Returns a flat host buffer of `size` values holding every job's initial values. */
+export type ParamFiller = (size: number, jobs: readonly InitJob[], seed: number) => Float32Array;
+
+export const fillSequential: ParamFiller = (size, jobs, seed) => {
+  const host = new Float32Array(size);
+  for (const j of jobs) fillInit(host, j, seed);
+  return host;
+};
+
+/**
+ * Initial values keyed by (seed, parameter index): the same on every backend and rank. Elements
+ * [from, to) only, from a multiple of 4 (Box-Muller takes stream words two by two, four a block),
+ * so a large parameter can be filled in pieces with the same values.
+ */
+export function fillInit(out: Float32Array, job: InitJob, seed: number, from = 0, to = job.n): void {
+  const { offset, init } = job;
   if (init.kind === 'zeros') return;
   if (init.kind === 'ones') {
-    out.fill(1, offset, offset + n);
+    out.fill(1, offset + from, offset + to);
     return;
   }
-  const rng = new PhiloxStream(seed, RngPurpose.init, index);
-  for (let i = 0; i < n; i++) out[offset + i] = rng.normal() * init.std;
+  const rng = new PhiloxStream(seed, RngPurpose.init, job.index);
+  if (from > 0) rng.seekWord(from);
+  for (let i = from; i < to; i++) out[offset + i] = rng.normal() * init.std;
 }

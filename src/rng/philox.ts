@@ -78,6 +78,14 @@ export class PhiloxStream {
     this.ctr = [0, step >>> 0, rank >>> 0, purpose];
   }
 
+  /** Continue from word `word` of the stream (a multiple of 4: a block boundary), as a fresh stream there. */
+  seekWord(word: number): void {
+    if (!Number.isSafeInteger(word) || word < 0 || word % 4 !== 0) throw new RangeError(`seekWord: ${word} is not a block boundary (a non-negative multiple of 4)`);
+    this.index = word / 4;
+    this.used = 4;
+    this.spare = null;
+  }
+
   nextU32(): number {
     if (this.used === 4) {
       this.ctr[0] = this.index++ >>> 0;

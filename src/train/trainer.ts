@@ -17,6 +17,7 @@ import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
 import { MdlmError, fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
+import type { ParamFiller } from '../nn/params.js';
 import { ArObjective } from '../objectives/ar.js';
 import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective, TokenBatch } from '../objectives/objective.js';
@@ -38,6 +39,8 @@ export interface TrainerOptions {
   readonly maxSteps?: number;
   readonly log: (line: string) => void;
   readonly onStep?: (m: StepMetrics) => void;
+  /** Computes the initial parameter values (default: on this thread). */
+  readonly fill?: ParamFiller;
   /** Aborted: finish the current step, save a checkpoint, return. */
   readonly signal?: AbortSignal;
 }
@@ -97,7 +100,7 @@ export class Trainer {
     const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype);
     this.memory = memory;
     this.model = withMemoryEstimate(memory, () => new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
-      dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda',
+      dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda', ...(opts.fill ? { fill: opts.fill } : {}),
     }));
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     this.optimizer = withMemoryEstimate(memory, () => new AdamW(this.model.store, {
