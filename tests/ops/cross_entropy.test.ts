@@ -12,12 +12,12 @@ afterAll(async () => {
   (await webgpuBackend())?.destroy();
 });
 
-interface Inputs {
+type Inputs = {
   logits: number[];
   targets: number[];
   weights: number[];
   dloss?: number[];
-}
+};
 
 /**
  * Forward then backward reference on f32-rounded inputs (what a GPU holds); with `f32Lse` the
@@ -67,7 +67,7 @@ describe('cross_entropy reference', () => {
     const dloss = [1, 1, -2, 1, 1, 0.25];
     const r = reference({ rows, vocab }, { logits, targets, weights, dloss });
     for (let row = 0; row < rows; row++) {
-      const g = r.dlogits.subarray(row * vocab, (row + 1) * vocab);
+      const g = (r.dlogits as Float64Array).subarray(row * vocab, (row + 1) * vocab);
       const sum = g.reduce((a, b) => a + b, 0);
       if (targets[row]! < 0 || weights[row] === 0) {
         expect(r.loss[row]).toBe(0);

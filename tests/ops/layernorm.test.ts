@@ -24,7 +24,7 @@ describe('layernorm reference', () => {
     const x = layernorm.sample(rng, attrs).x!;
     const out = runReference(layernorm, { x, weight: new Float64Array(36).fill(1), bias: new Float64Array(36) }, attrs, 'f32');
     for (let r = 0; r < 5; r++) {
-      const row = out.y!.subarray(r * 36, (r + 1) * 36);
+      const row = (out.y as Float64Array).subarray(r * 36, (r + 1) * 36);
       const mean = row.reduce((a, b) => a + b, 0) / 36;
       const variance = row.reduce((a, b) => a + (b - mean) ** 2, 0) / 36;
       expect(Math.abs(mean)).toBeLessThan(1e-12);

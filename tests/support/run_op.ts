@@ -10,7 +10,7 @@ export async function runOp<A>(
   backend: Backend,
   op: OpDef<A>,
   attrs: A,
-  inputs: Readonly<Record<string, ArrayLike<number>>>,
+  inputs: Readonly<Record<string, ArrayLike<number> | undefined>>,
 ): Promise<Record<string, HostArray>> {
   const shapes = op.shapes(attrs);
   const tensors: Record<string, Tensor> = {};

@@ -1,0 +1,12 @@
+// Types of cuda/build.mjs (plain Node, run without a build step) for the TypeScript that imports it.
+export declare const CUDA_DIR: string;
+export declare const ADDON_PATH: string;
+export declare const DEFAULT_ARCHS: string[];
+export declare const NVCC_FLAGS: string[];
+/** nvcc: $NVCC, $CUDA_HOME/bin, PATH, /usr/local/cuda/bin; null when there is none. */
+export declare function findNvcc(): string | null;
+/** Whether the source includes <cublasLt.h> (it then needs the cuBLAS headers). */
+export declare function usesCublasLt(file: string): boolean;
+export declare function cudaSources(): string[];
+export declare function gencodeFlags(archs: readonly string[]): string[];
+export declare function build(): Promise<void>;
