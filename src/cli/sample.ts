@@ -8,7 +8,9 @@ import { Command } from 'commander';
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import type { Tokenizer } from '../data/tokenizer.js';
+import { Decoder } from '../model/decode.js';
 import { modelLogits } from '../model/logits.js';
+import { MAX_DECODE_KEYS } from '../ops/attention_decode.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { type Remasking, sampleAr, sampleDiffusion } from '../sampling/index.js';
 import { type OpenedModel, buildModel, openModel, requireTokenizer } from './model.js';
@@ -88,13 +90,15 @@ function planAr(m: OpenedModel, tokenizer: Tokenizer, o: SampleFlags): SampleRun
   const seqLen = Math.min(maxLen, prompt.length + maxNewTokens);
   return async (backend) => {
     const model = buildModel(backend, m, 1, seqLen);
+    // KV-cached: one one-row pass a token while the sequence fits the context.
+    const decoder = seqLen <= MAX_DECODE_KEYS ? new Decoder(model) : undefined;
     try {
       for (let i = 0; i < o.numSamples; i++) {
         header(o, i);
         process.stdout.write(o.prompt);
         const out = new TextStream(tokenizer);
         await sampleAr({
-          logits: modelLogits(model, true), prompt, maxNewTokens, seqLen, vocab: m.loaded.model.vocabSize,
+          logits: modelLogits(model, true), ...(decoder ? { decoder } : {}), prompt, maxNewTokens, seqLen, vocab: m.loaded.model.vocabSize,
           temperature: o.temperature ?? 1, topK: o.topK ?? 0, topP: o.topP ?? 1,
           eosId: tokenizer.eosId, stopAtEos: !o.ignoreEos, seed: o.seed + i,
           onToken: (id) => {
@@ -104,6 +108,7 @@ function planAr(m: OpenedModel, tokenizer: Tokenizer, o: SampleFlags): SampleRun
         process.stdout.write(`${out.flush()}\n`);
       }
     } finally {
+      decoder?.destroy();
       model.destroy();
     }
   };

@@ -6,12 +6,23 @@
  */
 import type { Backend } from '../backend/backend.js';
 import { attention, attentionBackward } from '../ops/attention.js';
+import { attentionDecode } from '../ops/attention_decode.js';
 import { rope, ropeBackward } from '../ops/rope.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { Linear, addRowBias, accumulateBiasGrad } from './linear.js';
 import type { Param, ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
+
+/**
+ * One layer's key and value cache for one sequence: [1, maxLen, stride] each, a position's
+ * kvHeads · headDim values first (the stride keeps every position 256-byte aligned for WebGPU).
+ */
+export interface KvCache {
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly stride: number;
+}
 
 export interface AttentionShape {
   readonly batch: number;
@@ -152,13 +163,38 @@ export class SelfAttention {
     this.projectBackward(b, this.proj.v, x, sc.dv, sc.dv, dx, 'add');
   }
 
-  /** y [B, T, heads, D] = norm(x · Wᵀ + bias), each part as configured. */
-  private project(b: Backend, p: Projection, x: Tensor, y: Tensor): void {
-    const rows = this.s.batch * this.s.seqLen;
-    const lin = p.raw ?? y;
+  /**
+   * One new token of one sequence against its KV cache (incremental decoding): x [1, dModel] ->
+   * out [1, dModel]. The token's roped key and its value go into the caches at `pos` first;
+   * `positions` [1, 1] holds pos. The first rows of the training buffers serve as scratch.
+   */
+  decode(b: Backend, x: Tensor, out: Tensor, cache: KvCache, pos: number, positions: Tensor): void {
+    const s = this.s;
+    const D = s.headDim;
+    const sc = this.scratch;
+    const row = (t: Tensor, heads: number) => b.view(t, 0, [1, 1, heads, D]);
+    const cached = (t: Tensor) => b.view(t, pos * cache.stride, [1, 1, s.kvHeads, D]);
+    const rope1 = (heads: number) => ({ batch: 1, seqLen: 1, heads, headDim: D, base: s.ropeBase });
+    this.project(b, this.proj.q, x, row(sc.qPre, s.heads), 1);
+    this.project(b, this.proj.k, x, row(sc.kPre, s.kvHeads), 1);
+    this.project(b, this.proj.v, x, cached(cache.v), 1);
+    b.run(rope, { x: row(sc.qPre, s.heads), positions, y: row(this.savedQ, s.heads) }, rope1(s.heads));
+    b.run(rope, { x: row(sc.kPre, s.kvHeads), positions, y: cached(cache.k) }, rope1(s.kvHeads));
+    const attnOut = b.view(this.savedOut, 0, [1, s.heads, D]);
+    b.run(
+      attentionDecode,
+      { q: b.view(this.savedQ, 0, [1, s.heads, D]), k: cache.k, v: cache.v, out: attnOut },
+      { batch: 1, heads: s.heads, kvHeads: s.kvHeads, headDim: D, maxLen: cache.k.shape[1]!, length: pos + 1, scale: 1 / Math.sqrt(D), kvStride: cache.stride },
+    );
+    this.o.forward(b, b.view(attnOut, 0, [1, s.heads * D]), out, 1);
+  }
+
+  /** y [rows, 1, heads, D] (or [B, T, heads, D]) = norm(x · Wᵀ + bias), each part as configured. */
+  private project(b: Backend, p: Projection, x: Tensor, y: Tensor, rows = this.s.batch * this.s.seqLen): void {
+    const lin = p.raw ? b.view(p.raw, 0, [rows, 1, p.heads, this.s.headDim]) : y;
     p.linear.forward(b, x, as2d(b, lin), rows);
     if (p.bias) addRowBias(b, as2d(b, lin), p.bias, this.scratch.ones!, rows);
-    if (p.norm) p.norm.forward(b, perHead(b, lin), perHead(b, y), p.rstd!, rows * p.heads);
+    if (p.norm) p.norm.forward(b, perHead(b, lin), perHead(b, y), b.view(p.rstd!, 0, [rows * p.heads]), rows * p.heads);
   }
 
   /** Gradients of `project` from dy; `spare` (same shape, free) takes the pre-norm gradient. */

@@ -7,7 +7,7 @@ import type { Backend } from '../backend/backend.js';
 import { add } from '../ops/add.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
-import { type AttentionScratch, type AttentionShape, SelfAttention } from './attention.js';
+import { type AttentionScratch, type AttentionShape, type KvCache, SelfAttention } from './attention.js';
 import { flat } from './linear.js';
 import { type MlpScratch, SwiGluMlp } from './mlp.js';
 import type { ParamStore } from './params.js';
@@ -68,6 +68,20 @@ export class DecoderBlock {
     this.norm2.forwardAdd(b, h, sc.branch, this.mid, this.n2, this.rstd2, this.rows);
     this.mlp.forward(b, this.n2, sc.branch);
     b.run(add, { a: flat(b, this.mid), b: flat(b, sc.branch), out: flat(b, out) }, { n: out.size });
+  }
+
+  /**
+   * One new token of one sequence (incremental decoding): x [1, dModel] -> out [1, dModel], which
+   * may be x itself. The first rows of the block's buffers serve as scratch.
+   */
+  decode(b: Backend, x: Tensor, out: Tensor, cache: KvCache, pos: number, positions: Tensor): void {
+    const first = (t: Tensor) => b.view(t, 0, [1, this.d.dModel]);
+    const [n1, branch, mid, n2] = [this.n1, this.scratch.branch, this.mid, this.n2].map(first) as [Tensor, Tensor, Tensor, Tensor];
+    this.norm1.forward(b, x, n1, b.view(this.rstd1, 0, [1]), 1);
+    this.attn.decode(b, n1, branch, cache, pos, positions);
+    this.norm2.forwardAdd(b, x, branch, mid, n2, b.view(this.rstd2, 0, [1]), 1);
+    this.mlp.forward(b, n2, branch, 1);
+    b.run(add, { a: flat(b, mid), b: flat(b, branch), out: flat(b, out) }, { n: this.d.dModel });
   }
 
   /** On entry `dStream` holds d(out); on exit d(h). */

@@ -35,11 +35,13 @@ export class SwiGluMlp {
     this.h = arena.alloc([rows, hidden]);
   }
 
-  forward(b: Backend, x: Tensor, out: Tensor): void {
-    this.gate.forward(b, x, this.g, this.rows);
-    this.up.forward(b, x, this.u, this.rows);
-    b.run(swiglu, { gate: this.g, up: this.u, out: this.h }, { rows: this.rows, hidden: this.hidden });
-    this.down.forward(b, this.h, out, this.rows);
+  /** out [rows, dModel] from x [rows, dModel]; fewer rows than built for use the first rows of the buffers (decoding). */
+  forward(b: Backend, x: Tensor, out: Tensor, rows = this.rows): void {
+    const [g, u, h] = [this.g, this.u, this.h].map((t) => (rows === this.rows ? t : b.view(t, 0, [rows, this.hidden]))) as [Tensor, Tensor, Tensor];
+    this.gate.forward(b, x, g, rows);
+    this.up.forward(b, x, u, rows);
+    b.run(swiglu, { gate: g, up: u, out: h }, { rows, hidden: this.hidden });
+    this.down.forward(b, h, out, rows);
   }
 
   backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor): void {

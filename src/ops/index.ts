@@ -11,6 +11,7 @@ import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
 import { rope, ropeBackward } from './rope.js';
 import { attention, attentionBackward } from './attention.js';
+import { attentionDecode } from './attention_decode.js';
 import { swiglu, swigluBackward } from './swiglu.js';
 import { gelu, geluBackward } from './gelu.js';
 import { crossEntropy, crossEntropyBackward } from './cross_entropy.js';
@@ -37,6 +38,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   ropeBackward,
   attention,
   attentionBackward,
+  attentionDecode,
   swiglu,
   swigluBackward,
   gelu,

@@ -1,15 +1,20 @@
 /**
  * Autoregressive sampling: one model call per new token on a sliding window of the last `seqLen`
- * tokens (prompt + generated so far); the next token comes from the last position's logits.
+ * tokens (prompt + generated so far); the next token comes from the last position's logits. With
+ * an incremental `decoder` (a KV cache, src/model/decode.ts) each token is one one-row pass while
+ * the sequence fits the context; past it the window slides and positions shift, so the full
+ * recomputation takes over.
  */
 import { fail } from '../errors.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { checkFilterOptions, sampleFromLogits } from './filter.js';
 import { checkInt, checkLogits, checkSeed, checkTokenIds } from './check.js';
-import type { LogitsFn } from './types.js';
+import type { IncrementalLogits, LogitsFn } from './types.js';
 
 export interface ArSampleOptions {
   logits: LogitsFn;
+  /** Incremental logits over a cache (same values as `logits` at the last position, faster). */
+  decoder?: IncrementalLogits;
   /** Context to continue; at least one token (e.g. BOS). */
   prompt: number[];
   maxNewTokens: number;
@@ -54,12 +59,22 @@ export async function sampleAr(opts: ArSampleOptions): Promise<number[]> {
   const rng = new PhiloxStream(seed, RngPurpose.sampling);
   const all = prompt.slice();
   const out: number[] = [];
+  const decoder = opts.decoder;
+  decoder?.reset();
   for (let n = 0; n < maxNewTokens; n++) {
-    const len = Math.min(all.length, seqLen);
-    const ctx = new Int32Array(len); // fresh: the model may keep it
-    for (let i = 0; i < len; i++) ctx[i] = all[all.length - len + i]!;
-    const lg = checkLogits(WHERE, await logits(ctx, 1, len), 1, len, vocab);
-    const id = sampleFromLogits(lg.subarray((len - 1) * vocab, len * vocab), filter, rng);
+    let last: Float32Array;
+    if (decoder && all.length <= decoder.maxLen) {
+      // Feed what the cache lacks: the whole prompt first, then one token a step.
+      let lg: Float32Array = new Float32Array(0);
+      while (decoder.position < all.length) lg = await decoder.next(all[decoder.position]!);
+      last = checkLogits(WHERE, lg, 1, 1, vocab);
+    } else {
+      const len = Math.min(all.length, seqLen);
+      const ctx = new Int32Array(len); // fresh: the model may keep it
+      for (let i = 0; i < len; i++) ctx[i] = all[all.length - len + i]!;
+      last = checkLogits(WHERE, await logits(ctx, 1, len), 1, len, vocab).subarray((len - 1) * vocab, len * vocab);
+    }
+    const id = sampleFromLogits(last, filter, rng);
     all.push(id);
     out.push(id);
     onToken?.(id);

@@ -1,4 +1,4 @@
-export type { LogitsFn } from './types.js';
+export type { IncrementalLogits, LogitsFn } from './types.js';
 export { sampleAr, type ArSampleOptions } from './ar.js';
 export {
   sampleDiffusion,

@@ -11,6 +11,7 @@ import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnor
 import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
 import { ropeKernel, ropeBackwardKernel } from './rope.js';
 import { attentionKernel, attentionBackwardKernel } from './attention.js';
+import { attentionDecodeKernel } from './attention_decode.js';
 import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
 import { geluKernel, geluBackwardKernel } from './gelu.js';
 import { crossEntropyKernel, crossEntropyBackwardKernel } from './cross_entropy.js';
@@ -37,6 +38,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   ropeBackwardKernel,
   attentionKernel,
   attentionBackwardKernel,
+  attentionDecodeKernel,
   swigluKernel,
   swigluBackwardKernel,
   geluKernel,
