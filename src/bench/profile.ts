@@ -9,8 +9,7 @@
 import { type Backend, type PoolStats, type Recording, rerun } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import type { OpDef } from '../ops/op.js';
-import type { DType, HostArray, Shape, Tensor } from '../tensor.js';
-import { shapeStr } from '../tensor.js';
+import { type DType, type HostArray, type Shape, type Tensor, shapeStr } from '../tensor.js';
 
 export interface OpTime {
   readonly op: string;

@@ -4,7 +4,7 @@
  * heads (q head h reads kv head floor(h / (heads / kvHeads))). The forward saves the log-sum-exp
  * of each query row's scaled scores so the backward can recompute the probabilities.
  */
-import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims } from './op.js';
+import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags } from './op.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
 export interface AttentionAttrs {
@@ -23,10 +23,10 @@ export const MAX_HEAD_DIM = 128;
 
 function validateAttention(op: string, attrs: AttentionAttrs): void {
   requireDims(op, attrs, ['batch', 'seqLen', 'heads', 'kvHeads', 'headDim']);
-  const { heads, kvHeads, headDim, causal, scale } = attrs;
+  const { heads, kvHeads, headDim, scale } = attrs;
   if (heads % kvHeads !== 0) badAttr(op, 'kvHeads', kvHeads, `heads (${heads}) must be a multiple of kvHeads`);
   if (headDim > MAX_HEAD_DIM || headDim % 4 !== 0) badAttr(op, 'headDim', headDim, `expected a multiple of 4 up to ${MAX_HEAD_DIM}`);
-  if (typeof causal !== 'boolean') badAttr(op, 'causal', causal, 'expected true or false');
+  requireFlags(op, attrs, ['causal']);
   if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) badAttr(op, 'scale', scale, 'expected a finite positive number');
 }
 

@@ -10,7 +10,7 @@
  */
 import { fail } from '../errors.js';
 import { RngPurpose, philox4x32, seedKey, uniform01 } from '../rng/philox.js';
-import { badAttr, defineOp, randu, requireDims } from './op.js';
+import { badAttr, defineOp, randu, requireDims, requireFlags } from './op.js';
 import { requireSeed, requireU32 } from './philox.js';
 
 export interface DiffusionMaskAttrs {
@@ -26,7 +26,7 @@ export interface DiffusionMaskAttrs {
 }
 
 /** The empirical factor as the kernels compute it: f32 quotient of two exact integer counts, times w in f32. */
-export function empiricalWeight(weight: number, real: number, masked: number): number {
+function empiricalWeight(weight: number, real: number, masked: number): number {
   return Math.fround(Math.fround(weight) * Math.fround(real / masked));
 }
 
@@ -55,7 +55,7 @@ export const diffusionMask = defineOp<DiffusionMaskAttrs>({
     if (!Number.isInteger(maskId) || maskId < 0 || maskId > 0x7fffffff) badAttr('diffusion_mask', 'maskId', maskId, 'expected a non-negative i32 token id');
     // Counter word 0 indexes the B·T token draws and then the B fallback draws.
     if (batch * seqLen + batch > 0x100000000) badAttr('diffusion_mask', 'batch', batch, `batch·(seqLen + 1) must be at most 2^32 (seqLen ${seqLen})`);
-    if (typeof attrs.empirical !== 'boolean') badAttr('diffusion_mask', 'empirical', attrs.empirical, 'expected true or false');
+    requireFlags('diffusion_mask', attrs, ['empirical']);
   },
   shapes: ({ batch, seqLen }) => ({
     tokens: [batch, seqLen],

@@ -5,7 +5,7 @@
  * `accumulate` and `outF32` it adds straight into the f32 master gradient of a bf16 model.
  */
 import { fail } from '../errors.js';
-import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randint, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randint, randn, requireDims, requireFlags } from './op.js';
 
 export interface EmbeddingAttrs {
   readonly tokens: number;
@@ -76,9 +76,7 @@ export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
   floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => {
     validate('embedding_backward', attrs);
-    for (const key of ['accumulate', 'outF32'] as const) {
-      if (typeof attrs[key] !== 'boolean') badAttr('embedding_backward', key, attrs[key], 'expected true or false');
-    }
+    requireFlags('embedding_backward', attrs, ['accumulate', 'outF32']);
   },
   shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], dout: [tokens, dim], dtable: [vocab, dim] }),
   argDtype: (arg, { outF32 }) => (arg === 'dtable' && outF32 ? 'f32' : undefined),

@@ -5,7 +5,7 @@
  * gradient with `accumulate` and `outF32` under bf16 activations: no scratch, no extra add).
  */
 import { type Shape, numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims, requireFlags } from './op.js';
 
 export interface MatmulAttrs {
   readonly batch: number;
@@ -48,9 +48,7 @@ export const matmul = defineOp<MatmulAttrs>({
   floatDtypes: ['f32', 'bf16'],
   validate(attrs) {
     requireDims('matmul', attrs, ['batch', 'm', 'n', 'k']);
-    for (const key of ['transA', 'transB', 'accumulate', 'outF32'] as const) {
-      if (typeof attrs[key] !== 'boolean') badAttr('matmul', key, attrs[key], 'expected true or false');
-    }
+    requireFlags('matmul', attrs, ['transA', 'transB', 'accumulate', 'outF32']);
   },
   shapes: matmulShapes,
   argDtype: (arg, { outF32 }) => (arg === 'out' && outF32 ? 'f32' : undefined),

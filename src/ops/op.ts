@@ -208,6 +208,11 @@ export function badAttr(op: string, attr: string, value: unknown, want: string):
   return fail('BAD_ARGUMENT', `${op}: attribute '${attr}' is ${JSON.stringify(value)}; ${want}`);
 }
 
+/** Require boolean attributes. */
+export function requireFlags<A>(op: string, attrs: A, keys: readonly (keyof A & string)[]): void {
+  for (const k of keys) if (typeof attrs[k] !== 'boolean') badAttr(op, k, attrs[k], 'expected true or false');
+}
+
 /** Require positive integer attributes. */
 export function requireDims<A>(op: string, attrs: A, keys: readonly (keyof A & string)[]): void {
   for (const k of keys) {

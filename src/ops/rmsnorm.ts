@@ -7,7 +7,7 @@
  * The row-norm helpers here (attributes, validation, cases) are shared with layernorm.
  */
 import type { PhiloxStream } from '../rng/philox.js';
-import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, randu, requireDims, requireFlags } from './op.js';
 
 export interface RowNormAttrs {
   readonly rows: number;
@@ -126,9 +126,7 @@ export const rmsnormBackward = defineOp<RmsnormBackwardAttrs>({
   floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => {
     validateRowNorm('rmsnorm_backward', attrs);
-    for (const key of ['accumulate', 'outF32'] as const) {
-      if (typeof attrs[key] !== 'boolean') badAttr('rmsnorm_backward', key, attrs[key], 'expected true or false');
-    }
+    requireFlags('rmsnorm_backward', attrs, ['accumulate', 'outF32']);
   },
   shapes: ({ rows, dim }) => ({ dy: [rows, dim], x: [rows, dim], weight: [dim], rstd: [rows], dresidual: [rows, dim], dx: [rows, dim], dweight: [dim] }),
   argDtype: (arg, { outF32 }) => (arg === 'dweight' && outF32 ? 'f32' : undefined),
