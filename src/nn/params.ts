@@ -14,7 +14,6 @@ import { PARAM_ALIGN } from '../config/model-size.js';
 import { cast } from '../ops/cast.js';
 import { type FloatDType, type Shape, type Tensor, numel } from '../tensor.js';
 
-
 export type ParamInit = { readonly kind: 'normal'; readonly std: number } | { readonly kind: 'ones' } | { readonly kind: 'zeros' };
 
 export interface ParamSpec {
