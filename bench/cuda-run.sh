@@ -5,10 +5,9 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer tests train train-1.3b run attn-ab]
-#   (default: all but train-1.3b, run and attn-ab; run = mdlm train --backend cuda, both objectives,
-#   on the built-in byte corpus and on Brown prepared with the GPT-2 tokenizer; attn-ab = the
-#   attention forward at its default and its wide tile, MDLM_ATTN_FWD_WIDE=0/1, side by side)
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer tests train train-1.3b run]
+#   (default: all but train-1.3b and run; run = mdlm train --backend cuda, both objectives, on the
+#   built-in byte corpus and on Brown prepared with the GPT-2 tokenizer)
 # All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
 # then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
 set -uo pipefail
@@ -56,19 +55,13 @@ for w in ${*:-build probe parity bench peer tests train}; do
           > "$OUT/train-1.3b-$obj.json" 2> >(tee "$OUT/train-1.3b-$obj.err" >&2)
       done ;;
     run)
-      node bin/mdlm.js data prepare --tokenizer gpt2 --out /tmp/brown-gpt2 --no-progress 2>&1 | tail -n 3
+      node bin/mdlm.js data prepare --tokenizer gpt2 --out /tmp/brown-gpt2 --val-fraction 0.05 --no-progress 2>&1 | tail -n 3
       for obj in mdlm ar; do
         timeout 140 node bin/mdlm.js train --preset small --objective $obj --backend cuda --steps 200 --out /tmp/run-small-$obj \
           --train.evalEvery 100 --train.saveEvery 200 2>&1 | grep -v Warning | tail -n 8 | tee "$OUT/run-small-$obj.txt"
         timeout 140 node bin/mdlm.js train --preset llama-124m --objective $obj --backend cuda --steps 100 --out /tmp/run-124m-$obj \
           --data.path /tmp/brown-gpt2 --train.gradAccum 1 --train.warmupSteps 10 --train.evalEvery 50 --train.evalBatches 2 --train.saveEvery 100 \
           2>&1 | grep -v Warning | tail -n 8 | tee "$OUT/run-124m-$obj.txt"
-      done ;;
-    attn-ab)
-      for wide in 0 1; do
-        echo "MDLM_ATTN_FWD_WIDE=$wide"
-        MDLM_ATTN_FWD_WIDE=$wide timeout 200 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
-          | grep -v Warning | tee "$OUT/attn-wide$wide.txt"
       done ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac

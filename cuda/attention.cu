@@ -1049,26 +1049,10 @@ template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4,
 template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, kBr = 32, kW = 4; };
 template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, kBr = 32, kW = 4; };
 
-// A wider forward tile for head dims 96 and 128, <128 rows, 64 keys, 8 warps> (ptxas: 195
-// registers, no spills, against 236 for the default): twice the keys per tile and per softmax
-// rescale, the same warps per SM. MDLM_ATTN_FWD_WIDE=1 selects it; the default stays until the
-// two are timed side by side on the GPU (results differ in the last bits: tiling changes the
-// summation order, so the choice must be fixed, never tuned per run).
-using WideFwd = Tiles<64>;  // 128 x 64, as the smaller head dims already use
-constexpr int kWideFwdWarps = 8;
-
-bool wide_forward(int kD) {
-  static const bool on = [] {
-    const char* v = std::getenv("MDLM_ATTN_FWD_WIDE");
-    return v && std::string(v) == "1";
-  }();
-  return on && kD >= 96;
-}
-
 template <int kD>
 size_t max_mma_smem(bool backward) {
   using C = Tiles<kD>;
-  if (!backward) return wide_forward(kD) ? FwdCfg<kD, WideFwd::fBr, WideFwd::fBc, kWideFwdWarps>::kSmem : FwdCfg<kD, C::fBr, C::fBc, C::fW>::kSmem;
+  if (!backward) return FwdCfg<kD, C::fBr, C::fBc, C::fW>::kSmem;
   return std::max(DqCfg<kD, C::qBc, C::qW>::kSmem, DkvCfg<kD, C::kBr, C::kW>::kSmem);
 }
 
@@ -1081,9 +1065,6 @@ void launch_forward(const Params& p, cudaStream_t stream) {
 template <int kD>
 void forward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
-  if constexpr (kD >= 96) {
-    if (wide_forward(kD)) return launch_forward<kD, WideFwd::fBr, WideFwd::fBc, kWideFwdWarps>(p, stream);
-  }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 

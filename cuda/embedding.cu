@@ -1,9 +1,9 @@
 // embedding: gather table rows by id; embedding_backward: the deterministic scatter-add
-// dtable[v] = Σ_{i : ids[i] = v} dout[i] in increasing position i, with no float atomics: positions
-// are sorted by id with a stable LSD radix sort (8-bit digits: per-tile histograms -> one scan ->
+// dtable[v] = Σ_{i : ids[i] = v} dout[i] in a fixed order, with no float atomics: positions are
+// sorted by id with a stable LSD radix sort (8-bit digits: per-tile histograms -> one scan ->
 // stable scatter, as shaders/embedding.wgsl), then each vocab row sums its positions in sorted
-// order. Out-of-range ids read nothing: the gather writes zeros, the sort keys them `vocab`,
-// which no row claims. f32 or bf16 storage; sums in f32. With `accumulate` the sums are added to
+// order, a long row's full chunks of 64 through partial sums. Out-of-range ids read nothing: the
+// gather writes zeros, the sort keys them `vocab`, which no row claims. f32 or bf16 storage; sums in f32. With `accumulate` the sums are added to
 // dtable, which is f32 with `outF32` (the master gradient of a bf16 model).
 #include "common.cuh"
 
@@ -12,6 +12,7 @@ namespace mdlm {
 constexpr int kTile = 256;  // threads a block = keys a sort tile = radix buckets
 constexpr int kRadixBits = 8;
 constexpr int kRowsPerBlock = 16;  // vocab rows a row_sum block: one round of bound searches for 16 rows
+constexpr int kChunk = 64;         // sorted positions a chunk sum covers
 
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) embedding_kernel(const int32_t* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out, int64_t tokens,
@@ -111,12 +112,46 @@ __device__ uint32_t lower_bound(const uint32_t* keys, uint32_t n, uint32_t v) {
   return lo;
 }
 
-// kRowsPerBlock vocab rows a block; threads run over (row, vector of columns) and each sums its
-// row's positions in sorted (increasing) order. dout is T, dtable TO.
+// A long row (the [MASK] id of a diffusion batch holds half the tokens) would leave one thread
+// summing thousands of positions: the sorted positions are cut into chunks of kChunk, and every
+// full chunk inside one row's run is summed first, by a block of its own.
+// chunk_sums[c] = Σ dout[positions[q]], q in [c·kChunk, (c + 1)·kChunk), for chunks of one real row;
+// other chunks are never read.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(128) embedding_chunk_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
+                                                                  const T* __restrict__ dout, float* __restrict__ chunk_sums, int vocab, int dim) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kChunk;
+  if (keys[first] != keys[first + kChunk - 1] || keys[first] >= static_cast<uint32_t>(vocab)) return;
+  for (int c = threadIdx.x * VEC; c < dim; c += blockDim.x * VEC) {
+    float acc[VEC] = {};
+    for (int q = 0; q < kChunk; q++) {
+      float v[VEC];
+      load<T, VEC>(dout + static_cast<int64_t>(positions[first + q]) * dim + c, v);
+#pragma unroll
+      for (int k = 0; k < VEC; k++) acc[k] += v[k];
+    }
+    store<float, VEC>(chunk_sums + blockIdx.x * static_cast<int64_t>(dim) + c, acc);
+  }
+}
+
+// acc += Σ dout[positions[q]] (column block c) over q in [lo, hi), in order.
+template <typename T, int VEC>
+__device__ __forceinline__ void add_positions(const uint32_t* positions, const T* dout, uint32_t lo, uint32_t hi, int dim, int c, float (&acc)[VEC]) {
+  for (uint32_t q = lo; q < hi; q++) {
+    float v[VEC];
+    load<T, VEC>(dout + static_cast<int64_t>(positions[q]) * dim + c, v);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc[k] += v[k];
+  }
+}
+
+// kRowsPerBlock vocab rows a block; threads run over (row, vector of columns). A row's sum is its
+// positions in sorted (increasing) order, with the full chunks inside its run taken from
+// chunk_sums: the same order on every run, so the same bits. dout is T, dtable TO.
 template <typename T, typename TO, int VEC>
 __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
-                                                                const T* __restrict__ dout, TO* __restrict__ dtable, int tokens, int vocab, int dim,
-                                                                bool accumulate) {
+                                                                const T* __restrict__ dout, const float* __restrict__ chunk_sums, TO* __restrict__ dtable,
+                                                                int tokens, int vocab, int dim, bool accumulate) {
   __shared__ uint32_t bounds[kRowsPerBlock + 1];
   const int first = blockIdx.x * kRowsPerBlock;
   const int count = min(kRowsPerBlock, vocab - first);
@@ -128,11 +163,19 @@ __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* 
     TO* dst = dtable + static_cast<int64_t>(first + r) * dim + c;
     float acc[VEC] = {};
     if (accumulate) load<TO, VEC>(dst, acc);
-    for (uint32_t q = bounds[r]; q < bounds[r + 1]; q++) {
-      float v[VEC];
-      load<T, VEC>(dout + static_cast<int64_t>(positions[q]) * dim + c, v);
+    const uint32_t lo = bounds[r], hi = bounds[r + 1];
+    const uint32_t chunk_lo = (lo + kChunk - 1) / kChunk, chunk_hi = hi / kChunk;
+    if (chunk_hi > chunk_lo) {
+      add_positions<T, VEC>(positions, dout, lo, chunk_lo * kChunk, dim, c, acc);
+      for (uint32_t k = chunk_lo; k < chunk_hi; k++) {
+        float v[VEC];
+        load<float, VEC>(chunk_sums + static_cast<int64_t>(k) * dim + c, v);
 #pragma unroll
-      for (int k = 0; k < VEC; k++) acc[k] += v[k];
+        for (int j = 0; j < VEC; j++) acc[j] += v[j];
+      }
+      add_positions<T, VEC>(positions, dout, chunk_hi * kChunk, hi, dim, c, acc);
+    } else {
+      add_positions<T, VEC>(positions, dout, lo, hi, dim, c, acc);
     }
     store<TO, VEC>(dst, acc);
   }
@@ -182,6 +225,8 @@ MDLM_OP(embedding_backward) {
   uint32_t* keys_next = scratch_u32(s.tokens);
   uint32_t* vals_next = scratch_u32(s.tokens);
   uint32_t* tile_counts = scratch_u32(static_cast<int64_t>(kTile) * tiles);
+  const int chunks = s.tokens / kChunk;  // full chunks only: a partial one is summed position by position
+  float* chunk_sums = chunks > 0 ? static_cast<float*>(call.scratch->get(sizeof(float) * chunks * static_cast<size_t>(s.dim))) : nullptr;
   sort_keys_kernel<<<tiles, kTile, 0, call.stream>>>(static_cast<const int32_t*>(call.arg("ids").ptr), keys, vals, s.tokens, s.vocab);
   check_launch("sort_keys_kernel");
   // Keys run up to vocab itself (the out-of-range key).
@@ -209,8 +254,13 @@ MDLM_OP(embedding_backward) {
                               reinterpret_cast<uintptr_t>(dtable.ptr) % (V * sizeof(TO)) == 0;
       with_vec<T>(vectorised, [&](auto vec) {
         constexpr int VEC = decltype(vec)::value;
+        const T* dout = static_cast<const T*>(call.arg("dout").ptr);
+        if (chunks > 0) {
+          embedding_chunk_sum_kernel<T, VEC><<<chunks, 128, 0, call.stream>>>(keys, vals, dout, chunk_sums, s.vocab, s.dim);
+          check_launch("embedding_chunk_sum_kernel");
+        }
         embedding_row_sum_kernel<T, TO, VEC><<<(s.vocab + kRowsPerBlock - 1) / kRowsPerBlock, 256, 0, call.stream>>>(
-            keys, vals, static_cast<const T*>(call.arg("dout").ptr), static_cast<TO*>(dtable.ptr), s.tokens, s.vocab, s.dim, accumulate);
+            keys, vals, dout, chunk_sums, static_cast<TO*>(dtable.ptr), s.tokens, s.vocab, s.dim, accumulate);
         check_launch("embedding_row_sum_kernel");
       });
     });

@@ -158,11 +158,11 @@ def make_loss_fn(model, a):
 
     def ar_loss(tokens, targets, weights):
         logits = model(tokens, True)
-        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
     def mdlm_loss(noised, targets, weights):
         logits = model(noised, False)
-        ce = F.cross_entropy(logits.view(-1, V), targets.view(-1), reduction="none")
+        ce = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction="none")
         return (ce * weights.view(-1)).sum() / targets.numel()
 
     return ar_loss if a.objective == "ar" else mdlm_loss

@@ -1,7 +1,7 @@
 /**
  * embedding: out[i, :] = table[ids[i], :]. embedding_backward: the scatter-add
- * dtable[v, :] (+)= Σ_{i : ids[i] = v} dout[i, :], summed in increasing position i so the result is
- * bitwise the same on every run (the kernels sort positions by id, stably, to get there). With
+ * dtable[v, :] (+)= Σ_{i : ids[i] = v} dout[i, :], summed in a fixed order so the result is bitwise
+ * the same on every run (the kernels sort positions by id, stably, to get there). With
  * `accumulate` and `outF32` it adds straight into the f32 master gradient of a bf16 model.
  */
 import { fail } from '../errors.js';
@@ -37,6 +37,8 @@ const testCases = [
   // Vocab above 256: two radix passes in the backward sort; most rows unused.
   { label: 'tokens 700 vocab 1000 dim 5', attrs: { tokens: 700, vocab: 1000, dim: 5 } },
   { label: 'tokens 1 vocab 3 dim 1', attrs: { tokens: 1, vocab: 3, dim: 1 } },
+  // Rows of ~1000 positions: the CUDA backward sums a long row's full chunks separately.
+  { label: 'tokens 3000 vocab 3 dim 24', attrs: { tokens: 3000, vocab: 3, dim: 24 } },
 ];
 const benchCases = [{ label: 'tokens 16384 vocab 50304 dim 768', attrs: { tokens: 16384, vocab: 50304, dim: 768 } }];
 const plain = { accumulate: false, outF32: false };

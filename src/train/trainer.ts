@@ -12,7 +12,7 @@ import { fromHfTensors } from '../checkpoint/hf.js';
 import { openTensors } from '../checkpoint/safetensors.js';
 import { type MemoryBreakdown, flopsPerToken } from '../config/model-size.js';
 import type { ObjectiveSection, PRECISIONS, TrainConfig } from '../config/schema.js';
-import { type BatchLoader, type LoaderState, createLoader } from '../data/loader.js';
+import { type BatchLoader, type LoaderState, createLoader, evalBatchCount } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
 import { MdlmError, fail } from '../errors.js';
@@ -96,6 +96,9 @@ export class Trainer {
       fail('BAD_CONFIG', `model.vocabSize ${cfg.model.vocabSize} is smaller than the ${tok.name} tokenizer's ${tok.vocabSize} ids; raise it (e.g. to ${Math.ceil(tok.vocabSize / 64) * 64})`);
     }
     const maskId = this.maskId();
+    // Every run evaluates at its end: a validation split too small for one batch fails now, not
+    // after the training it would cost.
+    if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize });
     const dtype = computeDtype(cfg.train.precision, opts.backend);
     const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype);
     this.memory = memory;

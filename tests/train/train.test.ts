@@ -2,7 +2,7 @@
  * End to end on tiny models: learning on the Brown corpus (both objectives), bit-exact resume,
  * checkpoint round trip, same masks and first loss on CPU and WebGPU.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Backend } from '../../src/backend/backend.js';
@@ -106,6 +106,13 @@ describe('training', () => {
     expect(() => computeDtype('bf16', f32Only)).toThrow(/train.precision bf16: the webgpu backend computes in f32 only/);
     expect(computeDtype('auto', f32Only)).toBe('f32');
     expect(computeDtype('auto', { name: 'cuda', floatDtypes: new Set(['f32', 'bf16']) } as unknown as Backend)).toBe('bf16');
+  });
+
+  it('refuses at setup, before any step, a validation split too small for one eval batch', async () => {
+    // Brown's byte-level val split is ~10^5 tokens: fewer than 8 windows of 20001.
+    const cfg = tinyConfig('tiny-val', { 'model.seqLen': '20000' });
+    await expect(trainer(cfg, new CpuBackend())).rejects.toThrow(/validation tokens make \d windows of 20001, fewer than one eval batch \(8 × world size 1\)/);
+    expect(existsSync(join(cfg.out, 'metrics.jsonl'))).toBe(false);
   });
 
   it('a checkpoint round-trips parameters and optimizer state bit-exactly', async () => {
