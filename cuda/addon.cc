@@ -7,6 +7,7 @@
 // Errors naming the op and the kernel or call.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <napi.h>
 
@@ -194,6 +195,19 @@ size_t size_arg(const Napi::Value& v, const char* what) {
 
 std::string version(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
 
+// The version a library reports through `symbol`, or why there is none. mdlm links neither cuDNN
+// nor NCCL (attention is its own kernel; one GPU needs no collectives), so the probe dlopens them
+// to say what the machine has for the paths that will use them.
+template <typename Fn, typename Format>
+std::string library_version(const char* soname, const char* symbol, Format format) {
+  void* lib = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
+  if (!lib) return std::string("none (") + soname + " not found)";
+  const auto fn = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  std::string v = fn ? format(fn) : std::string("unknown (") + soname + " has no " + symbol + ")";
+  dlclose(lib);
+  return v;
+}
+
 Napi::Value Probe(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   Napi::Object out = Napi::Object::New(env);
@@ -213,6 +227,13 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   out.Set("driver", driver ? version(driver) : std::string("none"));
   const size_t lt = cublasLtGetVersion();
   out.Set("cublasLt", std::to_string(lt / 10000) + "." + std::to_string(lt / 100 % 100) + "." + std::to_string(lt % 100));
+  // cudnnGetVersion: major·10000 + minor·100 + patch (cuDNN 9); ncclGetVersion: the same code.
+  const auto dotted = [](long v) { return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100); };
+  out.Set("cudnn", library_version<size_t (*)()>("libcudnn.so.9", "cudnnGetVersion", [&](auto fn) { return dotted(static_cast<long>(fn())); }));
+  out.Set("nccl", library_version<int (*)(int*)>("libnccl.so.2", "ncclGetVersion", [&](auto fn) {
+    int v = 0;
+    return fn(&v) == 0 ? dotted(v) : std::string("unknown (ncclGetVersion failed)");
+  }));
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {

@@ -213,7 +213,7 @@ export async function build() {
   const failed = results.filter((r) => !r.ok);
   if (failed.length) fail(`${failed.length} source(s) failed to compile: ${failed.map((r) => basename(r.src)).join(', ')} (compiler output above)`);
   const link = [
-    tools.cxx, '-shared', '-o', ADDON_PATH, ...objects, '-L', tools.cudaLib, '-L', tools.cublasLib, '-lcublasLt', '-lcudart',
+    tools.cxx, '-shared', '-o', ADDON_PATH, ...objects, '-L', tools.cudaLib, '-L', tools.cublasLib, '-lcublasLt', '-lcudart', '-ldl',
     `-Wl,-rpath,${tools.cudaLib}`, ...(tools.cublasLib !== tools.cudaLib ? [`-Wl,-rpath,${tools.cublasLib}`] : []),
   ];
   const linkKey = link.join('\u0000');

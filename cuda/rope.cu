@@ -12,12 +12,17 @@
 
 namespace mdlm {
 
-// One thread per (token, VEC pairs): the angles once, then every head of the token.
+// One thread per (token, VEC pairs): the angles once, then every head of the token. inv_freq is
+// one table a block in dynamic shared memory, head_dim / 2 floats (a double pow per pair and
+// thread was most of the kernel's time).
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, const int* __restrict__ positions,
                                                    T* __restrict__ dst, int64_t tokens, int heads, int head_dim,
                                                    double base, float sign) {
+  extern __shared__ float inv_freq[];
   const int half = head_dim / 2;
+  for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = static_cast<float>(pow(base, -2.0 * i / head_dim));
+  __syncthreads();
   const int groups = half / VEC;  // of VEC pairs per token
   const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (item >= tokens * groups) return;
@@ -27,8 +32,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, co
   float c[VEC], s[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; e++) {
-    const float inv_freq = static_cast<float>(pow(base, -2.0 * (i0 + e) / head_dim));
-    sincosf(pos * inv_freq, &s[e], &c[e]);
+    sincosf(pos * inv_freq[i0 + e], &s[e], &c[e]);
     s[e] *= sign;
   }
   const T* in = src + token * heads * head_dim + i0;
@@ -60,7 +64,7 @@ void launch_rope(const OpCall& call, const char* src_name, const char* dst_name,
     with_vec<T>(all_aligned16({src, dst}) && (head_dim / 2) % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
       const int64_t items = tokens * (head_dim / 2 / VEC);
-      rope_kernel<T, VEC><<<blocks_for(items, 256), 256, 0, call.stream>>>(
+      rope_kernel<T, VEC><<<blocks_for(items, 256), 256, sizeof(float) * (head_dim / 2), call.stream>>>(
           static_cast<const T*>(src), static_cast<const int*>(call.arg("positions").ptr), static_cast<T*>(dst), tokens, heads,
           head_dim, base, sign);
       check_launch(call.op.c_str());

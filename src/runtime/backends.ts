@@ -77,7 +77,7 @@ export function probeCuda(): BackendProbe {
   const { addon, reason } = loadCudaAddon();
   if (!addon) return { name: 'cuda', available: false, reason: reason! };
   const info = addon.probe();
-  const build = { runtime: info.runtime, driver: info.driver, cublasLt: info.cublasLt, ops: info.ops };
+  const build = { runtime: info.runtime, driver: info.driver, cublasLt: info.cublasLt, cudnn: info.cudnn, nccl: info.nccl, ops: info.ops };
   if (!info.available) return { name: 'cuda', available: false, reason: info.reason ?? 'no CUDA device', detail: build };
   return {
     name: 'cuda',

@@ -62,7 +62,7 @@ export function simulatedCudaAddon(): CudaAddon {
 
   const info: CudaProbeInfo = {
     available: true, device: 'simulated device', sm: '9.0', memoryBytes: MEMORY, multiprocessors: 1, bf16: true, fp8: true,
-    driver: 'simulated', runtime: 'simulated', cublasLt: 'simulated', ops: OPS.map((o) => o.name),
+    driver: 'simulated', runtime: 'simulated', cublasLt: 'simulated', cudnn: 'none (simulated)', nccl: 'none (simulated)', ops: OPS.map((o) => o.name),
   };
 
   return {

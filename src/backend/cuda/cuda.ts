@@ -28,6 +28,9 @@ export interface CudaProbeInfo {
   readonly driver: string;
   readonly runtime: string;
   readonly cublasLt: string;
+  /** The machine's cuDNN and NCCL versions (dlopened; mdlm does not use them yet), or "none (…)". */
+  readonly cudnn: string;
+  readonly nccl: string;
   /** Ops with a registered kernel. */
   readonly ops: readonly string[];
 }
