@@ -5,9 +5,10 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer tests train train-1.3b run]
-#   (default: all but train-1.3b and run; run = mdlm train --backend cuda, both objectives, on the
-#   built-in byte corpus and on Brown prepared with the GPT-2 tokenizer)
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn tests train train-1.3b run]
+#   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
+#   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
+#   byte corpus and on Brown prepared with the GPT-2 tokenizer)
 # All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
 # then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
 set -uo pipefail
@@ -44,6 +45,10 @@ for w in ${*:-build probe parity bench peer tests train}; do
       timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops matmul --dtype f32 --scale bench --no-check --reps 10 --json > "$OUT/bench_f32.json" 2>> "$OUT/bench.err"
       { summary "$OUT/bench.json"; summary "$OUT/bench_f32.json"; } | tee "$OUT/bench.txt"; tail -n 5 "$OUT/bench.err" ;;
     peer) timeout 180 python3 bench/cuda_peer.py 2>&1 | tee "$OUT/peer.txt" ;;
+    attn)
+      timeout 200 node bin/mdlm.js bench kernels --backend cuda --ops attention,attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
+        | grep -v Warning | tee "$OUT/attn.txt"
+      timeout 200 python3 bench/peers/attention_sdpa.py --reps 20 --backends default 2>&1 | tee "$OUT/attn-sdpa.txt" ;;
     train)
       for obj in mdlm ar; do
         timeout 280 node bin/mdlm.js bench train --preset llama-124m --objective $obj --backend cuda --batch 16 --seq-len 1024 --steps 10 --warmup 3 --profile 2 --json \
@@ -51,7 +56,7 @@ for w in ${*:-build probe parity bench peer tests train}; do
       done ;;
     train-1.3b)
       for obj in mdlm ar; do
-        timeout 290 node bin/mdlm.js bench train --preset llama-1.3b --objective $obj --backend cuda --batch 8 --seq-len 2048 --steps 5 --warmup 2 --json \
+        timeout 290 node bin/mdlm.js bench train --preset llama-1.3b --objective $obj --backend cuda --batch 8 --seq-len 2048 --steps 5 --warmup 2 --profile 2 --json \
           > "$OUT/train-1.3b-$obj.json" 2> >(tee "$OUT/train-1.3b-$obj.err" >&2)
       done ;;
     run)

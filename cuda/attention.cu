@@ -21,11 +21,11 @@
 // threads, 16 rows a block, 32-row streamed tiles).
 //
 // Launch configurations (tile table `Tiles` below; 128 threads = 4 warps for every kernel):
-//   kD   forward Br×Bc (rows/warp)   dq Br×Bc     dkdv Bc(keys)×Br(queries)
-//   32   128×64 (32)                 64×128       64×64
-//   64   128×64 (32)                 64×128       64×64
-//   96   128×32 (32)                 64×64        64×32
-//   128  128×32 (32)                 64×64        64×32
+//   kD   forward Br×Bc (rows/warp)   dq Br×Bc (rows/warp)   dkdv Bc(keys)×Br(queries) (keys/warp)
+//   32   128×64 (32)                 128×64 (32)            128×32 (32)
+//   64   128×64 (32)                 128×64 (32)            128×32 (32)
+//   96   128×32 (32)                 64×64 (16)             64×32 (16)
+//   128  128×32 (32)                 64×64 (16)             64×32 (16)
 // Grids: forward and dq (B·H, ⌈T/Br⌉) with the query blocks taken last-first (the heaviest causal
 // blocks start first); dkdv (B·G, ⌈T/Bc⌉) with key block 0 (the heaviest) first.
 //
@@ -150,50 +150,71 @@ __device__ __forceinline__ void frag_to_smem(bf16* s, const float (&acc)[kDT][4]
   }
 }
 
-// acc[kNT][4] += A(16 x kD, rows of sA starting at row 0, via ldmatrix) · B(kNT*8 rows of sB)ᵀ:
-// the score-like products S = Q·Kᵀ, dP = dO·Vᵀ, Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ.
-template <int kD, int kNT>
-__device__ __forceinline__ void mma_abt(float (&acc)[kNT][4], const bf16* sA, const bf16* sB) {
+// acc[kMT][kNT][4] += A(16·kMT rows of sA, via ldmatrix) · B(kNT·8 rows of sB)ᵀ: the score-like
+// products S = Q·Kᵀ, dP = dO·Vᵀ, Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ. Each B fragment serves the kMT row tiles
+// of the warp (shared-memory reads per product fall as kMT grows).
+template <int kD, int kNT, int kMT>
+__device__ __forceinline__ void mma_abt(float (&acc)[kMT][kNT][4], const bf16* sA, const bf16* sB) {
   constexpr int kS = row_stride<kD>();
   const int lane = threadIdx.x & 31;
   const uint32_t a_addr = smem_u32(sA + (lane & 15) * kS + (lane >> 4) * 8);
   const uint32_t b_addr = smem_u32(sB + ((lane & 7) + (lane >> 4) * 8) * kS + ((lane >> 3) & 1) * 8);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
-    uint32_t a[4];
-    ldsm_x4(a_addr + kk * 32, a[0], a[1], a[2], a[3]);
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ldsm_x4(a_addr + (mt * 16 * kS + kk * 16) * 2, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
 #pragma unroll
     for (int np = 0; np < kNT / 2; ++np) {
       uint32_t b0, b1, b2, b3;
       ldsm_x4(b_addr + (np * 16 * kS + kk * 16) * 2, b0, b1, b2, b3);
-      mma_bf16(acc[2 * np], a, b0, b1);
-      mma_bf16(acc[2 * np + 1], a, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma_bf16(acc[mt][2 * np], a[mt], b0, b1);
+        mma_bf16(acc[mt][2 * np + 1], a[mt], b2, b3);
+      }
     }
   }
 }
 
-// acc[kD/8][4] += P(16 x kK, register fragments) · sB(kK rows x kD): O += P·V, dQ += dS·K,
-// dV += Pᵀ·dO, dK += dSᵀ·Q. p[kK/8][4] are accumulator fragments, rounded to bf16 here.
-template <int kD, int kKT>
-__device__ __forceinline__ void mma_pv(float (&acc)[kD / 8][4], const float (&p)[kKT][4], const bf16* sB) {
+// acc[kMT][kD/8][4] += P(16·kMT x kK, register fragments) · sB(kK rows x kD): O += P·V,
+// dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q. p[kMT][kK/8][4] are accumulator fragments, rounded to bf16
+// here; each B fragment serves the kMT row tiles.
+template <int kD, int kKT, int kMT>
+__device__ __forceinline__ void mma_pv(float (&acc)[kMT][kD / 8][4], const float (&p)[kMT][kKT][4], const bf16* sB) {
   constexpr int kS = row_stride<kD>();
   const int lane = threadIdx.x & 31;
   const uint32_t b_addr = smem_u32(sB + (lane & 15) * kS + (lane >> 4) * 8);
 #pragma unroll
   for (int kk = 0; kk < kKT / 2; ++kk) {
-    uint32_t a[4];
-    a[0] = pack_bf16(p[2 * kk][0], p[2 * kk][1]);
-    a[1] = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
-    a[2] = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
-    a[3] = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+    uint32_t a[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      a[mt][0] = pack_bf16(p[mt][2 * kk][0], p[mt][2 * kk][1]);
+      a[mt][1] = pack_bf16(p[mt][2 * kk][2], p[mt][2 * kk][3]);
+      a[mt][2] = pack_bf16(p[mt][2 * kk + 1][0], p[mt][2 * kk + 1][1]);
+      a[mt][3] = pack_bf16(p[mt][2 * kk + 1][2], p[mt][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < kD / 16; ++dp) {
       uint32_t b0, b1, b2, b3;
       ldsm_x4_t(b_addr + (kk * 16 * kS + dp * 16) * 2, b0, b1, b2, b3);
-      mma_bf16(acc[2 * dp], a, b0, b1);
-      mma_bf16(acc[2 * dp + 1], a, b2, b3);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        mma_bf16(acc[mt][2 * dp], a[mt], b0, b1);
+        mma_bf16(acc[mt][2 * dp + 1], a[mt], b2, b3);
+      }
     }
   }
+}
+
+// A warp's 16·kMT rows of accumulators · mul -> bf16 rows of s, then to global rows t0..
+template <int kD, int kMT>
+__device__ __forceinline__ void store_warp_rows(bf16* g, int64_t stride, bf16* s, const float (&acc)[kMT][kD / 8][4], float mul, int t0, int T, int d) {
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) frag_to_smem<kD, kD / 8>(s + mt * 16 * row_stride<kD>(), acc[mt], mul, mul);
+  __syncwarp();
+  store_rows_warp<16 * kMT, kD>(g, stride, s, t0, T, d);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -273,29 +294,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
     }
-    // S = Q·Kᵀ; each K fragment serves the kMT row tiles of the warp.
-    {
-      uint32_t a_addr[kMT];
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) a_addr[mt] = smem_u32(sQ + (wrow + mt * 16 + (lane & 15)) * kS + (lane >> 4) * 8);
-      const uint32_t b_addr = smem_u32(cK + ((lane & 7) + (lane >> 4) * 8) * kS + ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk) {
-        uint32_t a[kMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) ldsm_x4(a_addr[mt] + kk * 32, a[mt][0], a[mt][1], a[mt][2], a[mt][3]);
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          uint32_t b0, b1, b2, b3;
-          ldsm_x4(b_addr + (np * 16 * kS + kk * 16) * 2, b0, b1, b2, b3);
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            mma_bf16(s[mt][2 * np], a[mt], b0, b1);
-            mma_bf16(s[mt][2 * np + 1], a[mt], b2, b3);
-          }
-        }
-      }
-    }
+    mma_abt<kD, kNT, kMT>(s, sQ + wrow * kS, cK);  // S = Q·Kᵀ
     // The next tile: classified (its document-id loads overlap the products above) and
     // prefetched into the other buffer while this one's softmax and P·V run.
     const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
@@ -353,31 +352,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
         }
       }
     }
-    // O += P·V (P rounded to bf16); each V fragment serves the kMT row tiles of the warp.
-    {
-      const uint32_t b_addr = smem_u32(cV + (lane & 15) * kS + (lane >> 4) * 8);
-#pragma unroll
-      for (int kk = 0; kk < kNT / 2; ++kk) {
-        uint32_t a[kMT][4];
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt) {
-          a[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-          a[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-          a[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-          a[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int dp = 0; dp < kD / 16; ++dp) {
-          uint32_t b0, b1, b2, b3;
-          ldsm_x4_t(b_addr + (kk * 16 * kS + dp * 16) * 2, b0, b1, b2, b3);
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt) {
-            mma_bf16(o[mt][2 * dp], a[mt], b0, b1);
-            mma_bf16(o[mt][2 * dp + 1], a[mt], b2, b3);
-          }
-        }
-      }
-    }
+    mma_pv<kD, kNT, kMT>(o, s, cV);  // O += P·V (P rounded to bf16)
     buf ^= 1;
     n = n_next;
   }
@@ -404,10 +379,10 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
 // Backward: dQ (and Drow)
 // ---------------------------------------------------------------------------------------------
 
-template <int kD, int kBc, int kWarps>
+template <int kD, int kBc, int kWarps, int kMT>
 struct DqCfg {
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBr = 16 * kWarps;
+  static constexpr int kBr = 16 * kMT * kWarps;
   static constexpr size_t kSmem = size_t(2 * kBr + 4 * kBc) * row_stride<kD>() * sizeof(bf16);  // Q, dO, 2 × (K, V)
   static_assert(kBc % 16 == 0 && kD % 16 == 0, "tile shape");
 };
@@ -424,9 +399,9 @@ __device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 b) {
   return acc;
 }
 
-template <int kD, int kBc, int kWarps>
+template <int kD, int kBc, int kWarps, int kMT>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
-  using Cfg = DqCfg<kD, kBc, kWarps>;
+  using Cfg = DqCfg<kD, kBc, kWarps, kMT>;
   constexpr int kBr = Cfg::kBr, kNT = kBc / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   bf16* sQ = reinterpret_cast<bf16*>(smem_raw);  // [kBr][kS]; the dQ tile at the end
@@ -439,7 +414,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
   const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  const int wrow = warp * 16;
+  const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
   const bf16* qg = static_cast<const bf16*>(p.q) + qb;
@@ -462,11 +437,13 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
   }
   cp_async_commit();
 
-  // Drow = rowsum(dO∘O) of the warp's 16 rows: lane pair (2r, 2r+1) sums row r; written to the
-  // scratch for bwd_dkdv_mma and handed to the lanes holding rows gid and gid + 8.
-  float drow[2];
-  {
-    const int r = lane >> 1, half = lane & 1, t = q0 + wrow + r;
+  // Drow = rowsum(dO∘O) of each of the warp's 16-row tiles: lane pair (2r, 2r+1) sums row r;
+  // written to the scratch for bwd_dkdv_mma and handed to the lanes holding rows gid and gid + 8.
+  float drow[kMT][2], lse2[kMT][2];
+  int qseg[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt) {
+    const int r = lane >> 1, half = lane & 1, t = q0 + wrow + mt * 16 + r;
     float acc = 0.f;
     if (t < T) {
       const bf16* orow = static_cast<const bf16*>(p.o) + qb + (int64_t)t * qstride;
@@ -477,21 +454,21 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
     }
     acc += __shfl_xor_sync(kFull32, acc, 1);
     if (half == 0 && t < T) p.dsum[rb + t] = acc;
-    drow[0] = __shfl_sync(kFull32, acc, 2 * gid);
-    drow[1] = __shfl_sync(kFull32, acc, 2 * (gid + 8));
-  }
-  float lse2[2];
-  int qseg[2];
+    drow[mt][0] = __shfl_sync(kFull32, acc, 2 * gid);
+    drow[mt][1] = __shfl_sync(kFull32, acc, 2 * (gid + 8));
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int row = q0 + wrow + gid + 8 * hi;
-    lse2[hi] = row < T ? p.lse_in[rb + row] * kLog2e : 0.f;
-    qseg[hi] = __ldg(segb + min(row, T - 1));
+    for (int hi = 0; hi < 2; ++hi) {
+      const int row = q0 + wrow + mt * 16 + gid + 8 * hi;
+      lse2[mt][hi] = row < T ? p.lse_in[rb + row] * kLog2e : 0.f;
+      qseg[mt][hi] = __ldg(segb + min(row, T - 1));
+    }
   }
 
-  float acc[kDT][4];
+  float acc[kMT][kDT][4];
 #pragma unroll
-  for (int dt = 0; dt < kDT; ++dt) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) acc[mt][dt][0] = acc[mt][dt][1] = acc[mt][dt][2] = acc[mt][dt][3] = 0.f;
 
   int buf = 0;
   while (n < n_end) {
@@ -502,13 +479,15 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
     const bf16* cK = sK + buf * kBc * kS;
     const bf16* cV = sV + buf * kBc * kS;
 
-    float s[kNT][4], dp[kNT][4];
+    float s[kMT][kNT][4], dp[kMT][kNT][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0.f;
-    }
-    mma_abt<kD, kNT>(s, sQ + wrow * kS, cK);    // S = Q·Kᵀ
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+        dp[mt][nt][0] = dp[mt][nt][1] = dp[mt][nt][2] = dp[mt][nt][3] = 0.f;
+      }
+    mma_abt<kD, kNT, kMT>(s, sQ + wrow * kS, cK);  // S = Q·Kᵀ
     // The next tile: classified and prefetched into the other buffer (as in the forward).
     const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     if (n_next < n_end) {
@@ -516,7 +495,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
       load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
     }
     cp_async_commit();
-    mma_abt<kD, kNT>(dp, sdO + wrow * kS, cV);  // dP = dO·Vᵀ
+    mma_abt<kD, kNT, kMT>(dp, sdO + wrow * kS, cV);  // dP = dO·Vᵀ
     // dS = P∘(dP − Drow), P = exp(scale·s − lse); stored over s.
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
@@ -525,43 +504,43 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
         const int col = k0 + nt * 8 + 2 * tig + j;
         const int kseg = cur_kind == kPartial ? __ldg(segb + min(col, T - 1)) : 0;
 #pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-          const int e = 2 * hi + j;
-          float pv = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse2[hi]));
-          if (cur_kind == kPartial && !visible(q0 + wrow + gid + 8 * hi, qseg[hi], col, kseg, T, causal)) pv = 0.f;
-          s[nt][e] = pv * (dp[nt][e] - drow[hi]);
-        }
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const int e = 2 * hi + j;
+            float pv = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][hi]));
+            if (cur_kind == kPartial && !visible(q0 + wrow + mt * 16 + gid + 8 * hi, qseg[mt][hi], col, kseg, T, causal)) pv = 0.f;
+            s[mt][nt][e] = pv * (dp[mt][nt][e] - drow[mt][hi]);
+          }
       }
     }
-    mma_pv<kD, kNT>(acc, s, cK);  // dQ += dS·K
+    mma_pv<kD, kNT, kMT>(acc, s, cK);  // dQ += dS·K
     buf ^= 1;
     n = n_next;
   }
   cp_async_wait<0>();
   __syncthreads();
 
-  frag_to_smem<kD, kDT>(sQ + wrow * kS, acc, p.scale, p.scale);
-  __syncwarp();
-  store_rows_warp<16, kD>(static_cast<bf16*>(p.dq) + qb, qstride, sQ + wrow * kS, q0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dq) + qb, qstride, sQ + wrow * kS, acc, p.scale, q0 + wrow, T, D);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward: dK, dV
 // ---------------------------------------------------------------------------------------------
 
-template <int kD, int kBr, int kWarps>
+template <int kD, int kBr, int kWarps, int kMT>
 struct DkvCfg {
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kBc = 16 * kWarps;
+  static constexpr int kBc = 16 * kMT * kWarps;
   // K, V, 2 × (Q, dO) tiles, then 2 × (lse, Drow) rows.
   static constexpr size_t kTiles = size_t(2 * kBc + 4 * kBr) * row_stride<kD>() * sizeof(bf16);
   static constexpr size_t kSmem = kTiles + 4 * kBr * sizeof(float);
   static_assert(kBr % 16 == 0 && kD % 16 == 0 && kTiles % 16 == 0, "tile shape");
 };
 
-template <int kD, int kBr, int kWarps>
+template <int kD, int kBr, int kWarps, int kMT>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
-  using Cfg = DkvCfg<kD, kBr, kWarps>;
+  using Cfg = DkvCfg<kD, kBr, kWarps, kMT>;
   constexpr int kBc = Cfg::kBc, kNT = kBr / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // [kBc][kS]; the dK tile at the end
@@ -576,7 +555,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
   const int k0 = blockIdx.y * kBc;  // first (causal: heaviest) key blocks first
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  const int wrow = warp * 16;
+  const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
@@ -610,19 +589,23 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   if (hq < group) load_tile(0, hq, m);
   cp_async_commit();
 
-  int krow[2], kseg[2];
+  int krow[kMT][2], kseg[kMT][2];
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    krow[hi] = k0 + wrow + gid + 8 * hi;
-    kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
-  }
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      krow[mt][hi] = k0 + wrow + mt * 16 + gid + 8 * hi;
+      kseg[mt][hi] = __ldg(segb + min(krow[mt][hi], T - 1));
+    }
 
-  float dk[kDT][4], dv[kDT][4];
+  float dk[kMT][kDT][4], dv[kMT][kDT][4];
 #pragma unroll
-  for (int dt = 0; dt < kDT; ++dt) {
-    dk[dt][0] = dk[dt][1] = dk[dt][2] = dk[dt][3] = 0.f;
-    dv[dt][0] = dv[dt][1] = dv[dt][2] = dv[dt][3] = 0.f;
-  }
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < kDT; ++dt) {
+      dk[mt][dt][0] = dk[mt][dt][1] = dk[mt][dt][2] = dk[mt][dt][3] = 0.f;
+      dv[mt][dt][0] = dv[mt][dt][1] = dv[mt][dt][2] = dv[mt][dt][3] = 0.f;
+    }
 
   int buf = 0;
   while (hq < group) {
@@ -635,13 +618,15 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     const float* cL = sL + buf * kBr;
     const float* cDr = sDr + buf * kBr;
 
-    float s[kNT][4], dpt[kNT][4];
+    float s[kMT][kNT][4], dpt[kMT][kNT][4];
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-      dpt[nt][0] = dpt[nt][1] = dpt[nt][2] = dpt[nt][3] = 0.f;
-    }
-    mma_abt<kD, kNT>(s, sK + wrow * kS, cQ);  // Sᵀ = K·Qᵀ (this warp's 16 keys × kBr queries)
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
+        dpt[mt][nt][0] = dpt[mt][nt][1] = dpt[mt][nt][2] = dpt[mt][nt][3] = 0.f;
+      }
+    mma_abt<kD, kNT, kMT>(s, sK + wrow * kS, cQ);  // Sᵀ = K·Qᵀ (this warp's 16·kMT keys × kBr queries)
     // The next (head, query tile): classified and prefetched into the other buffer.
     int hq_next = hq;
     int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
@@ -663,26 +648,31 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
         const float lse2 = (j ? l2.y : l2.x) * kLog2e;
         const int qseg = cur_kind == kPartial ? __ldg(segb + min(qi, T - 1)) : 0;
 #pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-          const int e = 2 * hi + j;
-          float pv = fast_exp2(fmaf(s[nt][e], p.scale_log2, -lse2));
-          if (cur_kind == kPartial && !visible(qi, qseg, krow[hi], kseg[hi], T, causal)) pv = 0.f;
-          s[nt][e] = pv;
-        }
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            const int e = 2 * hi + j;
+            float pv = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2));
+            if (cur_kind == kPartial && !visible(qi, qseg, krow[mt][hi], kseg[mt][hi], T, causal)) pv = 0.f;
+            s[mt][nt][e] = pv;
+          }
       }
     }
-    mma_abt<kD, kNT>(dpt, sV + wrow * kS, cdO);  // dPᵀ = V·dOᵀ
+    mma_abt<kD, kNT, kMT>(dpt, sV + wrow * kS, cdO);  // dPᵀ = V·dOᵀ
     // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]), stored over dpt.
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       const float2 d2 = *reinterpret_cast<const float2*>(cDr + nt * 8 + 2 * tig);
-      dpt[nt][0] = s[nt][0] * (dpt[nt][0] - d2.x);
-      dpt[nt][1] = s[nt][1] * (dpt[nt][1] - d2.y);
-      dpt[nt][2] = s[nt][2] * (dpt[nt][2] - d2.x);
-      dpt[nt][3] = s[nt][3] * (dpt[nt][3] - d2.y);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        dpt[mt][nt][0] = s[mt][nt][0] * (dpt[mt][nt][0] - d2.x);
+        dpt[mt][nt][1] = s[mt][nt][1] * (dpt[mt][nt][1] - d2.y);
+        dpt[mt][nt][2] = s[mt][nt][2] * (dpt[mt][nt][2] - d2.x);
+        dpt[mt][nt][3] = s[mt][nt][3] * (dpt[mt][nt][3] - d2.y);
+      }
     }
-    mma_pv<kD, kNT>(dv, s, cdO);   // dV += Pᵀ·dO
-    mma_pv<kD, kNT>(dk, dpt, cQ);  // dK += dSᵀ·Q
+    mma_pv<kD, kNT, kMT>(dv, s, cdO);   // dV += Pᵀ·dO
+    mma_pv<kD, kNT, kMT>(dk, dpt, cQ);  // dK += dSᵀ·Q
     buf ^= 1;
     hq = hq_next;
     m = m_next;
@@ -690,11 +680,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   cp_async_wait<0>();
   __syncthreads();
 
-  frag_to_smem<kD, kDT>(sK + wrow * kS, dk, p.scale, p.scale);
-  frag_to_smem<kD, kDT>(sV + wrow * kS, dv, 1.f, 1.f);
-  __syncwarp();
-  store_rows_warp<16, kD>(static_cast<bf16*>(p.dk) + kb, kvstride, sK + wrow * kS, k0 + wrow, T, D);
-  store_rows_warp<16, kD>(static_cast<bf16*>(p.dv) + kb, kvstride, sV + wrow * kS, k0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dk) + kb, kvstride, sK + wrow * kS, dk, p.scale, k0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dv) + kb, kvstride, sV + wrow * kS, dv, 1.f, k0 + wrow, T, D);
 }
 
 // =============================================================================================
@@ -1042,18 +1029,20 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 
 // Tile configurations of the tensor-core kernels by padded head dim (one table; the report and
 // docs/ARCHITECTURE.md quote it):
-//   forward <kD, Br, Bc, warps>          dq <kD, Bc, warps> (Br = 16·warps)   dkdv <kD, Br, warps> (Bc = 16·warps)
+//   forward <kD, Br, Bc, warps>   dq <kD, Bc, warps, qM> (Br = 16·qM·warps)   dkdv <kD, Br, warps, kM> (Bc = 16·kM·warps)
+// qM, kM: 16-row tiles a warp owns in the backward kernels (2 halves the shared-memory reads per
+// product; 96 and 128 have no registers for it).
 template <int kD> struct Tiles;
-template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 128, qW = 4, kBr = 64, kW = 4; };
-template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 128, qW = 4, kBr = 64, kW = 4; };
-template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, kBr = 32, kW = 4; };
-template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, kBr = 32, kW = 4; };
+template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2; };
+template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2; };
+template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, qM = 1, kBr = 32, kW = 4, kM = 1; };
+template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, qM = 1, kBr = 32, kW = 4, kM = 1; };
 
 template <int kD>
 size_t max_mma_smem(bool backward) {
   using C = Tiles<kD>;
   if (!backward) return FwdCfg<kD, C::fBr, C::fBc, C::fW>::kSmem;
-  return std::max(DqCfg<kD, C::qBc, C::qW>::kSmem, DkvCfg<kD, C::kBr, C::kW>::kSmem);
+  return std::max(DqCfg<kD, C::qBc, C::qW, C::qM>::kSmem, DkvCfg<kD, C::kBr, C::kW, C::kM>::kSmem);
 }
 
 template <int kD, int kBr, int kBc, int kWarps>
@@ -1071,10 +1060,10 @@ void forward_mma(const Params& p, cudaStream_t stream) {
 template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
-  using Q = DqCfg<kD, C::qBc, C::qW>;
-  using K = DkvCfg<kD, C::kBr, C::kW>;
-  launch(bwd_dq_mma<kD, C::qBc, C::qW>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
-  launch(bwd_dkdv_mma<kD, C::kBr, C::kW>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
+  using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
+  using K = DkvCfg<kD, C::kBr, C::kW, C::kM>;
+  launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
+  launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
 }
 
 template <typename TS>
