@@ -8,12 +8,20 @@
 // ld = c, its transpose; so out = op(A)·op(B) is computed as outᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's
 // "A" is our b, its "B" our a, and the column-major result [n, m] is our row-major [m, n].
 //
-// Descriptors and the heuristic's algorithm are made once per (dtype, shape, transposes, pointer
-// alignment) and cached; the workspace is the addon's. Should cuBLASLt offer no algorithm for a
-// shape (odd leading dimensions with 2-byte alignment, say), a plain kernel computes it: one thread
-// per output, f32 sums in k order.
+// Descriptors and the algorithm are made once per (dtype, shape, transposes, pointer alignment)
+// and cached; the workspace is the addon's. The algorithm: cuBLASLt's heuristic offers up to
+// kCandidates, and on the first call of a shape each is timed on that call's own operands and the
+// fastest kept (the heuristic's first choice left weight-gradient shapes, 768 x 768 over 16384
+// rows, at a third of the GPU). Timing needs a stream that is not being captured and, when
+// accumulating, a scratch copy of the output (up to kTuneScratchBytes); otherwise, or with
+// MDLM_MATMUL_AUTOTUNE=0, the heuristic's first choice is used. Algorithms differ in their last
+// bits, so a process's choices are fixed once made, but two processes may choose differently.
+// Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with 2-byte alignment,
+// say), a plain kernel computes it: one thread per output, f32 sums in k order.
 #include <cublasLt.h>
 
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <string>
 #include <tuple>
@@ -36,6 +44,10 @@ uint32_t alignment(const void* p) {
   while (align > 1 && a % align != 0) align /= 2;
   return align;
 }
+
+constexpr int kCandidates = 8;
+constexpr int kTimedReps = 3;
+constexpr size_t kTuneScratchBytes = size_t(64) << 20;
 
 struct PlanKey {
   DType dtype, out_dtype;
@@ -81,7 +93,59 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
   return l;
 }
 
-Plan make_plan(const OpCall& call, const PlanKey& key) {
+bool autotune_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("MDLM_MATMUL_AUTOTUNE");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+// The fastest of the heuristic's algorithms on this call's operands (out = a·b, beta = 0, into out
+// itself or, when the call accumulates, into a scratch of the same size), or the first when they
+// cannot be timed here.
+cublasLtMatmulAlgo_t fastest_algo(const OpCall& call, const Plan& p, const PlanKey& key, const cublasLtMatmulHeuristicResult_t* results, int found,
+                                  const void* a, const void* b, void* out, bool accumulate) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (found < 2 || !autotune_enabled() || cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    return results[0].algo;
+  }
+  const size_t out_bytes = static_cast<size_t>(key.batch * key.m * key.n) * dtype_bytes(key.out_dtype);
+  void* target = out;
+  if (accumulate) {
+    if (out_bytes > kTuneScratchBytes) return results[0].algo;
+    target = call.scratch->get(out_bytes);
+  }
+  const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
+  const float alpha = 1.0f, beta = 0.0f;
+  const auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(handle, p.desc, &alpha, b, p.lt_a, a, p.lt_b, &beta, target, p.lt_out, target, p.lt_out, &algo, call.cublaslt_workspace,
+                          call.cublaslt_workspace_bytes, call.stream);
+  };
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check_cuda(cudaEventCreate(&start), "matmul autotune: cudaEventCreate");
+  check_cuda(cudaEventCreate(&stop), "matmul autotune: cudaEventCreate");
+  cublasLtMatmulAlgo_t best = results[0].algo;
+  float best_ms = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < found; i++) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS || launch(results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+    bool ok = cudaEventRecord(start, call.stream) == cudaSuccess;
+    for (int r = 0; ok && r < kTimedReps; r++) ok = launch(results[i].algo) == CUBLAS_STATUS_SUCCESS;
+    float ms = 0;
+    ok = ok && cudaEventRecord(stop, call.stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
+    if (ok && ms < best_ms) {
+      best_ms = ms;
+      best = results[i].algo;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  check_cuda(cudaGetLastError(), "matmul autotune");
+  return best;
+}
+
+Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
   const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
   const cudaDataType_t type = key.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const int64_t m = key.m, n = key.n, k = key.k;
@@ -105,16 +169,16 @@ Plan make_plan(const OpCall& call, const PlanKey& key) {
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t)), "set MIN_ALIGNMENT_B");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_D");
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, 1, &result, &found);
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
     p.fallback = true;
     return p;
   }
   check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-  p.algo = result.algo;
+  p.algo = fastest_algo(call, p, key, results, found, a, b, out, accumulate);
   return p;
 }
 
@@ -141,10 +205,10 @@ MDLM_OP(matmul) {
                     alignment(out.ptr)};
   // One device and one handle per process, and the JavaScript side calls from one thread.
   static std::map<PlanKey, Plan> plans;
-  auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key)).first;
-  const Plan& p = it->second;
   const bool accumulate = call.flag("accumulate");
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate)).first;
+  const Plan& p = it->second;
   if (p.fallback) {
     if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
     with_float_type(key.dtype, [&](auto tag) {
