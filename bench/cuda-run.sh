@@ -14,8 +14,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-mkdir -p /tmp/n /tmp/include && xz -T0 -dc .device/node.xz > /tmp/n/node && chmod +x /tmp/n/node && export PATH=/tmp/n:$PATH
-tar -xJf .device/nm.tar.xz && tar -xJf .device/dist.tar.xz && tar -xJf .device/node-include.tar.xz -C /tmp/include
+# Unpacked once a machine: a second invocation in the same call would find node busy.
+if [ ! -x /tmp/n/node ]; then
+  mkdir -p /tmp/n /tmp/include && xz -T0 -dc .device/node.xz > /tmp/n/node.tmp && chmod +x /tmp/n/node.tmp
+  tar -xJf .device/nm.tar.xz && tar -xJf .device/dist.tar.xz && tar -xJf .device/node-include.tar.xz -C /tmp/include && mv /tmp/n/node.tmp /tmp/n/node
+fi
+export PATH=/tmp/n:$PATH
 export MDLM_NODE_INCLUDE=/tmp/include/node MDLM_CUDA_ARCHS=${MDLM_CUDA_ARCHS:-90a}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpu.txt"
 

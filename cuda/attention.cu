@@ -24,8 +24,8 @@
 //   kD   forward Br×Bc (rows/warp)   dq Br×Bc (rows/warp)   dkdv Bc(keys)×Br(queries) (keys/warp)
 //   32   128×64 (32)                 128×64 (32)            128×32 (32)
 //   64   128×64 (32)                 128×64 (32)            128×32 (32)
-//   96   128×32 (32)                 64×64 (16)             64×32 (16)
-//   128  128×32 (32)                 64×64 (16)             64×32 (16)
+//   96   128×32 (32)                 128×32 (32)            64×32 (16)
+//   128  128×32 (32)                 128×32 (32)            64×32 (16)
 // Grids: forward and dq (B·H, ⌈T/Br⌉) with the query blocks taken last-first (the heaviest causal
 // blocks start first); dkdv (B·G, ⌈T/Bc⌉) with key block 0 (the heaviest) first.
 //
@@ -1031,12 +1031,12 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 // docs/ARCHITECTURE.md quote it):
 //   forward <kD, Br, Bc, warps>   dq <kD, Bc, warps, qM> (Br = 16·qM·warps)   dkdv <kD, Br, warps, kM> (Bc = 16·kM·warps)
 // qM, kM: 16-row tiles a warp owns in the backward kernels (2 halves the shared-memory reads per
-// product; 96 and 128 have no registers for it).
+// product; dk/dv at 96 and 128 has no registers for it).
 template <int kD> struct Tiles;
 template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2; };
 template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2; };
-template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, qM = 1, kBr = 32, kW = 4, kM = 1; };
-template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 64, qW = 4, qM = 1, kBr = 32, kW = 4, kM = 1; };
+template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1; };
+template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1; };
 
 template <int kD>
 size_t max_mma_smem(bool backward) {
@@ -1057,12 +1057,34 @@ void forward_mma(const Params& p, cudaStream_t stream) {
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
+template <int kD, int kBc, int kM>
+void launch_dq(const Params& p, cudaStream_t stream) {
+  using Q = DqCfg<kD, kBc, 4, kM>;
+  launch(bwd_dq_mma<kD, kBc, 4, kM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
+}
+
+// TEMPORARY A/B knob, to be removed once timed: MDLM_ATTN_DQ_ONE_TILE=1 runs the dq kernel at
+// head dims 96/128 with one 16-row tile a warp (64 x 64, 169 registers) instead of two (128 x 32).
+bool dq_one_tile() {
+  static const bool on = [] {
+    const char* v = std::getenv("MDLM_ATTN_DQ_ONE_TILE");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
-  using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM>;
-  launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
+  static_assert(C::qW == 4, "dq runs 4 warps");
+  if constexpr (kD >= 96) {
+    static_assert(DqCfg<kD, 64, 4, 1>::kSmem <= DqCfg<kD, C::qBc, 4, C::qM>::kSmem, "the A/B tile fits the probed shared memory");
+    if (dq_one_tile()) launch_dq<kD, 64, 1>(p, stream);
+    else launch_dq<kD, C::qBc, C::qM>(p, stream);
+  } else {
+    launch_dq<kD, C::qBc, C::qM>(p, stream);
+  }
   launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
 }
 
