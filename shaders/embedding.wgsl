@@ -1,7 +1,8 @@
 // embedding: gather rows of the table by id (forward), and the deterministic scatter-add
 // (backward). The backward sorts positions by id with a stable LSD radix sort (8-bit digits:
 // per-tile histograms -> one scan -> stable scatter), so each id's positions come out in
-// increasing order; then one workgroup per vocab row sums its positions in that order.
+// increasing order; then one workgroup per vocab row sums its positions in that order, a long
+// row's full chunks of CHUNK sorted positions through per-chunk partial sums (chunk_sum).
 // Out-of-range ids read nothing: the gather writes zeros, the sort keys them as `vocab`, which
 // no row claims. The vocab-sized tensor (table, dtable) may pass the storage binding limit, so it
 // is bound in chunks of rows [rowBase, rowBase + rows) and gather/row_sum run once per chunk.
@@ -20,6 +21,8 @@ struct Params { tokens: u32, vocab: u32, dim: u32, shift: u32, tiles: u32, rowBa
 @group(0) @binding(8) var<storage, read_write> tileCounts: array<u32>;
 @group(0) @binding(9) var<storage, read> dout: array<f32>;
 @group(0) @binding(10) var<storage, read_write> dtable: array<f32>;
+// chunkSums[c * dim + channel]: chunk c's sum, for the chunks of one real row.
+@group(0) @binding(11) var<storage, read_write> chunkSums: array<f32>;
 
 const WG = 256u; // threads per workgroup = positions per sort tile = radix buckets
 
@@ -130,6 +133,37 @@ fn radix_scatter(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
   }
 }
 
+// A long row (the [MASK] id holds half of a diffusion batch) would leave each of its threads
+// summing thousands of positions: the sorted positions are cut into chunks of CHUNK, and every full
+// chunk that lies inside one real row's run is summed first, by a workgroup of its own. Other
+// chunks are never read.
+const CHUNK = 64u;
+
+@compute @workgroup_size(WG)
+fn chunk_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) lid: u32) {
+  let c = linearGroup(wid, nwg);
+  if (c >= params.tokens / CHUNK) {
+    return;
+  }
+  let first = c * CHUNK;
+  let key = keysIn[first];
+  if (key != keysIn[first + CHUNK - 1u] || key >= params.vocab) {
+    return;
+  }
+  for (var ch = lid; ch < params.dim; ch += WG) {
+    chunkSums[c * params.dim + ch] = sumPositions(first, first + CHUNK, ch);
+  }
+}
+
+// Σ dout[valsIn[p], channel] over sorted positions p in [lo, hi), in order.
+fn sumPositions(lo: u32, hi: u32, channel: u32) -> f32 {
+  var acc = 0.0;
+  for (var p = lo; p < hi; p++) {
+    acc += dout[valsIn[p] * params.dim + channel];
+  }
+  return acc;
+}
+
 // First index of sorted keysIn[0, tokens) that is >= v.
 fn lowerBound(v: u32) -> u32 {
   var lo = 0u;
@@ -147,7 +181,7 @@ fn lowerBound(v: u32) -> u32 {
 
 // ROWS consecutive vocab rows of the chunk per workgroup, so the latency of the binary searches
 // (one per row boundary, in parallel) is paid once per ROWS rows; threads run over channels and
-// each row sums its positions in sorted (increasing) order.
+// each row sums its positions in sorted (increasing) order, its full chunks from chunkSums.
 const ROWS = 16u;
 // row_sum adds to dtable instead of overwriting it (embedding_backward's accumulate).
 override ACCUMULATE: bool = false;
@@ -169,10 +203,18 @@ fn row_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
     let start = bounds[r];
     let end = bounds[r + 1u];
     let row = first + r;
+    let chunkLo = (start + CHUNK - 1u) / CHUNK;
+    let chunkHi = end / CHUNK;
     for (var c = lid; c < dim; c += WG) {
       var acc = 0.0;
-      for (var p = start; p < end; p++) {
-        acc += dout[valsIn[p] * dim + c];
+      if (chunkHi > chunkLo) {
+        acc = sumPositions(start, chunkLo * CHUNK, c);
+        for (var q = chunkLo; q < chunkHi; q++) {
+          acc += chunkSums[q * dim + c];
+        }
+        acc += sumPositions(chunkHi * CHUNK, end, c);
+      } else {
+        acc = sumPositions(start, end, c);
       }
       if (ACCUMULATE) {
         dtable[row * dim + c] += acc;

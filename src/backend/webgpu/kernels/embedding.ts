@@ -6,6 +6,8 @@ import { type KernelContext, ceilDiv, defineKernel, grid1d } from '../kernel.js'
 /** Workgroup size in shaders/embedding.wgsl: also the sort's tile length and radix (8 bits). */
 const WG = 256;
 const RADIX_BITS = 8;
+/** Sorted positions a chunk_sum workgroup sums (CHUNK in the shader). */
+const CHUNK = 64;
 /** Vocab rows per row_sum workgroup (ROWS in the shader). */
 const ROWS_PER_GROUP = 16;
 
@@ -94,10 +96,20 @@ export const embeddingBackwardKernel = defineKernel({
   shaders: ['embedding'],
   run(k, { ids, dout, dtable }, attrs) {
     const [keys, positions] = sortPositionsById(k, ids!, attrs);
+    // Full chunks of CHUNK sorted positions (the shader's): a long row sums them first.
+    const chunks = Math.floor(attrs.tokens / CHUNK);
+    const chunkSums = k.scratch([Math.max(1, chunks * attrs.dim)], 'f32');
+    if (chunks > 0) {
+      k.dispatch({
+        shader: 'embedding', entry: 'chunk_sum',
+        bindings: { params: params(attrs), keysIn: keys, valsIn: positions, dout: dout!, chunkSums },
+        workgroups: grid1d(chunks, 1, k.limits.maxComputeWorkgroupsPerDimension),
+      });
+    }
     for (const chunk of rowChunks(k, attrs)) {
       k.dispatch({
         shader: 'embedding', entry: 'row_sum',
-        bindings: { params: params(attrs, chunk), keysIn: keys, valsIn: positions, dout: dout!, dtable: rowsOf(dtable!, chunk, attrs.dim) },
+        bindings: { params: params(attrs, chunk), keysIn: keys, valsIn: positions, dout: dout!, chunkSums, dtable: rowsOf(dtable!, chunk, attrs.dim) },
         workgroups: grid1d(chunk.rows, ROWS_PER_GROUP, k.limits.maxComputeWorkgroupsPerDimension),
         constants: { ACCUMULATE: attrs.accumulate ? 1 : 0 },
       });
