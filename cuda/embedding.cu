@@ -3,8 +3,9 @@
 // sorted by id with a stable LSD radix sort (8-bit digits: per-tile histograms -> one scan ->
 // stable scatter, as shaders/embedding.wgsl), then each vocab row sums its positions in sorted
 // order, a long row's full chunks of 64 through partial sums. Out-of-range ids read nothing: the
-// gather writes zeros, the sort keys them `vocab`, which no row claims. f32 or bf16 storage; sums in f32. With `accumulate` the sums are added to
-// dtable, which is f32 with `outF32` (the master gradient of a bf16 model).
+// gather writes zeros, the sort keys them `vocab`, which no row claims. f32 or bf16 storage; sums
+// in f32. With `accumulate` the sums are added to dtable, which is f32 with `outF32` (the master
+// gradient of a bf16 model).
 #include "common.cuh"
 
 namespace mdlm {
@@ -112,6 +113,17 @@ __device__ uint32_t lower_bound(const uint32_t* keys, uint32_t n, uint32_t v) {
   return lo;
 }
 
+// acc += Σ dout[positions[q]] (column block c) over q in [lo, hi), in order.
+template <typename T, int VEC>
+__device__ __forceinline__ void add_positions(const uint32_t* positions, const T* dout, uint32_t lo, uint32_t hi, int dim, int c, float (&acc)[VEC]) {
+  for (uint32_t q = lo; q < hi; q++) {
+    float v[VEC];
+    load<T, VEC>(dout + static_cast<int64_t>(positions[q]) * dim + c, v);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc[k] += v[k];
+  }
+}
+
 // A long row (the [MASK] id of a diffusion batch holds half the tokens) would leave one thread
 // summing thousands of positions: the sorted positions are cut into chunks of kChunk, and every
 // full chunk inside one row's run is summed first, by a block of its own.
@@ -124,24 +136,8 @@ __global__ void __launch_bounds__(128) embedding_chunk_sum_kernel(const uint32_t
   if (keys[first] != keys[first + kChunk - 1] || keys[first] >= static_cast<uint32_t>(vocab)) return;
   for (int c = threadIdx.x * VEC; c < dim; c += blockDim.x * VEC) {
     float acc[VEC] = {};
-    for (int q = 0; q < kChunk; q++) {
-      float v[VEC];
-      load<T, VEC>(dout + static_cast<int64_t>(positions[first + q]) * dim + c, v);
-#pragma unroll
-      for (int k = 0; k < VEC; k++) acc[k] += v[k];
-    }
+    add_positions<T, VEC>(positions, dout, static_cast<uint32_t>(first), static_cast<uint32_t>(first + kChunk), dim, c, acc);
     store<float, VEC>(chunk_sums + blockIdx.x * static_cast<int64_t>(dim) + c, acc);
-  }
-}
-
-// acc += Σ dout[positions[q]] (column block c) over q in [lo, hi), in order.
-template <typename T, int VEC>
-__device__ __forceinline__ void add_positions(const uint32_t* positions, const T* dout, uint32_t lo, uint32_t hi, int dim, int c, float (&acc)[VEC]) {
-  for (uint32_t q = lo; q < hi; q++) {
-    float v[VEC];
-    load<T, VEC>(dout + static_cast<int64_t>(positions[q]) * dim + c, v);
-#pragma unroll
-    for (int k = 0; k < VEC; k++) acc[k] += v[k];
   }
 }
 
