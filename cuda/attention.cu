@@ -1057,34 +1057,12 @@ void forward_mma(const Params& p, cudaStream_t stream) {
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
-template <int kD, int kBc, int kM>
-void launch_dq(const Params& p, cudaStream_t stream) {
-  using Q = DqCfg<kD, kBc, 4, kM>;
-  launch(bwd_dq_mma<kD, kBc, 4, kM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
-}
-
-// TEMPORARY A/B knob, to be removed once timed: MDLM_ATTN_DQ_ONE_TILE=1 runs the dq kernel at
-// head dims 96/128 with one 16-row tile a warp (64 x 64, 169 registers) instead of two (128 x 32).
-bool dq_one_tile() {
-  static const bool on = [] {
-    const char* v = std::getenv("MDLM_ATTN_DQ_ONE_TILE");
-    return v && std::string(v) == "1";
-  }();
-  return on;
-}
-
 template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
+  using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM>;
-  static_assert(C::qW == 4, "dq runs 4 warps");
-  if constexpr (kD >= 96) {
-    static_assert(DqCfg<kD, 64, 4, 1>::kSmem <= DqCfg<kD, C::qBc, 4, C::qM>::kSmem, "the A/B tile fits the probed shared memory");
-    if (dq_one_tile()) launch_dq<kD, 64, 1>(p, stream);
-    else launch_dq<kD, C::qBc, C::qM>(p, stream);
-  } else {
-    launch_dq<kD, C::qBc, C::qM>(p, stream);
-  }
+  launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
   launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
 }
 
