@@ -37,7 +37,7 @@ const testCases = [
   // Vocab above 256: two radix passes in the backward sort; most rows unused.
   { label: 'tokens 700 vocab 1000 dim 5', attrs: { tokens: 700, vocab: 1000, dim: 5 } },
   { label: 'tokens 1 vocab 3 dim 1', attrs: { tokens: 1, vocab: 3, dim: 1 } },
-  // Rows of ~1000 positions: the CUDA backward sums a long row's full chunks separately.
+  // Rows of ~1000 positions: the CUDA and WebGPU backwards sum a long row's full chunks first.
   { label: 'tokens 3000 vocab 3 dim 24', attrs: { tokens: 3000, vocab: 3, dim: 24 } },
 ];
 const benchCases = [{ label: 'tokens 16384 vocab 50304 dim 768', attrs: { tokens: 16384, vocab: 50304, dim: 768 } }];

@@ -26,7 +26,6 @@ function randomCase(tokens: number, vocab: number, dim: number, seed: number) {
   return { attrs: { tokens, vocab, dim, accumulate: false, outF32: false }, ids, dout };
 }
 
-/** dtable summed in f32, position by position in increasing order: what the kernel promises. */
 /** Positions sorted stably by id, out-of-range ids (keyed vocab) last: the kernels' sort. */
 function sortedPositions(attrs: EmbeddingAttrs, ids: Int32Array): { keys: number[]; positions: number[] } {
   const key = (i: number): number => (ids[i]! >= 0 && ids[i]! < attrs.vocab ? ids[i]! : attrs.vocab);
