@@ -9,6 +9,7 @@
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer)
+# TRAIN_ARGS: more options for the train and train-1.3b steps' mdlm bench train (e.g. --recompute swiglu).
 # All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
 # then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
 set -uo pipefail
@@ -55,12 +56,12 @@ for w in ${*:-build probe parity bench peer tests train}; do
       timeout 200 python3 bench/peers/attention_sdpa.py --reps 20 --backends default 2>&1 | tee "$OUT/attn-sdpa.txt" ;;
     train)
       for obj in mdlm ar; do
-        timeout 280 node bin/mdlm.js bench train --preset llama-124m --objective $obj --backend cuda --batch 16 --seq-len 1024 --steps 10 --warmup 3 --profile 2 --json \
+        timeout 280 node bin/mdlm.js bench train --preset llama-124m --objective $obj --backend cuda --batch 16 --seq-len 1024 --steps 10 --warmup 3 --profile 2 --json ${TRAIN_ARGS:-} \
           > "$OUT/train-124m-$obj.json" 2> >(tee "$OUT/train-124m-$obj.err" >&2)
       done ;;
     train-1.3b)
       for obj in mdlm ar; do
-        timeout 290 node bin/mdlm.js bench train --preset llama-1.3b --objective $obj --backend cuda --batch 8 --seq-len 2048 --steps 5 --warmup 2 --profile 2 --json \
+        timeout 290 node bin/mdlm.js bench train --preset llama-1.3b --objective $obj --backend cuda --batch 8 --seq-len 2048 --steps 5 --warmup 2 --profile 2 --json ${TRAIN_ARGS:-} \
           > "$OUT/train-1.3b-$obj.json" 2> >(tee "$OUT/train-1.3b-$obj.err" >&2)
       done ;;
     run)

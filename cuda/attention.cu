@@ -8,19 +8,25 @@
 // cp.async double-buffered tiles, padded shared rows so ldmatrix is conflict-free).
 //   forward   fwd_mma      one block per (b, h, Br query rows); online softmax over Bc-key tiles;
 //                          writes out (bf16) and lse (natural log of Σ exp(scale·qk)).
-//   backward  bwd_dq_mma   one block per (b, h, query rows): Drow = rowsum(dO∘O) for its rows
-//                          (written to scratch), then dQ = scale · Σ_tiles dS·K.
-//             bwd_dkdv_mma one block per (b, kv head, key rows): loops over the q heads of the
-//                          GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q;
-//                          reads Drow, so it runs after bwd_dq_mma (same stream).
-//   Every output element is owned by one thread of one block and accumulated in registers in a
-//   fixed order: no atomics, the same inputs give the same bits on every run. (The price: the
-//   backward recomputes S and dP in both kernels, 7 tile products instead of FA2's 5.)
+//   backward (default, fused)
+//             bwd_prep     Drow = rowsum(dO∘O) into scratch, and the f32 dQ accumulator zeroed.
+//             bwd_dkdv_mma<.., true> one block per (b, kv head, key rows): loops over the q heads
+//                          of the GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q
+//                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
+//                          the f32 accumulator with atomics (FA2's 5 tile products).
+//             bwd_dq_store dq = bf16(scale · dQacc).
+//             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
+//             atomic additions varies from run to run (its last bits with it).
+//   backward (MDLM_ATTN_DETERMINISTIC=1: the same bits on every run)
+//             bwd_dq_mma   one block per (b, h, query rows): Drow (written to scratch), then
+//                          dQ = scale · Σ_tiles dS·K in registers.
+//             bwd_dkdv_mma<.., false> as above without dQ; reads Drow, so it runs after bwd_dq_mma.
+//             No atomics; the price is S and dP recomputed in both kernels, 7 tile products.
 // f32 (and bf16 with a head dim that is not a multiple of 8 or misaligned tensors): the same
 // three kernels in exact fp32 SIMT arithmetic (fwd_simt, bwd_dq_simt, bwd_dkdv_simt; 128
 // threads, 16 rows a block, 32-row streamed tiles).
 //
-// Launch configurations (tile table `Tiles` below; 128 threads = 4 warps for every kernel):
+// Launch configurations (tile table `Tiles` below; 128 threads = 4 warps for every tile kernel):
 //   kD   forward Br×Bc (rows/warp)   dq Br×Bc (rows/warp)   dkdv Bc(keys)×Br(queries) (keys/warp)
 //   32   128×64 (32)                 128×64 (32)            128×32 (32)
 //   64   128×64 (32)                 128×64 (32)            128×32 (32)
@@ -61,7 +67,8 @@ struct Params {
   void* dq;
   void* dk;
   void* dv;
-  float* dsum;  // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
+  float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
+  float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int B, T, H, G, D, group;
   bool causal;
   float scale;       // multiplies q·k
@@ -528,19 +535,64 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 // Backward: dK, dV
 // ---------------------------------------------------------------------------------------------
 
-template <int kD, int kBr, int kWarps, int kMT>
+template <int kD, int kBr, int kWarps, int kMT, bool kFuseDq>
 struct DkvCfg {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kBc = 16 * kMT * kWarps;
-  // K, V, 2 × (Q, dO) tiles, then 2 × (lse, Drow) rows.
+  static constexpr int kDsStride = kBr + 8;  // dSᵀ rows: padded like row_stride, for ldmatrix
+  // K, V, 2 × (Q, dO) tiles, then 2 × (lse, Drow) rows, then (fused) the dSᵀ tile.
   static constexpr size_t kTiles = size_t(2 * kBc + 4 * kBr) * row_stride<kD>() * sizeof(bf16);
-  static constexpr size_t kSmem = kTiles + 4 * kBr * sizeof(float);
-  static_assert(kBr % 16 == 0 && kD % 16 == 0 && kTiles % 16 == 0, "tile shape");
+  static constexpr size_t kRows = kTiles + 4 * kBr * sizeof(float);
+  static constexpr size_t kSmem = kRows + (kFuseDq ? size_t(kBc) * kDsStride * sizeof(bf16) : 0);
+  static_assert(kBr % 16 == 0 && kD % 16 == 0 && kTiles % 16 == 0 && kRows % 16 == 0, "tile shape");
+  // The fused dQ product splits the kBr × kD tile over the warps: kBr/16 row tiles × column groups.
+  static_assert(!kFuseDq || (kWarps % (kBr / 16) == 0 && (kD / (kWarps / (kBr / 16))) % 16 == 0), "dQ split");
 };
 
-template <int kD, int kBr, int kWarps, int kMT>
+// The fused backward's dQ product for one query tile: dQacc[q0.., :] += dS·K over the block's kBc
+// keys, dS read transposed from sdS ([kBc keys][kBr queries], every warp's rows) and K from sK.
+// Warp w computes rows 16·(w mod kBr/16).. and a kD/(groups) column slice, and adds it to the f32
+// accumulator (row stride `stride`) with atomics: other key blocks add to the same rows.
+template <int kD, int kBc, int kBr, int kWarps>
+__device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const bf16* sdS, const bf16* sK, int q0, int T, int D) {
+  constexpr int kQT = kBr / 16, kCols = kD / (kWarps / kQT), kSS = kBr + 8, kS = row_stride<kD>();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int qt = warp % kQT, c0 = (warp / kQT) * kCols;
+  float acc[kCols / 8][4];
+#pragma unroll
+  for (int nt = 0; nt < kCols / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+  // A fragments of dS (16 queries × 16 keys) are the transposed 8×8 blocks of sdS: matrix i holds
+  // keys 8·(i >> 1).. × queries 8·(i & 1)..
+  const int mat = lane >> 3;
+  const uint32_t a_addr = smem_u32(sdS + ((mat >> 1) * 8 + (lane & 7)) * kSS + qt * 16 + (mat & 1) * 8);
+  const uint32_t b_addr = smem_u32(sK + (lane & 15) * kS + c0 + (lane >> 4) * 8);
+#pragma unroll
+  for (int kk = 0; kk < kBc / 16; ++kk) {
+    uint32_t a[4];
+    ldsm_x4_t(a_addr + kk * 16 * kSS * 2, a[0], a[1], a[2], a[3]);
+#pragma unroll
+    for (int dp = 0; dp < kCols / 16; ++dp) {
+      uint32_t b0, b1, b2, b3;
+      ldsm_x4_t(b_addr + (kk * 16 * kS + dp * 16) * 2, b0, b1, b2, b3);
+      mma_bf16(acc[2 * dp], a, b0, b1);
+      mma_bf16(acc[2 * dp + 1], a, b2, b3);
+    }
+  }
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int t = q0 + qt * 16 + gid + 8 * hi;
+    if (t >= T) continue;
+#pragma unroll
+    for (int nt = 0; nt < kCols / 8; ++nt) {
+      const int col = c0 + nt * 8 + 2 * tig;
+      if (col < D) atomic_add2(dqa + (int64_t)t * stride + col, acc[nt][2 * hi], acc[nt][2 * hi + 1]);
+    }
+  }
+}
+
+template <int kD, int kBr, int kWarps, int kMT, bool kFuseDq>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
-  using Cfg = DkvCfg<kD, kBr, kWarps, kMT>;
+  using Cfg = DkvCfg<kD, kBr, kWarps, kMT, kFuseDq>;
   constexpr int kBc = Cfg::kBc, kNT = kBr / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   bf16* sK = reinterpret_cast<bf16*>(smem_raw);  // [kBc][kS]; the dK tile at the end
@@ -549,6 +601,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   bf16* sdO = sQ + 2 * kBr * kS;                  // [2][kBr][kS]
   float* sL = reinterpret_cast<float*>(smem_raw + Cfg::kTiles);  // [2][kBr] lse
   float* sDr = sL + 2 * kBr;                                      // [2][kBr] Drow
+  bf16* sdS = reinterpret_cast<bf16*>(smem_raw + Cfg::kRows);     // fused: [kBc][kBr + 8] dSᵀ
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
@@ -671,8 +724,23 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
         dpt[mt][nt][3] = s[mt][nt][3] * (dpt[mt][nt][3] - d2.y);
       }
     }
+    if constexpr (kFuseDq) {
+      // dSᵀ to shared memory, rounded to bf16 as the dK product rounds it, for dQ += dS·K.
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          bf16* row = sdS + (wrow + mt * 16 + gid) * Cfg::kDsStride + nt * 8 + 2 * tig;
+          *reinterpret_cast<uint32_t*>(row) = pack_bf16(dpt[mt][nt][0], dpt[mt][nt][1]);
+          *reinterpret_cast<uint32_t*>(row + 8 * Cfg::kDsStride) = pack_bf16(dpt[mt][nt][2], dpt[mt][nt][3]);
+        }
+    }
     mma_pv<kD, kNT, kMT>(dv, s, cdO);   // dV += Pᵀ·dO
     mma_pv<kD, kNT, kMT>(dk, dpt, cQ);  // dK += dSᵀ·Q
+    if constexpr (kFuseDq) {
+      __syncthreads();  // every warp's dSᵀ rows are in sdS (the loop's next barrier guards reuse)
+      accumulate_dq<kD, kBc, kBr, kWarps>(p.dq_accum + q_base(p, b, g * group + hq), qstride, sdS, sK, q0, T, D);
+    }
     buf ^= 1;
     hq = hq_next;
     m = m_next;
@@ -682,6 +750,46 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 
   store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dk) + kb, kvstride, sK + wrow * kS, dk, p.scale, k0 + wrow, T, D);
   store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dv) + kb, kvstride, sV + wrow * kS, dv, 1.f, k0 + wrow, T, D);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, fused: the two small kernels around bwd_dkdv_mma<.., true>
+// ---------------------------------------------------------------------------------------------
+
+// Drow = rowsum(dO∘O) of every (b, t, h) row, and that row of the dQ accumulator zeroed: 16 lanes
+// a row, 8 elements a lane (D a multiple of 8, at most 128).
+__global__ void __launch_bounds__(256) bwd_prep(const Params p) {
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;  // (b·T + t)·H + h
+  const int c = threadIdx.x & 15;
+  const int D = p.D;
+  const bool ok = row < (int64_t)p.B * p.T * p.H && c * 8 < D;
+  float acc = 0.f;
+  if (ok) {
+    const int64_t e = row * D + c * 8;
+    acc = dot_bf16x8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.o) + e),
+                     *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.dout) + e));
+    float4* z = reinterpret_cast<float4*>(p.dq_accum + e);
+    z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) acc += __shfl_xor_sync(kFull32, acc, o);  // within the 16 lanes
+  if (ok && c == 0) {
+    const int h = (int)(row % p.H);
+    const int64_t bt = row / p.H;
+    const int t = (int)(bt % p.T), b = (int)(bt / p.T);
+    p.dsum[row_base(p, b, h) + t] = acc;
+  }
+}
+
+// dq = bf16(scale · dQ accumulator), 8 elements a thread.
+__global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
+  const int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
+  if (e >= (int64_t)p.B * p.T * p.H * p.D) return;
+  const float4* a = reinterpret_cast<const float4*>(p.dq_accum + e);
+  const float4 x = a[0], y = a[1];
+  const float s = p.scale;
+  *reinterpret_cast<uint4*>(static_cast<bf16*>(p.dq) + e) =
+      make_uint4(pack_bf16(x.x * s, x.y * s), pack_bf16(x.z * s, x.w * s), pack_bf16(y.x * s, y.y * s), pack_bf16(y.z * s, y.w * s));
 }
 
 // =============================================================================================
@@ -1013,6 +1121,7 @@ constexpr size_t kDkvSimtSmem = size_t(2 * 16 * kDM + 2 * 32 * kDS + 2 * 32) * s
 // =============================================================================================
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename Kernel>
 void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p, cudaStream_t stream, const char* name) {
@@ -1042,7 +1151,8 @@ template <int kD>
 size_t max_mma_smem(bool backward) {
   using C = Tiles<kD>;
   if (!backward) return FwdCfg<kD, C::fBr, C::fBc, C::fW>::kSmem;
-  return std::max(DqCfg<kD, C::qBc, C::qW, C::qM>::kSmem, DkvCfg<kD, C::kBr, C::kW, C::kM>::kSmem);
+  return std::max({DqCfg<kD, C::qBc, C::qW, C::qM>::kSmem, DkvCfg<kD, C::kBr, C::kW, C::kM, false>::kSmem,
+                   DkvCfg<kD, C::kBr, C::kW, C::kM, true>::kSmem});
 }
 
 template <int kD, int kBr, int kBc, int kWarps>
@@ -1057,13 +1167,23 @@ void forward_mma(const Params& p, cudaStream_t stream) {
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
+// Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
+// accumulator), then dQ to bf16. Deterministic: dQ in a kernel of its own, then dK and dV.
 template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
+  if (p.dq_accum) {
+    using K = DkvCfg<kD, C::kBr, C::kW, C::kM, true>;
+    const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
+    launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
+    launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, true>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
+    launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
+    return;
+  }
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
-  using K = DkvCfg<kD, C::kBr, C::kW, C::kM>;
+  using K = DkvCfg<kD, C::kBr, C::kW, C::kM, false>;
   launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
-  launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
+  launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, false>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
 }
 
 template <typename TS>
@@ -1075,6 +1195,13 @@ template <typename TS>
 void backward_simt(const Params& p, cudaStream_t stream) {
   launch(bwd_dq_simt<TS>, dim3(p.B * p.H, ceil_div(p.T, 16)), 128, kDqSimtSmem, p, stream, "attention backward dq (simt)");
   launch(bwd_dkdv_simt<TS>, dim3(p.B * p.G, ceil_div(p.T, 16)), 128, kDkvSimtSmem, p, stream, "attention backward dk/dv (simt)");
+}
+
+// MDLM_ATTN_DETERMINISTIC=1: the backward that gives the same bits on every run (dQ in its own
+// kernel, recomputing S and dP: 7 tile products instead of 5, no atomics). Read at every call.
+bool deterministic_backward() {
+  const char* v = std::getenv("MDLM_ATTN_DETERMINISTIC");
+  return v && *v && std::string(v) != "0";
 }
 
 int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
@@ -1161,10 +1288,17 @@ MDLM_OP(attention_backward) {
   p.dq = call.arg("dq").ptr;
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
-  p.dsum = static_cast<float*>(call.scratch->get(sizeof(float) * (size_t)p.B * p.H * p.T));
+  const size_t rows = (size_t)p.B * p.H * p.T;
+  const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
+  // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).
+  const bool fused = mma && !deterministic_backward();
+  const size_t drow_bytes = (sizeof(float) * rows + 255) / 256 * 256;
+  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? sizeof(float) * rows * p.D : 0)));
+  p.dsum = reinterpret_cast<float*>(scratch);
+  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes) : nullptr;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
-  } else if (!use_mma(call, p, kFloatArgs, true)) {
+  } else if (!mma) {
     backward_simt<bf16>(p, call.stream);
   } else {
     switch (padded_head_dim(p.D)) {

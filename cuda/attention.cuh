@@ -216,6 +216,20 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 
 #endif  // MDLM_ATTN_EMULATE
 
+// *addr += (a, b) for two adjacent floats of global memory, atomically per float (the dQ
+// accumulator of the fused backward). sm_90 has a vector reduction; older GPUs take two.
+__device__ __forceinline__ void atomic_add2(float* addr, float a, float b) {
+#ifdef MDLM_ATTN_EMULATE
+  addr[0] += a;  // the emulator runs one thread at a time
+  addr[1] += b;
+#elif __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(a, b));
+#else
+  atomicAdd(addr, a);
+  atomicAdd(addr + 1, b);
+#endif
+}
+
 // Two floats to a bf16x2 register, round to nearest even; `lo` in the low half (lower column).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -11,7 +11,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
-import { checkParity, freshSeed, parityDtypes, relativeError } from '../src/harness/parity.js';
+import { checkParity, freshSeed, parityDtypes, relativeError, uploadBackwardFromForward } from '../src/harness/parity.js';
+import { type AttentionAttrs, attentionBackward } from '../src/ops/attention.js';
 import { add } from '../src/ops/add.js';
 import { CAST_DTYPES, type CastAttrs, cast } from '../src/ops/cast.js';
 import { embeddingBackward } from '../src/ops/embedding.js';
@@ -260,6 +261,42 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       for (let i = 0; i < 3; i++) expect(await b.downloadBytes(run()), name).toEqual(first);
     }
     [x, sums, g, norm, ids, dout, dtable].forEach((t) => b.free(t));
+  });
+
+  it('runs the deterministic attention backward (MDLM_ATTN_DETERMINISTIC=1) within tolerance, with the same bits every run, close to the fused default', async () => {
+    const b = await cuda();
+    const downloadGrads = async (t: Record<string, Tensor>) => Promise.all(['dq', 'dk', 'dv'].map(async (n) => (await b.download(t[n]!)) as Float32Array));
+    process.env.MDLM_ATTN_DETERMINISTIC = '1';
+    try {
+      for (const c of attentionBackward.cases('test')) {
+        const r = await checkParity(b, attentionBackward, c, { seed: freshSeed(), dtype: 'bf16' });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+      }
+      // Several key blocks add to each dQ row: where the fused kernel's atomics would show.
+      const attrs: AttentionAttrs = { batch: 2, seqLen: 700, heads: 4, kvHeads: 2, headDim: 64, causal: true, scale: 0.125 };
+      const t: Record<string, Tensor> = {};
+      expect(uploadBackwardFromForward(b, attentionBackward, attrs, 'bf16', new PhiloxStream(13, RngPurpose.harness), t)).toBe(true);
+      try {
+        b.run(attentionBackward, t, attrs);
+        const first = await Promise.all(['dq', 'dk', 'dv'].map((n) => b.downloadBytes(t[n]!)));
+        for (let i = 0; i < 3; i++) {
+          b.run(attentionBackward, t, attrs);
+          expect(await Promise.all(['dq', 'dk', 'dv'].map((n) => b.downloadBytes(t[n]!)))).toEqual(first);
+        }
+        const det = await downloadGrads(t);
+        delete process.env.MDLM_ATTN_DETERMINISTIC;
+        b.run(attentionBackward, t, attrs);
+        const fused = await downloadGrads(t);
+        // Both round dS and P to bf16 alike; only dQ's summation order (and its one rounding) differ.
+        fused.forEach((g, i) => expect(relativeError(g, Float64Array.from(det[i]!), false), ['dq', 'dk', 'dv'][i]).toBeLessThanOrEqual(2e-3));
+        expect(relativeError(fused[1]!, Float64Array.from(det[1]!), false)).toBe(0); // dK, dV: the same kernel, the same order
+      } finally {
+        Object.values(t).forEach((x) => b.free(x));
+      }
+    } finally {
+      delete process.env.MDLM_ATTN_DETERMINISTIC;
+    }
   });
 
   it('runs on views at any element offset (unaligned pointers take the scalar paths)', async () => {

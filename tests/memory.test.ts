@@ -9,22 +9,27 @@ import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { resolveConfig } from '../src/config/load.js';
 import { flatParamElements, paramCount, trainingMemory } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
+import type { Recompute } from '../src/config/schema.js';
 
-const variants: [string, Record<string, string>][] = [
-  ['tied, multi-head', {}],
-  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }],
-  ['q/k/v biases', { 'model.qkvBias': 'true' }],
-  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }],
+const variants: [string, Record<string, string>, Recompute][] = [
+  ['tied, multi-head', {}, 'none'],
+  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }, 'none'],
+  ['q/k/v biases', { 'model.qkvBias': 'true' }, 'none'],
+  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, 'none'],
+  ['SwiGLU product recomputed', {}, 'swiglu'],
 ];
 
+const smallModel = (over: Record<string, string> = {}) =>
+  resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '24', ...over } });
+
 describe('trainingMemory', () => {
-  for (const [label, over] of variants) {
+  for (const [label, over, recompute] of variants) {
     for (const dtype of ['f32', 'bf16'] as const) {
       it(`matches the model's allocations exactly: ${label}, ${dtype}`, () => {
-        const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '24', ...over } });
+        const cfg = smallModel(over);
         const batch = 3;
-        const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype });
-        const est = trainingMemory(cfg.model, batch, dtype);
+        const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype, recompute });
+        const est = trainingMemory(cfg.model, batch, dtype, recompute);
         expect(est.activations).toBe(model.activationBytes);
         expect(est.weights).toBe(model.store.value.byteSize);
         expect(flatParamElements(cfg.model)).toBe(model.store.value.size);
@@ -35,6 +40,28 @@ describe('trainingMemory', () => {
       });
     }
   }
+
+  it('train.recompute swiglu: a [tokens, ffnHidden] buffer less a layer, and the same loss and gradient bits', async () => {
+    const cfg = smallModel();
+    const batch = 2, N = batch * cfg.model.seqLen;
+    const kept = trainingMemory(cfg.model, batch, 'f32');
+    const recomputed = trainingMemory(cfg.model, batch, 'f32', 'swiglu');
+    expect(kept.activations - recomputed.activations).toBe(cfg.model.nLayers * N * cfg.model.ffnHidden * 4);
+    const run = async (recompute: Recompute) => {
+      const b = new CpuBackend();
+      const m = new LlamaModel(b, cfg.model, batch, 5, { recompute });
+      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 31 + 2) % 256), segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % cfg.model.seqLen) }, true);
+      m.setWeights(new Float32Array(N).fill(1));
+      m.forwardBackward();
+      const out = { loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array };
+      m.destroy();
+      return out;
+    };
+    const [a, r] = [await run('none'), await run('swiglu')];
+    expect(r.loss).toBe(a.loss);
+    expect(a.grad.some((x) => x !== 0)).toBe(true);
+    expect(Buffer.from(r.grad.buffer).equals(Buffer.from(a.grad.buffer))).toBe(true);
+  });
 
   it('charges llama-1.3b in bf16 18 bytes a parameter (f32 weights, gradients, two moments; bf16 copy) within the padding', () => {
     const cfg = resolveConfig({ preset: 'llama-1.3b' });

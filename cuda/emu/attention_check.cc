@@ -211,8 +211,8 @@ mdlm::OpCall make_call(const std::string& op, const Case& c, double scale) {
 }
 
 struct Result {
-  double fwd, bwd;
-  std::string worst_fwd, worst_bwd;
+  double fwd, bwd, bwd_det;  // bwd: the default (fused) backward; bwd_det: MDLM_ATTN_DETERMINISTIC=1
+  std::string worst_fwd, worst_bwd, worst_bwd_det;
 };
 
 Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
@@ -253,37 +253,40 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
     ref.backward(q, k, v, out, lse, dout, dq_ref, dk_ref, dv_ref);
     Buf bq = Buf::of(dt, q), bk = Buf::of(dt, k), bv = Buf::of(dt, v), bo = Buf::of(dt, out), bl = Buf::of(DType::f32, lse),
         bdo = Buf::of(dt, dout);
-    Buf bdq(dt, nq, true), bdk(dt, nk, true), bdv(dt, nk, true);
-    mdlm::OpCall call = make_call("attention_backward", c, scale);
-    call.args["q"] = {bq.ptr(), dt, (int64_t)nq};
-    call.args["k"] = {bk.ptr(), dt, (int64_t)nk};
-    call.args["v"] = {bv.ptr(), dt, (int64_t)nk};
-    call.args["segIds"] = {seg.data(), DType::i32, (int64_t)seg.size()};
-    call.args["out"] = {bo.ptr(), dt, (int64_t)nq};
-    call.args["lse"] = {bl.ptr(), DType::f32, (int64_t)nr};
-    call.args["dout"] = {bdo.ptr(), dt, (int64_t)nq};
-    call.args["dq"] = {bdq.ptr(), dt, (int64_t)nq};
-    call.args["dk"] = {bdk.ptr(), dt, (int64_t)nk};
-    call.args["dv"] = {bdv.ptr(), dt, (int64_t)nk};
-    HostScratch scratch;
-    call.scratch = &scratch;
-    mdlm::find_launcher("attention_backward")(call);
-    if (getenv("VERBOSE")) {  // Drow scratch against Σ dO·O
-      const float* ds = static_cast<const float*>(scratch.last);
-      double worst = 0;
-      for (int b = 0; b < c.B; ++b)
-        for (int h = 0; h < c.H; ++h)
-          for (int t = 0; t < c.T; ++t) {
-            double d = 0;
-            for (int e = 0; e < c.D; ++e) d += dout[ref.qi(b, t, h) + e] * out[ref.qi(b, t, h) + e];
-            worst = std::max(worst, std::abs(d - ds[(size_t(b) * c.H + h) * c.T + t]));
-          }
-      std::printf("   Drow max abs err %.3e\n", worst);
+    for (bool det : {false, true}) {
+      setenv("MDLM_ATTN_DETERMINISTIC", det ? "1" : "0", 1);
+      Buf bdq(dt, nq, true), bdk(dt, nk, true), bdv(dt, nk, true);
+      mdlm::OpCall call = make_call("attention_backward", c, scale);
+      call.args["q"] = {bq.ptr(), dt, (int64_t)nq};
+      call.args["k"] = {bk.ptr(), dt, (int64_t)nk};
+      call.args["v"] = {bv.ptr(), dt, (int64_t)nk};
+      call.args["segIds"] = {seg.data(), DType::i32, (int64_t)seg.size()};
+      call.args["out"] = {bo.ptr(), dt, (int64_t)nq};
+      call.args["lse"] = {bl.ptr(), DType::f32, (int64_t)nr};
+      call.args["dout"] = {bdo.ptr(), dt, (int64_t)nq};
+      call.args["dq"] = {bdq.ptr(), dt, (int64_t)nq};
+      call.args["dk"] = {bdk.ptr(), dt, (int64_t)nk};
+      call.args["dv"] = {bdv.ptr(), dt, (int64_t)nk};
+      HostScratch scratch;
+      call.scratch = &scratch;
+      mdlm::find_launcher("attention_backward")(call);
+      if (getenv("VERBOSE")) {  // Drow scratch against Σ dO·O
+        const float* ds = static_cast<const float*>(scratch.last);
+        double worst = 0;
+        for (int b = 0; b < c.B; ++b)
+          for (int h = 0; h < c.H; ++h)
+            for (int t = 0; t < c.T; ++t) {
+              double d = 0;
+              for (int e = 0; e < c.D; ++e) d += dout[ref.qi(b, t, h) + e] * out[ref.qi(b, t, h) + e];
+              worst = std::max(worst, std::abs(d - ds[(size_t(b) * c.H + h) * c.T + t]));
+            }
+        std::printf("   Drow max abs err %.3e\n", worst);
     }
     const double eq = rel_err(bdq.read(), dq_ref), ek = rel_err(bdk.read(), dk_ref), ev = rel_err(bdv.read(), dv_ref);
-    r.bwd = std::max({eq, ek, ev});
-    if (getenv("VERBOSE")) std::printf("   dq %.3e dk %.3e dv %.3e\n", eq, ek, ev);
-    r.worst_bwd = eq >= ek && eq >= ev ? "dq" : ek >= ev ? "dk" : "dv";
+    (det ? r.bwd_det : r.bwd) = std::max({eq, ek, ev});
+    if (getenv("VERBOSE")) std::printf("   %s dq %.3e dk %.3e dv %.3e\n", det ? "deterministic" : "fused", eq, ek, ev);
+    (det ? r.worst_bwd_det : r.worst_bwd) = eq >= ek && eq >= ev ? "dq" : ek >= ev ? "dk" : "dv";
+    }
   }
   return r;
 }
@@ -316,7 +319,7 @@ int main(int argc, char** argv) {
       {"random ids D=64 causal T=200", 2, 200, 2, 1, 64, true, true},
       {"random ids D=128 bidir T=150", 2, 150, 2, 2, 128, false, true},
   };
-  std::printf("%-40s %-5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst");
+  std::printf("%-40s %-5s %12s %5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst", "det relerr", "worst");
   for (const Case& c : cases) {
     if (!filter.empty() && c.label.find(filter) == std::string::npos) continue;
     for (mdlm::DType dt : {mdlm::DType::f32, mdlm::DType::bf16}) {
@@ -324,8 +327,8 @@ int main(int argc, char** argv) {
       if (only && std::string(only) != mdlm::dtype_name(dt)) continue;
       for (int s = 0; s < seeds; ++s) {
         Result r = run_case(c, dt, 1234 + 7919 * s);
-        std::printf("%-40s %-5s %12.3e %5s %12.3e %5s\n", c.label.c_str(), mdlm::dtype_name(dt), r.fwd, r.worst_fwd.c_str(), r.bwd,
-                    r.worst_bwd.c_str());
+        std::printf("%-40s %-5s %12.3e %5s %12.3e %5s %12.3e %5s\n", c.label.c_str(), mdlm::dtype_name(dt), r.fwd, r.worst_fwd.c_str(), r.bwd,
+                    r.worst_bwd.c_str(), r.bwd_det, r.worst_bwd_det.c_str());
         std::fflush(stdout);
       }
     }

@@ -14,7 +14,7 @@
  *                (their published MFU figures use it), so an ar MFU here is not inflated by work
  *                that is skipped.
  */
-import type { ModelConfig, ObjectiveConfig } from './schema.js';
+import type { ModelConfig, ObjectiveConfig, Recompute } from './schema.js';
 
 export interface ParamBreakdown {
   total: number;
@@ -125,7 +125,7 @@ export interface MemoryBreakdown {
  * rounds each buffer up to 256 bytes, and kernels keep some scratch of their own (CUDA: the
  * arena and cuBLASLt's 32 MiB workspace), so the device needs a little more.
  */
-export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf16'): MemoryBreakdown {
+export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf16', recompute: Recompute = 'none'): MemoryBreakdown {
   const f = dtype === 'bf16' ? 2 : 4; // bytes of an activation
   const N = batch * m.seqLen;
   const d = m.dModel;
@@ -137,12 +137,12 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
   // biases, zeros for q/k norms), the MLP's three [N, F].
   const scratch = f * (3 * N * d + (q + kv + q + q + kv + kv) + (m.qkvBias ? N : 0) + (m.qkNorm ? q : 0) + 3 * N * F);
   // Per layer: n1, mid, n2 and their two rstd; q/k before their norms and the norms' rstd; saved
-  // q, k, v, out and lse; the MLP's gate, up and product.
+  // q, k, v, out and lse; the MLP's gate, up and (unless recomputed) product.
   const perLayer =
     f * 3 * N * d + 4 * 2 * N +
     (m.qkNorm ? f * (q + kv) + 4 * N * (m.nHeads + m.nKvHeads) : 0) +
     f * (q + 2 * kv + q) + 4 * batch * m.nHeads * m.seqLen +
-    f * 3 * N * F;
+    f * (recompute === 'swiglu' ? 2 : 3) * N * F;
   // The model: ids, targets, segment ids, positions (i32), loss weights, rstd, per-token loss,
   // lse, loss gradient (f32), the loss sum; the residual streams, the final norm's output, the
   // logits (their gradient overwrites them), the stream gradients and the zero residual gradient.

@@ -25,6 +25,8 @@ export const LR_DECAYS = ['cosine', 'wsd', 'constant'] as const;
 export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
 export const NON_FINITE = ['stop', 'skip'] as const;
 export const PRECISIONS = ['auto', 'f32', 'bf16'] as const;
+export const RECOMPUTE = ['none', 'swiglu'] as const;
+export type Recompute = (typeof RECOMPUTE)[number];
 
 export const ModelSchema = z.strictObject({
   vocabSize: int(2).default(264).describe('Vocabulary size (embedding rows). Pad to a multiple of 64 for fast matmuls; for mdlm it must also hold the [MASK] id.'),
@@ -85,6 +87,7 @@ export const TrainSchema = z.strictObject({
   nonFinite: z.enum(NON_FINITE).default('stop').describe('On a NaN/Inf loss or gradient: stop the run (nothing is saved) or skip the step.'),
   cudaGraphs: z.boolean().default(true).describe('CUDA: record the forward and backward pass as a CUDA graph at the second micro-batch and replay it from then on (one launch instead of hundreds). Other backends run the pass directly either way.'),
   precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu.'),
+  recompute: z.enum(RECOMPUTE).default('none').describe('Activations recomputed in the backward pass instead of kept from the forward: none, or swiglu (each MLP\'s silu(gate)·up product, [tokens, ffnHidden] a layer: a third of the MLP\'s saved activations, for one elementwise kernel a layer). The gradients are the same bits either way.'),
 });
 
 type Issue = { path: (string | number)[]; message: string };

@@ -17,7 +17,7 @@ import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
 import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
-import type { ModelConfig } from '../config/schema.js';
+import type { ModelConfig, Recompute } from '../config/schema.js';
 
 /** One batch as the model consumes it (host arrays of batch·seqLen entries). */
 export interface ModelBatch {
@@ -66,8 +66,12 @@ export class LlamaModel {
    * mixed precision); master weights, gradients and optimizer state are f32 either way.
    * `record`: `forwardBackward` records the pass (a CUDA graph on CUDA) and replays it. `fill`
    * computes the initial values (default: on this thread; src/runtime/parallel_init.ts: workers).
+   * `recompute`: activations recomputed in backward instead of kept (train.recompute).
    */
-  constructor(readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number, opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller } = {}) {
+  constructor(
+    readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
+    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller; recompute?: Recompute } = {},
+  ) {
     validateModel(cfg);
     const dtype = opts.dtype ?? 'f32';
     this.dtype = dtype;
@@ -87,6 +91,7 @@ export class LlamaModel {
     const dims = {
       batch, seqLen: T, heads: cfg.nHeads, kvHeads: cfg.nKvHeads, headDim, ropeBase: cfg.ropeTheta,
       dModel: cfg.dModel, ffnHidden: cfg.ffnHidden, normEps: cfg.normEps, qkvBias: cfg.qkvBias, qkNorm: cfg.qkNorm,
+      recomputeSwiglu: opts.recompute === 'swiglu',
     };
     this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
     const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);

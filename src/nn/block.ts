@@ -28,6 +28,8 @@ export class BlockScratch {
 export interface BlockDims extends AttentionShape {
   readonly dModel: number;
   readonly ffnHidden: number;
+  /** Recompute the MLP's SwiGLU product in backward instead of keeping it (train.recompute swiglu). */
+  readonly recomputeSwiglu?: boolean;
 }
 
 export class DecoderBlock {
@@ -51,7 +53,7 @@ export class DecoderBlock {
     this.norm1 = new RMSNorm(store, `${name}.attn_norm`, d.dModel, d.normEps);
     this.attn = new SelfAttention(store, arena, `${name}.attn`, d.dModel, d, attnScratch, std, outStd);
     this.norm2 = new RMSNorm(store, `${name}.mlp_norm`, d.dModel, d.normEps);
-    this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd);
+    this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd, d.recomputeSwiglu);
     const nd = [this.rows, d.dModel];
     this.n1 = arena.alloc(nd);
     this.rstd1 = arena.alloc([this.rows], 'f32');

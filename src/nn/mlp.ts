@@ -1,4 +1,8 @@
-/** SwiGLU MLP: down(silu(gate(x)) · up(x)). Saves the gate and up projections and their product. */
+/**
+ * SwiGLU MLP: down(silu(gate(x)) · up(x)). Saves the gate and up projections and, unless
+ * `recompute` is set, their product; with it the product lives in the shared scratch and backward
+ * recomputes it (the same kernel on the same inputs: the same bits).
+ */
 import type { Backend } from '../backend/backend.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
@@ -24,15 +28,19 @@ export class SwiGluMlp {
   readonly down: Linear;
   private readonly g: Tensor;
   private readonly u: Tensor;
-  private readonly h: Tensor;
+  private readonly h: Tensor; // the product: its own buffer, or scratch.dGate when recomputed
 
-  constructor(store: ParamStore, arena: Arena, name: string, dModel: number, readonly hidden: number, readonly rows: number, private readonly scratch: MlpScratch, std: number, outStd: number) {
+  constructor(
+    store: ParamStore, arena: Arena, name: string, dModel: number, readonly hidden: number, readonly rows: number,
+    private readonly scratch: MlpScratch, std: number, outStd: number, private readonly recompute = false,
+  ) {
     this.gate = new Linear(store, `${name}.w_gate`, dModel, hidden, std);
     this.up = new Linear(store, `${name}.w_up`, dModel, hidden, std);
     this.down = new Linear(store, `${name}.w_down`, hidden, dModel, outStd);
     this.g = arena.alloc([rows, hidden]);
     this.u = arena.alloc([rows, hidden]);
-    this.h = arena.alloc([rows, hidden]);
+    // dGate is free in the forward pass, and in the backward pass until swiglu_backward writes it.
+    this.h = recompute ? scratch.dGate : arena.alloc([rows, hidden]);
   }
 
   /** out [rows, dModel] from x [rows, dModel]; fewer rows than built for use the first rows of the buffers (decoding). */
@@ -46,6 +54,7 @@ export class SwiGluMlp {
 
   backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor): void {
     const sc = this.scratch;
+    if (this.recompute) b.run(swiglu, { gate: this.g, up: this.u, out: this.h }, { rows: this.rows, hidden: this.hidden });
     this.down.backward(b, this.h, dout, sc.dHidden, 'write', this.rows);
     b.run(swigluBackward, { dout: sc.dHidden, gate: this.g, up: this.u, dgate: sc.dGate, dup: sc.dUp }, { rows: this.rows, hidden: this.hidden });
     this.gate.backward(b, x, sc.dGate, dx, 'write', this.rows);
