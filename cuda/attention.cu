@@ -1140,19 +1140,22 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 // docs/ARCHITECTURE.md quote it):
 //   forward <kD, Br, Bc, warps>   dq <kD, Bc, warps, qM> (Br = 16·qM·warps)   dkdv <kD, Br, warps, kM> (Bc = 16·kM·warps)
 // qM, kM: 16-row tiles a warp owns in the backward kernels (2 halves the shared-memory reads per
-// product; dk/dv at 96 and 128 has no registers for it).
+// product; dk/dv at 96 and 128 has no registers for it). uW: warps of the fused backward (its
+// tile is dkdv's with uW warps): 8 at 128 (128 keys a block; timed on the H200 against 4 warps:
+// 3.32 vs 3.61 ms bidirectional and 1.83 vs 1.88 causal at B8 T2048 H16, slower at B4), and 4
+// elsewhere (64 queries a step with one key tile a warp lost 13-24% at 64).
 template <int kD> struct Tiles;
-template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2; };
-template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2; };
-template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1; };
-template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1; };
+template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
+template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
+template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1, uW = 4; };
+template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1, uW = 8; };
 
 template <int kD>
 size_t max_mma_smem(bool backward) {
   using C = Tiles<kD>;
   if (!backward) return FwdCfg<kD, C::fBr, C::fBc, C::fW>::kSmem;
   return std::max({DqCfg<kD, C::qBc, C::qW, C::qM>::kSmem, DkvCfg<kD, C::kBr, C::kW, C::kM, false>::kSmem,
-                   DkvCfg<kD, C::kBr, C::kW, C::kM, true>::kSmem});
+                   DkvCfg<kD, C::kBr, C::uW, C::kM, true>::kSmem});
 }
 
 template <int kD, int kBr, int kBc, int kWarps>
@@ -1169,14 +1172,21 @@ void forward_mma(const Params& p, cudaStream_t stream) {
 
 // Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
 // accumulator), then dQ to bf16. Deterministic: dQ in a kernel of its own, then dK and dV.
+template <int kD, int kBr, int kW, int kM>
+void launch_fused(const Params& p, cudaStream_t stream) {
+  using K = DkvCfg<kD, kBr, kW, kM, true>;
+  launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
+}
+
+// Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
+// accumulator), then dQ to bf16. Deterministic: dQ in a kernel of its own, then dK and dV.
 template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
   if (p.dq_accum) {
-    using K = DkvCfg<kD, C::kBr, C::kW, C::kM, true>;
     const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
     launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
-    launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, true>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
+    launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
     return;
   }
