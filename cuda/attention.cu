@@ -1164,10 +1164,27 @@ void launch_forward(const Params& p, cudaStream_t stream) {
   launch(fwd_mma<kD, kBr, kBc, kWarps>, dim3(p.B * p.H, ceil_div(p.T, kBr)), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
 }
 
+// A/B knob (temporary, for one GPU timing): MDLM_ATTN_FWD_ALT_<head dim>=1 or 2 runs the forward on
+// other tiles.
+template <int kD> struct FwdAlt1 { static constexpr int fBr = Tiles<kD>::fBr, fBc = Tiles<kD>::fBc, fW = Tiles<kD>::fW; };
+template <int kD> struct FwdAlt2 { static constexpr int fBr = Tiles<kD>::fBr, fBc = Tiles<kD>::fBc, fW = Tiles<kD>::fW; };
+template <> struct FwdAlt1<64> { static constexpr int fBr = 128, fBc = 128, fW = 4; };
+template <> struct FwdAlt2<64> { static constexpr int fBr = 64, fBc = 64, fW = 4; };
+template <> struct FwdAlt1<128> { static constexpr int fBr = 128, fBc = 64, fW = 4; };
+template <> struct FwdAlt2<128> { static constexpr int fBr = 64, fBc = 64, fW = 4; };
+
 template <int kD>
 void forward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
-  launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
+  const char* alt = std::getenv(("MDLM_ATTN_FWD_ALT_" + std::to_string(kD)).c_str());
+  const int which = alt ? std::atoi(alt) : 0;
+  if (which == 1) {
+    launch_forward<kD, FwdAlt1<kD>::fBr, FwdAlt1<kD>::fBc, FwdAlt1<kD>::fW>(p, stream);
+  } else if (which == 2) {
+    launch_forward<kD, FwdAlt2<kD>::fBr, FwdAlt2<kD>::fBc, FwdAlt2<kD>::fW>(p, stream);
+  } else {
+    launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
+  }
 }
 
 // Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
@@ -1186,7 +1203,17 @@ void backward_mma(const Params& p, cudaStream_t stream) {
   if (p.dq_accum) {
     const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
     launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
-    launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    // A/B knob (temporary): MDLM_ATTN_FUSED_ALT=1: 8 warps of one key tile at head dim 64.
+    const char* alt = std::getenv("MDLM_ATTN_FUSED_ALT");
+    if constexpr (kD == 64) {
+      if (alt && std::string(alt) == "1") {
+        launch_fused<kD, 32, 8, 1>(p, stream);
+      } else {
+        launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+      }
+    } else {
+      launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    }
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
     return;
   }
