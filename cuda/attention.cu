@@ -31,7 +31,7 @@
 //   32   128×64 (32)                 128×64 (32)            128×32 (32)
 //   64   128×64 (32)                 128×64 (32)            128×32 (32)
 //   96   128×32 (32)                 128×32 (32)            64×32 (16)
-//   128  128×32 (32)                 128×32 (32)            64×32 (16)
+//   128  128×64 (32)                 128×32 (32)            64×32 (16); fused: 128×32 (16), 8 warps
 // Grids: forward and dq (B·H, ⌈T/Br⌉) with the query blocks taken last-first (the heaviest causal
 // blocks start first); dkdv (B·G, ⌈T/Bc⌉) with key block 0 (the heaviest) first.
 //
@@ -1143,12 +1143,15 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 // product; dk/dv at 96 and 128 has no registers for it). uW: warps of the fused backward (its
 // tile is dkdv's with uW warps): 8 at 128 (128 keys a block; timed on the H200 against 4 warps:
 // 3.32 vs 3.61 ms bidirectional and 1.83 vs 1.88 causal at B8 T2048 H16, slower at B4), and 4
-// elsewhere (64 queries a step with one key tile a warp lost 13-24% at 64).
+// elsewhere (64 queries a step with one key tile a warp lost 13-24% at 64, and 8 warps of one
+// key tile 40%). The forward at 128 takes 64-key tiles (a few spilled registers): 0.82 vs 0.97 ms
+// bidirectional at B8 T2048 H16, 6-16% faster over the bench shapes than 32-key tiles and than
+// 64 × 64 blocks; at 64, 128 × 64 beat 128 × 128 and 64 × 64 by 4-5% (H200, 2026-12-03).
 template <int kD> struct Tiles;
 template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
 template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
 template <> struct Tiles<96> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1, uW = 4; };
-template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 32, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1, uW = 8; };
+template <> struct Tiles<128> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 32, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 1, uW = 8; };
 
 template <int kD>
 size_t max_mma_smem(bool backward) {
@@ -1164,27 +1167,10 @@ void launch_forward(const Params& p, cudaStream_t stream) {
   launch(fwd_mma<kD, kBr, kBc, kWarps>, dim3(p.B * p.H, ceil_div(p.T, kBr)), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
 }
 
-// A/B knob (temporary, for one GPU timing): MDLM_ATTN_FWD_ALT_<head dim>=1 or 2 runs the forward on
-// other tiles.
-template <int kD> struct FwdAlt1 { static constexpr int fBr = Tiles<kD>::fBr, fBc = Tiles<kD>::fBc, fW = Tiles<kD>::fW; };
-template <int kD> struct FwdAlt2 { static constexpr int fBr = Tiles<kD>::fBr, fBc = Tiles<kD>::fBc, fW = Tiles<kD>::fW; };
-template <> struct FwdAlt1<64> { static constexpr int fBr = 128, fBc = 128, fW = 4; };
-template <> struct FwdAlt2<64> { static constexpr int fBr = 64, fBc = 64, fW = 4; };
-template <> struct FwdAlt1<128> { static constexpr int fBr = 128, fBc = 64, fW = 4; };
-template <> struct FwdAlt2<128> { static constexpr int fBr = 64, fBc = 64, fW = 4; };
-
 template <int kD>
 void forward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
-  const char* alt = std::getenv(("MDLM_ATTN_FWD_ALT_" + std::to_string(kD)).c_str());
-  const int which = alt ? std::atoi(alt) : 0;
-  if (which == 1) {
-    launch_forward<kD, FwdAlt1<kD>::fBr, FwdAlt1<kD>::fBc, FwdAlt1<kD>::fW>(p, stream);
-  } else if (which == 2) {
-    launch_forward<kD, FwdAlt2<kD>::fBr, FwdAlt2<kD>::fBc, FwdAlt2<kD>::fW>(p, stream);
-  } else {
-    launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
-  }
+  launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
 // Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
@@ -1203,17 +1189,7 @@ void backward_mma(const Params& p, cudaStream_t stream) {
   if (p.dq_accum) {
     const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
     launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
-    // A/B knob (temporary): MDLM_ATTN_FUSED_ALT=1: 8 warps of one key tile at head dim 64.
-    const char* alt = std::getenv("MDLM_ATTN_FUSED_ALT");
-    if constexpr (kD == 64) {
-      if (alt && std::string(alt) == "1") {
-        launch_fused<kD, 32, 8, 1>(p, stream);
-      } else {
-        launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-      }
-    } else {
-      launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-    }
+    launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
     return;
   }
