@@ -1143,10 +1143,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 // product; dk/dv at 96 and 128 has no registers for it). uW: warps of the fused backward (its
 // tile is dkdv's with uW warps): 8 at 128 (128 keys a block; timed on the H200 against 4 warps:
 // 3.32 vs 3.61 ms bidirectional and 1.83 vs 1.88 causal at B8 T2048 H16, slower at B4), and 4
-// elsewhere (64 queries a step with one key tile a warp lost 13-24% at 64, and 8 warps of one
-// key tile 40%). The forward at 128 takes 64-key tiles (a few spilled registers): 0.82 vs 0.97 ms
-// bidirectional at B8 T2048 H16, 6-16% faster over the bench shapes than 32-key tiles and than
-// 64 × 64 blocks; at 64, 128 × 64 beat 128 × 128 and 64 × 64 by 4-5% (H200, 2026-12-03).
+// elsewhere (at 64, 64 queries a step with one key tile a warp took 0.777 vs 0.628 ms at B16
+// T1024 bidirectional, winning only at B8 causal, and 8 warps of one key tile 0.884). The
+// forward at 128 takes 64-key tiles (a few spilled registers): 0.82 vs 0.97 ms bidirectional at
+// B8 T2048 H16, 12% less over the bench shapes than 32-key tiles and 20% less than 64 × 64
+// blocks; at 64, 128 × 64 beat 128 × 128 and 64 × 64 by 4-5% (H200, 2026-12-03).
 template <int kD> struct Tiles;
 template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
 template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
