@@ -57,64 +57,64 @@ export class SwiGluMlp {
     return this.up.weight.offset === this.gate.weight.offset + this.hidden * this.dModel;
   }
 
-  /** The first `count` elements after `offset` of t, shaped [1, r, c]. */
-  private static part(b: Backend, t: Tensor, offset: number, r: number, c: number): Tensor {
-    return b.view(t, offset, [1, r, c]);
+  /** The first r·c elements of t as one [r, c] matrix (a batch of one for matmul). */
+  private static mat(b: Backend, t: Tensor, r: number, c: number): Tensor {
+    return b.view(t, 0, [1, r, c]);
+  }
+
+  /** The two halves of a [2·r·c] buffer, each shaped [r, c]. */
+  private static halves(b: Backend, t: Tensor, r: number, c: number): [Tensor, Tensor] {
+    return [b.view(t, 0, [r, c]), b.view(t, r * c, [r, c])];
+  }
+
+  /** h = silu(G) · U over [r, c]: the row-major layout ([rows, hidden]) or the transposed one ([hidden, rows]). */
+  private product(b: Backend, r: number, c: number): Tensor {
+    const [g, u] = SwiGluMlp.halves(b, this.gu, r, c);
+    const h = b.view(this.h, 0, [r, c]);
+    b.run(swiglu, { gate: g, up: u, out: h }, { rows: r, hidden: c });
+    return h;
   }
 
   /** out [rows, dModel] from x [rows, dModel]; fewer rows than built for use the first rows of the buffers (decoding). */
   forward(b: Backend, x: Tensor, out: Tensor, rows = this.rows): void {
-    const F = this.hidden;
-    const n = rows * F;
+    const F = this.hidden, d = this.dModel, m = SwiGluMlp.mat;
     if (rows !== this.rows || !this.joined) {
-      const [g, u, h] = [b.view(this.gu, 0, [rows, F]), b.view(this.gu, n, [rows, F]), b.view(this.h, 0, [rows, F])];
+      const [g, u] = SwiGluMlp.halves(b, this.gu, rows, F);
       this.gate.forward(b, x, g, rows);
       this.up.forward(b, x, u, rows);
-      b.run(swiglu, { gate: g, up: u, out: h }, { rows, hidden: F });
-      this.down.forward(b, h, out, rows);
+      this.down.forward(b, this.product(b, rows, F), out, rows);
       return;
     }
-    const p = SwiGluMlp.part;
     // [Gᵀ; Uᵀ] [2F, rows] = Wgu [2F, d] · xᵀ
-    b.run(matmul, { a: p(b, this.gate.weight.compute, 0, 2 * F, this.dModel), b: as3d(b, x), out: p(b, this.gu, 0, 2 * F, rows) }, matmulAttrs(1, 2 * F, rows, this.dModel, false, true));
-    this.product(b);
+    b.run(matmul, { a: m(b, this.gate.weight.compute, 2 * F, d), b: as3d(b, x), out: m(b, this.gu, 2 * F, rows) }, matmulAttrs(1, 2 * F, rows, d, false, true));
     // out [rows, d] = (hᵀ)ᵀ · Wdownᵀ
-    b.run(matmul, { a: p(b, this.h, 0, F, rows), b: as3d(b, this.down.weight.compute), out: as3d(b, out) }, matmulAttrs(1, rows, this.dModel, F, true, true));
-  }
-
-  /** hᵀ = silu(Gᵀ) · Uᵀ, element-wise over [hidden, rows]. */
-  private product(b: Backend): void {
-    const F = this.hidden, n = this.rows * F;
-    b.run(swiglu, { gate: b.view(this.gu, 0, [F, this.rows]), up: b.view(this.gu, n, [F, this.rows]), out: b.view(this.h, 0, [F, this.rows]) }, { rows: F, hidden: this.rows });
+    b.run(matmul, { a: as3d(b, this.product(b, F, rows)), b: as3d(b, this.down.weight.compute), out: as3d(b, out) }, matmulAttrs(1, rows, d, F, true, true));
   }
 
   backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor): void {
     const sc = this.scratch;
-    const F = this.hidden, d = this.dModel, R = this.rows, n = R * F;
+    const F = this.hidden, d = this.dModel, R = this.rows, m = SwiGluMlp.mat;
     if (!this.joined) {
-      const [g, u, h] = [b.view(this.gu, 0, [R, F]), b.view(this.gu, n, [R, F]), b.view(this.h, 0, [R, F])];
-      const [dg, du] = [b.view(sc.dGateUp, 0, [R, F]), b.view(sc.dGateUp, n, [R, F])];
-      if (this.recompute) b.run(swiglu, { gate: g, up: u, out: h }, { rows: R, hidden: F });
+      const [g, u] = SwiGluMlp.halves(b, this.gu, R, F);
+      const [dg, du] = SwiGluMlp.halves(b, sc.dGateUp, R, F);
+      const h = this.recompute ? this.product(b, R, F) : b.view(this.h, 0, [R, F]);
       this.down.backward(b, h, dout, sc.dHidden, 'write', R);
       b.run(swigluBackward, { dout: sc.dHidden, gate: g, up: u, dgate: dg, dup: du }, { rows: R, hidden: F });
       this.gate.backward(b, x, dg, dx, 'write', R);
       this.up.backward(b, x, du, dx, 'add', R);
       return;
     }
-    const p = SwiGluMlp.part;
-    if (this.recompute) this.product(b);
-    const hT = p(b, this.h, 0, F, R);
-    const dhT = p(b, sc.dHidden, 0, F, R);
+    const hT = this.recompute ? this.product(b, F, R) : b.view(this.h, 0, [F, R]);
+    const dhT = b.view(sc.dHidden, 0, [F, R]);
     // dWdown [d, F] += doutᵀ · (hᵀ)ᵀ;  dhᵀ [F, rows] = Wdownᵀ · doutᵀ
-    b.run(matmul, { a: as3d(b, dout), b: hT, out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: true, outF32: true }));
-    b.run(matmul, { a: as3d(b, this.down.weight.compute), b: as3d(b, dout), out: dhT }, matmulAttrs(1, F, R, d, true, true));
-    b.run(swigluBackward, {
-      dout: b.view(sc.dHidden, 0, [F, R]), gate: b.view(this.gu, 0, [F, R]), up: b.view(this.gu, n, [F, R]),
-      dgate: b.view(sc.dGateUp, 0, [F, R]), dup: b.view(sc.dGateUp, n, [F, R]),
-    }, { rows: F, hidden: R });
-    const dguT = p(b, sc.dGateUp, 0, 2 * F, R);
+    b.run(matmul, { a: as3d(b, dout), b: as3d(b, hT), out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: true, outF32: true }));
+    b.run(matmul, { a: as3d(b, this.down.weight.compute), b: as3d(b, dout), out: as3d(b, dhT) }, matmulAttrs(1, F, R, d, true, true));
+    const [gT, uT] = SwiGluMlp.halves(b, this.gu, F, R);
+    const [dgT, duT] = SwiGluMlp.halves(b, sc.dGateUp, F, R);
+    b.run(swigluBackward, { dout: dhT, gate: gT, up: uT, dgate: dgT, dup: duT }, { rows: F, hidden: R });
+    const dguT = m(b, sc.dGateUp, 2 * F, R);
     // dWgu [2F, d] += [dGᵀ; dUᵀ] · x;  dx [rows, d] = [dGᵀ; dUᵀ]ᵀ · Wgu
-    b.run(matmul, { a: dguT, b: as3d(b, x), out: p(b, this.gate.weight.grad, 0, 2 * F, d) }, matmulAttrs(1, 2 * F, d, R, false, false, { accumulate: true, outF32: true }));
-    b.run(matmul, { a: dguT, b: p(b, this.gate.weight.compute, 0, 2 * F, d), out: as3d(b, dx) }, matmulAttrs(1, R, d, 2 * F, true, false));
+    b.run(matmul, { a: dguT, b: as3d(b, x), out: m(b, this.gate.weight.grad, 2 * F, d) }, matmulAttrs(1, 2 * F, d, R, false, false, { accumulate: true, outF32: true }));
+    b.run(matmul, { a: dguT, b: m(b, this.gate.weight.compute, 2 * F, d), out: as3d(b, dx) }, matmulAttrs(1, R, d, 2 * F, true, false));
   }
 }
