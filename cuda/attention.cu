@@ -43,6 +43,7 @@
 // float64 reference: build and run it after any change to these kernels.
 #include "attention.cuh"
 #include "op.h"
+#include "wgmma.cuh"
 
 #include <algorithm>
 #include <cmath>
@@ -753,6 +754,234 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Backward, fused, Hopper (sm_90a): the same algorithm on warpgroup MMA (cuda/wgmma.cuh)
+// ---------------------------------------------------------------------------------------------
+
+// Two warpgroups, 64 keys each (kBc = 128 keys a block), 64 queries a step; head dim 64 or 128.
+// Every tile is 128B-swizzled in shared memory, which serves the K-major and the MN-major reads.
+template <int kD>
+struct WgDkvCfg {
+  static constexpr int kBc = 128, kBr = 64, kThreads = 256;
+  static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
+  static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
+  static constexpr uint32_t kOffV = kKV, kOffQ = 2 * kKV, kOffdO = kOffQ + 2 * kQ, kOffdS = kOffdO + 2 * kQ;
+  static constexpr uint32_t kOffRows = kOffdS + kBc * kBr * 2;  // 2 × (lse, Drow) of kBr floats
+  static constexpr size_t kSmem = kOffRows + 4 * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
+  static_assert(kD == 64 || kD == 128, "wgmma backward: head dim 64 or 128");
+};
+
+// cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
+// address `tile` ([kRows][kD]); rows >= T and columns >= d zero-filled.
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d) {
+  constexpr int kChunks = kD / 8, kTotal = kRows * kChunks;
+  static_assert(kTotal % kThreads == 0, "tile load");
+#pragma unroll
+  for (int it = 0; it < kTotal / kThreads; ++it) {
+    const int i = it * kThreads + (int)threadIdx.x;
+    const int r = i / kChunks, c = i % kChunks, t = t0 + r;
+    const bool ok = t < T && c * 8 < d;
+    cp_async16(tile + wg::sw128_offset(kRows, r, c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
+  }
+}
+
+// bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
+// dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO and
+// dK += dSᵀ·Q (registers × shared, MN-major), writes dSᵀ to shared memory, and after a barrier
+// computes dQ[:, w·kD/2..] += dS·K over all 128 keys (both operands MN-major), added to the f32
+// accumulator with atomics.
+template <int kD>
+__global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
+#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = WgDkvCfg<kD>;
+  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = kD / 2;
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [2][kBr] lse
+  float* sDr = sL + 2 * kBr;                                    // [2][kBr] Drow
+  const uint32_t aK = base, aV = base + Cfg::kOffV, aQ = base + Cfg::kOffQ, adO = base + Cfg::kOffdO,
+                 adS = base + Cfg::kOffdS;
+
+  const int T = p.T, D = p.D, group = p.group;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
+  const int k0 = blockIdx.y * kBc;  // first (causal: heaviest) key blocks first
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int key0 = 64 * wgi;  // this warpgroup's first key in the block
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t kb = kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  const SegRange krange = warp_seg_range(segb, k0, kBc, T);
+  const int m_begin = causal ? k0 / kBr : 0;
+  const int m_end = (T + kBr - 1) / kBr;
+  int first_kind = kEmpty;
+  const int m_first = next_query_tile(m_begin, m_end, kBr, segb, k0, kBc, krange, T, causal, first_kind);
+  int hq = m_first < m_end ? 0 : group;
+  int m = m_first, kind = first_kind;
+
+  auto load_tile = [&](int buf_, int hq_, int m_) {
+    const int h = g * group + hq_;
+    const int q0 = m_ * kBr;
+    const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
+    load_rows_sw128<kBr, kD, kThreads>(aQ + buf_ * Cfg::kQ, static_cast<const bf16*>(p.q) + qb, qstride, q0, T, D);
+    load_rows_sw128<kBr, kD, kThreads>(adO + buf_ * Cfg::kQ, static_cast<const bf16*>(p.dout) + qb, qstride, q0, T, D);
+    if (threadIdx.x < 2 * kBr) {
+      const int i = threadIdx.x % kBr, t = q0 + i;
+      const bool ok = t < T;
+      float* dst = (threadIdx.x < kBr ? sL : sDr) + buf_ * kBr + i;
+      cp_async4(smem_u32(dst), (threadIdx.x < kBr ? p.lse_in : p.dsum) + (ok ? rb + t : 0), ok);
+    }
+  };
+
+  load_rows_sw128<kBc, kD, kThreads>(aK, static_cast<const bf16*>(p.k) + kb, kvstride, k0, T, D);
+  load_rows_sw128<kBc, kD, kThreads>(aV, static_cast<const bf16*>(p.v) + kb, kvstride, k0, T, D);
+  if (hq < group) load_tile(0, hq, m);
+  cp_async_commit();
+
+  int krow[2], kseg[2];
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    krow[hi] = k0 + key0 + 16 * warp + gid + 8 * hi;
+    kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
+  }
+
+  float dk[kD / 2], dv[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  int buf = 0;
+  while (hq < group) {
+    const int cur_kind = kind;
+    const int q0 = m * kBr;
+    cp_async_wait<0>();
+    wg::fence_proxy_async();  // the tiles just landed are read by wgmma (the async proxy)
+    __syncthreads();          // tile (hq, m) has landed; both warpgroups are done with the other buffer
+    const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
+    const float* cL = sL + buf * kBr;
+    const float* cDr = sDr + buf * kBr;
+
+    float s[32], dp[32];
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wg::wgmma_ss<64, 0, 0>(s, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
+    wg::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
+    wg::wgmma_commit();
+
+    // The next (head, query tile): classified and prefetched into the other buffer.
+    int hq_next = hq;
+    int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
+    if (m_next == m_end) {
+      ++hq_next;
+      m_next = m_first;
+      kind = first_kind;
+    }
+    if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
+    cp_async_commit();
+
+    wg::wgmma_wait<1>();  // Sᵀ
+    // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s, then as bf16 A fragments (k = queries).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = j * 8 + 2 * tig;
+      const float2 l2 = *reinterpret_cast<const float2*>(cL + c);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int qi = q0 + c + e;
+        const float lse2 = (e ? l2.y : l2.x) * kLog2e;
+        const int qseg = cur_kind == kPartial ? __ldg(segb + min(qi, T - 1)) : 0;
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi) {
+          float pv = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -lse2));
+          if (cur_kind == kPartial && !visible(qi, qseg, krow[hi], kseg[hi], T, causal)) pv = 0.f;
+          s[4 * j + 2 * hi + e] = pv;
+        }
+      }
+    }
+    uint32_t pa[4][4], da[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+
+    wg::wgmma_wait<0>();  // dPᵀ
+    // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) as A fragments, and into shared memory ([keys][queries]) for dQ.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 d2 = *reinterpret_cast<const float2*>(cDr + j * 8 + 2 * tig);
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        dp[4 * j + 2 * hi] = s[4 * j + 2 * hi] * (dp[4 * j + 2 * hi] - d2.x);
+        dp[4 * j + 2 * hi + 1] = s[4 * j + 2 * hi + 1] * (dp[4 * j + 2 * hi + 1] - d2.y);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        da[kk][r] = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+        // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
+        const int row = key0 + 16 * warp + gid + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + 2 * tig;
+        *reinterpret_cast<uint32_t*>(smem + Cfg::kOffdS + wg::sw128_offset(kBc, row, col)) = da[kk][r];
+      }
+
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dk, da[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);  // dK += dSᵀ·Q
+    wg::wgmma_commit();
+    wg::fence_proxy_async();
+    __syncthreads();  // both warpgroups' dSᵀ rows are in shared memory
+
+    float dq[kDq / 2];
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk)
+      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(adS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
+    wg::wgmma_commit();
+    wg::wgmma_wait<0>();
+    float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int t = q0 + 16 * warp + gid + 8 * hi;
+      if (t >= T) continue;
+#pragma unroll
+      for (int j = 0; j < kDq / 8; ++j) {
+        const int col = wgi * kDq + 8 * j + 2 * tig;
+        if (col < D) atomic_add2(dqa + (int64_t)t * qstride + col, dq[4 * j + 2 * hi], dq[4 * j + 2 * hi + 1]);
+      }
+    }
+    buf ^= 1;
+    hq = hq_next;
+    m = m_next;
+  }
+  cp_async_wait<0>();
+
+  // dK (× scale) and dV straight from the accumulators: 4 bytes a lane, once per block.
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int t = krow[hi];
+    if (t >= T) continue;
+    bf16* gk = static_cast<bf16*>(p.dk) + kb + (int64_t)t * kvstride;
+    bf16* gv = static_cast<bf16*>(p.dv) + kb + (int64_t)t * kvstride;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int col = 8 * j + 2 * tig;
+      if (col >= D) continue;
+      *reinterpret_cast<uint32_t*>(gk + col) = pack_bf16(dk[4 * j + 2 * hi] * p.scale, dk[4 * j + 2 * hi + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(gv + col) = pack_bf16(dv[4 * j + 2 * hi], dv[4 * j + 2 * hi + 1]);
+    }
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
 // Backward, fused: the two small kernels around bwd_dkdv_mma<.., true>
 // ---------------------------------------------------------------------------------------------
 
@@ -1184,13 +1413,20 @@ void launch_fused(const Params& p, cudaStream_t stream) {
 
 // Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
 // accumulator), then dQ to bf16. Deterministic: dQ in a kernel of its own, then dK and dV.
+// hopper: the fused kernel on wgmma (bwd_dkdv_wgmma; head dim 64 or 128).
 template <int kD>
-void backward_mma(const Params& p, cudaStream_t stream) {
+void backward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
   if (p.dq_accum) {
     const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
     launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
-    launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    if constexpr (kD == 64 || kD == 128) {
+      using W = WgDkvCfg<kD>;
+      if (hopper) launch(bwd_dkdv_wgmma<kD>, dim3(p.B * p.G, ceil_div(p.T, W::kBc)), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+      else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    } else {
+      launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    }
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
     return;
   }
@@ -1219,6 +1455,22 @@ bool deterministic_backward() {
 }
 
 int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
+
+// The fused backward on wgmma: an sm_90 device (the emulator models one), head dim padded to 64 or
+// 128, and its tile fits. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel (read at every call).
+bool hopper_backward(const OpCall& call, const Params& p) {
+  const int kd = padded_head_dim(p.D);
+  if (kd != 64 && kd != 128) return false;
+  const char* v = std::getenv("MDLM_ATTN_WGMMA");
+  if (v && std::string(v) == "0") return false;
+#ifdef MDLM_ATTN_EMULATE
+  (void)call;
+  return true;
+#else
+  const size_t smem = kd == 64 ? WgDkvCfg<64>::kSmem : WgDkvCfg<128>::kSmem;
+  return call.device && call.device->major == 9 && call.device->minor == 0 && smem <= call.device->sharedMemPerBlockOptin;
+#endif
+}
 
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
   Params p{};
@@ -1315,11 +1567,12 @@ MDLM_OP(attention_backward) {
   } else if (!mma) {
     backward_simt<bf16>(p, call.stream);
   } else {
+    const bool hopper = fused && hopper_backward(call, p);
     switch (padded_head_dim(p.D)) {
-      case 32: backward_mma<32>(p, call.stream); break;
-      case 64: backward_mma<64>(p, call.stream); break;
-      case 96: backward_mma<96>(p, call.stream); break;
-      default: backward_mma<128>(p, call.stream); break;
+      case 32: backward_mma<32>(p, call.stream, hopper); break;
+      case 64: backward_mma<64>(p, call.stream, hopper); break;
+      case 96: backward_mma<96>(p, call.stream, hopper); break;
+      default: backward_mma<128>(p, call.stream, hopper); break;
     }
   }
 }

@@ -5,6 +5,9 @@
 // __syncthreads and every warp-collective operation (shuffles, votes, redux, ldmatrix, mma) block
 // the calling thread until all participants have arrived, then compute the result from all of
 // their inputs exactly as the PTX ISA defines it (fragment layouts of mma.m16n8k16 and ldmatrix).
+// wgmma.mma_async is a collective of the 128 threads of a warpgroup, computed when the last one
+// arrives (synchronously: the fences, commits and waits around it are no-ops); its shared-memory
+// operands are read through the matrix descriptors (128B swizzle, K- or MN-major, cuda/wgmma.cuh).
 // cp.async copies are queued per thread and land at that thread's cp.async.wait_group, so a read
 // of a tile before its wait sees stale data, as it could on the GPU. Shared memory is a byte
 // array per block; "shared addresses" are offsets into it. Deadlocks and warp divergence at a
@@ -57,6 +60,17 @@ struct WarpSlot {
   alignas(16) unsigned char out[32][64];
 };
 
+// A warpgroup's wgmma in flight: each thread's accumulator (on its own stack, which lives while
+// the thread waits) and A fragment.
+struct GroupSlot {
+  int count = 0;
+  uint64_t gen = 0;
+  int n = 0, trans_a = 0, trans_b = 0, accumulate = 0, a_regs = 0;
+  uint64_t desc_a = 0, desc_b = 0;
+  float* acc[128];
+  uint32_t a[128][4];
+};
+
 struct Block {
   Dim bid, grid, block;
   int nthreads = 0;
@@ -65,6 +79,7 @@ struct Block {
   int bar_count = 0;
   uint64_t bar_gen = 0;
   std::vector<WarpSlot> warps;
+  std::vector<GroupSlot> groups;
   uint64_t events = 0;  // completed barriers and collectives: progress for deadlock detection
 };
 
@@ -114,6 +129,7 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
         // Poison shared memory so reads of never-written bytes show up as NaN (0xffff bf16 / f32).
         b.smem.assign(smem, 0xff);
         b.warps.resize((threads + 31) / 32);
+        b.groups.resize(threads / 128);
         b.threads.resize(threads);
         block_ptr() = &b;
         for (int t = 0; t < threads; ++t) {
@@ -366,6 +382,77 @@ inline void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
     }
   });
   for (int i = 0; i < 4; ++i) c[i] = o.d[i];
+}
+
+// ---- wgmma (sm_90a) ----
+
+// Shared-memory byte address of element (mn, k) of a 16-bit operand under a 128B-swizzled
+// descriptor: K-major ((8,m),(8,2)):((128 B, SBO),(2 B, 16 B)), MN-major
+// ((64,m),(8,k)):((2 B, LBO),(128 B, SBO)), then the swizzle on the address bits.
+inline uint32_t gmma_address(uint64_t desc, bool mn_major, int mn, int k) {
+  const uint32_t start = (uint32_t)(desc & 0x3fff) << 4, lbo = (uint32_t)((desc >> 16) & 0x3fff) << 4,
+                 sbo = (uint32_t)((desc >> 32) & 0x3fff) << 4;
+  if ((desc >> 62) != 1) fail("wgmma: only 128B-swizzled descriptors are modelled");
+  const uint32_t a = mn_major ? start + (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
+                              : start + (mn % 8) * 128 + (mn / 8) * sbo + k * 2;
+  return a ^ (((a >> 7) & 7) << 4);
+}
+
+// wgmma.mma_async.m64nNk16.f32.bf16.bf16: d = A·B (+ d). A from registers (a_regs, per-warp
+// mma.m16n8k16 fragments) or the descriptor desc_a; B from desc_b (trans: MN-major).
+inline void wgmma(int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b,
+                  bool accumulate, float* d) {
+  Block& b = *block_ptr();
+  Thread& th = *thread_ptr();
+  if (b.groups.empty()) fail("wgmma in a block that is not whole warpgroups");
+  GroupSlot& s = b.groups[th.tid.x / 128];
+  const int t = th.tid.x % 128;
+  if (s.count == 0) {
+    s.n = n, s.trans_a = trans_a, s.trans_b = trans_b, s.accumulate = accumulate, s.a_regs = a_regs != nullptr;
+    s.desc_a = desc_a, s.desc_b = desc_b;
+  } else if (s.n != n || s.trans_a != (int)trans_a || s.trans_b != (int)trans_b || s.accumulate != (int)accumulate ||
+             s.a_regs != (a_regs != nullptr) || s.desc_a != desc_a || s.desc_b != desc_b) {
+    fail("threads of a warpgroup issued different wgmma instructions");
+  }
+  s.acc[t] = d;
+  if (a_regs)
+    for (int i = 0; i < 4; ++i) s.a[t][i] = a_regs[i];
+  const uint64_t g = s.gen;
+  if (++s.count < 128) {
+    while (s.gen == g) yield();
+    return;
+  }
+  float A[64][16];
+  std::vector<float> B(16 * n);
+  for (int m = 0; m < 64; ++m)
+    for (int k = 0; k < 16; ++k) {
+      uint16_t bits;
+      if (s.a_regs) {
+        const int w = m / 16, r = m % 16, g8 = r % 8, hi = r / 8, kb = k / 8, t2 = (k % 8) / 2;
+        const uint32_t reg = s.a[32 * w + 4 * g8 + t2][hi + 2 * kb];
+        bits = (k % 2) ? reg >> 16 : reg & 0xffff;
+      } else {
+        bits = smem_b16(gmma_address(s.desc_a, s.trans_a, m, k));
+      }
+      A[m][k] = bf16_bits_to_f32(bits);
+    }
+  for (int k = 0; k < 16; ++k)
+    for (int j = 0; j < n; ++j) B[k * n + j] = bf16_bits_to_f32(smem_b16(gmma_address(s.desc_b, s.trans_b, j, k)));
+  for (int tt = 0; tt < 128; ++tt) {
+    const int w = tt / 32, l = tt % 32, g8 = l >> 2, t4 = l & 3;
+    for (int j = 0; j < n / 8; ++j)
+      for (int h = 0; h < 2; ++h)
+        for (int e = 0; e < 2; ++e) {
+          const int row = 16 * w + g8 + 8 * h, col = 8 * j + 2 * t4 + e;
+          float& out = s.acc[tt][4 * j + 2 * h + e];
+          double sum = s.accumulate ? out : 0.0;
+          for (int k = 0; k < 16; ++k) sum += (double)A[row][k] * (double)B[k * n + col];
+          out = (float)sum;
+        }
+  }
+  s.count = 0;
+  ++s.gen;
+  ++b.events;
 }
 
 }  // namespace emu
