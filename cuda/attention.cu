@@ -8,25 +8,32 @@
 // cp.async double-buffered tiles, padded shared rows so ldmatrix is conflict-free).
 //   forward   fwd_mma      one block per (b, h, Br query rows); online softmax over Bc-key tiles;
 //                          writes out (bf16) and lse (natural log of Σ exp(scale·qk)).
+//             fwd_wgmma    the same on Hopper warpgroup MMA (sm_90, head dim 64 or 128): two
+//                          warpgroups of 64 rows, 128-key tiles, the previous tile's P·V in flight
+//                          while the softmax of the next runs.
+//   backward  bwd_prep     Drow = rowsum(dO∘O) into scratch (and, fused, the f32 dQ accumulator
+//                          zeroed); every tensor-core backward reads it.
 //   backward (default, fused)
-//             bwd_prep     Drow = rowsum(dO∘O) into scratch, and the f32 dQ accumulator zeroed.
 //             bwd_dkdv_mma<.., true> one block per (b, kv head, key rows): loops over the q heads
 //                          of the GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
+//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90, head dim 128): two warpgroups of
+//                          64 keys, 64-query steps; each computes half of dQ's columns.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
 //   backward (MDLM_ATTN_DETERMINISTIC=1: the same bits on every run)
-//             bwd_dq_mma   one block per (b, h, query rows): Drow (written to scratch), then
-//                          dQ = scale · Σ_tiles dS·K in registers.
-//             bwd_dkdv_mma<.., false> as above without dQ; reads Drow, so it runs after bwd_dq_mma.
+//             bwd_dq_mma   one block per (b, h, query rows): dQ = scale · Σ_tiles dS·K in registers.
+//             bwd_dkdv_mma<.., false> as above without dQ.
 //             No atomics; the price is S and dP recomputed in both kernels, 7 tile products.
+// MDLM_ATTN_WGMMA=0 keeps the mma.sync kernels on an sm_90 device.
 // f32 (and bf16 with a head dim that is not a multiple of 8 or misaligned tensors): the same
 // three kernels in exact fp32 SIMT arithmetic (fwd_simt, bwd_dq_simt, bwd_dkdv_simt; 128
 // threads, 16 rows a block, 32-row streamed tiles).
 //
-// Launch configurations (tile table `Tiles` below; 128 threads = 4 warps for every tile kernel):
+// Launch configurations of the mma.sync kernels (tile table `Tiles` below; 128 threads = 4 warps
+// unless noted; the wgmma kernels are described at their definitions):
 //   kD   forward Br×Bc (rows/warp)   dq Br×Bc (rows/warp)   dkdv Bc(keys)×Br(queries) (keys/warp)
 //   32   128×64 (32)                 128×64 (32)            128×32 (32)
 //   64   128×64 (32)                 128×64 (32)            128×32 (32)
@@ -415,8 +422,8 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, in
 // fwd_mma on wgmma. Warpgroup w owns query rows 64w..; per key tile n it issues S(n) = Q_w·K(n)ᵀ
 // (shared × shared) and then O += P(n-1)·V(n-1) (registers × shared, MN-major), so the softmax of
 // tile n (row max, exponentials, sums) runs while the previous tile's P·V is in flight; O is
-// rescaled once that product has landed. K(n+1) and V(n) are prefetched at the top of step n
-// (V one step behind K, as it is consumed one step later), each double-buffered.
+// rescaled once that product has landed. K(n+1) and V(n) are prefetched during step n (V one
+// step behind K, as it is consumed one step later), each double-buffered.
 template <int kD>
 __global__ void __launch_bounds__(256, 1) fwd_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -473,10 +480,6 @@ __global__ void __launch_bounds__(256, 1) fwd_wgmma(const Params p) {
     cp_async_wait<0>();
     wg::fence_proxy_async();
     __syncthreads();  // K(n) and the previous tile's V have landed; both warpgroups are done with the P·V before
-    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-    if (n_next < n_end) load_rows_sw128<kBc, kD, kThreads>(aK + ((it + 1) & 1) * Cfg::kTile, kg, kvstride, n_next * kBc, T, D);
-    load_rows_sw128<kBc, kD, kThreads>(aV + (it & 1) * Cfg::kTile, vg, kvstride, k0, T, D);
-    cp_async_commit();
 
     float s[kBc / 2];
     wg::wgmma_fence();
@@ -487,6 +490,12 @@ __global__ void __launch_bounds__(256, 1) fwd_wgmma(const Params p) {
 #pragma unroll
     for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(aV + ((it + 1) & 1) * Cfg::kTile, kBc, 0, kk), true);
     wg::wgmma_commit();
+    // While they run: the next tile classified (document-id loads) and its K, and this tile's V,
+    // prefetched into buffers no product in flight reads.
+    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    if (n_next < n_end) load_rows_sw128<kBc, kD, kThreads>(aK + ((it + 1) & 1) * Cfg::kTile, kg, kvstride, n_next * kBc, T, D);
+    load_rows_sw128<kBc, kD, kThreads>(aV + (it & 1) * Cfg::kTile, vg, kvstride, k0, T, D);
+    cp_async_commit();
     wg::wgmma_wait<1>();  // S(n); the previous P·V may still run
 
     if (cur_kind == kPartial) {
@@ -627,28 +636,15 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
   }
   cp_async_commit();
 
-  // Drow = rowsum(dO∘O) of each of the warp's 16-row tiles: lane pair (2r, 2r+1) sums row r;
-  // written to the scratch for bwd_dkdv_mma and handed to the lanes holding rows gid and gid + 8.
+  // Drow (bwd_prep's, in the scratch) and lse of the rows gid and gid + 8 of each 16-row tile.
   float drow[kMT][2], lse2[kMT][2];
   int qseg[kMT][2];
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
-    const int r = lane >> 1, half = lane & 1, t = q0 + wrow + mt * 16 + r;
-    float acc = 0.f;
-    if (t < T) {
-      const bf16* orow = static_cast<const bf16*>(p.o) + qb + (int64_t)t * qstride;
-      const bf16* drow_g = dog + (int64_t)t * qstride;
-#pragma unroll
-      for (int c = half; c < kDT; c += 2)
-        if (c * 8 < D) acc += dot_bf16x8(*reinterpret_cast<const uint4*>(orow + c * 8), *reinterpret_cast<const uint4*>(drow_g + c * 8));
-    }
-    acc += __shfl_xor_sync(kFull32, acc, 1);
-    if (half == 0 && t < T) p.dsum[rb + t] = acc;
-    drow[mt][0] = __shfl_sync(kFull32, acc, 2 * gid);
-    drow[mt][1] = __shfl_sync(kFull32, acc, 2 * (gid + 8));
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
       const int row = q0 + wrow + mt * 16 + gid + 8 * hi;
+      drow[mt][hi] = row < T ? p.dsum[rb + row] : 0.f;
       lse2[mt][hi] = row < T ? p.lse_in[rb + row] * kLog2e : 0.f;
       qseg[mt][hi] = __ldg(segb + min(row, T - 1));
     }
@@ -1152,8 +1148,9 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
 // Backward, fused: the two small kernels around bwd_dkdv_mma<.., true>
 // ---------------------------------------------------------------------------------------------
 
-// Drow = rowsum(dO∘O) of every (b, t, h) row, and that row of the dQ accumulator zeroed: 16 lanes
-// a row, 8 elements a lane (D a multiple of 8, at most 128).
+// Drow = rowsum(dO∘O) of every (b, t, h) row, and (fused) that row of the dQ accumulator zeroed:
+// 16 lanes a row, 8 elements a lane (D a multiple of 8, at most 128). Both tensor-core backwards
+// read Drow from here, so they agree on it to the bit.
 __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;  // (b·T + t)·H + h
   const int c = threadIdx.x & 15;
@@ -1164,8 +1161,10 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
     const int64_t e = row * D + c * 8;
     acc = dot_bf16x8(*reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.o) + e),
                      *reinterpret_cast<const uint4*>(static_cast<const bf16*>(p.dout) + e));
-    float4* z = reinterpret_cast<float4*>(p.dq_accum + e);
-    z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (p.dq_accum) {
+      float4* z = reinterpret_cast<float4*>(p.dq_accum + e);
+      z[0] = z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 #pragma unroll
   for (int o = 8; o > 0; o >>= 1) acc += __shfl_xor_sync(kFull32, acc, o);  // within the 16 lanes
@@ -1575,23 +1574,22 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
-// Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
-// accumulator), then dQ to bf16. Deterministic: dQ in a kernel of its own, then dK and dV.
+// The fused mma.sync kernel (dK, dV and dQ in one) with kW warps.
 template <int kD, int kBr, int kW, int kM>
 void launch_fused(const Params& p, cudaStream_t stream) {
   using K = DkvCfg<kD, kBr, kW, kM, true>;
   launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
-// Fused (p.dq_accum set): Drow, then one kernel for dK, dV and dQ (atomics into the f32
-// accumulator), then dQ to bf16. Deterministic: dQ in a kernel of its own, then dK and dV.
-// hopper: the fused kernel on wgmma (bwd_dkdv_wgmma; head dim 128).
+// Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
+// accumulator; on wgmma when `hopper`, head dim 128), then dQ to bf16. Deterministic: dQ in a
+// kernel of its own, then dK and dV.
 template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
+  const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
+  launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
-    const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
-    launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
     if constexpr (kD == 128) {
       using W = WgDkvCfg<kD>;
       if (hopper) launch(bwd_dkdv_wgmma<kD>, dim3(p.B * p.G, ceil_div(p.T, W::kBc)), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
