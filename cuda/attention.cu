@@ -8,9 +8,6 @@
 // cp.async double-buffered tiles, padded shared rows so ldmatrix is conflict-free).
 //   forward   fwd_mma      one block per (b, h, Br query rows); online softmax over Bc-key tiles;
 //                          writes out (bf16) and lse (natural log of Σ exp(scale·qk)).
-//             fwd_wgmma    the same on Hopper warpgroup MMA (sm_90, head dim 64 or 128): two
-//                          warpgroups of 64 rows, 128-key tiles, the previous tile's P·V in flight
-//                          while the softmax of the next runs.
 //   backward  bwd_prep     Drow = rowsum(dO∘O) into scratch (and, fused, the f32 dQ accumulator
 //                          zeroed); every tensor-core backward reads it.
 //   backward (default, fused)
@@ -391,190 +388,6 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward, Hopper (sm_90a): warpgroup MMA (cuda/wgmma.cuh)
-// ---------------------------------------------------------------------------------------------
-
-// Two warpgroups, 64 query rows each (kBr = 128 a block), 128-key tiles; head dim 64 or 128.
-template <int kD>
-struct WgFwdCfg {
-  static constexpr int kBr = 128, kBc = 128, kThreads = 256;
-  static constexpr uint32_t kTile = kBc * kD * 2;  // bytes of a K or V tile (and of the Q tile)
-  static constexpr uint32_t kOffK = kTile, kOffV = 3 * kTile;  // Q, then 2 × K, then 2 × V
-  static constexpr size_t kSmem = 5 * kTile + 1024;             // + slack to align the base to 1024
-  static_assert(kD == 64 || kD == 128, "wgmma forward: head dim 64 or 128");
-};
-
-// cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
-// address `tile` ([kRows][kD]); rows >= T and columns >= d zero-filled.
-template <int kRows, int kD, int kThreads>
-__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d) {
-  constexpr int kChunks = kD / 8, kTotal = kRows * kChunks;
-  static_assert(kTotal % kThreads == 0, "tile load");
-#pragma unroll
-  for (int it = 0; it < kTotal / kThreads; ++it) {
-    const int i = it * kThreads + (int)threadIdx.x;
-    const int r = i / kChunks, c = i % kChunks, t = t0 + r;
-    const bool ok = t < T && c * 8 < d;
-    cp_async16(tile + wg::sw128_offset(kRows, r, c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
-  }
-}
-
-// fwd_mma on wgmma. Warpgroup w owns query rows 64w..; per key tile n it issues S(n) = Q_w·K(n)ᵀ
-// (shared × shared) and then O += P(n-1)·V(n-1) (registers × shared, MN-major), so the softmax of
-// tile n (row max, exponentials, sums) runs while the previous tile's P·V is in flight; O is
-// rescaled once that product has landed. K(n+1) and V(n) are prefetched during step n (V one
-// step behind K, as it is consumed one step later), each double-buffered.
-template <int kD>
-__global__ void __launch_bounds__(256, 1) fwd_wgmma(const Params p) {
-#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgFwdCfg<kD>;
-  constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kThreads = Cfg::kThreads, kKT = kBc / 16;
-  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
-  const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
-  const uint32_t aQ = base, aK = base + Cfg::kOffK, aV = base + Cfg::kOffV;
-
-  const int T = p.T, D = p.D;
-  const bool causal = p.causal;
-  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;  // last (causal: heaviest) query blocks first
-  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
-  const bf16* kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
-  const bf16* vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
-  const int* segb = p.seg + (int64_t)b * T;
-
-  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
-  int n_end = (T + kBc - 1) / kBc;
-  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
-  int kind = kEmpty;
-  int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-
-  load_rows_sw128<kBr, kD, kThreads>(aQ, static_cast<const bf16*>(p.q) + q_base(p, b, h), qstride, q0, T, D);
-  if (n < n_end) load_rows_sw128<kBc, kD, kThreads>(aK, kg, kvstride, n * kBc, T, D);
-  cp_async_commit();
-
-  int qrow[2], qseg[2];
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    qrow[hi] = q0 + 64 * wgi + 16 * warp + gid + 8 * hi;
-    qseg[hi] = __ldg(segb + min(qrow[hi], T - 1));
-  }
-
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};  // running max (log2 units), partial row sum
-  // P of the previous tile as bf16 A fragments. The first step's P·V (there is no previous tile)
-  // multiplies zeros by the zeroed second V buffer: issuing it unconditionally keeps every wgmma
-  // on a path the compiler sees as uniform (a conditional one serializes them all).
-  uint32_t pa[kKT][4];
-#pragma unroll
-  for (int kk = 0; kk < kKT; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-  {
-    uint4* v1 = reinterpret_cast<uint4*>(smem_raw + (base - raw) + Cfg::kOffV + Cfg::kTile);
-    for (int i = threadIdx.x; i < (int)(Cfg::kTile / 16); i += kThreads) v1[i] = make_uint4(0u, 0u, 0u, 0u);
-  }
-  int it = 0;
-  while (n < n_end) {
-    const int cur_kind = kind, k0 = n * kBc;
-    cp_async_wait<0>();
-    wg::fence_proxy_async();
-    __syncthreads();  // K(n) and the previous tile's V have landed; both warpgroups are done with the P·V before
-
-    float s[kBc / 2];
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<kBc, 0, 0>(s, wg::desc_k_major(aQ, kBr, 64 * wgi, kk), wg::desc_k_major(aK + (it & 1) * Cfg::kTile, kBc, 0, kk), kk > 0);
-    wg::wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(aV + ((it + 1) & 1) * Cfg::kTile, kBc, 0, kk), true);
-    wg::wgmma_commit();
-    // While they run: the next tile classified (document-id loads) and its K, and this tile's V,
-    // prefetched into buffers no product in flight reads.
-    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-    if (n_next < n_end) load_rows_sw128<kBc, kD, kThreads>(aK + ((it + 1) & 1) * Cfg::kTile, kg, kvstride, n_next * kBc, T, D);
-    load_rows_sw128<kBc, kD, kThreads>(aV + (it & 1) * Cfg::kTile, vg, kvstride, k0, T, D);
-    cp_async_commit();
-    wg::wgmma_wait<1>();  // S(n); the previous P·V may still run
-
-    if (cur_kind == kPartial) {
-#pragma unroll
-      for (int j = 0; j < kBc / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = k0 + 8 * j + 2 * tig + e;
-          const int kseg = __ldg(segb + min(col, T - 1));
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi)
-            if (!visible(qrow[hi], qseg[hi], col, kseg, T, causal)) s[4 * j + 2 * hi + e] = -INFINITY;
-        }
-    }
-    float alpha[2];
-#pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kBc / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hi], s[4 * j + 2 * hi + 1]));
-      mx = quad_max(mx) * p.scale_log2;
-      const float m_new = fmaxf(mrow[hi], mx);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
-      alpha[hi] = fast_exp2(mrow[hi] - m_use);
-      mrow[hi] = m_new;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < kBc / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -m_use));
-          s[4 * j + 2 * hi + e] = pv;
-          sum += pv;
-        }
-      lrow[hi] = lrow[hi] * alpha[hi] + sum;
-    }
-    wg::wgmma_wait<0>();  // the previous P·V has landed: rescale O, and pa is free
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j)
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        o[4 * j + 2 * hi] *= alpha[hi];
-        o[4 * j + 2 * hi + 1] *= alpha[hi];
-      }
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-    n = n_next;
-    ++it;
-  }
-  // The last tile's P·V (zeros by zeros when there was none).
-  cp_async_wait<0>();
-  wg::fence_proxy_async();
-  __syncthreads();
-  wg::wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(aV + ((it + 1) & 1) * Cfg::kTile, kBc, 0, kk), true);
-  wg::wgmma_commit();
-  wg::wgmma_wait<0>();
-
-  bf16* og = static_cast<bf16*>(p.out) + q_base(p, b, h);
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const float l = quad_sum(lrow[hi]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int t = qrow[hi];
-    if (t >= T) continue;
-    if (tig == 0) p.lse[row_base(p, b, h) + t] = l > 0.f ? (mrow[hi] + __log2f(l)) * kLn2 : -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = 8 * j + 2 * tig;
-      if (col < D) *reinterpret_cast<uint32_t*>(og + (int64_t)t * qstride + col) = pack_bf16(o[4 * j + 2 * hi] * inv, o[4 * j + 2 * hi + 1] * inv);
-    }
-  }
-#endif
-}
-
-// ---------------------------------------------------------------------------------------------
 // Backward: dQ (and Drow)
 // ---------------------------------------------------------------------------------------------
 
@@ -935,18 +748,33 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 // Backward, fused, Hopper (sm_90a): the same algorithm on warpgroup MMA (cuda/wgmma.cuh)
 // ---------------------------------------------------------------------------------------------
 
-// Two warpgroups, 64 keys each (kBc = 128 keys a block), 64 queries a step; head dim 64 or 128.
+// Two warpgroups, 64 keys each (kBc = 128 keys a block), 64 queries a step; head dim 128.
 // Every tile is 128B-swizzled in shared memory, which serves the K-major and the MN-major reads.
 template <int kD>
 struct WgDkvCfg {
   static constexpr int kBc = 128, kBr = 64, kThreads = 256;
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
-  static constexpr uint32_t kOffV = kKV, kOffQ = 2 * kKV, kOffdO = kOffQ + 2 * kQ, kOffdS = kOffdO + 2 * kQ;
-  static constexpr uint32_t kOffRows = kOffdS + kBc * kBr * 2;  // 2 × (lse, Drow) of kBr floats
+  // K, V, 2 × Q, 2 × dO, the dSᵀ tile [kBc][kBr], then 2 × (lse, Drow) of kBr floats.
+  static constexpr uint32_t kOffdS = 2 * kKV + 4 * kQ, kOffRows = kOffdS + kBc * kBr * 2;
   static constexpr size_t kSmem = kOffRows + 4 * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
-  static_assert(kD % 64 == 0 && kD <= 128, "wgmma backward: head dim 64 or 128");
+  static_assert(kD == 128, "wgmma backward: head dim 128 (at 64 the mma.sync kernel is as fast: use_wgmma)");
 };
+
+// cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
+// address `tile` ([kRows][kD]); rows >= T and columns >= d zero-filled.
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d) {
+  constexpr int kChunks = kD / 8, kTotal = kRows * kChunks;
+  static_assert(kTotal % kThreads == 0, "tile load");
+#pragma unroll
+  for (int it = 0; it < kTotal / kThreads; ++it) {
+    const int i = it * kThreads + (int)threadIdx.x;
+    const int r = i / kChunks, c = i % kChunks, t = t0 + r;
+    const bool ok = t < T && c * 8 < d;
+    cp_async16(tile + wg::sw128_offset(kRows, r, c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
+  }
+}
 
 // bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
 // dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO and
@@ -963,8 +791,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
   unsigned char* smem = smem_raw + (base - raw);
   float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [2][kBr] lse
   float* sDr = sL + 2 * kBr;                                    // [2][kBr] Drow
-  const uint32_t aK = base, aV = base + Cfg::kOffV, aQ = base + Cfg::kOffQ, adO = base + Cfg::kOffdO,
-                 adS = base + Cfg::kOffdS;
+  const uint32_t aK = base, aV = aK + Cfg::kKV, aQ = aV + Cfg::kKV, adO = aQ + 2 * Cfg::kQ, adS = base + Cfg::kOffdS;
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
@@ -1563,14 +1390,9 @@ void launch_forward(const Params& p, cudaStream_t stream) {
   launch(fwd_mma<kD, kBr, kBc, kWarps>, dim3(p.B * p.H, ceil_div(p.T, kBr)), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
 }
 
-// hopper: fwd_wgmma (head dim 64 or 128).
 template <int kD>
-void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
+void forward_mma(const Params& p, cudaStream_t stream) {
   using C = Tiles<kD>;
-  if constexpr (kD == 64 || kD == 128) {
-    using W = WgFwdCfg<kD>;
-    if (hopper) return launch(fwd_wgmma<kD>, dim3(p.B * p.H, ceil_div(p.T, W::kBr)), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma)");
-  }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
@@ -1626,22 +1448,22 @@ bool deterministic_backward() {
 
 int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
 
-// The wgmma kernels (fwd_wgmma, bwd_dkdv_wgmma): an sm_90 device (the emulator models one), a
-// head dim they take, and their tile fits. The backward takes head dim 128 only: at 64 the
-// mma.sync kernel timed as fast or faster on every bench shape (H200, 2026-12-03: B16 T1024
-// bidirectional 0.631 vs 0.634 ms, causal 0.399 vs 0.381, B4 T2048 causal 0.608 vs 0.370).
-// MDLM_ATTN_WGMMA=0 keeps the mma.sync kernels (read at every call).
-bool use_wgmma(const OpCall& call, const Params& p, bool backward) {
-  const int kd = padded_head_dim(p.D);
-  if (backward ? kd != 128 : kd != 64 && kd != 128) return false;
+// The wgmma backward (bwd_dkdv_wgmma): an sm_90 device (the emulator models one), head dim 128,
+// and its tile fits. At 64 the mma.sync kernel timed as fast or faster on every bench shape (H200,
+// 2026-12-03: B16 T1024 bidirectional 0.631 vs 0.634 ms, causal 0.399 vs 0.381, B4 T2048 causal
+// 0.608 vs 0.370). A wgmma forward (two 64-row warpgroups, 128-key tiles, the previous tile's P·V
+// in flight during the softmax; commit b578bf6) timed no faster than fwd_mma at 128 (0.807 vs
+// 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273 vs 0.230, B16 T1024), so it is not
+// kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel (read at every call).
+bool use_wgmma(const OpCall& call, const Params& p) {
+  if (padded_head_dim(p.D) != 128) return false;
   const char* v = std::getenv("MDLM_ATTN_WGMMA");
   if (v && std::string(v) == "0") return false;
 #ifdef MDLM_ATTN_EMULATE
   (void)call;
   return true;
 #else
-  const size_t smem = backward ? WgDkvCfg<128>::kSmem : kd == 64 ? WgFwdCfg<64>::kSmem : WgFwdCfg<128>::kSmem;
-  return call.device && call.device->major == 9 && call.device->minor == 0 && smem <= call.device->sharedMemPerBlockOptin;
+  return call.device && call.device->major == 9 && call.device->minor == 0 && WgDkvCfg<128>::kSmem <= call.device->sharedMemPerBlockOptin;
 #endif
 }
 
@@ -1704,12 +1526,11 @@ MDLM_OP(attention) {
   } else if (!use_mma(call, p, kFloatArgs, false)) {
     forward_simt<bf16>(p, call.stream);
   } else {
-    const bool hopper = use_wgmma(call, p, false);
     switch (padded_head_dim(p.D)) {
-      case 32: forward_mma<32>(p, call.stream, hopper); break;
-      case 64: forward_mma<64>(p, call.stream, hopper); break;
-      case 96: forward_mma<96>(p, call.stream, hopper); break;
-      default: forward_mma<128>(p, call.stream, hopper); break;
+      case 32: forward_mma<32>(p, call.stream); break;
+      case 64: forward_mma<64>(p, call.stream); break;
+      case 96: forward_mma<96>(p, call.stream); break;
+      default: forward_mma<128>(p, call.stream); break;
     }
   }
 }
@@ -1741,7 +1562,7 @@ MDLM_OP(attention_backward) {
   } else if (!mma) {
     backward_simt<bf16>(p, call.stream);
   } else {
-    const bool hopper = fused && use_wgmma(call, p, true);
+    const bool hopper = fused && use_wgmma(call, p);
     switch (padded_head_dim(p.D)) {
       case 32: backward_mma<32>(p, call.stream, hopper); break;
       case 64: backward_mma<64>(p, call.stream, hopper); break;
