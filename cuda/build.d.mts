@@ -10,3 +10,5 @@ export declare function usesCublasLt(file: string): boolean;
 export declare function cudaSources(): string[];
 export declare function gencodeFlags(archs: readonly string[]): string[];
 export declare function build(): Promise<void>;
+/** nvcc and the CUDA runtime's headers and library; throws saying what is missing. */
+export declare function locateToolkit(): { nvcc: string; cudaHome: string; cudaInclude: string; cudaLib: string };

@@ -77,8 +77,8 @@ function parseArchs() {
   return archs;
 }
 
-/** Where everything the build needs lives, or an error saying what is missing and how to get it. */
-function locate() {
+/** nvcc and the CUDA runtime's headers and library, or an error saying what is missing. */
+export function locateToolkit() {
   const nvcc = findNvcc();
   if (!nvcc) {
     fail('nvcc not found (looked at $NVCC, $CUDA_HOME/bin, PATH and /usr/local/cuda/bin). Install the CUDA toolkit 12.4 or newer ' +
@@ -90,6 +90,12 @@ function locate() {
   const cudaInclude = firstDir([join(cudaHome, 'include'), join(cudaHome, 'targets', 'x86_64-linux', 'include')], 'cuda_runtime.h');
   const cudaLib = firstDir([join(cudaHome, 'lib64'), join(cudaHome, 'lib'), join(cudaHome, 'targets', 'x86_64-linux', 'lib')], 'libcudart.so');
   if (!cudaLib) fail(`libcudart.so was not found under ${cudaHome}/lib64: install cuda-cudart-dev-13-0`);
+  return { nvcc, cudaHome, cudaInclude, cudaLib };
+}
+
+/** Where everything the build needs lives, or an error saying what is missing and how to get it. */
+function locate() {
+  const { nvcc, cudaHome, cudaInclude, cudaLib } = locateToolkit();
   const cublasHome = process.env.MDLM_CUBLAS_HOME;
   const cublasInclude = firstDir([cublasHome && join(cublasHome, 'include'), cudaInclude, '/usr/include'], 'cublasLt.h');
   if (!cublasInclude) {

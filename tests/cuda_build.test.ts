@@ -1,8 +1,10 @@
 /**
  * Without a GPU, where nvcc is installed (CI): every cuda/*.cu that needs only the CUDA toolkit
  * (not the ones including <cublasLt.h>) compiles for sm_90a, so a kernel's syntax or type error
- * fails the run; and a host build of cuda/convert.cuh and cuda/philox.cuh gives the same bits as
- * src/convert.ts and src/rng/philox.ts. Without nvcc the tests skip and say why.
+ * fails the run; a host build of cuda/convert.cuh and cuda/philox.cuh gives the same bits as
+ * src/convert.ts and src/rng/philox.ts; and the attention kernels, run on the CPU by the warp
+ * emulator (cuda/emu), match a float64 reference, so an indexing or fragment-layout error in them
+ * fails here before a GPU run. Without nvcc the tests skip and say why.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -10,7 +12,7 @@ import { availableParallelism, tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CUDA_DIR, NVCC_FLAGS, cudaSources, findNvcc, gencodeFlags, usesCublasLt } from '../cuda/build.mjs';
+import { CUDA_DIR, NVCC_FLAGS, cudaSources, findNvcc, gencodeFlags, locateToolkit, usesCublasLt } from '../cuda/build.mjs';
 import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
 import { PhiloxStream, RngPurpose, philox4x32 } from '../src/rng/philox.js';
 
@@ -120,4 +122,39 @@ describe.runIf(nvcc)('cuda host arithmetic matches the TypeScript definitions', 
     const got = await host('philox', rows.map((r) => r.join(' ')).join('\n'));
     expect(got).toEqual(rows.map((r) => Array.from(philox4x32(r.slice(0, 4), r.slice(4))).join(' ')));
   });
+});
+
+describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/emu)', () => {
+  const EMU_TIMEOUT = 600_000;
+  let toolkit: ReturnType<typeof locateToolkit>;
+  const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, LD_LIBRARY_PATH: toolkit.cudaLib, ...extra });
+  // g++ with the emulator in place of the GPU; cudart only for op.cc's error names.
+  const buildEmu = async (src: string, out: string, lang: string[] = []): Promise<string> => {
+    const exe = join(outDir, out);
+    await run(process.env.CXX || 'g++', ['-std=c++17', '-O2', '-fno-strict-aliasing', ...lang, '-DMDLM_ATTN_EMULATE', '-I', toolkit.cudaInclude, '-I', CUDA_DIR,
+      join(CUDA_DIR, 'emu', src), '-L', toolkit.cudaLib, '-lcudart', '-o', exe], { maxBuffer: 1 << 24 });
+    return exe;
+  };
+  beforeAll(() => {
+    toolkit = locateToolkit();
+  });
+
+  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments) as checked on the H200', async () => {
+    const exe = await buildEmu('wgmma_check.cu', 'wgmma_check_emu', ['-x', 'c++']);
+    const { stdout } = await run(exe, [], { env: env() });
+    const lines = stdout.trim().split('\n');
+    expect(lines.length, stdout).toBe(3);
+    for (const l of lines) expect(l, stdout).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
+  }, EMU_TIMEOUT);
+
+  it('computes forward and both backwards within the registry tolerances, f32 and bf16, every case', async () => {
+    const exe = await buildEmu('attention_check.cc', 'attention_check');
+    // Exits non-zero (run rejects) when a case is over tolerance; its table is in the message.
+    const { stdout } = await run(exe, [], { env: env(), maxBuffer: 1 << 24 });
+    expect(stdout).not.toMatch(/FAIL/);
+    expect(stdout.trim().split('\n').length).toBe(1 + 2 * 19);
+    // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
+    const { stdout: mma } = await run(exe, ['D=128'], { env: env({ MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }) });
+    expect(mma.trim().split('\n').length).toBe(1 + 4);
+  }, EMU_TIMEOUT);
 });

@@ -7,6 +7,9 @@
 //   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
 //       cuda/emu/attention_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/attention_check \
 //       && /tmp/attention_check [filter]   (cudart only for op.cc's error names; no GPU needed)
+//
+// Exits non-zero when any error is over the registry's tolerance (tests/cuda_build.test.ts runs
+// it in CI, and again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces).
 #include "../attention.cu"
 
 #include <cstdio>
@@ -320,6 +323,7 @@ int main(int argc, char** argv) {
       {"random ids D=128 bidir T=150", 2, 150, 2, 2, 128, false, true},
   };
   std::printf("%-40s %-5s %12s %5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst", "det relerr", "worst");
+  int failed = 0;
   for (const Case& c : cases) {
     if (!filter.empty() && c.label.find(filter) == std::string::npos) continue;
     for (mdlm::DType dt : {mdlm::DType::f32, mdlm::DType::bf16}) {
@@ -327,11 +331,16 @@ int main(int argc, char** argv) {
       if (only && std::string(only) != mdlm::dtype_name(dt)) continue;
       for (int s = 0; s < seeds; ++s) {
         Result r = run_case(c, dt, 1234 + 7919 * s);
-        std::printf("%-40s %-5s %12.3e %5s %12.3e %5s %12.3e %5s\n", c.label.c_str(), mdlm::dtype_name(dt), r.fwd, r.worst_fwd.c_str(), r.bwd,
-                    r.worst_bwd.c_str(), r.bwd_det, r.worst_bwd_det.c_str());
+        // The registry's tolerances (src/ops/attention.ts); NaN fails too.
+        const bool bf = dt == mdlm::DType::bf16;
+        const bool ok = r.fwd <= (bf ? 5e-3 : 2e-5) && r.bwd <= (bf ? 6e-3 : 1e-4) && r.bwd_det <= (bf ? 6e-3 : 1e-4);
+        failed += !ok;
+        std::printf("%-40s %-5s %12.3e %5s %12.3e %5s %12.3e %5s%s\n", c.label.c_str(), mdlm::dtype_name(dt), r.fwd, r.worst_fwd.c_str(), r.bwd,
+                    r.worst_bwd.c_str(), r.bwd_det, r.worst_bwd_det.c_str(), ok ? "" : "  FAIL");
         std::fflush(stdout);
       }
     }
   }
-  return 0;
+  if (failed) std::printf("%d case(s) over tolerance\n", failed);
+  return failed ? 1 : 0;
 }

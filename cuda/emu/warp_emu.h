@@ -1,7 +1,9 @@
 // A CPU emulator for the CUDA features the attention kernels use, so cuda/attention.cu can be run
 // and checked against a float64 reference on a machine without a GPU (cuda/emu/attention_check.cc).
 //
-// Every CUDA thread of a block is a coroutine (ucontext); the scheduler resumes them round-robin.
+// Every CUDA thread of a block is a coroutine on a stack of its own (entered once through
+// ucontext, then switched with _setjmp/_longjmp, which unlike swapcontext make no system call);
+// the scheduler resumes them round-robin.
 // __syncthreads and every warp-collective operation (shuffles, votes, redux, ldmatrix, mma) block
 // the calling thread until all participants have arrived, then compute the result from all of
 // their inputs exactly as the PTX ISA defines it (fragment layouts of mma.m16n8k16 and ldmatrix).
@@ -18,6 +20,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <algorithm>
@@ -27,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -44,8 +48,9 @@ struct Copy {
 };
 
 struct Thread {
-  ucontext_t ctx;
-  std::vector<char> stack;
+  ucontext_t ctx;  // the entry into the thread's stack, used once
+  jmp_buf jb;      // where it yielded
+  bool started = false;
   bool done = false;
   Dim tid;
   int lane = 0, warp = 0;
@@ -91,10 +96,19 @@ inline Thread*& thread_ptr() {
   static Thread* t = nullptr;
   return t;
 }
-inline ucontext_t& sched_ctx() {
-  static ucontext_t c;
-  return c;
+inline jmp_buf& sched_jb() {
+  static jmp_buf j;
+  return j;
 }
+// Thread stacks, kept from block to block: fresh ones per block (touched, zeroed and unmapped
+// again each time) cost more system time than the emulation itself.
+constexpr size_t kStackBytes = 256 * 1024;
+inline char* thread_stack(int t) {
+  static std::vector<std::unique_ptr<char[]>> stacks;
+  while ((int)stacks.size() <= t) stacks.emplace_back(new char[kStackBytes]);
+  return stacks[t].get();
+}
+
 inline std::function<void()>& entry() {
   static std::function<void()> f;
   return f;
@@ -105,12 +119,14 @@ inline void fail(const char* msg) {
   std::abort();
 }
 
-inline void yield() { swapcontext(&thread_ptr()->ctx, &sched_ctx()); }
+inline void yield() {
+  if (!_setjmp(thread_ptr()->jb)) _longjmp(sched_jb(), 1);
+}
 
 inline void trampoline() {
   entry()();
   thread_ptr()->done = true;
-  // returns to uc_link (the scheduler)
+  _longjmp(sched_jb(), 1);  // never returns: the stack is abandoned
 }
 
 // Runs kernel(args...) over the grid, one block at a time.
@@ -137,11 +153,10 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
           th.tid = {(unsigned)t, 0, 0};
           th.lane = t & 31;
           th.warp = t >> 5;
-          th.stack.resize(256 * 1024);
           getcontext(&th.ctx);
-          th.ctx.uc_stack.ss_sp = th.stack.data();
-          th.ctx.uc_stack.ss_size = th.stack.size();
-          th.ctx.uc_link = &sched_ctx();
+          th.ctx.uc_stack.ss_sp = thread_stack(t);
+          th.ctx.uc_stack.ss_size = kStackBytes;
+          th.ctx.uc_link = nullptr;
           makecontext(&th.ctx, trampoline, 0);
         }
         int stalled_rounds = 0;
@@ -154,7 +169,11 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
             if (th.done) continue;
             all_done = false;
             thread_ptr() = &th;
-            swapcontext(&sched_ctx(), &th.ctx);
+            if (!_setjmp(sched_jb())) {
+              if (th.started) _longjmp(th.jb, 1);
+              th.started = true;
+              setcontext(&th.ctx);
+            }
             if (th.done) ++finished;
           }
           if (all_done) break;
