@@ -152,9 +152,9 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     // Exits non-zero (run rejects) when a case is over tolerance; its table is in the message.
     const { stdout } = await run(exe, [], { env: env(), maxBuffer: 1 << 24 });
     expect(stdout).not.toMatch(/FAIL/);
-    expect(stdout.trim().split('\n').length).toBe(1 + 2 * 19);
+    expect(stdout.trim().split('\n').length).toBe(1 + 2 * 20);
     // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
-    const { stdout: mma } = await run(exe, ['D=128'], { env: env({ MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }) });
-    expect(mma.trim().split('\n').length).toBe(1 + 4);
+    const { stdout: mma } = await run(exe, ['128'], { env: env({ MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }) });
+    expect(mma.trim().split('\n').length).toBe(1 + 5);
   }, EMU_TIMEOUT);
 });

@@ -312,6 +312,7 @@ int main(int argc, char** argv) {
       // several query and key tiles, tails, documents, GQA
       {"multi D=128 causal gqa 4/2 T=300", 3, 300, 4, 2, 128, true},
       {"multi D=128 bidirectional T=200", 3, 200, 2, 2, 128, false},
+      {"multi D=120 (pad 128) causal gqa T=150", 2, 150, 4, 2, 120, true},
       {"multi D=64 causal T=333", 3, 333, 2, 2, 64, true},
       {"multi D=64 bidirectional gqa 4/1 T=260", 3, 260, 4, 1, 64, false},
       {"multi D=96 causal T=170", 2, 170, 2, 1, 96, true},
