@@ -23,8 +23,9 @@
 // The instructions are asynchronous: wgmma_fence() before the first one that reads registers
 // written since, wgmma_commit() closes a group, wgmma_wait<N>() waits until at most N groups are
 // pending; shared memory written with ordinary stores (or cp.async) needs fence_proxy_async()
-// and a barrier before a wgmma reads it. cuda/emu/warp_emu.h models all of this (synchronously),
-// and cuda/emu/wgmma_check.cu checks that model against the hardware.
+// and a barrier before a wgmma reads it. cuda/emu/warp_emu.h models all of this (computing at
+// issue, and failing if shared memory a group read changes before the wait that retires it), and
+// cuda/emu/wgmma_check.cu checks that model against the hardware.
 #pragma once
 
 #include <cstdint>
@@ -58,9 +59,9 @@ __host__ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t base, int ro
 
 #ifdef MDLM_ATTN_EMULATE
 __device__ __forceinline__ void wgmma_fence() {}
-__device__ __forceinline__ void wgmma_commit() {}
+__device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
-__device__ __forceinline__ void wgmma_wait() {}
+__device__ __forceinline__ void wgmma_wait() { ::emu::wgmma_wait(N); }
 __device__ __forceinline__ void fence_proxy_async() {}
 template <int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) {

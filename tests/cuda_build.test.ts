@@ -135,8 +135,11 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
       join(CUDA_DIR, 'emu', src), '-L', toolkit.cudaLib, '-lcudart', '-o', exe], { maxBuffer: 1 << 24 });
     return exe;
   };
+  let attentionCheck: Promise<string>;
   beforeAll(() => {
     toolkit = locateToolkit();
+    attentionCheck = buildEmu('attention_check.cc', 'attention_check');
+    attentionCheck.catch(() => {}); // awaited (and reported) by the tests that run it
   });
 
   it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments) as checked on the H200', async () => {
@@ -148,7 +151,7 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
   }, EMU_TIMEOUT);
 
   it('computes forward and both backwards within the registry tolerances, f32 and bf16, every case', async () => {
-    const exe = await buildEmu('attention_check.cc', 'attention_check');
+    const exe = await attentionCheck;
     // Exits non-zero (run rejects) when a case is over tolerance; its table is in the message.
     const { stdout } = await run(exe, [], { env: env(), maxBuffer: 1 << 24 });
     expect(stdout).not.toMatch(/FAIL/);
@@ -156,5 +159,15 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
     const { stdout: mma } = await run(exe, ['128'], { env: env({ MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }) });
     expect(mma.trim().split('\n').length).toBe(1 + 5);
+  }, EMU_TIMEOUT);
+
+  it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
+    const exe = await attentionCheck;
+    // Skewed scheduling lets the last warps run as far ahead as the barriers allow; eager copies
+    // land at issue. A tile rewritten while an in-flight wgmma (or another warp) still reads it
+    // then fails the run ("changed before the wait") or the tolerance.
+    const { stdout } = await run(exe, [], { env: env({ EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
+    expect(stdout).not.toMatch(/FAIL/);
+    expect(stdout.trim().split('\n').length).toBe(1 + 20);
   }, EMU_TIMEOUT);
 });

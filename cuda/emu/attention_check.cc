@@ -9,7 +9,8 @@
 //       && /tmp/attention_check [filter]   (cudart only for op.cc's error names; no GPU needed)
 //
 // Exits non-zero when any error is over the registry's tolerance (tests/cuda_build.test.ts runs
-// it in CI, and again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces).
+// it in CI, again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces, and
+// with EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager, which expose shared-memory races; warp_emu.h).
 #include "../attention.cu"
 
 #include <cstdio>

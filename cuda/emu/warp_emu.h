@@ -8,8 +8,10 @@
 // the calling thread until all participants have arrived, then compute the result from all of
 // their inputs exactly as the PTX ISA defines it (fragment layouts of mma.m16n8k16 and ldmatrix).
 // wgmma.mma_async is a collective of the 128 threads of a warpgroup, computed when the last one
-// arrives (synchronously: the fences, commits and waits around it are no-ops); its shared-memory
-// operands are read through the matrix descriptors (128B swizzle, K- or MN-major, cuda/wgmma.cuh).
+// arrives; its shared-memory operands are read through the matrix descriptors (128B swizzle, K- or
+// MN-major, cuda/wgmma.cuh). The hardware reads them asynchronously, any time until the
+// wait_group that retires the commit group: the emulator records what it read and fails if any
+// of it changed before that wait (the fences are no-ops).
 // cp.async copies are queued per thread and land at that thread's cp.async.wait_group, so a read
 // of a tile before its wait sees stale data, as it could on the GPU. Shared memory is a byte
 // array per block; "shared addresses" are offsets into it. Deadlocks and warp divergence at a
@@ -29,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,6 +77,14 @@ struct GroupSlot {
   uint64_t desc_a = 0, desc_b = 0;
   float* acc[128];
   uint32_t a[128][4];
+  // The shared memory the warpgroup's wgmmas read (address, the 16 bits read), by commit group:
+  // the hardware may read it any time until the wait that retires the group, so a change before
+  // then is a race the emulation (which reads at issue) would otherwise hide.
+  std::vector<std::pair<uint32_t, uint16_t>> open;
+  std::deque<std::vector<std::pair<uint32_t, uint16_t>>> committed;
+  // wgmma.commit_group / wait_group: collectives of the warpgroup's 128 threads.
+  int sync_count = 0, sync_op = 0;
+  uint64_t sync_gen = 0;
 };
 
 struct Block {
@@ -129,6 +140,18 @@ inline void trampoline() {
   _longjmp(sched_jb(), 1);  // never returns: the stack is abandoned
 }
 
+// EMU_SCHEDULE=skewed: instead of round-robin, the highest-numbered thread that can make progress
+// always runs, so one warpgroup gets as far ahead of another as the kernel's synchronisation
+// allows; races that round-robin's near-lockstep hides (a buffer rewritten while another warpgroup
+// still reads it) then show up.
+inline bool skewed_schedule() {
+  static const bool skewed = [] {
+    const char* e = std::getenv("EMU_SCHEDULE");
+    return e && std::string(e) == "skewed";
+  }();
+  return skewed;
+}
+
 // Runs kernel(args...) over the grid, one block at a time.
 template <typename... Args, typename... Given>
 void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&&... given) {
@@ -159,22 +182,28 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
           th.ctx.uc_link = nullptr;
           makecontext(&th.ctx, trampoline, 0);
         }
+        const bool priority = skewed_schedule();
         int stalled_rounds = 0;
         for (;;) {
           bool all_done = true;
           const uint64_t before = b.events;
           int finished = 0;
-          for (int t = 0; t < threads; ++t) {
+          for (int i = 0; i < threads; ++i) {
+            const int t = priority ? threads - 1 - i : i;
             Thread& th = b.threads[t];
             if (th.done) continue;
             all_done = false;
             thread_ptr() = &th;
+            const uint64_t events = b.events;
             if (!_setjmp(sched_jb())) {
               if (th.started) _longjmp(th.jb, 1);
               th.started = true;
               setcontext(&th.ctx);
             }
             if (th.done) ++finished;
+            // Skewed: whenever something completed, start again from the last thread, so the
+            // last warps run as far ahead of the first as the synchronisation lets them.
+            if (priority && (b.events != events || th.done)) i = -1;
           }
           if (all_done) break;
           if (b.events == before && finished == 0) {
@@ -451,12 +480,19 @@ inline void wgmma(int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_
         const uint32_t reg = s.a[32 * w + 4 * g8 + t2][hi + 2 * kb];
         bits = (k % 2) ? reg >> 16 : reg & 0xffff;
       } else {
-        bits = smem_b16(gmma_address(s.desc_a, s.trans_a, m, k));
+        const uint32_t addr = gmma_address(s.desc_a, s.trans_a, m, k);
+        bits = smem_b16(addr);
+        s.open.emplace_back(addr, bits);
       }
       A[m][k] = bf16_bits_to_f32(bits);
     }
   for (int k = 0; k < 16; ++k)
-    for (int j = 0; j < n; ++j) B[k * n + j] = bf16_bits_to_f32(smem_b16(gmma_address(s.desc_b, s.trans_b, j, k)));
+    for (int j = 0; j < n; ++j) {
+      const uint32_t addr = gmma_address(s.desc_b, s.trans_b, j, k);
+      const uint16_t bits = smem_b16(addr);
+      s.open.emplace_back(addr, bits);
+      B[k * n + j] = bf16_bits_to_f32(bits);
+    }
   for (int tt = 0; tt < 128; ++tt) {
     const int w = tt / 32, l = tt % 32, g8 = l >> 2, t4 = l & 3;
     for (int j = 0; j < n / 8; ++j)
@@ -473,6 +509,40 @@ inline void wgmma(int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_
   ++s.gen;
   ++b.events;
 }
+
+// wgmma.commit_group (op 1) and wgmma.wait_group N (op 2): all 128 threads of the warpgroup,
+// the same op and N; the last to arrive does the work.
+inline void wgmma_group_sync(int op, int n) {
+  Block& b = *block_ptr();
+  if (b.groups.empty()) fail("wgmma commit/wait in a block that is not whole warpgroups");
+  GroupSlot& s = b.groups[thread_ptr()->tid.x / 128];
+  const int tag = op * 1000 + n;
+  if (s.sync_count == 0) s.sync_op = tag;
+  else if (s.sync_op != tag) fail("threads of a warpgroup reached different wgmma commit/wait instructions");
+  const uint64_t g = s.sync_gen;
+  if (++s.sync_count < 128) {
+    while (s.sync_gen == g) yield();
+    return;
+  }
+  if (op == 1) {
+    s.committed.push_back(std::move(s.open));
+    s.open.clear();
+  } else {
+    // Retire all but the n newest groups (and the uncommitted reads, which wait_group also
+    // covers): what they read must still be there.
+    while ((int)s.committed.size() > n) {
+      for (const auto& [addr, bits] : s.committed.front())
+        if (smem_b16(addr) != bits) fail("shared memory read by an in-flight wgmma changed before the wait that retires it");
+      s.committed.pop_front();
+    }
+  }
+  s.sync_count = 0;
+  ++s.sync_gen;
+  ++b.events;
+}
+
+inline void wgmma_commit() { wgmma_group_sync(1, 0); }
+inline void wgmma_wait(int n) { wgmma_group_sync(2, n); }
 
 }  // namespace emu
 
