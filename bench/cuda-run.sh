@@ -5,10 +5,11 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn tests train train-1.3b run]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b run]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
-#   byte corpus and on Brown prepared with the GPT-2 tokenizer)
+#   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
+#   the GPU, which holds the CPU emulator's model of Hopper's wgmma to the hardware)
 # TRAIN_ARGS: more options for the train and train-1.3b steps' mdlm bench train (e.g. --recompute swiglu).
 # All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
 # then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
@@ -35,7 +36,7 @@ summary() {
     console.log(rs.length + ' records, ' + bad.length + ' failed');"
 }
 
-for w in ${*:-build probe parity bench peer tests train}; do
+for w in ${*:-build probe wgmma parity bench peer tests train}; do
   echo "=== $w"
   case $w in
     build)
@@ -73,6 +74,9 @@ for w in ${*:-build probe parity bench peer tests train}; do
           --data.path /tmp/brown-gpt2 --train.gradAccum 1 --train.warmupSteps 10 --train.evalEvery 50 --train.evalBatches 2 --train.saveEvery 100 \
           2>&1 | grep -v Warning | tail -n 8 | tee "$OUT/run-124m-$obj.txt"
       done ;;
+    wgmma)  # the emulator's wgmma model (cuda/emu/warp_emu.h) against the hardware
+      nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
+      timeout 60 /tmp/wgmma_check 2>&1 | tee "$OUT/wgmma.txt" ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done
