@@ -605,15 +605,9 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
 
-  const SegRange krange = warp_seg_range(segb, k0, kBc, T);
-  const int m_begin = causal ? k0 / kBr : 0;
-  const int m_end = (T + kBr - 1) / kBr;
-  // The tiles a key block visits do not depend on the q head: (hq, m) runs over the group's
-  // heads × the block's non-empty query tiles.
-  int first_kind = kEmpty;
-  const int m_first = next_query_tile(m_begin, m_end, kBr, segb, k0, kBc, krange, T, causal, first_kind);
-  int hq = m_first < m_end ? 0 : group;
-  int m = m_first, kind = first_kind;
+  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
+  int hq, m, kind;
+  walk.start(group, hq, m, kind);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -673,13 +667,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
       }
     mma_abt<kD, kNT, kMT>(s, sK + wrow * kS, cQ);  // Sᵀ = K·Qᵀ (this warp's 16·kMT keys × kBr queries)
     // The next (head, query tile): classified and prefetched into the other buffer.
-    int hq_next = hq;
-    int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
-    if (m_next == m_end) {
-      ++hq_next;
-      m_next = m_first;
-      kind = first_kind;
-    }
+    int hq_next = hq, m_next = m;
+    walk.advance(hq_next, m_next, kind);
     if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
     cp_async_commit();
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
@@ -803,13 +792,9 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
 
-  const SegRange krange = warp_seg_range(segb, k0, kBc, T);
-  const int m_begin = causal ? k0 / kBr : 0;
-  const int m_end = (T + kBr - 1) / kBr;
-  int first_kind = kEmpty;
-  const int m_first = next_query_tile(m_begin, m_end, kBr, segb, k0, kBc, krange, T, causal, first_kind);
-  int hq = m_first < m_end ? 0 : group;
-  int m = m_first, kind = first_kind;
+  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
+  int hq, m, kind;
+  walk.start(group, hq, m, kind);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -864,13 +849,8 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     wg::wgmma_commit();
 
     // The next (head, query tile): classified and prefetched into the other buffer.
-    int hq_next = hq;
-    int m_next = next_query_tile(m + 1, m_end, kBr, segb, k0, kBc, krange, T, causal, kind);
-    if (m_next == m_end) {
-      ++hq_next;
-      m_next = m_first;
-      kind = first_kind;
-    }
+    int hq_next = hq, m_next = m;
+    walk.advance(hq_next, m_next, kind);
     if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
     cp_async_commit();
 

@@ -108,6 +108,38 @@ __device__ __forceinline__ int next_query_tile(int m, int m_end, int nq, const i
   return m;
 }
 
+// A key block's walk over (q head of its GQA group, query tile): every query tile the block does
+// not skip, for each head of the group in turn (which tiles are skipped does not depend on the
+// head). Every warp builds it itself (warp_seg_range), so no shared memory or barrier is involved.
+struct QueryTileWalk {
+  const int* seg;
+  int k0, nk, nq, T;
+  bool causal;
+  SegRange ks;
+  int m_end, m_first, first_kind;  // query tiles; the first one not skipped, and its kind
+
+  __device__ __forceinline__ QueryTileWalk(const int* seg_, int k0_, int nk_, int nq_, int T_, bool causal_)
+      : seg(seg_), k0(k0_), nk(nk_), nq(nq_), T(T_), causal(causal_), ks(warp_seg_range(seg_, k0_, nk_, T_)),
+        m_end((T_ + nq_ - 1) / nq_), first_kind(kEmpty) {
+    m_first = next_query_tile(causal ? k0 / nq : 0, m_end, nq, seg, k0, nk, ks, T, causal, first_kind);
+  }
+  // The first step: head 0 at m_first (head `group`, i.e. done, when the block skips every tile).
+  __device__ __forceinline__ void start(int group, int& hq, int& m, int& kind) const {
+    hq = m_first < m_end ? 0 : group;
+    m = m_first;
+    kind = first_kind;
+  }
+  // The step after (hq, m): the next tile of head hq not skipped, else head hq + 1's first.
+  __device__ __forceinline__ void advance(int& hq, int& m, int& kind) const {
+    m = next_query_tile(m + 1, m_end, nq, seg, k0, nk, ks, T, causal, kind);
+    if (m == m_end) {
+      ++hq;
+      m = m_first;
+      kind = first_kind;
+    }
+  }
+};
+
 // ---------------------------------------------------------------------------------------------
 // Warp reductions
 // ---------------------------------------------------------------------------------------------

@@ -221,16 +221,24 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
 
 // ---- barriers and warp collectives ----
 
+// What every barrier and collective is built on: the n-th thread to arrive runs `last` (which
+// sees all the arrivals' inputs), then all n go on.
+template <typename F>
+void rendezvous(int& count, uint64_t& gen, int n, F last) {
+  const uint64_t g = gen;
+  if (++count < n) {
+    while (gen == g) yield();
+    return;
+  }
+  last();
+  count = 0;
+  ++gen;
+  ++block_ptr()->events;
+}
+
 inline void syncthreads() {
   Block& b = *block_ptr();
-  const uint64_t g = b.bar_gen;
-  if (++b.bar_count == b.nthreads) {
-    b.bar_count = 0;
-    ++b.bar_gen;
-    ++b.events;
-  } else {
-    while (b.bar_gen == g) yield();
-  }
+  rendezvous(b.bar_count, b.bar_gen, b.nthreads, [] {});
 }
 
 // All 32 lanes of the warp must call this with the same op; compute(ins, outs) runs once.
@@ -243,19 +251,13 @@ Out collective(int op, const In& in, F compute) {
   if (w.count == 0) w.op = op;
   else if (w.op != op) fail("lanes of a warp reached different collectives (divergence)");
   std::memcpy(w.in[th.lane], &in, sizeof(In));
-  const uint64_t g = w.gen;
-  if (++w.count == 32) {
+  rendezvous(w.count, w.gen, 32, [&] {
     In ins[32];
     Out outs[32];
     for (int l = 0; l < 32; ++l) std::memcpy(&ins[l], w.in[l], sizeof(In));
     compute(ins, outs);
     for (int l = 0; l < 32; ++l) std::memcpy(w.out[l], &outs[l], sizeof(Out));
-    w.count = 0;
-    ++w.gen;
-    ++b.events;
-  } else {
-    while (w.gen == g) yield();
-  }
+  });
   Out o;
   std::memcpy(&o, w.out[th.lane], sizeof(Out));
   return o;
@@ -446,30 +448,9 @@ inline uint32_t gmma_address(uint64_t desc, bool mn_major, int mn, int k) {
   return a ^ (((a >> 7) & 7) << 4);
 }
 
-// wgmma.mma_async.m64nNk16.f32.bf16.bf16: d = A·B (+ d). A from registers (a_regs, per-warp
-// mma.m16n8k16 fragments) or the descriptor desc_a; B from desc_b (trans: MN-major).
-inline void wgmma(int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b,
-                  bool accumulate, float* d) {
-  Block& b = *block_ptr();
-  Thread& th = *thread_ptr();
-  if (b.groups.empty()) fail("wgmma in a block that is not whole warpgroups");
-  GroupSlot& s = b.groups[th.tid.x / 128];
-  const int t = th.tid.x % 128;
-  if (s.count == 0) {
-    s.n = n, s.trans_a = trans_a, s.trans_b = trans_b, s.accumulate = accumulate, s.a_regs = a_regs != nullptr;
-    s.desc_a = desc_a, s.desc_b = desc_b;
-  } else if (s.n != n || s.trans_a != (int)trans_a || s.trans_b != (int)trans_b || s.accumulate != (int)accumulate ||
-             s.a_regs != (a_regs != nullptr) || s.desc_a != desc_a || s.desc_b != desc_b) {
-    fail("threads of a warpgroup issued different wgmma instructions");
-  }
-  s.acc[t] = d;
-  if (a_regs)
-    for (int i = 0; i < 4; ++i) s.a[t][i] = a_regs[i];
-  const uint64_t g = s.gen;
-  if (++s.count < 128) {
-    while (s.gen == g) yield();
-    return;
-  }
+// The product of the wgmma gathered in s: A (registers or shared memory) and B read, each
+// thread's accumulator written.
+inline void wgmma_compute(GroupSlot& s, int n) {
   float A[64][16];
   std::vector<float> B(16 * n);
   for (int m = 0; m < 64; ++m)
@@ -505,10 +486,30 @@ inline void wgmma(int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_
           out = (float)sum;
         }
   }
-  s.count = 0;
-  ++s.gen;
-  ++b.events;
 }
+
+// wgmma.mma_async.m64nNk16.f32.bf16.bf16: d = A·B (+ d). A from registers (a_regs, per-warp
+// mma.m16n8k16 fragments) or the descriptor desc_a; B from desc_b (trans: MN-major).
+inline void wgmma(int n, const uint32_t* a_regs, uint64_t desc_a, uint64_t desc_b, bool trans_a, bool trans_b,
+                  bool accumulate, float* d) {
+  Block& b = *block_ptr();
+  Thread& th = *thread_ptr();
+  if (b.groups.empty()) fail("wgmma in a block that is not whole warpgroups");
+  GroupSlot& s = b.groups[th.tid.x / 128];
+  const int t = th.tid.x % 128;
+  if (s.count == 0) {
+    s.n = n, s.trans_a = trans_a, s.trans_b = trans_b, s.accumulate = accumulate, s.a_regs = a_regs != nullptr;
+    s.desc_a = desc_a, s.desc_b = desc_b;
+  } else if (s.n != n || s.trans_a != (int)trans_a || s.trans_b != (int)trans_b || s.accumulate != (int)accumulate ||
+             s.a_regs != (a_regs != nullptr) || s.desc_a != desc_a || s.desc_b != desc_b) {
+    fail("threads of a warpgroup issued different wgmma instructions");
+  }
+  s.acc[t] = d;
+  if (a_regs)
+    for (int i = 0; i < 4; ++i) s.a[t][i] = a_regs[i];
+  rendezvous(s.count, s.gen, 128, [&s, n] { wgmma_compute(s, n); });
+}
+
 
 // wgmma.commit_group (op 1) and wgmma.wait_group N (op 2): all 128 threads of the warpgroup,
 // the same op and N; the last to arrive does the work.
@@ -519,26 +520,19 @@ inline void wgmma_group_sync(int op, int n) {
   const int tag = op * 1000 + n;
   if (s.sync_count == 0) s.sync_op = tag;
   else if (s.sync_op != tag) fail("threads of a warpgroup reached different wgmma commit/wait instructions");
-  const uint64_t g = s.sync_gen;
-  if (++s.sync_count < 128) {
-    while (s.sync_gen == g) yield();
-    return;
-  }
-  if (op == 1) {
-    s.committed.push_back(std::move(s.open));
-    s.open.clear();
-  } else {
-    // Retire all but the n newest groups (and the uncommitted reads, which wait_group also
-    // covers): what they read must still be there.
+  rendezvous(s.sync_count, s.sync_gen, 128, [&s, op, n] {
+    if (op == 1) {
+      s.committed.push_back(std::move(s.open));
+      s.open.clear();
+      return;
+    }
+    // Retire all but the n newest groups: what they read must still be there.
     while ((int)s.committed.size() > n) {
       for (const auto& [addr, bits] : s.committed.front())
         if (smem_b16(addr) != bits) fail("shared memory read by an in-flight wgmma changed before the wait that retires it");
       s.committed.pop_front();
     }
-  }
-  s.sync_count = 0;
-  ++s.sync_gen;
-  ++b.events;
+  });
 }
 
 inline void wgmma_commit() { wgmma_group_sync(1, 0); }
