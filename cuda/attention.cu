@@ -753,16 +753,233 @@ struct WgDkvCfg {
 // cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
 // address `tile` ([kRows][kD]); rows >= T and columns >= d zero-filled.
 template <int kRows, int kD, int kThreads>
-__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d) {
+__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d,
+                                                int tid = (int)threadIdx.x) {
   constexpr int kChunks = kD / 8, kTotal = kRows * kChunks;
   static_assert(kTotal % kThreads == 0, "tile load");
 #pragma unroll
   for (int it = 0; it < kTotal / kThreads; ++it) {
-    const int i = it * kThreads + (int)threadIdx.x;
+    const int i = it * kThreads + tid;
     const int r = i / kChunks, c = i % kChunks, t = t0 + r;
     const bool ok = t < T && c * 8 < d;
     cp_async16(tile + wg::sw128_offset(kRows, r, c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward, Hopper (sm_90a), warp-specialised: a producer warp and two ping-ponging warpgroups
+// ---------------------------------------------------------------------------------------------
+
+// Two consumer warpgroups of 64 query rows (kBr = 128 a block) and one producer warp; 128-key
+// tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
+// landed) and an "empty" one (both warpgroups are done reading it).
+template <int kD>
+struct WsFwdCfg {
+  static constexpr int kBr = 128, kBc = 128, kStages = kD == 128 ? 2 : 3;
+  // A whole producer warpgroup (setmaxnreg works on warpgroups): it keeps 40 registers a thread,
+  // the consumers take 232 (128·40 + 256·232 ≤ 64K); one of its warps loads, three exit.
+  static constexpr int kConsumers = 256, kThreads = kConsumers + 128;
+  static constexpr uint32_t kTile = kBc * kD * 2;  // bytes of a K or V tile (and of the Q tile)
+  static constexpr uint32_t kOffK = kTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
+  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each
+  static constexpr size_t kSmem = kOffBar + 4 * kStages * 8 + 1024;
+  static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
+};
+
+template <int kD>
+__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params p) {
+#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = WsFwdCfg<kD>;
+  constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
+  const uint32_t aQ = base, aK = base + Cfg::kOffK, aV = base + Cfg::kOffV, bar = base + Cfg::kOffBar;
+  auto full_k = [&](int s) { return bar + 8 * s; };
+  auto full_v = [&](int s) { return bar + 8 * (kS + s); };
+  auto empty_k = [&](int s) { return bar + 8 * (2 * kS + s); };
+  auto empty_v = [&](int s) { return bar + 8 * (3 * kS + s); };
+
+  const int T = p.T, D = p.D;
+  const bool causal = p.causal;
+  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;  // last (causal: heaviest) query blocks first
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int* segb = p.seg + (int64_t)b * T;
+  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
+  int n_end = (T + kBc - 1) / kBc;
+  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kS; ++s) {
+      wg::mbar_init(full_k(s), 32);
+      wg::mbar_init(full_v(s), 32);
+      wg::mbar_init(empty_k(s), Cfg::kConsumers);
+      wg::mbar_init(empty_v(s), Cfg::kConsumers);
+    }
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= Cfg::kConsumers) {
+    wg::regs_dec<40>();
+    if (threadIdx.x >= Cfg::kConsumers + 32) return;
+    // Producer warp: K then V of every tile the block visits, into the ring.
+    const bf16* kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
+    const bf16* vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
+    const int lane = threadIdx.x & 31;
+    auto load = [&](uint32_t tile, const bf16* src, int t0) {
+      constexpr int kChunks = kD / 8;
+#pragma unroll 4
+      for (int i = lane; i < kBc * kChunks; i += 32) {
+        const int r = i / kChunks, c = i % kChunks, t = t0 + r;
+        const bool ok = t < T && c * 8 < D;
+        cp_async16(tile + wg::sw128_offset(kBc, r, c * 8), ok ? src + (int64_t)t * kvstride + c * 8 : src, ok);
+      }
+    };
+    int kind = kEmpty;
+    int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    for (int i = 0; n < n_end; ++i) {
+      const int s = i % kS;
+      const uint32_t phase = (uint32_t)(i / kS) & 1u;
+      if (i >= kS) wg::mbar_wait(empty_k(s), phase ^ 1u);
+      load(aK + s * Cfg::kTile, kg, n * kBc);
+      wg::cp_async_mbar_arrive(full_k(s));
+      if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
+      load(aV + s * Cfg::kTile, vg, n * kBc);
+      wg::cp_async_mbar_arrive(full_v(s));
+      n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    }
+    return;
+  }
+
+  // Consumer warpgroups.
+  wg::regs_inc<232>();
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const uint32_t aQw = aQ + wgi * (64 * kD * 2);  // this warpgroup's [64][kD] Q tile
+  load_rows_sw128<64, kD, 128>(aQw, static_cast<const bf16*>(p.q) + q_base(p, b, h), qstride, q0 + 64 * wgi, T, D, threadIdx.x & 127);
+  cp_async_commit();
+  cp_async_wait<0>();
+  wg::fence_proxy_async();
+  wg::bar_sync(3 + wgi, 128);  // this warpgroup's Q rows have landed
+
+  int qrow[2], qseg[2];
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    qrow[hi] = q0 + 64 * wgi + 16 * warp + gid + 8 * hi;
+    qseg[hi] = __ldg(segb + min(qrow[hi], T - 1));
+  }
+  float o[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+  // P of the previous tile as bf16 A fragments; the first step's product multiplies these zeros
+  // by the first K tile (any finite tile would do), so every wgmma is on a uniform path.
+  uint32_t pa[kKT][4];
+#pragma unroll
+  for (int kk = 0; kk < kKT; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+
+  // Ping-pong: a warpgroup issues its products after the other one has issued its own (named
+  // barriers 1 and 2), so one's softmax runs while the other's products do.
+  if (wgi == 1) wg::bar_arrive(1, 256);
+  int kind = kEmpty;
+  int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+  uint32_t prev_v = aK;  // the previous tile's V (see pa)
+  int i = 0;
+  for (; n < n_end; ++i) {
+    const int cur_kind = kind, k0 = n * kBc, s = i % kS;
+    const uint32_t phase = (uint32_t)(i / kS) & 1u;
+    wg::mbar_wait(full_k(s), phase);
+    if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+    wg::fence_proxy_async();
+    wg::bar_sync(1 + wgi, 256);
+    float sc[kBc / 2];
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wg::wgmma_ss<kBc, 0, 0>(sc, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
+    wg::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
+    wg::wgmma_commit();
+    wg::bar_arrive(2 - wgi, 256);
+    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+    wg::wgmma_wait<1>();  // S(n); the previous P·V may still run
+    wg::mbar_arrive(empty_k(s));
+
+    if (cur_kind == kPartial) {
+#pragma unroll
+      for (int j = 0; j < kBc / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = k0 + 8 * j + 2 * tig + e;
+          const int kseg = __ldg(segb + min(col, T - 1));
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi)
+            if (!visible(qrow[hi], qseg[hi], col, kseg, T, causal)) sc[4 * j + 2 * hi + e] = -INFINITY;
+        }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBc / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * hi], sc[4 * j + 2 * hi + 1]));
+      mx = quad_max(mx) * p.scale_log2;
+      const float m_new = fmaxf(mrow[hi], mx);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
+      alpha[hi] = fast_exp2(mrow[hi] - m_use);
+      mrow[hi] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBc / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(fmaf(sc[4 * j + 2 * hi + e], p.scale_log2, -m_use));
+          sc[4 * j + 2 * hi + e] = pv;
+          sum += pv;
+        }
+      lrow[hi] = lrow[hi] * alpha[hi] + sum;
+    }
+    wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
+    if (i > 0) wg::mbar_arrive(empty_v((i - 1) % kS));
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        o[4 * j + 2 * hi] *= alpha[hi];
+        o[4 * j + 2 * hi + 1] *= alpha[hi];
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
+    prev_v = aV + s * Cfg::kTile;
+    n = n_next;
+  }
+  if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
+  // The last tile's P·V.
+  if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+  wg::fence_proxy_async();
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
+  wg::wgmma_commit();
+  wg::wgmma_wait<0>();
+
+  bf16* og = static_cast<bf16*>(p.out) + q_base(p, b, h);
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const float l = quad_sum(lrow[hi]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int t = qrow[hi];
+    if (t >= T) continue;
+    if (tig == 0) p.lse[row_base(p, b, h) + t] = l > 0.f ? (mrow[hi] + __log2f(l)) * kLn2 : -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int col = 8 * j + 2 * tig;
+      if (col < D) *reinterpret_cast<uint32_t*>(og + (int64_t)t * qstride + col) = pack_bf16(o[4 * j + 2 * hi] * inv, o[4 * j + 2 * hi + 1] * inv);
+    }
+  }
+#endif
 }
 
 // bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
@@ -1371,8 +1588,12 @@ void launch_forward(const Params& p, cudaStream_t stream) {
 }
 
 template <int kD>
-void forward_mma(const Params& p, cudaStream_t stream) {
+void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
+  if constexpr (kD == 64 || kD == 128) {
+    using W = WsFwdCfg<kD>;
+    if (hopper) return launch(fwd_ws<kD>, dim3(p.B * p.H, ceil_div(p.T, W::kBr)), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
+  }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
 }
 
@@ -1447,6 +1668,22 @@ bool use_wgmma(const OpCall& call, const Params& p) {
 #endif
 }
 
+// WIP (branch wip/fa3-forward): the warp-specialised forward, opt-in with MDLM_ATTN_WS_FORWARD=1
+// until it is timed on an sm_90 GPU (the emulator models one).
+bool use_wgmma_forward(const OpCall& call, const Params& p) {
+  const int kd = padded_head_dim(p.D);
+  if (kd != 64 && kd != 128) return false;
+  const char* v = std::getenv("MDLM_ATTN_WS_FORWARD");
+  if (!v || std::string(v) != "1") return false;
+#ifdef MDLM_ATTN_EMULATE
+  (void)call;
+  return true;
+#else
+  const size_t smem = kd == 64 ? WsFwdCfg<64>::kSmem : WsFwdCfg<128>::kSmem;
+  return call.device && call.device->major == 9 && call.device->minor == 0 && smem <= call.device->sharedMemPerBlockOptin;
+#endif
+}
+
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
   Params p{};
   p.B = call.i32("batch");
@@ -1506,11 +1743,12 @@ MDLM_OP(attention) {
   } else if (!use_mma(call, p, kFloatArgs, false)) {
     forward_simt<bf16>(p, call.stream);
   } else {
+    const bool hopper = use_wgmma_forward(call, p);
     switch (padded_head_dim(p.D)) {
-      case 32: forward_mma<32>(p, call.stream); break;
-      case 64: forward_mma<64>(p, call.stream); break;
-      case 96: forward_mma<96>(p, call.stream); break;
-      default: forward_mma<128>(p, call.stream); break;
+      case 32: forward_mma<32>(p, call.stream, hopper); break;
+      case 64: forward_mma<64>(p, call.stream, hopper); break;
+      case 96: forward_mma<96>(p, call.stream, hopper); break;
+      default: forward_mma<128>(p, call.stream, hopper); break;
     }
   }
 }

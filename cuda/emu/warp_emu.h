@@ -33,6 +33,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,8 +88,22 @@ struct GroupSlot {
   uint64_t sync_gen = 0;
 };
 
+// A named barrier (bar.sync / bar.arrive with an id and a thread count).
+struct NamedBarrier {
+  int count = 0;
+  uint64_t gen = 0;
+};
+
+// An mbarrier in shared memory, by its address: arrivals still expected in the current phase.
+struct MBarrier {
+  int expected = 0, pending = 0;
+  uint32_t phase = 0;  // phases completed so far
+};
+
 struct Block {
   Dim bid, grid, block;
+  NamedBarrier named[16];
+  std::map<uint32_t, MBarrier> mbarriers;
   int nthreads = 0;
   std::vector<Thread> threads;
   std::vector<unsigned char> smem;
@@ -241,6 +256,50 @@ inline void syncthreads() {
   rendezvous(b.bar_count, b.bar_gen, b.nthreads, [] {});
 }
 
+// bar.sync id, count (arrive = false) and bar.arrive id, count: the barrier completes when
+// `count` threads have arrived either way; only bar.sync waits for it.
+inline void named_barrier(int id, int count, bool arrive) {
+  Block& b = *block_ptr();
+  if (id <= 0 || id >= 16) fail("named barrier id out of range (1..15; 0 is __syncthreads)");
+  NamedBarrier& nb = b.named[id];
+  const uint64_t g = nb.gen;
+  if (++nb.count == count) {
+    nb.count = 0;
+    ++nb.gen;
+    ++b.events;
+    return;
+  }
+  if (nb.count > count) fail("named barrier: more arrivals than its count");
+  if (!arrive)
+    while (nb.gen == g) yield();
+}
+
+inline MBarrier& mbarrier_at(uint32_t addr) {
+  auto it = block_ptr()->mbarriers.find(addr);
+  if (it == block_ptr()->mbarriers.end()) fail("mbarrier used before mbarrier.init");
+  return it->second;
+}
+
+inline void mbarrier_init(uint32_t addr, int count) {
+  if (addr % 8 != 0) fail("mbarrier misaligned");
+  block_ptr()->mbarriers[addr] = MBarrier{count, count, 0};
+}
+
+inline void mbarrier_arrive(uint32_t addr) {
+  MBarrier& m = mbarrier_at(addr);
+  if (--m.pending == 0) {
+    m.pending = m.expected;
+    ++m.phase;
+    ++block_ptr()->events;
+  }
+}
+
+// mbarrier.try_wait.parity in a loop: returns once the phase of that parity has completed (the
+// current phase's parity differs from it).
+inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
+  while ((mbarrier_at(addr).phase & 1u) == (parity & 1u)) yield();
+}
+
 // All 32 lanes of the warp must call this with the same op; compute(ins, outs) runs once.
 template <typename In, typename Out, typename F>
 Out collective(int op, const In& in, F compute) {
@@ -350,9 +409,18 @@ inline void cp_async(uint32_t dst, const void* src, int size, int bytes) {
   else thread_ptr()->pending.push_back(c);
 }
 
+// cp.async.mbarrier.arrive.noinc: an arrival once this thread's earlier copies have landed (the
+// emulation lands them now).
+inline void cp_async_mbarrier_arrive(uint32_t addr);
+
 inline void cp_async_wait_all() {
   for (const Copy& c : thread_ptr()->pending) land(c);
   thread_ptr()->pending.clear();
+}
+
+inline void cp_async_mbarrier_arrive(uint32_t addr) {
+  cp_async_wait_all();
+  mbarrier_arrive(addr);
 }
 
 inline uint16_t smem_b16(uint32_t a) {
