@@ -859,7 +859,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   cp_async_commit();
   cp_async_wait<0>();
   wg::fence_proxy_async();
-  wg::bar_sync(3 + wgi, 128);  // this warpgroup's Q rows have landed
+  wg::bar_sync(3, 256);  // both warpgroups' Q rows have landed (the first step reads all of them)
 
   int qrow[2], qseg[2];
 #pragma unroll
@@ -872,7 +872,8 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
   // P of the previous tile as bf16 A fragments; the first step's product multiplies these zeros
-  // by the first K tile (any finite tile would do), so every wgmma is on a uniform path.
+  // by the Q tiles (finite, and never rewritten: a K or V buffer could be refilled while that
+  // product is in flight), so every wgmma is on a uniform path.
   uint32_t pa[kKT][4];
 #pragma unroll
   for (int kk = 0; kk < kKT; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
@@ -882,7 +883,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   if (wgi == 1) wg::bar_arrive(1, 256);
   int kind = kEmpty;
   int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-  uint32_t prev_v = aK;  // the previous tile's V (see pa)
+  uint32_t prev_v = aQ;  // the previous tile's V (see pa)
   int i = 0;
   for (; n < n_end; ++i) {
     const int cur_kind = kind, k0 = n * kBc, s = i % kS;
