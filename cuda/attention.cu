@@ -777,7 +777,10 @@ template <int kD>
 struct WsFwdCfg {
   static constexpr int kBr = 128, kBc = 128, kStages = kD == 128 ? 2 : 3;
   // A whole producer warpgroup (setmaxnreg works on warpgroups): it keeps 40 registers a thread,
-  // the consumers take 232 (128·40 + 256·232 ≤ 64K); one of its warps loads, three exit.
+  // the consumers take 232 (128·40 + 256·232 ≤ 64K); one of its warps loads, three exit. The
+  // consumers' increase comes out of what the producer gives back, so the kernel must launch
+  // with 168 registers a thread (65536 / 384, which ptxas -v reports): with fewer, the increase
+  // would wait forever.
   static constexpr int kConsumers = 256, kThreads = kConsumers + 128;
   static constexpr uint32_t kTile = kBc * kD * 2;  // bytes of a K or V tile (and of the Q tile)
   static constexpr uint32_t kOffK = kTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
