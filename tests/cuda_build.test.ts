@@ -169,5 +169,11 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     const { stdout } = await run(exe, [], { env: env({ EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
     expect(stdout).not.toMatch(/FAIL/);
     expect(stdout.trim().split('\n').length).toBe(1 + 20);
+    // The warp-specialised forward (mbarriers, named barriers, a producer warp), both schedules.
+    for (const schedule of ['round-robin', 'skewed']) {
+      const { stdout: ws } = await run(exe, [], { env: env({ MDLM_ATTN_WS_FORWARD: '1', EMU_SCHEDULE: schedule, EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
+      expect(ws, schedule).not.toMatch(/FAIL/);
+      expect(ws.trim().split('\n').length).toBe(1 + 20);
+    }
   }, EMU_TIMEOUT);
 });
