@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b run]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b run ncu]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -83,6 +83,13 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         MDLM_ATTN_WS_FORWARD=$ws timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-ws$ws.txt"
       done ;;
+    ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL (regex
+      # on the demangled name) inside bench kernels --ops NCU_OPS at bench scale: details page + raw metrics
+      timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_dkdv_wgmma<.*128}" -c 1 \
+        -f -o "$OUT/ncu-${NCU_TAG:-bwd}" node bin/mdlm.js bench kernels --backend cuda --ops "${NCU_OPS:-attention_backward}" --dtype bf16 --scale bench --no-check --reps 1 \
+        > "$OUT/ncu-${NCU_TAG:-bwd}.log" 2>&1; tail -n 5 "$OUT/ncu-${NCU_TAG:-bwd}.log"
+      ncu -i "$OUT/ncu-${NCU_TAG:-bwd}.ncu-rep" --page details > "$OUT/ncu-${NCU_TAG:-bwd}-details.txt" 2>&1 && ncu -i "$OUT/ncu-${NCU_TAG:-bwd}.ncu-rep" --page raw --csv > "$OUT/ncu-${NCU_TAG:-bwd}-raw.csv" 2>&1
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$OUT/ncu-${NCU_TAG:-bwd}-details.txt" | head -n 30 ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done
