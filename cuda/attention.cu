@@ -770,23 +770,30 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, in
 // Forward, Hopper (sm_90a), warp-specialised: a producer warp and two ping-ponging warpgroups
 // ---------------------------------------------------------------------------------------------
 
-// Two consumer warpgroups of 64 query rows (kBr = 128 a block) and one producer warp; 128-key
+// Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; 128-key
 // tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
-// landed) and an "empty" one (both warpgroups are done reading it).
+// landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
+// which key tiles the block visits: with each K tile it leaves the tile's index and kind and its
+// keys' segment ids in shared memory, so the consumers never read global memory in the loop.
 template <int kD>
 struct WsFwdCfg {
   static constexpr int kBr = 128, kBc = 128, kStages = kD == 128 ? 2 : 3;
-  // A whole producer warpgroup (setmaxnreg works on warpgroups): it keeps 40 registers a thread,
-  // the consumers take 232 (128·40 + 256·232 ≤ 64K); one of its warps loads, three exit. The
-  // consumers' increase comes out of what the producer gives back, so the kernel must launch
-  // with 168 registers a thread (65536 / 384, which ptxas -v reports): with fewer, the increase
-  // would wait forever.
-  static constexpr int kConsumers = 256, kThreads = kConsumers + 128;
+  // setmaxnreg works on warpgroups: the producer keeps 56 registers a thread, the consumers take
+  // 224 (128·56 + 256·224 ≤ 64K). The consumers' increase comes out of what the producer gives
+  // back, so the kernel must launch with 168 registers a thread (65536 / 384, which ptxas -v
+  // reports): with fewer, the increase would wait forever.
+  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kTile = kBc * kD * 2;  // bytes of a K or V tile (and of the Q tile)
   static constexpr uint32_t kOffK = kTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
-  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each
-  static constexpr size_t kSmem = kOffBar + 4 * kStages * 8 + 1024;
+  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each; then per stage the keys' segment ids
+  // and the tile's (index, kind)
+  static constexpr uint32_t kOffSeg = kOffBar + 4 * kStages * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
+  static constexpr size_t kSmem = kOffInfo + kStages * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
+  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 && kProducerRegs < 65536 / kThreads &&
+                    kConsumerRegs > 65536 / kThreads,
+                "setmaxnreg budget");
 };
 
 template <int kD>
@@ -801,6 +808,8 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   auto full_v = [&](int s) { return bar + 8 * (kS + s); };
   auto empty_k = [&](int s) { return bar + 8 * (2 * kS + s); };
   auto empty_v = [&](int s) { return bar + 8 * (3 * kS + s); };
+  int* const seg_smem = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffSeg);  // [kS][kBc]
+  int* const info = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffInfo);     // [kS][2]: tile, kind
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
@@ -808,14 +817,15 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;  // last (causal: heaviest) query blocks first
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int* segb = p.seg + (int64_t)b * T;
-  const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
   int n_end = (T + kBc - 1) / kBc;
   if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kS; ++s) {
-      wg::mbar_init(full_k(s), 32);
-      wg::mbar_init(full_v(s), 32);
+      // full K: every producer thread's plain arrival (its segment id and the tile info are
+      // stored) and its copies' arrival; full V: the copies'
+      wg::mbar_init(full_k(s), 2 * Cfg::kProducers);
+      wg::mbar_init(full_v(s), Cfg::kProducers);
       wg::mbar_init(empty_k(s), Cfg::kConsumers);
       wg::mbar_init(empty_v(s), Cfg::kConsumers);
     }
@@ -823,39 +833,55 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   __syncthreads();
 
   if (threadIdx.x >= Cfg::kConsumers) {
-    wg::regs_dec<40>();
-    if (threadIdx.x >= Cfg::kConsumers + 32) return;
-    // Producer warp: K then V of every tile the block visits, into the ring.
-    const bf16* kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
-    const bf16* vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
-    const int lane = threadIdx.x & 31;
+    wg::regs_dec<Cfg::kProducerRegs>();
+    // Producer warpgroup: K (with the tile's segment ids and info) then V of every tile the block
+    // visits, into the ring, then an info of n_end that ends the consumers' loop. Thread pt copies
+    // chunk c of rows r0, r0 + kRowStep, ..., which share one swizzle phase (r mod 8), so the
+    // shared and global addresses just advance by a constant.
+    const int pt = threadIdx.x - Cfg::kConsumers;
+    constexpr int kChunks = kD / 8, kRowStep = Cfg::kProducers / kChunks;
+    static_assert(kRowStep % 8 == 0 && kBc % kRowStep == 0 && Cfg::kProducers == kBc, "producer rows; one segment id a thread");
+    const int c = pt % kChunks, r0 = pt / kChunks;
+    const uint32_t dst0 = wg::sw128_offset(kBc, r0, c * 8);
+    const bool col_ok = c * 8 < D;
+    const int64_t kv0 = kv_base(p, b, g) + (int64_t)r0 * kvstride + c * 8;
+    const bf16* const kg = static_cast<const bf16*>(p.k) + kv0;
+    const bf16* const vg = static_cast<const bf16*>(p.v) + kv0;
     auto load = [&](uint32_t tile, const bf16* src, int t0) {
-      constexpr int kChunks = kD / 8;
-#pragma unroll 4
-      for (int i = lane; i < kBc * kChunks; i += 32) {
-        const int r = i / kChunks, c = i % kChunks, t = t0 + r;
-        const bool ok = t < T && c * 8 < D;
-        cp_async16(tile + wg::sw128_offset(kBc, r, c * 8), ok ? src + (int64_t)t * kvstride + c * 8 : src, ok);
+#pragma unroll
+      for (int j = 0; j < kBc / kRowStep; ++j) {
+        const int t = t0 + r0 + j * kRowStep;
+        const bool ok = col_ok && t < T;
+        cp_async16(tile + dst0 + j * kRowStep * 128, ok ? src + (int64_t)t0 * kvstride + (int64_t)j * kRowStep * kvstride : src, ok);
       }
     };
+    const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
     int kind = kEmpty;
     int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-    for (int i = 0; n < n_end; ++i) {
+    for (int i = 0;; ++i) {
       const int s = i % kS;
       const uint32_t phase = (uint32_t)(i / kS) & 1u;
       if (i >= kS) wg::mbar_wait(empty_k(s), phase ^ 1u);
-      load(aK + s * Cfg::kTile, kg, n * kBc);
+      if (pt == 0) {
+        info[2 * s] = n;
+        info[2 * s + 1] = kind;
+      }
+      if (n < n_end) {
+        seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
+        load(aK + s * Cfg::kTile, kg, n * kBc);
+      }
+      wg::mbar_arrive(full_k(s));
       wg::cp_async_mbar_arrive(full_k(s));
+      if (n >= n_end) return;
       if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
       load(aV + s * Cfg::kTile, vg, n * kBc);
       wg::cp_async_mbar_arrive(full_v(s));
       n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     }
-    return;
   }
 
   // Consumer warpgroups.
-  wg::regs_inc<232>();
+  wg::regs_inc<Cfg::kConsumerRegs>();
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const uint32_t aQw = aQ + wgi * (64 * kD * 2);  // this warpgroup's [64][kD] Q tile
   load_rows_sw128<64, kD, 128>(aQw, static_cast<const bf16*>(p.q) + q_base(p, b, h), qstride, q0 + 64 * wgi, T, D, threadIdx.x & 127);
@@ -884,14 +910,14 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   // Ping-pong: a warpgroup issues its products after the other one has issued its own (named
   // barriers 1 and 2), so one's softmax runs while the other's products do.
   if (wgi == 1) wg::bar_arrive(1, 256);
-  int kind = kEmpty;
-  int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
   uint32_t prev_v = aQ;  // the previous tile's V (see pa)
   int i = 0;
-  for (; n < n_end; ++i) {
-    const int cur_kind = kind, k0 = n * kBc, s = i % kS;
+  for (;; ++i) {
+    const int s = i % kS;
     const uint32_t phase = (uint32_t)(i / kS) & 1u;
     wg::mbar_wait(full_k(s), phase);
+    const int n = info[2 * s], cur_kind = info[2 * s + 1], k0 = n * kBc;
+    if (n >= n_end) break;
     if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
     wg::fence_proxy_async();
     wg::bar_sync(1 + wgi, 256);
@@ -905,22 +931,20 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
     for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
     wg::wgmma_commit();
     wg::bar_arrive(2 - wgi, 256);
-    const int n_next = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     wg::wgmma_wait<1>();  // S(n); the previous P·V may still run
-    wg::mbar_arrive(empty_k(s));
 
     if (cur_kind == kPartial) {
 #pragma unroll
       for (int j = 0; j < kBc / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int col = k0 + 8 * j + 2 * tig + e;
-          const int kseg = __ldg(segb + min(col, T - 1));
+          const int col = 8 * j + 2 * tig + e, kseg = seg_smem[s * kBc + col];
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi)
-            if (!visible(qrow[hi], qseg[hi], col, kseg, T, causal)) sc[4 * j + 2 * hi + e] = -INFINITY;
+            if (!visible(qrow[hi], qseg[hi], k0 + col, kseg, T, causal)) sc[4 * j + 2 * hi + e] = -INFINITY;
         }
     }
+    wg::mbar_arrive(empty_k(s));  // S(n) is in registers and the segment ids are read
     float alpha[2];
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
@@ -957,7 +981,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
     prev_v = aV + s * Cfg::kTile;
-    n = n_next;
   }
   if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
   // The last tile's P·V.
