@@ -77,11 +77,10 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
     wgmma)  # the emulator's wgmma model (cuda/emu/warp_emu.h) against the hardware
       nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
       timeout 60 /tmp/wgmma_check 2>&1 | tee "$OUT/wgmma.txt" ;;
-    attn-ws)  # branch wip/fa3-forward: the warp-specialised forward, checked (with a hang guard) then timed against fwd_mma
-      MDLM_ATTN_WS_FORWARD=1 MDLM_REQUIRE_CUDA=1 timeout 240 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts -t 'attention' 2>&1 | grep -v Warning | tail -n 20 | tee "$OUT/tests-ws.txt"
-      for ws in 0 1; do
-        MDLM_ATTN_WS_FORWARD=$ws timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
-          | grep -v Warning | tee "$OUT/attn-ws$ws.txt"
+    attn-ws)  # the forward against its alternatives: fwd_mma (MDLM_ATTN_WS_FORWARD=0) and one more K/V stage
+      for e in MDLM_ATTN_WS_FORWARD=0 MDLM_ATTN_WS_STAGES=1; do
+        env $e timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
+          | grep -v Warning | tee "$OUT/attn-$e.txt"
       done ;;
     ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL (regex
       # on the demangled name) inside bench kernels --ops NCU_OPS at bench scale: details page + raw metrics
