@@ -157,8 +157,10 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     expect(stdout).not.toMatch(/FAIL/);
     expect(stdout.trim().split('\n').length).toBe(1 + 2 * 20);
     // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
-    const { stdout: mma } = await run(exe, ['128'], { env: env({ MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }) });
+    const { stdout: mma } = await run(exe, ['128'], { env: env({ MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }) });
     expect(mma.trim().split('\n').length).toBe(1 + 5);
+    const { stdout: mma64 } = await run(exe, ['D=64'], { env: env({ MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }) });
+    expect(mma64.trim().split('\n').length).toBe(1 + 5);
   }, EMU_TIMEOUT);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
@@ -169,11 +171,13 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     const { stdout } = await run(exe, [], { env: env({ EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
     expect(stdout).not.toMatch(/FAIL/);
     expect(stdout.trim().split('\n').length).toBe(1 + 20);
-    // The warp-specialised forward (mbarriers, named barriers, a producer warp), both schedules.
-    for (const schedule of ['round-robin', 'skewed']) {
-      const { stdout: ws } = await run(exe, [], { env: env({ MDLM_ATTN_WS_FORWARD: '1', EMU_SCHEDULE: schedule, EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
-      expect(ws, schedule).not.toMatch(/FAIL/);
-      expect(ws.trim().split('\n').length).toBe(1 + 20);
-    }
+    // The warp-specialised forward (mbarriers, named barriers, a producer warpgroup) is the default
+    // at head dim 64 and 128: once more round-robin with eager copies, and with one more K/V stage.
+    const { stdout: rr } = await run(exe, [], { env: env({ EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
+    expect(rr).not.toMatch(/FAIL/);
+    expect(rr.trim().split('\n').length).toBe(1 + 20);
+    const { stdout: stages } = await run(exe, [], { env: env({ MDLM_ATTN_WS_STAGES: '1', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
+    expect(stages).not.toMatch(/FAIL/);
+    expect(stages.trim().split('\n').length).toBe(1 + 20);
   }, EMU_TIMEOUT);
 });
