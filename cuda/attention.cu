@@ -1619,7 +1619,10 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
-      // EXPERIMENT: MDLM_ATTN_WS_STAGES=1 takes one more K/V stage
+      // MDLM_ATTN_WS_STAGES=1: one more K/V stage (3 at 128, 4 at 64). H200, 2026-12-03, bench
+      // shapes: 2-9% faster at 128 (B8 T2048 bidirectional 0.526 vs 0.540 ms), slower at 64 (B16
+      // T1024 bidirectional 0.383 vs 0.188). Not the default yet: the GPU tests have not run it
+      // (the emulator's have).
       const char* v = std::getenv("MDLM_ATTN_WS_STAGES");
       if (v && std::string(v) == "1") {
         using W = WsFwdCfg<kD, kD == 128 ? 3 : 4>;
