@@ -1707,8 +1707,8 @@ bool use_wgmma(const OpCall& call, const Params& p) {
 }
 
 // The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws).
-// H200, 2026-12-03, against fwd_mma: B8 T2048 H16 D128 bidirectional 0.586 vs 0.785 ms, causal
-// 0.354 vs 0.495; B16 T1024 H12 D64 bidirectional 0.188 vs 0.222, causal 0.140 vs 0.143.
+// H200, 2026-12-03 (bench/RESULTS.md, sixth pass), against fwd_mma: B8 T2048 H16 D128 bidirectional 0.540 vs 0.764 ms, causal
+// 0.342 vs 0.510; B16 T1024 H12 D64 bidirectional 0.188 vs 0.231, causal 0.137 vs 0.146.
 // MDLM_ATTN_WS_FORWARD=0 keeps fwd_mma (read at every call).
 bool use_wgmma_forward(const OpCall& call, const Params& p) {
   const int kd = padded_head_dim(p.D);
