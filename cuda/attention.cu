@@ -767,7 +767,7 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, in
 }
 
 // ---------------------------------------------------------------------------------------------
-// Forward, Hopper (sm_90a), warp-specialised: a producer warp and two ping-ponging warpgroups
+// Forward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two ping-ponging consumers
 // ---------------------------------------------------------------------------------------------
 
 // Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; 128-key
@@ -1614,6 +1614,12 @@ void launch_forward(const Params& p, cudaStream_t stream) {
   launch(fwd_mma<kD, kBr, kBc, kWarps>, dim3(p.B * p.H, ceil_div(p.T, kBr)), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
 }
 
+template <int kD, int kStages>
+void launch_forward_ws(const Params& p, cudaStream_t stream) {
+  using W = WsFwdCfg<kD, kStages>;
+  launch(fwd_ws<kD, kStages>, dim3(p.B * p.H, ceil_div(p.T, W::kBr)), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
+}
+
 template <int kD>
 void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
@@ -1624,12 +1630,8 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
       // T1024 bidirectional 0.383 vs 0.188). Not the default yet: the GPU tests have not run it
       // (the emulator's have).
       const char* v = std::getenv("MDLM_ATTN_WS_STAGES");
-      if (v && std::string(v) == "1") {
-        using W = WsFwdCfg<kD, kD == 128 ? 3 : 4>;
-        return launch(fwd_ws<kD, W::kStages>, dim3(p.B * p.H, ceil_div(p.T, W::kBr)), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
-      }
-      using W = WsFwdCfg<kD>;
-      return launch(fwd_ws<kD, W::kStages>, dim3(p.B * p.H, ceil_div(p.T, W::kBr)), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
+      if (v && std::string(v) == "1") return launch_forward_ws<kD, WsFwdCfg<kD>::kStages + 1>(p, stream);
+      return launch_forward_ws<kD, WsFwdCfg<kD>::kStages>(p, stream);
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);

@@ -409,15 +409,13 @@ inline void cp_async(uint32_t dst, const void* src, int size, int bytes) {
   else thread_ptr()->pending.push_back(c);
 }
 
-// cp.async.mbarrier.arrive.noinc: an arrival once this thread's earlier copies have landed (the
-// emulation lands them now).
-inline void cp_async_mbarrier_arrive(uint32_t addr);
-
 inline void cp_async_wait_all() {
   for (const Copy& c : thread_ptr()->pending) land(c);
   thread_ptr()->pending.clear();
 }
 
+// cp.async.mbarrier.arrive.noinc: an arrival once this thread's earlier copies have landed (the
+// emulation lands them now).
 inline void cp_async_mbarrier_arrive(uint32_t addr) {
   cp_async_wait_all();
   mbarrier_arrive(addr);
