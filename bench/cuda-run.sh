@@ -83,13 +83,16 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
           | grep -v Warning | tee "$OUT/attn-$e.txt"
       done ;;
     ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL (regex
-      # on the demangled name) inside bench kernels --ops NCU_OPS at bench scale: details page + raw metrics
+      # on the demangled name) inside bench kernels --ops NCU_OPS at bench scale: details page, raw
+      # metrics and per-instruction SASS stall samples, as $OUT/ncu-$NCU_TAG*
+      rep="$OUT/ncu-${NCU_TAG:-bwd}"
       timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_dkdv_wgmma<.*128}" -c 1 \
-        -f -o "$OUT/ncu-${NCU_TAG:-bwd}" node bin/mdlm.js bench kernels --backend cuda --ops "${NCU_OPS:-attention_backward}" --dtype bf16 --scale bench --no-check --reps 1 \
-        > "$OUT/ncu-${NCU_TAG:-bwd}.log" 2>&1; tail -n 5 "$OUT/ncu-${NCU_TAG:-bwd}.log"
-      ncu -i "$OUT/ncu-${NCU_TAG:-bwd}.ncu-rep" --page details > "$OUT/ncu-${NCU_TAG:-bwd}-details.txt" 2>&1 && ncu -i "$OUT/ncu-${NCU_TAG:-bwd}.ncu-rep" --page raw --csv > "$OUT/ncu-${NCU_TAG:-bwd}-raw.csv" 2>&1
-      ncu -i "$OUT/ncu-${NCU_TAG:-bwd}.ncu-rep" --page source --print-source sass --csv > "$OUT/ncu-${NCU_TAG:-bwd}-sass.csv" 2>&1
-      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$OUT/ncu-${NCU_TAG:-bwd}-details.txt" | head -n 30 ;;
+        -f -o "$rep" node bin/mdlm.js bench kernels --backend cuda --ops "${NCU_OPS:-attention_backward}" --dtype bf16 --scale bench --no-check --reps 1 \
+        > "$rep.log" 2>&1; tail -n 5 "$rep.log"
+      ncu -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>&1
+      ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>&1
+      ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done

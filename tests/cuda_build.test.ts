@@ -150,34 +150,30 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     for (const l of lines) expect(l, stdout).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
   }, EMU_TIMEOUT);
 
+  // Runs attention_check on the cases whose name contains `filter` ('' for all) and expects
+  // `rows` table rows; it exits non-zero (run rejects) when a case is over tolerance, with its
+  // table in the message.
+  const expectCasesPass = async (filter: string, extra: Record<string, string>, rows: number): Promise<void> => {
+    const { stdout } = await run(await attentionCheck, filter ? [filter] : [], { env: env(extra), maxBuffer: 1 << 24 });
+    expect(stdout, JSON.stringify(extra)).not.toMatch(/FAIL/);
+    expect(stdout.trim().split('\n').length, JSON.stringify(extra)).toBe(1 + rows);
+  };
+
   it('computes forward and both backwards within the registry tolerances, f32 and bf16, every case', async () => {
-    const exe = await attentionCheck;
-    // Exits non-zero (run rejects) when a case is over tolerance; its table is in the message.
-    const { stdout } = await run(exe, [], { env: env(), maxBuffer: 1 << 24 });
-    expect(stdout).not.toMatch(/FAIL/);
-    expect(stdout.trim().split('\n').length).toBe(1 + 2 * 20);
+    await expectCasesPass('', {}, 2 * 20);
     // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
-    const { stdout: mma } = await run(exe, ['128'], { env: env({ MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }) });
-    expect(mma.trim().split('\n').length).toBe(1 + 5);
-    const { stdout: mma64 } = await run(exe, ['D=64'], { env: env({ MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }) });
-    expect(mma64.trim().split('\n').length).toBe(1 + 5);
+    await expectCasesPass('128', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 5);
+    await expectCasesPass('D=64', { MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 5);
   }, EMU_TIMEOUT);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
-    const exe = await attentionCheck;
     // Skewed scheduling lets the last warps run as far ahead as the barriers allow; eager copies
     // land at issue. A tile rewritten while an in-flight wgmma (or another warp) still reads it
     // then fails the run ("changed before the wait") or the tolerance.
-    const { stdout } = await run(exe, [], { env: env({ EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
-    expect(stdout).not.toMatch(/FAIL/);
-    expect(stdout.trim().split('\n').length).toBe(1 + 20);
+    await expectCasesPass('', { EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 20);
     // The warp-specialised forward (mbarriers, named barriers, a producer warpgroup) is the default
     // at head dim 64 and 128: once more round-robin with eager copies, and with one more K/V stage.
-    const { stdout: rr } = await run(exe, [], { env: env({ EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
-    expect(rr).not.toMatch(/FAIL/);
-    expect(rr.trim().split('\n').length).toBe(1 + 20);
-    const { stdout: stages } = await run(exe, [], { env: env({ MDLM_ATTN_WS_STAGES: '1', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }), maxBuffer: 1 << 24 });
-    expect(stages).not.toMatch(/FAIL/);
-    expect(stages.trim().split('\n').length).toBe(1 + 20);
+    await expectCasesPass('', { EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 20);
+    await expectCasesPass('', { MDLM_ATTN_WS_STAGES: '1', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 20);
   }, EMU_TIMEOUT);
 });
