@@ -744,9 +744,9 @@ struct WgDkvCfg {
   static constexpr int kBc = 128, kBr = 64, kThreads = 256;
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
-  // K, V, 2 × Q, 2 × dO, the dSᵀ tile [kBc][kBr], then 2 × (lse, Drow) of kBr floats.
+  // K, V, 2 × Q, 2 × dO, the dSᵀ tile [kBc][kBr], then 2 × (lse, Drow, segment id) of kBr.
   static constexpr uint32_t kOffdS = 2 * kKV + 4 * kQ, kOffRows = kOffdS + kBc * kBr * 2;
-  static constexpr size_t kSmem = kOffRows + 4 * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
+  static constexpr size_t kSmem = kOffRows + 6 * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
   static_assert(kD == 128, "wgmma backward: head dim 128 (at 64 the mma.sync kernel is as fast: use_wgmma)");
 };
 
@@ -1024,6 +1024,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
   unsigned char* smem = smem_raw + (base - raw);
   float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [2][kBr] lse
   float* sDr = sL + 2 * kBr;                                    // [2][kBr] Drow
+  int* sSg = reinterpret_cast<int*>(sDr + 2 * kBr);             // [2][kBr] the queries' segment ids
   const uint32_t aK = base, aV = aK + Cfg::kKV, aQ = aV + Cfg::kKV, adO = aQ + 2 * Cfg::kQ, adS = base + Cfg::kOffdS;
 
   const int T = p.T, D = p.D, group = p.group;
@@ -1046,11 +1047,15 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
     load_rows_sw128<kBr, kD, kThreads>(aQ + buf_ * Cfg::kQ, static_cast<const bf16*>(p.q) + qb, qstride, q0, T, D);
     load_rows_sw128<kBr, kD, kThreads>(adO + buf_ * Cfg::kQ, static_cast<const bf16*>(p.dout) + qb, qstride, q0, T, D);
+    static_assert(3 * kBr <= kThreads, "one thread a row value");
     if (threadIdx.x < 2 * kBr) {
       const int i = threadIdx.x % kBr, t = q0 + i;
       const bool ok = t < T;
       float* dst = (threadIdx.x < kBr ? sL : sDr) + buf_ * kBr + i;
       cp_async4(smem_u32(dst), (threadIdx.x < kBr ? p.lse_in : p.dsum) + (ok ? rb + t : 0), ok);
+    } else if (threadIdx.x < 3 * kBr) {
+      const int i = threadIdx.x - 2 * kBr;
+      cp_async4(smem_u32(sSg + buf_ * kBr + i), segb + min(q0 + i, T - 1), true);
     }
   };
 
@@ -1080,6 +1085,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
     const float* cL = sL + buf * kBr;
     const float* cDr = sDr + buf * kBr;
+    const int* cSg = sSg + buf * kBr;
 
     float s[32], dp[32];
     wg::wgmma_fence();
@@ -1108,7 +1114,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
       for (int e = 0; e < 2; ++e) {
         const int qi = q0 + c + e;
         const float lse2 = (e ? l2.y : l2.x) * kLog2e;
-        const int qseg = cur_kind == kPartial ? __ldg(segb + min(qi, T - 1)) : 0;
+        const int qseg = cur_kind == kPartial ? cSg[c + e] : 0;
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi) {
           float pv = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -lse2));
