@@ -1,0 +1,252 @@
+// matmul_vec4: the product of matmul.wgsl (out[b] (+)= op(A[b]) · op(B[b]), op = identity or
+// transpose, f32 accumulate, ACCUMULATE adds to out), restructured around 128-bit memory traffic.
+// src/backend/webgpu/kernels/matmul.ts picks it for the variants other than `default`
+// (MDLM_MATMUL_VARIANT); it is a separate file because its loads, shared layout and step loop differ
+// from matmul.wgsl's throughout.
+//
+// - Loads: each thread moves groups of 4 consecutive values of an operand's contiguous global
+//   dimension. On an interior tile (rows and k in range, contiguous extent a multiple of 4) a group
+//   is one vec4 load from an offset computed once per workgroup plus k0 times a stride; tiles at
+//   the edges load the group's values one by one, zero outside, so any m, n, k is correct.
+// - Shared tiles are k-major (tile_a[k][m], tile_b[k][n]) and unpadded. Groups along m (aᵀ) or n
+//   (b) are stored as one vec4; groups along k (a, bᵀ) as 4 scalars into 4 k rows, at vec4 column
+//   (m / 4) ^ swizzle(k) so a warp's scalar stores hit 32 different banks; the inner loop applies
+//   the same XOR when it reads them.
+// - DOUBLE_BUFFER: two tiles; step s multiplies one while the next tile (already in registers) is
+//   stored into the other, one barrier per step instead of two.
+// - One workgroup of 256 threads (16 x 16) computes a BM x BN = (16·TM) x (16·TN) block; a thread
+//   owns rows ty·4 + 64·h + i (h < TM/4) and vec4 columns tx·4 + 64·q (q < TN/4), so a warp's
+//   vec4 reads of the tiles hit consecutive words, as in matmul.wgsl. TN = 16 gives 128 x 256
+//   blocks: 128 FMAs per 6 shared reads instead of 64 per 4.
+// - BK: k-depth of a step (8 or 16). Workgroup memory: (1 or 2)·BK·(BM + BN)·4 bytes, e.g. 32 KiB
+//   for 128 x 128, BK 16, double-buffered.
+// Private arrays are sized for the largest configuration (TM 8, TN 16, BK 16); the unused tail of
+// each is never touched.
+
+struct Params {
+  m: u32,
+  n: u32,
+  k: u32,
+  // elements between consecutive batch items of a, b and out
+  batch_stride_a: u32,
+  batch_stride_b: u32,
+  batch_stride_out: u32,
+}
+
+@group(0) @binding(0) var<uniform> params: Params;
+@group(0) @binding(1) var<storage, read> a: array<vec4f>;
+@group(0) @binding(2) var<storage, read> b: array<vec4f>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+// a is [k, m] (else [m, k]); b is [n, k] (else [k, n])
+override TRANS_A: bool = false;
+override TRANS_B: bool = false;
+override ACCUMULATE: bool = false;
+// rows of out per thread: 8 or 4; columns per thread: 8 or 16
+override TM: u32 = 8u;
+override TN: u32 = 8u;
+override BK: u32 = 16u;
+override DOUBLE_BUFFER: bool = false;
+
+const THREADS = 256u;
+override BM = 16u * TM;
+override BN = 16u * TN;
+override BUFFERS = select(1u, 2u, DOUBLE_BUFFER);
+// vec4s of one buffer of each tile
+override TILE_A = BK * BM / 4u;
+override TILE_B = BK * BN / 4u;
+override TILES_A = BUFFERS * TILE_A;
+override TILES_B = BUFFERS * TILE_B;
+var<workgroup> tile_a: array<vec4f, TILES_A>;
+var<workgroup> tile_b: array<vec4f, TILES_B>;
+
+// 4-value groups per thread and tile (a 64 x 8 A tile has 128: half the threads load none)
+const GROUPS_MAX = 4u;
+override GROUPS_A = (TILE_A + THREADS - 1u) / THREADS;
+override GROUPS_B = (TILE_B + THREADS - 1u) / THREADS;
+
+// This thread's groups: global element offset of the first value at k0 = 0, and the values in
+// flight between the global load and the shared store.
+var<private> off_a: array<u32, GROUPS_MAX> = array<u32, GROUPS_MAX>();
+var<private> off_b: array<u32, GROUPS_MAX> = array<u32, GROUPS_MAX>();
+var<private> reg_a: array<vec4f, GROUPS_MAX> = array<vec4f, GROUPS_MAX>();
+var<private> reg_b: array<vec4f, GROUPS_MAX> = array<vec4f, GROUPS_MAX>();
+
+// Group g of the A tile: (row of out, k) of its first value. Groups run along the contiguous
+// dimension first, so consecutive threads read consecutive addresses.
+fn group_a(g: u32) -> vec2u {
+  if (TRANS_A) {
+    return vec2u(4u * (g % (BM / 4u)), g / (BM / 4u));
+  }
+  return vec2u(g / (BK / 4u), 4u * (g % (BK / 4u)));
+}
+
+// Group g of the B tile: (column of out, k) of its first value.
+fn group_b(g: u32) -> vec2u {
+  if (TRANS_B) {
+    return vec2u(g / (BK / 4u), 4u * (g % (BK / 4u)));
+  }
+  return vec2u(4u * (g % (BN / 4u)), g / (BN / 4u));
+}
+
+// XOR applied to the vec4 column of a k-major tile written by scalar stores (groups along k):
+// a warp's groups cover 32 / (BK / 4) consecutive rows and BK / 4 k-groups; XORing the vec4 column
+// with 2 or 4 times the k-group spreads them over all 8 vec4 columns of a bank row.
+fn swizzle(kk: u32, along_k: bool) -> u32 {
+  return select(0u, (kk / 4u) * (32u / BK), along_k);
+}
+
+fn init_offsets(t: u32, m0: u32, n0: u32, base_a: u32, base_b: u32) {
+  for (var j = 0u; j < GROUPS_A; j++) {
+    let c = group_a(t + THREADS * j);
+    off_a[j] = base_a + select((m0 + c.x) * params.k + c.y, c.y * params.m + m0 + c.x, TRANS_A);
+  }
+  for (var j = 0u; j < GROUPS_B; j++) {
+    let c = group_b(t + THREADS * j);
+    off_b[j] = base_b + select(c.y * params.n + n0 + c.x, (n0 + c.x) * params.k + c.y, TRANS_B);
+  }
+}
+
+// Global -> registers: this thread's groups of the tiles at k0.
+fn fetch(t: u32, m0: u32, n0: u32, k0: u32) {
+  let k_in = k0 + BK <= params.k;
+  let fast_a = k_in && m0 + BM <= params.m && select(params.k, params.m, TRANS_A) % 4u == 0u;
+  let step_a = k0 * select(1u, params.m, TRANS_A);
+  for (var j = 0u; j < GROUPS_A; j++) {
+    let g = t + THREADS * j;
+    if (g >= TILE_A) { break; }
+    let o = off_a[j] + step_a;
+    if (fast_a) {
+      reg_a[j] = a[o / 4u];
+      continue;
+    }
+    let c = group_a(g);
+    var v = vec4f(0.0);
+    for (var e = 0u; e < 4u; e++) {
+      let row = m0 + c.x + select(0u, e, TRANS_A);
+      let kk = k0 + c.y + select(e, 0u, TRANS_A);
+      if (row < params.m && kk < params.k) { v[e] = a[(o + e) / 4u][(o + e) % 4u]; }
+    }
+    reg_a[j] = v;
+  }
+  let fast_b = k_in && n0 + BN <= params.n && select(params.n, params.k, TRANS_B) % 4u == 0u;
+  let step_b = k0 * select(params.n, 1u, TRANS_B);
+  for (var j = 0u; j < GROUPS_B; j++) {
+    let g = t + THREADS * j;
+    if (g >= TILE_B) { break; }
+    let o = off_b[j] + step_b;
+    if (fast_b) {
+      reg_b[j] = b[o / 4u];
+      continue;
+    }
+    let c = group_b(g);
+    var v = vec4f(0.0);
+    for (var e = 0u; e < 4u; e++) {
+      let col = n0 + c.x + select(e, 0u, TRANS_B);
+      let kk = k0 + c.y + select(0u, e, TRANS_B);
+      if (col < params.n && kk < params.k) { v[e] = b[(o + e) / 4u][(o + e) % 4u]; }
+    }
+    reg_b[j] = v;
+  }
+}
+
+// Registers -> shared buffer `buf`.
+fn stash(t: u32, buf: u32) {
+  let ba = buf * TILE_A;
+  for (var j = 0u; j < GROUPS_A; j++) {
+    let g = t + THREADS * j;
+    if (g >= TILE_A) { break; }
+    let c = group_a(g);
+    if (TRANS_A) {
+      tile_a[ba + c.y * (BM / 4u) + c.x / 4u] = reg_a[j];
+    } else {
+      for (var e = 0u; e < 4u; e++) {
+        let kk = c.y + e;
+        tile_a[ba + kk * (BM / 4u) + ((c.x / 4u) ^ swizzle(kk, true))][c.x % 4u] = reg_a[j][e];
+      }
+    }
+  }
+  let bb = buf * TILE_B;
+  for (var j = 0u; j < GROUPS_B; j++) {
+    let g = t + THREADS * j;
+    if (g >= TILE_B) { break; }
+    let c = group_b(g);
+    if (TRANS_B) {
+      for (var e = 0u; e < 4u; e++) {
+        let kk = c.y + e;
+        tile_b[bb + kk * (BN / 4u) + ((c.x / 4u) ^ swizzle(kk, true))][c.x % 4u] = reg_b[j][e];
+      }
+    } else {
+      tile_b[bb + c.y * (BN / 4u) + c.x / 4u] = reg_b[j];
+    }
+  }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u32) {
+  let tx = t % 16u;
+  let ty = t / 16u;
+  let m0 = wid.y * BM;
+  let n0 = wid.x * BN;
+  init_offsets(t, m0, n0, wid.z * params.batch_stride_a, wid.z * params.batch_stride_b);
+
+  // acc[(4·h + i)·(TN/4) + q]: row ty·4 + 64·h + i, vec4 column q
+  var acc = array<vec4f, 32>();
+
+  let steps = (params.k + BK - 1u) / BK;
+  fetch(t, m0, n0, 0u);
+  if (DOUBLE_BUFFER) {
+    stash(t, 0u);
+    workgroupBarrier();
+  }
+  for (var s = 0u; s < steps; s++) {
+    let buf = select(0u, s % 2u, DOUBLE_BUFFER);
+    if (!DOUBLE_BUFFER) {
+      workgroupBarrier(); // the previous step's reads of the tiles are done
+      stash(t, 0u);
+      workgroupBarrier();
+    }
+    if (s + 1u < steps) {
+      fetch(t, m0, n0, (s + 1u) * BK);
+    }
+    let ba = buf * TILE_A;
+    let bb = buf * TILE_B;
+    for (var kk = 0u; kk < BK; kk++) {
+      var bv = array<vec4f, 4>();
+      for (var q = 0u; q < TN / 4u; q++) {
+        bv[q] = tile_b[bb + kk * (BN / 4u) + ((tx + 16u * q) ^ swizzle(kk, TRANS_B))];
+      }
+      for (var h = 0u; h < TM / 4u; h++) {
+        let av = tile_a[ba + kk * (BM / 4u) + ((ty + 16u * h) ^ swizzle(kk, !TRANS_A))];
+        for (var i = 0u; i < 4u; i++) {
+          for (var q = 0u; q < TN / 4u; q++) {
+            let r = (4u * h + i) * (TN / 4u) + q;
+            acc[r] = fma(vec4f(av[i]), bv[q], acc[r]);
+          }
+        }
+      }
+    }
+    if (DOUBLE_BUFFER) {
+      // the other buffer was last read in step s - 1, before the previous barrier
+      if (s + 1u < steps) { stash(t, 1u - buf); }
+      workgroupBarrier();
+    }
+  }
+
+  let base_out = wid.z * params.batch_stride_out;
+  for (var h = 0u; h < TM / 4u; h++) {
+    for (var i = 0u; i < 4u; i++) {
+      let row = m0 + 64u * h + 4u * ty + i;
+      if (row >= params.m) { continue; }
+      for (var q = 0u; q < TN / 4u; q++) {
+        let v = acc[(4u * h + i) * (TN / 4u) + q];
+        let col0 = n0 + 64u * q + 4u * tx;
+        for (var j = 0u; j < 4u; j++) {
+          if (col0 + j >= params.n) { continue; }
+          let o = base_out + row * params.n + col0 + j;
+          if (ACCUMULATE) { out[o] += v[j]; } else { out[o] = v[j]; }
+        }
+      }
+    }
+  }
+}
