@@ -8,12 +8,16 @@
 //   dimension. On an interior tile (rows and k in range, contiguous extent a multiple of 4) a group
 //   is one vec4 load from an offset computed once per workgroup plus k0 times a stride; tiles at
 //   the edges load the group's values one by one, zero outside, so any m, n, k is correct.
-// - Shared tiles are k-major (tile_a[k][m], tile_b[k][n]) and unpadded. Groups along m (aᵀ) or n
-//   (b) are stored as one vec4; groups along k (a, bᵀ) as 4 scalars into 4 k rows, at vec4 column
-//   (m / 4) ^ swizzle(k) so a warp's scalar stores hit 32 different banks; the inner loop applies
-//   the same XOR when it reads them.
+// - Shared tiles are k-major and unpadded, in rows of 64 values: A's value (k, m) is at row
+//   (buffer·BK + k)·BM/64 + m/64, vec4 column (m % 64)/4; likewise B's (k, n). Groups along m (aᵀ)
+//   or n (b) are stored as one vec4; groups along k (a, bᵀ) as 4 scalars into 4 k rows, at vec4
+//   column XORed with swizzle(k) so a warp's scalar stores hit 32 different banks; the inner loop
+//   applies the same XOR when it reads them. Indices in the inner loop are constants (after
+//   unrolling) plus tx or ty, so the bounds clamps Dawn adds to workgroup array accesses fold or
+//   hoist out of the loop.
 // - DOUBLE_BUFFER: two tiles; step s multiplies one while the next tile (already in registers) is
-//   stored into the other, one barrier per step instead of two.
+//   stored into the other, one barrier per step instead of two. The step loop is unrolled by two
+//   so the buffer index is a constant in each half.
 // - One workgroup of 256 threads (16 x 16) computes a BM x BN = (16·TM) x (16·TN) block; a thread
 //   owns rows ty·4 + 64·h + i (h < TM/4) and vec4 columns tx·4 + 64·q (q < TN/4), so a warp's
 //   vec4 reads of the tiles hit consecutive words, as in matmul.wgsl. TN = 16 gives 128 x 256
@@ -55,10 +59,11 @@ override BUFFERS = select(1u, 2u, DOUBLE_BUFFER);
 // vec4s of one buffer of each tile
 override TILE_A = BK * BM / 4u;
 override TILE_B = BK * BN / 4u;
-override TILES_A = BUFFERS * TILE_A;
-override TILES_B = BUFFERS * TILE_B;
-var<workgroup> tile_a: array<vec4f, TILES_A>;
-var<workgroup> tile_b: array<vec4f, TILES_B>;
+// 64-value rows of each tile, all buffers
+override ROWS_A = BUFFERS * BK * BM / 64u;
+override ROWS_B = BUFFERS * BK * BN / 64u;
+var<workgroup> tile_a: array<array<vec4f, 16>, ROWS_A>;
+var<workgroup> tile_b: array<array<vec4f, 16>, ROWS_B>;
 
 // 4-value groups per thread and tile (a 64 x 8 A tile has 128: half the threads load none)
 const GROUPS_MAX = 4u;
@@ -89,8 +94,8 @@ fn group_b(g: u32) -> vec2u {
   return vec2u(4u * (g % (BN / 4u)), g / (BN / 4u));
 }
 
-// XOR applied to the vec4 column of a k-major tile written by scalar stores (groups along k):
-// a warp's groups cover 32 / (BK / 4) consecutive rows and BK / 4 k-groups; XORing the vec4 column
+// XOR applied to the vec4 column of a tile written by scalar stores (groups along k): a warp's
+// groups cover 32 / (BK / 4) consecutive m (or n) and BK / 4 k-groups; XORing the vec4 column
 // with 2 or 4 times the k-group spreads them over all 8 vec4 columns of a bank row.
 fn swizzle(kk: u32, along_k: bool) -> u32 {
   return select(0u, (kk / 4u) * (32u / BK), along_k);
@@ -152,33 +157,68 @@ fn fetch(t: u32, m0: u32, n0: u32, k0: u32) {
 
 // Registers -> shared buffer `buf`.
 fn stash(t: u32, buf: u32) {
-  let ba = buf * TILE_A;
   for (var j = 0u; j < GROUPS_A; j++) {
     let g = t + THREADS * j;
     if (g >= TILE_A) { break; }
     let c = group_a(g);
+    let col = (c.x % 64u) / 4u;
     if (TRANS_A) {
-      tile_a[ba + c.y * (BM / 4u) + c.x / 4u] = reg_a[j];
+      tile_a[(buf * BK + c.y) * (BM / 64u) + c.x / 64u][col] = reg_a[j];
     } else {
       for (var e = 0u; e < 4u; e++) {
         let kk = c.y + e;
-        tile_a[ba + kk * (BM / 4u) + ((c.x / 4u) ^ swizzle(kk, true))][c.x % 4u] = reg_a[j][e];
+        tile_a[(buf * BK + kk) * (BM / 64u) + c.x / 64u][col ^ swizzle(kk, true)][c.x % 4u] = reg_a[j][e];
       }
     }
   }
-  let bb = buf * TILE_B;
   for (var j = 0u; j < GROUPS_B; j++) {
     let g = t + THREADS * j;
     if (g >= TILE_B) { break; }
     let c = group_b(g);
+    let col = (c.x % 64u) / 4u;
     if (TRANS_B) {
       for (var e = 0u; e < 4u; e++) {
         let kk = c.y + e;
-        tile_b[bb + kk * (BN / 4u) + ((c.x / 4u) ^ swizzle(kk, true))][c.x % 4u] = reg_b[j][e];
+        tile_b[(buf * BK + kk) * (BN / 64u) + c.x / 64u][col ^ swizzle(kk, true)][c.x % 4u] = reg_b[j][e];
       }
     } else {
-      tile_b[bb + c.y * (BN / 4u) + c.x / 4u] = reg_b[j];
+      tile_b[(buf * BK + c.y) * (BN / 64u) + c.x / 64u][col] = reg_b[j];
     }
+  }
+}
+
+// One k-step on shared buffer `buf`: store the tile in registers first (single buffer), fetch the
+// next, multiply, store the next tile into the other buffer (double buffer).
+fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<function, array<vec4f, 32>>) {
+  if (!DOUBLE_BUFFER) {
+    workgroupBarrier(); // the previous step's reads of the tiles are done
+    stash(t, 0u);
+    workgroupBarrier();
+  }
+  if (s + 1u < steps) {
+    fetch(t, m0, n0, (s + 1u) * BK);
+  }
+  let tx = t % 16u;
+  let ty = t / 16u;
+  for (var kk = 0u; kk < BK; kk++) {
+    var bv = array<vec4f, 4>();
+    for (var q = 0u; q < TN / 4u; q++) {
+      bv[q] = tile_b[(buf * BK + kk) * (BN / 64u) + q][tx ^ swizzle(kk, TRANS_B)];
+    }
+    for (var h = 0u; h < TM / 4u; h++) {
+      let av = tile_a[(buf * BK + kk) * (BM / 64u) + h][ty ^ swizzle(kk, !TRANS_A)];
+      for (var i = 0u; i < 4u; i++) {
+        for (var q = 0u; q < TN / 4u; q++) {
+          let r = (4u * h + i) * (TN / 4u) + q;
+          (*acc)[r] = fma(vec4f(av[i]), bv[q], (*acc)[r]);
+        }
+      }
+    }
+  }
+  if (DOUBLE_BUFFER) {
+    // the other buffer was last read in the previous step, before its closing barrier
+    if (s + 1u < steps) { stash(t, 1u - buf); }
+    workgroupBarrier();
   }
 }
 
@@ -199,37 +239,12 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u
     stash(t, 0u);
     workgroupBarrier();
   }
-  for (var s = 0u; s < steps; s++) {
-    let buf = select(0u, s % 2u, DOUBLE_BUFFER);
-    if (!DOUBLE_BUFFER) {
-      workgroupBarrier(); // the previous step's reads of the tiles are done
-      stash(t, 0u);
-      workgroupBarrier();
-    }
+  // steps in pairs, so each call's buffer is a constant once the driver inlines it
+  let second = select(0u, 1u, DOUBLE_BUFFER);
+  for (var s = 0u; s < steps; s += 2u) {
+    step(t, m0, n0, s, steps, 0u, &acc);
     if (s + 1u < steps) {
-      fetch(t, m0, n0, (s + 1u) * BK);
-    }
-    let ba = buf * TILE_A;
-    let bb = buf * TILE_B;
-    for (var kk = 0u; kk < BK; kk++) {
-      var bv = array<vec4f, 4>();
-      for (var q = 0u; q < TN / 4u; q++) {
-        bv[q] = tile_b[bb + kk * (BN / 4u) + ((tx + 16u * q) ^ swizzle(kk, TRANS_B))];
-      }
-      for (var h = 0u; h < TM / 4u; h++) {
-        let av = tile_a[ba + kk * (BM / 4u) + ((ty + 16u * h) ^ swizzle(kk, !TRANS_A))];
-        for (var i = 0u; i < 4u; i++) {
-          for (var q = 0u; q < TN / 4u; q++) {
-            let r = (4u * h + i) * (TN / 4u) + q;
-            acc[r] = fma(vec4f(av[i]), bv[q], acc[r]);
-          }
-        }
-      }
-    }
-    if (DOUBLE_BUFFER) {
-      // the other buffer was last read in step s - 1, before the previous barrier
-      if (s + 1u < steps) { stash(t, 1u - buf); }
-      workgroupBarrier();
+      step(t, m0, n0, s + 1u, steps, second, &acc);
     }
   }
 
