@@ -1,10 +1,12 @@
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
+import { MATMUL_VARIANTS, matmulVariant } from '../../src/backend/webgpu/kernels/matmul.js';
 import { MdlmError } from '../../src/errors.js';
-import { runReference } from '../../src/harness/parity.js';
+import { checkParity, freshSeed, runReference } from '../../src/harness/parity.js';
 import { type MatmulAttrs, matmul, matmulAttrs } from '../../src/ops/matmul.js';
 import { randn } from '../../src/ops/op.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
+import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
 
 function ref(attrs: MatmulAttrs, a: number[], b: number[], out: number[] = []): number[] {
   const old = Float64Array.from({ length: attrs.batch * attrs.m * attrs.n }, (_, i) => out[i] ?? Number.NaN);
@@ -113,4 +115,46 @@ describe('matmul validation', () => {
     const bad = { ...attrs(1, 3, 5, 4), transB: 1 } as unknown as MatmulAttrs;
     expect(call([1, 3, 4], [1, 4, 5], [1, 3, 5], bad)).toThrow(/matmul: attribute 'transB' is 1/);
   });
+});
+
+describe('matmul webgpu variants', () => {
+  afterAll(async () => {
+    (await webgpuBackend())?.destroy();
+  });
+
+  it('names the valid variants when MDLM_MATMUL_VARIANT is unknown', () => {
+    expect(matmulVariant(undefined)).toBe('default');
+    expect(matmulVariant('')).toBe('default');
+    expect(matmulVariant('db')).toBe('db');
+    expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, vec4, db, db8, wide/);
+  });
+
+  // Odd extents (scalar loads everywhere) and extents that are multiples of 4 with ragged edges
+  // (vec4 interior tiles, scalar edge tiles, a partial last k-step), both in 64-row blocks and
+  // accumulating; then a batch large enough for 128-row blocks, overwriting. Few distinct
+  // pipelines: lavapipe takes seconds to compile each.
+  const transposes = [[false, false], [false, true], [true, false], [true, true]] as const;
+  const cases = [
+    ...[[37, 70, 45], [132, 260, 40]].flatMap(([m, n, k]) => transposes.map(([tA, tB]) => attrs(2, m!, n!, k!, tA, tB, { accumulate: true }))),
+    attrs(300, 128, 256, 20),
+    attrs(300, 128, 256, 20, true, true),
+  ].map((at) => ({ label: `${at.accumulate ? 'out += ' : ''}${at.transA ? 'aᵀ' : 'a'}·${at.transB ? 'bᵀ' : 'b'} batch ${at.batch} ${at.m}x${at.n}x${at.k}`, attrs: at }));
+
+  for (const variant of Object.keys(MATMUL_VARIANTS)) {
+    it.skipIf(!hasWebGpu)(`${variant} matches the reference for every transpose, odd and vec4-aligned shapes`, async () => {
+      const gpu = (await webgpuBackend())!;
+      const saved = process.env.MDLM_MATMUL_VARIANT;
+      process.env.MDLM_MATMUL_VARIANT = variant;
+      try {
+        for (const c of cases) {
+          const r = await checkParity(gpu, matmul, c, { seed: freshSeed() });
+          expect(r.error, c.label).toBeUndefined();
+          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+        }
+      } finally {
+        if (saved === undefined) delete process.env.MDLM_MATMUL_VARIANT;
+        else process.env.MDLM_MATMUL_VARIANT = saved;
+      }
+    });
+  }
 });
