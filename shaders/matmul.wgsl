@@ -12,6 +12,12 @@
 // the transposes, so the inner loop is the same for every variant; the transposes only change the
 // global load pattern (chosen by pipeline constants, so each variant compiles to straight code).
 // Out-of-range rows, columns and k are loaded as zero, so any m, n, k is correct.
+//
+// This is the `default` kernel variant. MDLM_MATMUL_VARIANT (src/backend/webgpu/kernels/matmul.ts)
+// picks the others, all in matmul_vec4.wgsl: `vec4` (this step structure with vec4 global loads on
+// interior tiles and vec4 shared stores where the layout allows), `db` (vec4 plus double-buffered
+// shared tiles, one barrier per step), `db8` (db with BK = 8) and `wide` (db8 with 128 x 256 blocks,
+// 8 x 16 outputs per thread).
 
 struct Params {
   m: u32,
