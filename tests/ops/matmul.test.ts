@@ -123,7 +123,6 @@ describe('matmul webgpu variants', () => {
   });
 
   it('names the valid variants when MDLM_MATMUL_VARIANT is unknown', () => {
-    expect(matmulVariant(undefined)).toBe('default');
     expect(matmulVariant('')).toBe('default');
     expect(matmulVariant('db')).toBe('db');
     expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, vec4, db, db8, wide/);
