@@ -51,6 +51,10 @@ override TM: u32 = 8u;
 override TN: u32 = 8u;
 override BK: u32 = 16u;
 override DOUBLE_BUFFER: bool = false;
+// 0: workgroup (x, y) computes column block x of row block y. G > 0: workgroups are taken in
+// groups of G row blocks, column by column within a group, so the blocks in flight at one time
+// share G row blocks of A and a few column blocks of B (L2 reuse on large matrices).
+override GROUP_M: u32 = 0u;
 
 const THREADS = 256u;
 override BM = 16u * TM;
@@ -222,12 +226,24 @@ fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<functio
   }
 }
 
+// (column block, row block) of workgroup wid in a grid of nwg (see GROUP_M)
+fn block_of(wid: vec3u, nwg: vec3u) -> vec2u {
+  if (GROUP_M == 0u) { return wid.xy; }
+  let linear = wid.y * nwg.x + wid.x;
+  let per_group = GROUP_M * nwg.x;
+  let first_m = (linear / per_group) * GROUP_M;
+  let rows = min(nwg.y - first_m, GROUP_M);
+  let r = linear % per_group;
+  return vec2u(r / rows, first_m + r % rows);
+}
+
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) t: u32) {
   let tx = t % 16u;
   let ty = t / 16u;
-  let m0 = wid.y * BM;
-  let n0 = wid.x * BN;
+  let blk = block_of(wid, nwg);
+  let m0 = blk.y * BM;
+  let n0 = blk.x * BN;
   init_offsets(t, m0, n0, wid.z * params.batch_stride_a, wid.z * params.batch_stride_b);
 
   // acc[(4·h + i)·(TN/4) + q]: row ty·4 + 64·h + i, vec4 column q

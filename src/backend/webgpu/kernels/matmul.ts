@@ -20,6 +20,8 @@ export const MATMUL_VARIANTS = {
   vec4: { shader: 'matmul_vec4', blockN: 128, constants: { TN: 8, BK: 16, DOUBLE_BUFFER: 0 } },
   /** vec4 plus double-buffered shared tiles: one barrier per step (32 KiB of workgroup memory). */
   db: { shader: 'matmul_vec4', blockN: 128, constants: { TN: 8, BK: 16, DOUBLE_BUFFER: 1 } },
+  /** db with workgroups taken in groups of 8 row blocks (L2 reuse on large matrices). */
+  dbg: { shader: 'matmul_vec4', blockN: 128, constants: { TN: 8, BK: 16, DOUBLE_BUFFER: 1, GROUP_M: 8 } },
   /** db with 8-deep steps (16 KiB: more workgroups per SM, twice the barriers). */
   db8: { shader: 'matmul_vec4', blockN: 128, constants: { TN: 8, BK: 8, DOUBLE_BUFFER: 1 } },
   /** db8 with 128 x 256 blocks, 8 x 16 outputs per thread (fewer shared reads per FMA, 24 KiB). */
