@@ -1,23 +1,28 @@
 // matmul: out[b] (+)= op(A[b]) · op(B[b]) with op = identity or transpose, f32 accumulate; with
 // ACCUMULATE the product is added to what out holds (GEMM beta = 1).
 //
-// One workgroup of 256 threads (16 x 16) computes a (16·TM) x 128 block of out; each thread owns
-// TM x 8 outputs, split in two column halves of 4 (cols tx·4.. and 64 + tx·4..) and, for TM = 8,
-// two row halves (rows ty·4.. and 64 + ty·4..), so a warp's vec4 reads of the shared tiles hit
-// consecutive words (no bank conflicts) and each vec4 of A and B feeds 16 FMAs.
-// K advances in steps of BK = 16 through a shared tile: the next global tile is loaded into
-// registers while the current one is multiplied (so a step's compute hides the load latency, which
-// matters once the matrices outgrow L2), then stored after a barrier. BK = 16 makes each row read
-// of a k-contiguous operand 64 bytes, a whole DRAM burst. Tiles are kept k-major in shared memory (tileA[k][m], tileB[k][n]) whatever
-// the transposes, so the inner loop is the same for every variant; the transposes only change the
-// global load pattern (chosen by pipeline constants, so each variant compiles to straight code).
-// Out-of-range rows, columns and k are loaded as zero, so any m, n, k is correct.
-//
-// This is the `default` kernel variant. MDLM_MATMUL_VARIANT (src/backend/webgpu/kernels/matmul.ts)
-// picks the others, all in matmul_vec4.wgsl: `vec4` (this step structure with vec4 global loads on
-// interior tiles and vec4 shared stores where the layout allows), `db` (vec4 plus double-buffered
-// shared tiles, one barrier per step), `db8` (db with BK = 8) and `wide` (db8 with 128 x 256 blocks,
-// 8 x 16 outputs per thread).
+// - Blocks: one workgroup of 256 threads (16 x 16) computes a BM x 128 block of out, BM = 16·TM
+//   (128, or 64 for grids too small to fill the GPU). A thread owns rows 4·ty + 64·h + i (h < TM/4,
+//   i < 4) and vec4 columns 4·tx + 64·q (q < 2), so a warp's vec4 reads of the shared tiles hit
+//   consecutive words and each vec4 of A and B feeds 16 FMAs.
+// - Loads: each thread moves groups of 4 consecutive values of an operand's contiguous global
+//   dimension. On an interior tile (rows and k in range, contiguous extent a multiple of 4) a group
+//   is one vec4 load from an offset computed once per workgroup plus k0 times a stride; tiles at
+//   the edges load the group's values one by one, zero outside, so any m, n, k is correct.
+// - Shared tiles are k-major whatever the transposes (so the inner loop is the same for all) and
+//   unpadded, in rows of 64 values: A's value (k, m) is at row (buffer·BK + k)·BM/64 + m/64, vec4
+//   column (m % 64)/4; likewise B's (k, n). Groups along m (aᵀ) or n (b) are stored as one vec4;
+//   groups along k (a, bᵀ) as 4 scalars into 4 k rows, at vec4 column XORed with swizzle(k) so a
+//   warp's scalar stores hit 32 different banks; the inner loop applies the same XOR when it reads
+//   them. Indices in the inner loop are constants (after unrolling) plus tx or ty, so the bounds
+//   clamps Dawn adds to workgroup array accesses fold or hoist out of the loop.
+// - Steps of BK = 16 (a k-contiguous row read is 64 bytes, a whole DRAM burst), double-buffered:
+//   step s multiplies one buffer while the next tile, loaded into registers at the step's start
+//   (its latency hidden by the FMAs), is stored into the other; one barrier a step. The step loop
+//   is unrolled by two so the buffer index is a constant in each half. 32 KiB of workgroup memory
+//   at 128 x 128.
+// Measured on the H200 against the kernel this replaced (scalar loads, padded single-buffered
+// tiles, two barriers a step) and three other variants: bench/RESULTS.md, 2026-12-03.
 
 struct Params {
   m: u32,
@@ -30,8 +35,8 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<vec4f>;
+@group(0) @binding(2) var<storage, read> b: array<vec4f>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
 // a is [k, m] (else [m, k]); b is [n, k] (else [k, n])
@@ -40,117 +45,200 @@ override TRANS_B: bool = false;
 override ACCUMULATE: bool = false;
 // rows of out per thread: 8 (128 x 128 block) or 4 (64 x 128 block, for grids too small to fill the GPU)
 override TM: u32 = 8u;
+// 0: workgroup (x, y) computes column block x of row block y. G > 0: workgroups are taken in
+// groups of G row blocks, column by column within a group, so the blocks in flight at one time
+// share G row blocks of A and a few column blocks of B (L2 reuse on large matrices).
+override GROUP_M: u32 = 0u;
 
+const THREADS = 256u;
 const BK = 16u;
 const BN = 128u;
-const BM_MAX = 128u; // = BN
-const THREADS = 256u;
+override BM = 16u * TM;
+// vec4s of one buffer of each tile
+override TILE_A = BK * BM / 4u;
+const TILE_B = BK * BN / 4u;
+// 64-value rows of each tile, both buffers
+override ROWS_A = 2u * BK * BM / 64u;
+const ROWS_B = 2u * BK * BN / 64u;
+var<workgroup> tile_a: array<array<vec4f, 16>, ROWS_A>;
+var<workgroup> tile_b: array<array<vec4f, 16>, ROWS_B>;
 
-// [k][column / 4]; one vec4 of padding per row shifts banks between k rows
-const ROW_VEC4 = BM_MAX / 4u + 1u;
-var<workgroup> tile_a: array<array<vec4f, ROW_VEC4>, BK>;
-var<workgroup> tile_b: array<array<vec4f, ROW_VEC4>, BK>;
-// per-thread share of a tile: (16·TM·BK or BN·BK) / THREADS values
-const SHARE_MAX = BN * BK / THREADS;
+// 4-value groups per thread and tile: 2 (1 for A in 64-row blocks)
+const GROUPS_MAX = 2u;
+override GROUPS_A = TILE_A / THREADS;
+const GROUPS_B = TILE_B / THREADS;
 
-fn load_a(base: u32, row: u32, kk: u32) -> f32 {
-  if (row >= params.m || kk >= params.k) {
-    return 0.0;
-  }
-  return a[base + select(row * params.k + kk, kk * params.m + row, TRANS_A)];
-}
+// This thread's groups: global element offset of the first value at k0 = 0, and the values in
+// flight between the global load and the shared store.
+var<private> off_a: array<u32, GROUPS_MAX> = array<u32, GROUPS_MAX>();
+var<private> off_b: array<u32, GROUPS_MAX> = array<u32, GROUPS_MAX>();
+var<private> reg_a: array<vec4f, GROUPS_MAX> = array<vec4f, GROUPS_MAX>();
+var<private> reg_b: array<vec4f, GROUPS_MAX> = array<vec4f, GROUPS_MAX>();
 
-fn load_b(base: u32, col: u32, kk: u32) -> f32 {
-  if (col >= params.n || kk >= params.k) {
-    return 0.0;
-  }
-  return b[base + select(kk * params.n + col, col * params.k + kk, TRANS_B)];
-}
-
-// Global -> registers: this thread's share of the A tile (TM values) and B tile (8 values) at k0.
-// Value j of thread t is tile element e = t + 256·j in the order of the tile's contiguous global
-// dimension, so each load instruction of a warp reads 32 consecutive or 4 x 8 consecutive floats.
-fn a_coord(e: u32) -> vec2u {
-  // (row of out, k) within the tile
+// Group g of the A tile: (row of out, k) of its first value. Groups run along the contiguous
+// dimension first, so consecutive threads read consecutive addresses.
+fn group_a(g: u32) -> vec2u {
   if (TRANS_A) {
-    return vec2u(e % (16u * TM), e / (16u * TM));
+    return vec2u(4u * (g % (BM / 4u)), g / (BM / 4u));
   }
-  return vec2u(e / BK, e % BK);
+  return vec2u(g / (BK / 4u), 4u * (g % (BK / 4u)));
 }
 
-fn b_coord(e: u32) -> vec2u {
-  // (column of out, k) within the tile
+// Group g of the B tile: (column of out, k) of its first value.
+fn group_b(g: u32) -> vec2u {
   if (TRANS_B) {
-    return vec2u(e / BK, e % BK);
+    return vec2u(g / (BK / 4u), 4u * (g % (BK / 4u)));
   }
-  return vec2u(e % BN, e / BN);
+  return vec2u(4u * (g % (BN / 4u)), g / (BN / 4u));
 }
 
-fn fetch_a(base: u32, m0: u32, k0: u32, t: u32) -> array<f32, SHARE_MAX> {
-  var v: array<f32, SHARE_MAX>;
-  for (var j = 0u; j < TM; j++) {
-    let c = a_coord(t + THREADS * j);
-    v[j] = load_a(base, m0 + c.x, k0 + c.y);
-  }
-  return v;
+// XOR applied to the vec4 column of a tile written by scalar stores (groups along k): a warp's
+// groups cover 8 consecutive m (or n) and the 4 k-groups; XORing the vec4 column with twice the
+// k-group spreads them over all 8 vec4 columns of a bank row.
+fn swizzle(kk: u32, along_k: bool) -> u32 {
+  return select(0u, (kk / 4u) * 2u, along_k);
 }
 
-fn fetch_b(base: u32, n0: u32, k0: u32, t: u32) -> array<f32, SHARE_MAX> {
-  var v: array<f32, SHARE_MAX>;
-  for (var j = 0u; j < SHARE_MAX; j++) {
-    let c = b_coord(t + THREADS * j);
-    v[j] = load_b(base, n0 + c.x, k0 + c.y);
+fn init_offsets(t: u32, m0: u32, n0: u32, base_a: u32, base_b: u32) {
+  for (var j = 0u; j < GROUPS_A; j++) {
+    let c = group_a(t + THREADS * j);
+    off_a[j] = base_a + select((m0 + c.x) * params.k + c.y, c.y * params.m + m0 + c.x, TRANS_A);
   }
-  return v;
+  for (var j = 0u; j < GROUPS_B; j++) {
+    let c = group_b(t + THREADS * j);
+    off_b[j] = base_b + select(c.y * params.n + n0 + c.x, (n0 + c.x) * params.k + c.y, TRANS_B);
+  }
 }
 
-// Registers -> shared tiles (k-major; the padded rows keep these scattered stores nearly conflict-free).
-fn stash(va: array<f32, SHARE_MAX>, vb: array<f32, SHARE_MAX>, t: u32) {
-  for (var j = 0u; j < TM; j++) {
-    let c = a_coord(t + THREADS * j);
-    tile_a[c.y][c.x / 4u][c.x % 4u] = va[j];
+// Global -> registers: this thread's groups of the tiles at k0.
+fn fetch(t: u32, m0: u32, n0: u32, k0: u32) {
+  let k_in = k0 + BK <= params.k;
+  let fast_a = k_in && m0 + BM <= params.m && select(params.k, params.m, TRANS_A) % 4u == 0u;
+  let step_a = k0 * select(1u, params.m, TRANS_A);
+  for (var j = 0u; j < GROUPS_A; j++) {
+    let g = t + THREADS * j;
+    let o = off_a[j] + step_a;
+    if (fast_a) {
+      reg_a[j] = a[o / 4u];
+      continue;
+    }
+    let c = group_a(g);
+    var v = vec4f(0.0);
+    for (var e = 0u; e < 4u; e++) {
+      let row = m0 + c.x + select(0u, e, TRANS_A);
+      let kk = k0 + c.y + select(e, 0u, TRANS_A);
+      if (row < params.m && kk < params.k) { v[e] = a[(o + e) / 4u][(o + e) % 4u]; }
+    }
+    reg_a[j] = v;
   }
-  for (var j = 0u; j < SHARE_MAX; j++) {
-    let c = b_coord(t + THREADS * j);
-    tile_b[c.y][c.x / 4u][c.x % 4u] = vb[j];
+  let fast_b = k_in && n0 + BN <= params.n && select(params.n, params.k, TRANS_B) % 4u == 0u;
+  let step_b = k0 * select(params.n, 1u, TRANS_B);
+  for (var j = 0u; j < GROUPS_B; j++) {
+    let g = t + THREADS * j;
+    let o = off_b[j] + step_b;
+    if (fast_b) {
+      reg_b[j] = b[o / 4u];
+      continue;
+    }
+    let c = group_b(g);
+    var v = vec4f(0.0);
+    for (var e = 0u; e < 4u; e++) {
+      let col = n0 + c.x + select(e, 0u, TRANS_B);
+      let kk = k0 + c.y + select(0u, e, TRANS_B);
+      if (col < params.n && kk < params.k) { v[e] = b[(o + e) / 4u][(o + e) % 4u]; }
+    }
+    reg_b[j] = v;
   }
+}
+
+// Registers -> shared buffer `buf`.
+fn stash(t: u32, buf: u32) {
+  for (var j = 0u; j < GROUPS_A; j++) {
+    let c = group_a(t + THREADS * j);
+    let col = (c.x % 64u) / 4u;
+    if (TRANS_A) {
+      tile_a[(buf * BK + c.y) * (BM / 64u) + c.x / 64u][col] = reg_a[j];
+    } else {
+      for (var e = 0u; e < 4u; e++) {
+        let kk = c.y + e;
+        tile_a[(buf * BK + kk) * (BM / 64u) + c.x / 64u][col ^ swizzle(kk, true)][c.x % 4u] = reg_a[j][e];
+      }
+    }
+  }
+  for (var j = 0u; j < GROUPS_B; j++) {
+    let c = group_b(t + THREADS * j);
+    let col = (c.x % 64u) / 4u;
+    if (TRANS_B) {
+      for (var e = 0u; e < 4u; e++) {
+        let kk = c.y + e;
+        tile_b[(buf * BK + kk) * (BN / 64u) + c.x / 64u][col ^ swizzle(kk, true)][c.x % 4u] = reg_b[j][e];
+      }
+    } else {
+      tile_b[(buf * BK + c.y) * (BN / 64u) + c.x / 64u][col] = reg_b[j];
+    }
+  }
+}
+
+// One k-step on shared buffer `buf`: fetch the next tile into registers, multiply, store the next
+// tile into the other buffer.
+fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<function, array<vec4f, 16>>) {
+  if (s + 1u < steps) {
+    fetch(t, m0, n0, (s + 1u) * BK);
+  }
+  let tx = t % 16u;
+  let ty = t / 16u;
+  for (var kk = 0u; kk < BK; kk++) {
+    var bv = array<vec4f, 2>();
+    for (var q = 0u; q < 2u; q++) {
+      bv[q] = tile_b[(buf * BK + kk) * (BN / 64u) + q][tx ^ swizzle(kk, TRANS_B)];
+    }
+    for (var h = 0u; h < TM / 4u; h++) {
+      let av = tile_a[(buf * BK + kk) * (BM / 64u) + h][ty ^ swizzle(kk, !TRANS_A)];
+      for (var i = 0u; i < 4u; i++) {
+        for (var q = 0u; q < 2u; q++) {
+          let r = (4u * h + i) * 2u + q;
+          (*acc)[r] = fma(vec4f(av[i]), bv[q], (*acc)[r]);
+        }
+      }
+    }
+  }
+  // the other buffer was last read in the previous step, before its closing barrier
+  if (s + 1u < steps) { stash(t, 1u - buf); }
+  workgroupBarrier();
+}
+
+// (column block, row block) of workgroup wid in a grid of nwg (see GROUP_M)
+fn block_of(wid: vec3u, nwg: vec3u) -> vec2u {
+  if (GROUP_M == 0u) { return wid.xy; }
+  let linear = wid.y * nwg.x + wid.x;
+  let per_group = GROUP_M * nwg.x;
+  let first_m = (linear / per_group) * GROUP_M;
+  let rows = min(nwg.y - first_m, GROUP_M);
+  let r = linear % per_group;
+  return vec2u(r / rows, first_m + r % rows);
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u32) {
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) t: u32) {
   let tx = t % 16u;
   let ty = t / 16u;
-  let m0 = wid.y * 16u * TM;
-  let n0 = wid.x * BN;
-  let base_a = wid.z * params.batch_stride_a;
-  let base_b = wid.z * params.batch_stride_b;
+  let blk = block_of(wid, nwg);
+  let m0 = blk.y * BM;
+  let n0 = blk.x * BN;
+  init_offsets(t, m0, n0, wid.z * params.batch_stride_a, wid.z * params.batch_stride_b);
 
-  // acc[2·i + h]: row i of this thread's rows, column half h
-  var acc: array<vec4f, 16>;
-  for (var i = 0u; i < 16u; i++) { acc[i] = vec4f(0.0); }
+  // acc[(4·h + i)·2 + q]: row 4·ty + 64·h + i, vec4 column q
+  var acc = array<vec4f, 16>();
 
   let steps = (params.k + BK - 1u) / BK;
-  var next_a = fetch_a(base_a, m0, 0u, t);
-  var next_b = fetch_b(base_b, n0, 0u, t);
-  for (var s = 0u; s < steps; s++) {
-    workgroupBarrier(); // the previous step's reads of the tiles are done
-    stash(next_a, next_b, t);
-    workgroupBarrier();
+  fetch(t, m0, n0, 0u);
+  stash(t, 0u);
+  workgroupBarrier();
+  // steps in pairs, so each call's buffer is a constant once the driver inlines it
+  for (var s = 0u; s < steps; s += 2u) {
+    step(t, m0, n0, s, steps, 0u, &acc);
     if (s + 1u < steps) {
-      next_a = fetch_a(base_a, m0, (s + 1u) * BK, t);
-      next_b = fetch_b(base_b, n0, (s + 1u) * BK, t);
-    }
-    for (var kk = 0u; kk < BK; kk++) {
-      let b_lo = tile_b[kk][tx];
-      let b_hi = tile_b[kk][tx + 16u];
-      for (var h = 0u; h < TM / 4u; h++) {
-        let av = tile_a[kk][ty + 16u * h];
-        for (var i = 0u; i < 4u; i++) {
-          let r = 2u * (4u * h + i);
-          acc[r] = fma(vec4f(av[i]), b_lo, acc[r]);
-          acc[r + 1u] = fma(vec4f(av[i]), b_hi, acc[r + 1u]);
-        }
-      }
+      step(t, m0, n0, s + 1u, steps, 1u, &acc);
     }
   }
 
@@ -159,9 +247,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) t: u
     for (var i = 0u; i < 4u; i++) {
       let row = m0 + 64u * h + 4u * ty + i;
       if (row >= params.m) { continue; }
-      for (var half = 0u; half < 2u; half++) {
-        let v = acc[2u * (4u * h + i) + half];
-        let col0 = n0 + 64u * half + 4u * tx;
+      for (var q = 0u; q < 2u; q++) {
+        let v = acc[(4u * h + i) * 2u + q];
+        let col0 = n0 + 64u * q + 4u * tx;
         for (var j = 0u; j < 4u; j++) {
           if (col0 + j >= params.n) { continue; }
           let o = base_out + row * params.n + col0 + j;

@@ -124,8 +124,8 @@ describe('matmul webgpu variants', () => {
 
   it('names the valid variants when MDLM_MATMUL_VARIANT is unknown', () => {
     expect(matmulVariant('')).toBe('default');
-    expect(matmulVariant('db')).toBe('db');
-    expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, vec4, db, dbg, db8, wide/);
+    expect(matmulVariant('grouped')).toBe('grouped');
+    expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, grouped/);
   });
 
   // Odd extents (scalar loads everywhere) and extents that are multiples of 4 with ragged edges
