@@ -86,7 +86,7 @@ export const matmul = defineOp<MatmulAttrs>({
           { label: '1x1x1', attrs: mm(1, 1, 1, 1) },
           { label: 'k < tile depth 5x3x3 aᵀ', attrs: mm(2, 5, 3, 3, true, false) },
           { label: 'a·b batch 2 130x260x20 (two tiles each way)', attrs: mm(2, 130, 260, 20) },
-          // every extent a multiple of 4: interior tiles take the vec4 loads of the vec4 variants
+          // every extent a multiple of 4: the WebGPU kernel takes vec4 loads on interior tiles
           { label: 'aᵀ·bᵀ batch 2 132x260x40 (vec4 interior, ragged edges)', attrs: mm(2, 132, 260, 40, true, true) },
           { label: '128-row tiles: batch 600 20x21x9 a·bᵀ', attrs: mm(600, 20, 21, 9, false, true) },
           { label: '128-row tiles: batch 600 20x21x9 aᵀ·b', attrs: mm(600, 20, 21, 9, true, false) },
