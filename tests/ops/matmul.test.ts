@@ -130,13 +130,13 @@ describe('matmul webgpu variants', () => {
 
   // Odd extents (scalar loads everywhere) and extents that are multiples of 4 with ragged edges
   // (vec4 interior tiles, scalar edge tiles, a partial last k-step), both in 64-row blocks and
-  // accumulating; ten 64-row blocks (`grouped`'s last group of 8 is partial); then a batch large
+  // accumulating; 18 64-row blocks (`grouped`'s second group of 16 is partial); then a batch large
   // enough for 128-row blocks, overwriting. Few distinct pipelines: lavapipe takes seconds to
   // compile each.
   const transposes = [[false, false], [false, true], [true, false], [true, true]] as const;
   const cases = [
     ...[[37, 70, 45], [132, 260, 40]].flatMap(([m, n, k]) => transposes.map(([tA, tB]) => attrs(2, m!, n!, k!, tA, tB, { accumulate: true }))),
-    attrs(1, 600, 130, 12),
+    attrs(1, 1100, 130, 12),
     attrs(300, 128, 256, 20),
     attrs(300, 128, 256, 20, true, true),
   ].map((at) => ({ label: `${at.accumulate ? 'out += ' : ''}${at.transA ? 'aᵀ' : 'a'}·${at.transB ? 'bᵀ' : 'b'} batch ${at.batch} ${at.m}x${at.n}x${at.k}`, attrs: at }));
