@@ -1695,41 +1695,37 @@ bool deterministic_backward() {
 
 int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
 
-// The wgmma backward (bwd_dkdv_wgmma): an sm_90 device (the emulator models one), head dim 128,
-// and its tile fits. At 64 the mma.sync kernel timed as fast or faster on every bench shape (H200,
-// 2026-12-03: B16 T1024 bidirectional 0.631 vs 0.634 ms, causal 0.399 vs 0.381, B4 T2048 causal
-// 0.608 vs 0.370). A wgmma forward (two 64-row warpgroups, 128-key tiles, the previous tile's P·V
-// in flight during the softmax; commit b578bf6) timed no faster than fwd_mma at 128 (0.807 vs
-// 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273 vs 0.230, B16 T1024), so it is not
-// kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel (read at every call).
-bool use_wgmma(const OpCall& call, const Params& p) {
-  if (padded_head_dim(p.D) != 128) return false;
-  const char* v = std::getenv("MDLM_ATTN_WGMMA");
+// A Hopper kernel is taken when its knob (read at every call) is not "0", the device is sm_90
+// (the emulator models one) and the kernel's shared memory fits.
+bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
+  const char* v = std::getenv(knob);
   if (v && std::string(v) == "0") return false;
 #ifdef MDLM_ATTN_EMULATE
-  (void)call;
+  (void)call, (void)smem;
   return true;
 #else
-  return call.device && call.device->major == 9 && call.device->minor == 0 && WgDkvCfg<128>::kSmem <= call.device->sharedMemPerBlockOptin;
+  return call.device && call.device->major == 9 && call.device->minor == 0 && smem <= call.device->sharedMemPerBlockOptin;
 #endif
 }
 
+// The wgmma backward (bwd_dkdv_wgmma): head dim 128. At 64 the mma.sync kernel timed as fast or
+// faster on every bench shape (H200, 2026-12-03: B16 T1024 bidirectional 0.631 vs 0.634 ms, causal
+// 0.399 vs 0.381, B4 T2048 causal 0.608 vs 0.370). A wgmma forward (two 64-row warpgroups,
+// 128-key tiles, the previous tile's P·V in flight during the softmax; commit b578bf6) timed no
+// faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273
+// vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel.
+bool use_wgmma(const OpCall& call, const Params& p) {
+  return padded_head_dim(p.D) == 128 && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128>::kSmem);
+}
+
 // The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws).
-// H200, 2026-12-03 (bench/RESULTS.md, sixth pass), against fwd_mma: B8 T2048 H16 D128 bidirectional 0.540 vs 0.764 ms, causal
-// 0.342 vs 0.510; B16 T1024 H12 D64 bidirectional 0.188 vs 0.231, causal 0.137 vs 0.146.
-// MDLM_ATTN_WS_FORWARD=0 keeps fwd_mma (read at every call).
+// H200, 2026-12-03 (bench/RESULTS.md, sixth pass), against fwd_mma: B8 T2048 H16 D128
+// bidirectional 0.540 vs 0.764 ms, causal 0.342 vs 0.510; B16 T1024 H12 D64 bidirectional 0.188
+// vs 0.231, causal 0.137 vs 0.146. MDLM_ATTN_WS_FORWARD=0 keeps fwd_mma.
 bool use_wgmma_forward(const OpCall& call, const Params& p) {
   const int kd = padded_head_dim(p.D);
   if (kd != 64 && kd != 128) return false;
-  const char* v = std::getenv("MDLM_ATTN_WS_FORWARD");
-  if (v && std::string(v) == "0") return false;
-#ifdef MDLM_ATTN_EMULATE
-  (void)call;
-  return true;
-#else
-  const size_t smem = kd == 64 ? WsFwdCfg<64>::kSmem : WsFwdCfg<128>::kSmem;
-  return call.device && call.device->major == 9 && call.device->minor == 0 && smem <= call.device->sharedMemPerBlockOptin;
-#endif
+  return use_hopper_kernel(call, "MDLM_ATTN_WS_FORWARD", kd == 64 ? WsFwdCfg<64>::kSmem : WsFwdCfg<128>::kSmem);
 }
 
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
