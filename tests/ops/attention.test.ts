@@ -204,3 +204,25 @@ describe('attention argument checks', () => {
     expect(errorOf(() => attentionBackward.validate!({ ...good, kvHeads: 3 })).message).toMatch(/^attention_backward: attribute 'kvHeads'/);
   });
 });
+
+describe('attention sampled inputs', () => {
+  const docsPerRow = (seg: Int32Array, B: number, T: number) =>
+    Array.from({ length: B }, (_, b) => new Set(seg.subarray(b * T, (b + 1) * T)).size);
+
+  it('bench cases pack one document a row (the work of the SDPA peer) except the documents row', () => {
+    for (const c of attention.cases('bench')) {
+      // the sample at the case's shape is large; its segment ids depend only on batch, seqLen and documents
+      const a = { ...c.attrs, heads: 1, kvHeads: 1, headDim: 4 };
+      const seg = attention.sample(new PhiloxStream(3, RngPurpose.harness), a).segIds as Int32Array;
+      const docs = docsPerRow(seg, a.batch, a.seqLen);
+      if (c.label.includes('documents')) expect(docs.slice(0, 3), c.label).toEqual([1, 2, 3]);
+      else expect(docs.every((n) => n === 1), c.label).toBe(true);
+    }
+  });
+
+  it('test cases keep rows of 1, 2 and 3 documents', () => {
+    const c = attention.cases('test').find((x) => x.label.startsWith('documents causal'))!;
+    const seg = attention.sample(new PhiloxStream(5, RngPurpose.harness), c.attrs).segIds as Int32Array;
+    expect(docsPerRow(seg, c.attrs.batch, c.attrs.seqLen)).toEqual([1, 2, 3]);
+  });
+});
