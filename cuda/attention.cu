@@ -739,14 +739,17 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 
 // Two warpgroups, 64 keys each (kBc = 128 keys a block), 64 queries a step; head dim 128.
 // Every tile is 128B-swizzled in shared memory, which serves the K-major and the MN-major reads.
-template <int kD>
+// kStages query tiles (Q, dO and their row values) in a ring: 3 when a step's dK product is left
+// running into the next step (kOverlap), so the tile prefetched in a step is never one a pending
+// product reads; 2 otherwise.
+template <int kD, bool kOverlap>
 struct WgDkvCfg {
-  static constexpr int kBc = 128, kBr = 64, kThreads = 256;
+  static constexpr int kBc = 128, kBr = 64, kThreads = 256, kStages = kOverlap ? 3 : 2;
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
-  // K, V, 2 × Q, 2 × dO, the dSᵀ tile [kBc][kBr], then 2 × (lse, Drow, segment id) of kBr.
-  static constexpr uint32_t kOffdS = 2 * kKV + 4 * kQ, kOffRows = kOffdS + kBc * kBr * 2;
-  static constexpr size_t kSmem = kOffRows + 6 * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
+  // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
+  static constexpr uint32_t kOffdS = 2 * kKV + 2 * kStages * kQ, kOffRows = kOffdS + kBc * kBr * 2;
+  static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
   static_assert(kD == 128, "wgmma backward: head dim 128 (at 64 the mma.sync kernel is as fast: use_wgmma)");
 };
 
@@ -1010,22 +1013,25 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 }
 
 // bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
-// dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO and
-// dK += dSᵀ·Q (registers × shared, MN-major), writes dSᵀ to shared memory, and after a barrier
-// computes dQ[:, w·kD/2..] += dS·K over all 128 keys (both operands MN-major), added to the f32
-// accumulator with atomics.
-template <int kD>
+// dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
+// (registers × shared, MN-major), writes dSᵀ to shared memory, and after a barrier computes
+// dQ[:, w·kD/2..] += dS·K over all 128 keys (both operands MN-major), added to the f32 accumulator
+// with atomics, and dK += dSᵀ·Q. kOverlap: dK reads dSᵀ from shared memory and is issued after dQ,
+// so it runs while the warpgroup sends dQ's atomics and into the next step (waited for with that
+// step's Sᵀ); otherwise dK (from registers) is issued with dV and everything is waited for before
+// the atomics.
+template <int kD, bool kOverlap>
 __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgDkvCfg<kD>;
-  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = kD / 2;
+  using Cfg = WgDkvCfg<kD, kOverlap>;
+  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = kD / 2, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
-  float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [2][kBr] lse
-  float* sDr = sL + 2 * kBr;                                    // [2][kBr] Drow
-  int* sSg = reinterpret_cast<int*>(sDr + 2 * kBr);             // [2][kBr] the queries' segment ids
-  const uint32_t aK = base, aV = aK + Cfg::kKV, aQ = aV + Cfg::kKV, adO = aQ + 2 * Cfg::kQ, adS = base + Cfg::kOffdS;
+  float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [kS][kBr] lse
+  float* sDr = sL + kS * kBr;                                   // [kS][kBr] Drow
+  int* sSg = reinterpret_cast<int*>(sDr + kS * kBr);            // [kS][kBr] the queries' segment ids
+  const uint32_t aK = base, aV = aK + Cfg::kKV, aQ = aV + Cfg::kKV, adO = aQ + kS * Cfg::kQ, adS = base + Cfg::kOffdS;
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
@@ -1081,7 +1087,10 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     const int q0 = m * kBr;
     cp_async_wait<0>();
     wg::fence_proxy_async();  // the tiles just landed are read by wgmma (the async proxy)
-    __syncthreads();          // tile (hq, m) has landed; both warpgroups are done with the other buffer
+    // Tile (hq, m) has landed. Both warpgroups are done with the buffer prefetched below: the
+    // previous step's products (kOverlap: the one before's, whose dK each warpgroup waited for
+    // before the previous step's second barrier).
+    __syncthreads();
     const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
     const float* cL = sL + buf * kBr;
     const float* cDr = sDr + buf * kBr;
@@ -1098,13 +1107,14 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
       wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
     wg::wgmma_commit();
 
-    // The next (head, query tile): classified and prefetched into the other buffer.
+    // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
-    if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
+    const int buf_next = buf + 1 == kS ? 0 : buf + 1;
+    if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
 
-    wg::wgmma_wait<1>();  // Sᵀ
+    wg::wgmma_wait<1>();  // Sᵀ (kOverlap: and the previous step's dK, so its dSᵀ rows can be rewritten)
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s, then as bf16 A fragments (k = queries).
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -1153,8 +1163,10 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
+    if constexpr (!kOverlap) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dk, da[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);  // dK += dSᵀ·Q
+      for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dk, da[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);  // dK += dSᵀ·Q
+    }
     wg::wgmma_commit();
     wg::fence_proxy_async();
     __syncthreads();  // both warpgroups' dSᵀ rows are in shared memory
@@ -1165,7 +1177,15 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     for (int kk = 0; kk < kBc / 16; ++kk)
       wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(adS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
     wg::wgmma_commit();
-    wg::wgmma_wait<0>();
+    if constexpr (kOverlap) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
+        wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+      wg::wgmma_commit();
+      wg::wgmma_wait<1>();  // dV and dQ; dK runs on
+    } else {
+      wg::wgmma_wait<0>();
+    }
     float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
@@ -1177,11 +1197,12 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
         if (col < D) atomic_add2(dqa + (int64_t)t * qstride + col, dq[4 * j + 2 * hi], dq[4 * j + 2 * hi + 1]);
       }
     }
-    buf ^= 1;
+    buf = buf_next;
     hq = hq_next;
     m = m_next;
   }
   cp_async_wait<0>();
+  wg::wgmma_wait<0>();  // kOverlap: the last step's dK
 
   // dK (× scale) and dV straight from the accumulators: 4 bytes a lane, once per block.
 #pragma unroll
@@ -1650,6 +1671,19 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
+template <int kD, bool kOverlap>
+void launch_backward_wgmma(const Params& p, cudaStream_t stream) {
+  using W = WgDkvCfg<kD, kOverlap>;
+  launch(bwd_dkdv_wgmma<kD, kOverlap>, dim3(p.B * p.G, ceil_div(p.T, W::kBc)), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+}
+
+// MDLM_ATTN_BWD_OVERLAP=0: the wgmma backward without the dK product overlapping dQ's atomics
+// (read at every call).
+bool bwd_overlap() {
+  const char* v = std::getenv("MDLM_ATTN_BWD_OVERLAP");
+  return !(v && std::string(v) == "0");
+}
+
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
 // accumulator; on wgmma when `hopper`, head dim 128), then dQ to bf16. Deterministic: dQ in a
 // kernel of its own, then dK and dV.
@@ -1660,9 +1694,9 @@ void backward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
     if constexpr (kD == 128) {
-      using W = WgDkvCfg<kD>;
-      if (hopper) launch(bwd_dkdv_wgmma<kD>, dim3(p.B * p.G, ceil_div(p.T, W::kBc)), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
-      else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+      if (!hopper) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+      else if (bwd_overlap()) launch_backward_wgmma<kD, true>(p, stream);
+      else launch_backward_wgmma<kD, false>(p, stream);
     } else {
       launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     }
@@ -1715,7 +1749,7 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 // faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273
 // vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel.
 bool use_wgmma(const OpCall& call, const Params& p) {
-  return padded_head_dim(p.D) == 128 && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128>::kSmem);
+  return padded_head_dim(p.D) == 128 && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", std::max(WgDkvCfg<128, true>::kSmem, WgDkvCfg<128, false>::kSmem));
 }
 
 // The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws).
