@@ -252,8 +252,9 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;  // last (causal: heaviest) query blocks first
+  const BlockTile bt = block_tile(p.T, kBr);
+  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
+  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;  // last (causal: heaviest) query blocks first
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wrow = warp * 16 * kMT;  // this warp's first row in the block
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -423,8 +424,9 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
+  const BlockTile bt = block_tile(p.T, kBr);
+  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
+  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -597,8 +599,9 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
-  const int k0 = blockIdx.y * kBc;  // first (causal: heaviest) key blocks first
+  const BlockTile bt = block_tile(p.T, kBc);
+  const int b = bt.row / p.G, g = bt.row % p.G;
+  const int k0 = bt.tile * kBc;  // first (causal: heaviest) key blocks first
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -816,8 +819,9 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;  // last (causal: heaviest) query blocks first
+  const BlockTile bt = block_tile(p.T, kBr);
+  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
+  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;  // last (causal: heaviest) query blocks first
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int* segb = p.seg + (int64_t)b * T;
   int n_end = (T + kBc - 1) / kBc;
@@ -1035,8 +1039,9 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
-  const int k0 = blockIdx.y * kBc;  // first (causal: heaviest) key blocks first
+  const BlockTile bt = block_tile(p.T, kBc);
+  const int b = bt.row / p.G, g = bt.row % p.G;
+  const int k0 = bt.tile * kBc;  // first (causal: heaviest) key blocks first
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int key0 = 64 * wgi;  // this warpgroup's first key in the block
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -1302,8 +1307,9 @@ __global__ void __launch_bounds__(128) fwd_simt(const Params p) {
   float* sV = sK + kBc * kDS;    // [kBc][kDM]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
+  const BlockTile bt = block_tile(p.T, kBr);
+  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
+  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const TS* kg = static_cast<const TS*>(p.k) + kv_base(p, b, g);
@@ -1396,8 +1402,9 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
   float* sV = sK + kBc * kDS;    // [kBc][kDS]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.H, h = blockIdx.x % p.H, g = h / p.group;
-  const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
+  const BlockTile bt = block_tile(p.T, kBr);
+  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
+  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
@@ -1494,8 +1501,9 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
   float* sDr = sL + kBr;         // [kBr]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const int b = blockIdx.x / p.G, g = blockIdx.x % p.G;
-  const int k0 = blockIdx.y * kBc;
+  const BlockTile bt = block_tile(p.T, kBc);
+  const int b = bt.row / p.G, g = bt.row % p.G;
+  const int k0 = bt.tile * kBc;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t kb = kv_base(p, b, g);
@@ -1594,6 +1602,13 @@ constexpr size_t kDkvSimtSmem = size_t(2 * 16 * kDM + 2 * 32 * kDS + 2 * 32) * s
 // =============================================================================================
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The grid of a tile kernel (block_tile): rows × ceil(T / rows_per_tile) blocks in one dimension.
+dim3 tile_grid(int rows, int T, int rows_per_tile) {
+  const int64_t n = (int64_t)rows * ceil_div(T, rows_per_tile);
+  if (n > INT32_MAX) throw OpError("BAD_ARGUMENT", "attention: " + std::to_string(n) + " blocks of " + std::to_string(rows_per_tile) + " rows; at most 2^31 - 1");
+  return dim3((unsigned)n);
+}
 int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <typename Kernel>
@@ -1638,13 +1653,13 @@ size_t max_mma_smem(bool backward) {
 template <int kD, int kBr, int kBc, int kWarps>
 void launch_forward(const Params& p, cudaStream_t stream) {
   using F = FwdCfg<kD, kBr, kBc, kWarps>;
-  launch(fwd_mma<kD, kBr, kBc, kWarps>, dim3(p.B * p.H, ceil_div(p.T, kBr)), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
+  launch(fwd_mma<kD, kBr, kBc, kWarps>, tile_grid(p.B * p.H, p.T, kBr), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
 }
 
 template <int kD, int kStages>
 void launch_forward_ws(const Params& p, cudaStream_t stream) {
   using W = WsFwdCfg<kD, kStages>;
-  launch(fwd_ws<kD, kStages>, dim3(p.B * p.H, ceil_div(p.T, W::kBr)), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
+  launch(fwd_ws<kD, kStages>, tile_grid(p.B * p.H, p.T, W::kBr), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
 }
 
 template <int kD>
@@ -1668,13 +1683,13 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
 template <int kD, int kBr, int kW, int kM>
 void launch_fused(const Params& p, cudaStream_t stream) {
   using K = DkvCfg<kD, kBr, kW, kM, true>;
-  launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
+  launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
 template <int kD, bool kOverlap>
 void launch_backward_wgmma(const Params& p, cudaStream_t stream) {
   using W = WgDkvCfg<kD, kOverlap>;
-  launch(bwd_dkdv_wgmma<kD, kOverlap>, dim3(p.B * p.G, ceil_div(p.T, W::kBc)), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+  launch(bwd_dkdv_wgmma<kD, kOverlap>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
 }
 
 // MDLM_ATTN_BWD_OVERLAP=0: the wgmma backward without the dK product overlapping dQ's atomics
@@ -1705,19 +1720,19 @@ void backward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   }
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM, false>;
-  launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, dim3(p.B * p.H, ceil_div(p.T, Q::kBr)), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
-  launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, false>, dim3(p.B * p.G, ceil_div(p.T, K::kBc)), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
+  launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, tile_grid(p.B * p.H, p.T, Q::kBr), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
+  launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, false>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
 }
 
 template <typename TS>
 void forward_simt(const Params& p, cudaStream_t stream) {
-  launch(fwd_simt<TS>, dim3(p.B * p.H, ceil_div(p.T, 16)), 128, kFwdSimtSmem, p, stream, "attention forward (simt)");
+  launch(fwd_simt<TS>, tile_grid(p.B * p.H, p.T, 16), 128, kFwdSimtSmem, p, stream, "attention forward (simt)");
 }
 
 template <typename TS>
 void backward_simt(const Params& p, cudaStream_t stream) {
-  launch(bwd_dq_simt<TS>, dim3(p.B * p.H, ceil_div(p.T, 16)), 128, kDqSimtSmem, p, stream, "attention backward dq (simt)");
-  launch(bwd_dkdv_simt<TS>, dim3(p.B * p.G, ceil_div(p.T, 16)), 128, kDkvSimtSmem, p, stream, "attention backward dk/dv (simt)");
+  launch(bwd_dq_simt<TS>, tile_grid(p.B * p.H, p.T, 16), 128, kDqSimtSmem, p, stream, "attention backward dq (simt)");
+  launch(bwd_dkdv_simt<TS>, tile_grid(p.B * p.G, p.T, 16), 128, kDkvSimtSmem, p, stream, "attention backward dk/dv (simt)");
 }
 
 // MDLM_ATTN_DETERMINISTIC=1: the backward that gives the same bits on every run (dQ in its own
