@@ -75,6 +75,7 @@ struct Params {
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int B, T, H, G, D, group;
+  int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   bool causal;
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
@@ -252,7 +253,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr);
+  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
   const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
   const int q0 = (bt.tiles - 1 - bt.tile) * kBr;  // last (causal: heaviest) query blocks first
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -424,7 +425,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr);
+  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
   const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
   const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -599,7 +600,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBc);
+  const BlockTile bt = block_tile(p.T, kBc, p.group_rows);
   const int b = bt.row / p.G, g = bt.row % p.G;
   const int k0 = bt.tile * kBc;  // first (causal: heaviest) key blocks first
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -742,12 +743,11 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 
 // Two warpgroups, 64 keys each (kBc = 128 keys a block), 64 queries a step; head dim 128.
 // Every tile is 128B-swizzled in shared memory, which serves the K-major and the MN-major reads.
-// kStages query tiles (Q, dO and their row values) in a ring: 3 when a step's dK product is left
-// running into the next step (kOverlap), so the tile prefetched in a step is never one a pending
-// product reads; 2 otherwise.
-template <int kD, bool kOverlap>
+// Three query tiles (Q, dO and their row values) in a ring: a step's dK product runs on into the
+// next step, so the tile prefetched in a step must not be the previous step's.
+template <int kD>
 struct WgDkvCfg {
-  static constexpr int kBc = 128, kBr = 64, kThreads = 256, kStages = kOverlap ? 3 : 2;
+  static constexpr int kBc = 128, kBr = 64, kThreads = 256, kStages = 3;
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
   // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
@@ -819,7 +819,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr);
+  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
   const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
   const int q0 = (bt.tiles - 1 - bt.tile) * kBr;  // last (causal: heaviest) query blocks first
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -1020,14 +1020,14 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 // dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
 // (registers × shared, MN-major), writes dSᵀ to shared memory, and after a barrier computes
 // dQ[:, w·kD/2..] += dS·K over all 128 keys (both operands MN-major), added to the f32 accumulator
-// with atomics, and dK += dSᵀ·Q. kOverlap: dK reads dSᵀ from shared memory and is issued after dQ,
-// so it runs while the warpgroup sends dQ's atomics and into the next step (waited for with that
-// step's Sᵀ); otherwise dK (from registers) is issued with dV and everything is waited for before
-// the atomics.
-template <int kD, bool kOverlap>
+// with atomics, and dK += dSᵀ·Q. dK reads dSᵀ from shared memory and is issued after dQ, so it
+// runs while the warpgroup sends dQ's atomics and on into the next step (waited for with that
+// step's Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 than dK from registers issued with
+// dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
+template <int kD>
 __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgDkvCfg<kD, kOverlap>;
+  using Cfg = WgDkvCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = kD / 2, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1039,7 +1039,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBc);
+  const BlockTile bt = block_tile(p.T, kBc, p.group_rows);
   const int b = bt.row / p.G, g = bt.row % p.G;
   const int k0 = bt.tile * kBc;  // first (causal: heaviest) key blocks first
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
@@ -1092,9 +1092,8 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     const int q0 = m * kBr;
     cp_async_wait<0>();
     wg::fence_proxy_async();  // the tiles just landed are read by wgmma (the async proxy)
-    // Tile (hq, m) has landed. Both warpgroups are done with the buffer prefetched below: the
-    // previous step's products (kOverlap: the one before's, whose dK each warpgroup waited for
-    // before the previous step's second barrier).
+    // Tile (hq, m) has landed. Both warpgroups are done with the buffer prefetched below, the one
+    // before the previous step's (each waited for its dK before the previous step's second barrier).
     __syncthreads();
     const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
     const float* cL = sL + buf * kBr;
@@ -1119,7 +1118,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
 
-    wg::wgmma_wait<1>();  // Sᵀ (kOverlap: and the previous step's dK, so its dSᵀ rows can be rewritten)
+    wg::wgmma_wait<1>();  // the previous step's dK (its dSᵀ rows can be rewritten) and Sᵀ
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s, then as bf16 A fragments (k = queries).
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -1138,14 +1137,14 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
         }
       }
     }
-    uint32_t pa[4][4], da[4][4];
+    uint32_t pa[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 
     wg::wgmma_wait<0>();  // dPᵀ
-    // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) as A fragments, and into shared memory ([keys][queries]) for dQ.
+    // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) into shared memory ([keys][queries]) for dQ and dK.
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 d2 = *reinterpret_cast<const float2*>(cDr + j * 8 + 2 * tig);
@@ -1159,19 +1158,14 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        da[kk][r] = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
         // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
         const int row = key0 + 16 * warp + gid + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + 2 * tig;
-        *reinterpret_cast<uint32_t*>(smem + Cfg::kOffdS + wg::sw128_offset(kBc, row, col)) = da[kk][r];
+        *reinterpret_cast<uint32_t*>(smem + Cfg::kOffdS + wg::sw128_offset(kBc, row, col)) = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
       }
 
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
-    if constexpr (!kOverlap) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dk, da[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);  // dK += dSᵀ·Q
-    }
     wg::wgmma_commit();
     wg::fence_proxy_async();
     __syncthreads();  // both warpgroups' dSᵀ rows are in shared memory
@@ -1182,15 +1176,11 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     for (int kk = 0; kk < kBc / 16; ++kk)
       wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(adS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
     wg::wgmma_commit();
-    if constexpr (kOverlap) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
-        wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
-      wg::wgmma_commit();
-      wg::wgmma_wait<1>();  // dV and dQ; dK runs on
-    } else {
-      wg::wgmma_wait<0>();
-    }
+    for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
+      wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+    wg::wgmma_commit();
+    wg::wgmma_wait<1>();  // dV and dQ; dK runs on
     float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
@@ -1207,7 +1197,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     m = m_next;
   }
   cp_async_wait<0>();
-  wg::wgmma_wait<0>();  // kOverlap: the last step's dK
+  wg::wgmma_wait<0>();  // the last step's dK
 
   // dK (× scale) and dV straight from the accumulators: 4 bytes a lane, once per block.
 #pragma unroll
@@ -1307,7 +1297,7 @@ __global__ void __launch_bounds__(128) fwd_simt(const Params p) {
   float* sV = sK + kBc * kDS;    // [kBc][kDM]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr);
+  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
   const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
   const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1402,7 +1392,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
   float* sV = sK + kBc * kDS;    // [kBc][kDS]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr);
+  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
   const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
   const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1501,7 +1491,7 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
   float* sDr = sL + kBr;         // [kBr]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBc);
+  const BlockTile bt = block_tile(p.T, kBc, p.group_rows);
   const int b = bt.row / p.G, g = bt.row % p.G;
   const int k0 = bt.tile * kBc;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1603,7 +1593,7 @@ constexpr size_t kDkvSimtSmem = size_t(2 * 16 * kDM + 2 * 32 * kDS + 2 * 32) * s
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-// The grid of a tile kernel (block_tile): rows × ceil(T / rows_per_tile) blocks in one dimension.
+// The grid of a tile kernel (block_tile): rows × ceil(T / rows_per_tile) blocks, one dimension.
 dim3 tile_grid(int rows, int T, int rows_per_tile) {
   const int64_t n = (int64_t)rows * ceil_div(T, rows_per_tile);
   if (n > INT32_MAX) throw OpError("BAD_ARGUMENT", "attention: " + std::to_string(n) + " blocks of " + std::to_string(rows_per_tile) + " rows; at most 2^31 - 1");
@@ -1686,19 +1676,6 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
-template <int kD, bool kOverlap>
-void launch_backward_wgmma(const Params& p, cudaStream_t stream) {
-  using W = WgDkvCfg<kD, kOverlap>;
-  launch(bwd_dkdv_wgmma<kD, kOverlap>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
-}
-
-// MDLM_ATTN_BWD_OVERLAP=0: the wgmma backward without the dK product overlapping dQ's atomics
-// (read at every call).
-bool bwd_overlap() {
-  const char* v = std::getenv("MDLM_ATTN_BWD_OVERLAP");
-  return !(v && std::string(v) == "0");
-}
-
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
 // accumulator; on wgmma when `hopper`, head dim 128), then dQ to bf16. Deterministic: dQ in a
 // kernel of its own, then dK and dV.
@@ -1709,9 +1686,9 @@ void backward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
     if constexpr (kD == 128) {
-      if (!hopper) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-      else if (bwd_overlap()) launch_backward_wgmma<kD, true>(p, stream);
-      else launch_backward_wgmma<kD, false>(p, stream);
+      using W = WgDkvCfg<kD>;
+      if (hopper) launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+      else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     } else {
       launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     }
@@ -1764,7 +1741,7 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 // faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273
 // vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel.
 bool use_wgmma(const OpCall& call, const Params& p) {
-  return padded_head_dim(p.D) == 128 && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", std::max(WgDkvCfg<128, true>::kSmem, WgDkvCfg<128, false>::kSmem));
+  return padded_head_dim(p.D) == 128 && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128>::kSmem);
 }
 
 // The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws).
@@ -1775,6 +1752,18 @@ bool use_wgmma_forward(const OpCall& call, const Params& p) {
   const int kd = padded_head_dim(p.D);
   if (kd != 64 && kd != 128) return false;
   return use_hopper_kernel(call, "MDLM_ATTN_WS_FORWARD", kd == 64 ? WsFwdCfg<64>::kSmem : WsFwdCfg<128>::kSmem);
+}
+
+// Rows a group of the tile grids' order (block_tile): as many as have their shared data (the
+// forward's K and V; the backward's Q, dO and dQ accumulator: at most 8·T·D bytes a row) in 24 MB,
+// half of the H100/H200 L2. MDLM_ATTN_GROUP_ROWS=n sets it (the emulator's checks take small
+// groups, so a partial last group runs).
+int group_rows(int T, int D) {
+  if (const char* v = std::getenv("MDLM_ATTN_GROUP_ROWS")) {
+    const int n = std::atoi(v);
+    if (n > 0) return n;
+  }
+  return (int)std::max<int64_t>(1, (int64_t)(24 << 20) / ((int64_t)8 * T * D));
 }
 
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
@@ -1790,6 +1779,7 @@ Params make_params(const OpCall& call, const char* const* float_args, DType dt) 
     throw OpError("BAD_ARGUMENT", call.op + ": unsupported shape (heads a multiple of kvHeads, headDim a multiple of 4 up to 128)");
   }
   p.group = p.H / p.G;
+  p.group_rows = group_rows(p.T, p.D);
   p.scale_log2 = p.scale * kLog2e;
   for (const char* const* a = float_args; *a; ++a) {
     if (call.arg(*a).dtype != dt) throw OpError("UNSUPPORTED_DTYPE", call.op + ": argument '" + *a + "' is " + dtype_name(call.arg(*a).dtype) + ", the others " + dtype_name(dt));

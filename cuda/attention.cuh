@@ -44,19 +44,23 @@ __device__ __forceinline__ bool visible(int qi, int qseg, int kj, int kseg, int 
   return qi < T && kj < T && (!causal || kj <= qi) && qseg == kseg;
 }
 
-// The tile kernels' grids are one-dimensional with the tile fastest: block i computes tile
-// i mod tiles of row i / tiles (row: b·H + h, or b·G + g; tile: a query or key block of `rows_per_tile`
-// rows). The blocks resident at one time then cover a few heads whole, so what their tiles share
-// (the forward's K and V; the backward's Q, dO, and dQ accumulator) comes from DRAM about once and
-// is reused from L2. With the head fastest, the ~130 resident blocks each had a head of their own,
-// and the wgmma backward read 4.4 GB from DRAM for 0.3 GB of inputs at B8 T2048 H16 D128 (Nsight
+// The tile kernels' grids are one-dimensional: rows × tiles blocks (row: b·H + h, or b·G + g;
+// tile: a block of `rows_per_tile` queries or keys), taken in groups of `group_rows` rows (the
+// last group may be smaller) and within a group tile by tile: tile 0 (the heaviest when causal)
+// of every row of the group, then tile 1, ... The host sizes the groups so the data their tiles
+// share (the forward's K and V; the backward's Q, dO and dQ accumulator) fits in L2: the blocks
+// resident at one time then read it from DRAM about once, and the heavy causal tiles start
+// first. With the head fastest, the ~130 resident blocks each had a head of their own, and the
+// wgmma backward read 4.4 GB from DRAM for 0.3 GB of inputs at B8 T2048 H16 D128 (Nsight
 // Compute, H200, 2026-12-03).
 struct BlockTile {
   int row, tile, tiles;
 };
-__device__ __forceinline__ BlockTile block_tile(int T, int rows_per_tile) {
-  const int tiles = (T + rows_per_tile - 1) / rows_per_tile;
-  return {(int)(blockIdx.x / tiles), (int)(blockIdx.x % tiles), tiles};
+__device__ __forceinline__ BlockTile block_tile(int T, int rows_per_tile, int group_rows) {
+  const int tiles = (T + rows_per_tile - 1) / rows_per_tile, rows = gridDim.x / tiles;
+  const int i = blockIdx.x, first = i / (group_rows * tiles) * group_rows, in_group = min(group_rows, rows - first);
+  const int j = i - first * tiles;
+  return {first + j % in_group, j / in_group, tiles};
 }
 
 // Smallest and largest document id over the rows [t0, t0 + n) that are < T (lo > hi: no such
