@@ -58,8 +58,8 @@ struct BlockTile {
 };
 __device__ __forceinline__ BlockTile block_tile(int T, int rows_per_tile, int group_rows) {
   const int tiles = (T + rows_per_tile - 1) / rows_per_tile, rows = gridDim.x / tiles;
-  const int i = blockIdx.x, first = i / (group_rows * tiles) * group_rows, in_group = min(group_rows, rows - first);
-  const int j = i - first * tiles;
+  const int first = (int)(blockIdx.x / ((int64_t)group_rows * tiles) * group_rows), in_group = min(group_rows, rows - first);
+  const int j = blockIdx.x - first * tiles;
   return {first + j % in_group, j / in_group, tiles};
 }
 
