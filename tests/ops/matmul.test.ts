@@ -124,13 +124,13 @@ describe('matmul webgpu variants', () => {
 
   it('names the valid variants when MDLM_MATMUL_VARIANT is unknown', () => {
     expect(matmulVariant('')).toBe('default');
-    expect(matmulVariant('grouped')).toBe('grouped');
-    expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, grouped/);
+    expect(matmulVariant('natural')).toBe('natural');
+    expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, natural/);
   });
 
   // Odd extents (scalar loads everywhere) and extents that are multiples of 4 with ragged edges
   // (vec4 interior tiles, scalar edge tiles, a partial last k-step), both in 64-row blocks and
-  // accumulating; 18 64-row blocks (`grouped`'s second group of 16 is partial); then a batch large
+  // accumulating; 18 64-row blocks (the default's second group of 16 is partial); then a batch large
   // enough for 128-row blocks, overwriting. Few distinct pipelines: lavapipe takes seconds to
   // compile each.
   const transposes = [[false, false], [false, true], [true, false], [true, true]] as const;

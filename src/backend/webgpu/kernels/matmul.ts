@@ -8,15 +8,15 @@ import { ceilDiv, defineKernel } from '../kernel.js';
  * accumulate and shape.
  */
 export const MATMUL_VARIANTS = {
-  /** Workgroup (x, y) computes column block x of row block y. */
-  default: { GROUP_M: 0 },
   /**
-   * Workgroups taken in groups of 16 row blocks, column by column (L2 reuse on large matrices).
-   * If two run on each of an H200's 132 SMs (an estimate: register use is the driver's), the
-   * workgroups in flight cover about 16 x 16 blocks of a 4096² product instead of 8 whole rows
-   * of 32, and read 16 + 16 panels of A and B instead of 8 + 32. Untimed.
+   * Workgroups taken in groups of 16 row blocks, column by column (L2 reuse on large matrices):
+   * the workgroups in flight cover about 16 × 16 blocks of a 4096² product instead of 8 whole rows
+   * of 32. On the H200 through Vulkan, 14.6 / 28.7 / 26.4 TFLOP/s at 1024 / 2048 / 4096 against
+   * `natural`'s 14.1 / 28.5 / 25.9 in the same call (bench/RESULTS.md, 2026-12-03).
    */
-  grouped: { GROUP_M: 16 },
+  default: { GROUP_M: 16 },
+  /** Workgroup (x, y) computes column block x of row block y. */
+  natural: { GROUP_M: 0 },
 } as const satisfies Record<string, Readonly<Record<string, number>>>;
 
 export type MatmulVariantName = keyof typeof MATMUL_VARIANTS;
