@@ -16,7 +16,8 @@
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
 //             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90, head dim 128): two warpgroups of
-//                          64 keys, 64-query steps; each computes half of dQ's columns.
+//                          64 keys, 64-query steps; each computes half of dQ's columns; dK from
+//                          the shared dSᵀ tile, running while dQ's atomics go out.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
@@ -36,8 +37,9 @@
 //   64   128×64 (32)                 128×64 (32)            128×32 (32)
 //   96   128×32 (32)                 128×32 (32)            64×32 (16)
 //   128  128×64 (32)                 128×32 (32)            64×32 (16); fused: 128×32 (16), 8 warps
-// Grids: forward and dq (B·H, ⌈T/Br⌉) with the query blocks taken last-first (the heaviest causal
-// blocks start first); dkdv (B·G, ⌈T/Bc⌉) with key block 0 (the heaviest) first.
+// Grids: one dimension, B·H (forward, dq) or B·G (dkdv) rows × ⌈T/tile⌉ tiles, in groups of rows
+// sized to L2 and tile by tile within a group (block_tile, group_rows); the query blocks are taken
+// last-first and key block 0 first, so the heaviest causal blocks start first.
 //
 // Masking (causal, document ids, tails) is one function, attn::visible, and tiles are skipped or
 // left unmasked by attn::classify_tile (cuda/attention.cuh), in every kernel. Rows never see no
@@ -1018,7 +1020,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 
 // bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
 // dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
-// (registers × shared, MN-major), writes dSᵀ to shared memory, and after a barrier computes
+// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and after a barrier computes
 // dQ[:, w·kD/2..] += dS·K over all 128 keys (both operands MN-major), added to the f32 accumulator
 // with atomics, and dK += dSᵀ·Q. dK reads dSᵀ from shared memory and is issued after dQ, so it
 // runs while the warpgroup sends dQ's atomics and on into the next step (waited for with that
