@@ -31,14 +31,14 @@ OPS_FILE = os.path.join(HERE, '..', '..', 'src', 'ops', 'attention.ts')
 
 
 def bench_cases():
-    """(B, T, H, G, D, causal) of every d(...) row (one document a row: what SDPA computes) in the
+    """(B, T, H, G, D, causal) of every oneDoc(...) row (one document a row: what SDPA computes) in the
     'bench' list of attentionCases; rows with documents are c(..., documents) and not timed here."""
     src = open(OPS_FILE).read()
     body = src[src.index('function attentionCases'):]
     body = body[body.index("if (scale === 'test')"):]
     body = body[body.index('}') + 1:]  # past the test list
     body = body[:body.index('];')]
-    pat = re.compile(r"\bd\('[^']*',\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false)\)")
+    pat = re.compile(r"\boneDoc\('[^']*',\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false)\)")
     cases = [(int(b), int(t), int(h), int(g), int(d), c == 'true') for b, t, h, g, d, c in pat.findall(body)]
     if not cases:
         sys.exit(f'no bench cases found in {OPS_FILE}')

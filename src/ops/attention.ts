@@ -182,19 +182,19 @@ function attentionCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
   // One document a row: the work PyTorch's SDPA does in bench/peers/attention_sdpa.py (which
   // parses these rows and skips the one with documents), and the flops counted. The last row
   // times the document mask: its empty tiles are skipped, so its TFLOP/s overstate the work.
-  const d = (label: string, batch: number, seqLen: number, heads: number, kvHeads: number, headDim: number, causal: boolean) =>
+  const oneDoc = (label: string, batch: number, seqLen: number, heads: number, kvHeads: number, headDim: number, causal: boolean) =>
     c(label, batch, seqLen, heads, kvHeads, headDim, causal, 1);
   return [
-    d('B8 T1024 H12 D64 causal', 8, 1024, 12, 12, 64, true),
-    d('B8 T1024 H12 D64 bidirectional', 8, 1024, 12, 12, 64, false),
-    d('B4 T2048 H12 D64 causal', 4, 2048, 12, 12, 64, true),
-    d('B4 T2048 H16 D128 causal', 4, 2048, 16, 16, 128, true),
-    d('B4 T2048 H16 D128 bidirectional', 4, 2048, 16, 16, 128, false),
-    d('B4 T2048 H16/4 D128 causal gqa', 4, 2048, 16, 4, 128, true),
-    d('B8 T2048 H16 D128 causal', 8, 2048, 16, 16, 128, true),
-    d('B8 T2048 H16 D128 bidirectional', 8, 2048, 16, 16, 128, false),
-    d('B16 T1024 H12 D64 causal', 16, 1024, 12, 12, 64, true),
-    d('B16 T1024 H12 D64 bidirectional', 16, 1024, 12, 12, 64, false),
+    oneDoc('B8 T1024 H12 D64 causal', 8, 1024, 12, 12, 64, true),
+    oneDoc('B8 T1024 H12 D64 bidirectional', 8, 1024, 12, 12, 64, false),
+    oneDoc('B4 T2048 H12 D64 causal', 4, 2048, 12, 12, 64, true),
+    oneDoc('B4 T2048 H16 D128 causal', 4, 2048, 16, 16, 128, true),
+    oneDoc('B4 T2048 H16 D128 bidirectional', 4, 2048, 16, 16, 128, false),
+    oneDoc('B4 T2048 H16/4 D128 causal gqa', 4, 2048, 16, 4, 128, true),
+    oneDoc('B8 T2048 H16 D128 causal', 8, 2048, 16, 16, 128, true),
+    oneDoc('B8 T2048 H16 D128 bidirectional', 8, 2048, 16, 16, 128, false),
+    oneDoc('B16 T1024 H12 D64 causal', 16, 1024, 12, 12, 64, true),
+    oneDoc('B16 T1024 H12 D64 bidirectional', 16, 1024, 12, 12, 64, false),
     c('B8 T2048 H16 D128 bidirectional 3 documents', 8, 2048, 16, 16, 128, false, 3),
   ];
 }
