@@ -1,13 +1,14 @@
 /**
  * `mdlm bench matmul`: mdlm's WebGPU matmul kernel against TensorFlow.js's WebGPU backend on the
  * same adapter in the same process. Both sides multiply the same random matrices, run warm-up
- * calls for a fixed time (a GPU coming from idle needs a while to reach its clocks), then `reps`
- * calls ended by one wait for the GPU queue (no read-back inside the timing),
- * and their results are compared once. TensorFlow.js is a dev dependency, loaded only here.
+ * calls for a fixed time (a GPU coming from idle needs a while to reach its clocks), then the median
+ * of 3 windows of `reps` calls, each ended by one wait for the GPU queue (no read-back inside the
+ * timing; src/harness/timing.ts), and their results are compared once. TensorFlow.js is a dev dependency, loaded only here.
  */
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { relativeError } from '../harness/parity.js';
+import { medianCallMs, warmUp } from '../harness/timing.js';
 import { type MatmulAttrs, matmul, matmulAttrs } from '../ops/matmul.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { createBackend } from '../runtime/backends.js';
@@ -85,15 +86,6 @@ async function tfjsIdle(backend: TfWebGpuBackend): Promise<void> {
   await backend.device.queue.onSubmittedWorkDone();
 }
 
-/** Calls `call` and waits for the GPU until `seconds` have passed. */
-async function warmUp(call: () => void, idle: () => Promise<void>, seconds: number): Promise<void> {
-  const t0 = performance.now();
-  do {
-    for (let i = 0; i < 4; i++) call();
-    await idle();
-  } while (performance.now() - t0 < seconds * 1e3);
-}
-
 async function timeMdlm(gpu: Backend, attrs: MatmulAttrs, a: Float32Array, b: Float32Array, warmup: number, reps: number) {
   const shapes = matmul.shapes(attrs);
   const ta = gpu.alloc(shapes.a!, 'f32');
@@ -103,12 +95,11 @@ async function timeMdlm(gpu: Backend, attrs: MatmulAttrs, a: Float32Array, b: Fl
     gpu.upload(ta, a);
     gpu.upload(tb, b);
     const args = { a: ta, b: tb, out: tout };
-    await warmUp(() => gpu.run(matmul, args, attrs), () => gpu.sync(), warmup);
+    const call = () => gpu.run(matmul, args, attrs);
+    const idle = () => gpu.sync();
+    await warmUp(call, idle, warmup, 4);
     const out = (await gpu.download(tout)) as Float32Array;
-    const t0 = performance.now();
-    for (let i = 0; i < reps; i++) gpu.run(matmul, args, attrs);
-    await gpu.sync();
-    return { ms: (performance.now() - t0) / reps, out };
+    return { ms: await medianCallMs(call, idle, reps), out };
   } finally {
     for (const t of [ta, tb, tout]) gpu.free(t);
   }
@@ -124,12 +115,11 @@ async function timeTfjs(tfjs: { tf: Tf; backend: TfWebGpuBackend }, attrs: Matmu
     const first = call();
     const out = (await first.data()) as Float32Array;
     first.dispose();
-    await warmUp(() => call().dispose(), () => tfjsIdle(backend), warmup);
-    const t0 = performance.now();
     // disposing only drops the handle; the queued work still runs before the queue drains
-    for (let i = 0; i < reps; i++) call().dispose();
-    await tfjsIdle(backend);
-    return { ms: (performance.now() - t0) / reps, out };
+    const run = () => call().dispose();
+    const idle = () => tfjsIdle(backend);
+    await warmUp(run, idle, warmup, 4);
+    return { ms: await medianCallMs(run, idle, reps), out };
   } finally {
     ta.dispose();
     tb.dispose();

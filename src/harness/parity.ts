@@ -8,6 +8,7 @@ import { roundTo } from '../convert.js';
 import { type OpCase, type OpDef, type RefArgs, type RefArray, refArrayFor, resolveArgDtype } from '../ops/op.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type DType, type HostArray, type Tensor, isFloat, shapeStr } from '../tensor.js';
+import { medianCallMs, warmUp } from './timing.js';
 
 export interface ParityRecord {
   readonly op: string;
@@ -31,11 +32,14 @@ export interface ParityRecord {
 export interface ParityOptions {
   readonly seed: number;
   readonly dtype?: DType;
-  /** Time the backend: this many calls after one warm-up. */
+  /** Time the backend: the median of 3 windows of this many calls, after WARMUP_SECONDS of warm-up calls (src/harness/timing.ts). */
   readonly timeReps?: number;
   /** Skip the reference (timing only, for shapes whose float64 reference takes minutes). */
   readonly skipReference?: boolean;
 }
+
+/** Warm-up before timing an op: enough for a GPU's clocks to ramp up, short beside a CPU op's calls. */
+const WARMUP_SECONDS = 0.05;
 
 /** The float dtype each backend trains in, and so is checked in by default. */
 export const PREFERRED_FLOAT: Readonly<Record<BackendName, DType>> = { cpu: 'f32', webgpu: 'f32', cuda: 'bf16' };
@@ -211,12 +215,10 @@ export async function checkParity<A>(backend: Backend, op: OpDef<A>, c: OpCase<A
     let ms: number | undefined;
     let tflops: number | undefined;
     if (opts.timeReps && opts.timeReps > 0) {
-      backend.run(op, tensors, c.attrs);
-      await backend.sync();
-      const t0 = performance.now();
-      for (let i = 0; i < opts.timeReps; i++) backend.run(op, tensors, c.attrs);
-      await backend.sync();
-      ms = (performance.now() - t0) / opts.timeReps;
+      const call = () => backend.run(op, tensors, c.attrs);
+      const idle = () => backend.sync();
+      await warmUp(call, idle, WARMUP_SECONDS);
+      ms = await medianCallMs(call, idle, opts.timeReps);
       const f = op.flops?.(c.attrs);
       if (f) tflops = f / (ms * 1e-3) / 1e12;
     }
