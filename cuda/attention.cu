@@ -1663,8 +1663,7 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
       // shapes: 2-9% faster at 128 (B8 T2048 bidirectional 0.526 vs 0.540 ms), slower at 64 (B16
       // T1024 bidirectional 0.383 vs 0.188). Not the default yet: the GPU tests have not run it
       // (the emulator's have).
-      const char* v = std::getenv("MDLM_ATTN_WS_STAGES");
-      if (v && std::string(v) == "1") return launch_forward_ws<kD, WsFwdCfg<kD>::kStages + 1>(p, stream);
+      if (env_knob("MDLM_ATTN_WS_STAGES") == "1") return launch_forward_ws<kD, WsFwdCfg<kD>::kStages + 1>(p, stream);
       return launch_forward_ws<kD, WsFwdCfg<kD>::kStages>(p, stream);
     }
   }
@@ -1717,8 +1716,8 @@ void backward_simt(const Params& p, cudaStream_t stream) {
 // MDLM_ATTN_DETERMINISTIC=1: the backward that gives the same bits on every run (dQ in its own
 // kernel, recomputing S and dP: 7 tile products instead of 5, no atomics). Read at every call.
 bool deterministic_backward() {
-  const char* v = std::getenv("MDLM_ATTN_DETERMINISTIC");
-  return v && *v && std::string(v) != "0";
+  const std::string v = env_knob("MDLM_ATTN_DETERMINISTIC");
+  return !v.empty() && v != "0";
 }
 
 int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 : 128; }
@@ -1726,8 +1725,7 @@ int padded_head_dim(int D) { return D <= 32 ? 32 : D <= 64 ? 64 : D <= 96 ? 96 :
 // A Hopper kernel is taken when its knob (read at every call) is not "0", the device is sm_90
 // (the emulator models one) and the kernel's shared memory fits.
 bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
-  const char* v = std::getenv(knob);
-  if (v && std::string(v) == "0") return false;
+  if (env_knob(knob) == "0") return false;
 #ifdef MDLM_ATTN_EMULATE
   (void)call, (void)smem;
   return true;
@@ -1765,10 +1763,7 @@ bool use_wgmma_forward(const OpCall& call, const Params& p) {
 // grouped-query causal 0.690 vs 0.998). MDLM_ATTN_GROUP_ROWS=n sets it (the emulator's checks
 // take small groups, so a partial last group runs).
 int group_rows(const Params& p, bool backward) {
-  if (const char* v = std::getenv("MDLM_ATTN_GROUP_ROWS")) {
-    const int n = std::atoi(v);
-    if (n > 0) return n;
-  }
+  if (const int n = std::atoi(env_knob("MDLM_ATTN_GROUP_ROWS").c_str()); n > 0) return n;
   if (backward && p.causal) return p.B * p.H;  // at least the rows of every backward grid (B·H or B·G)
   const int64_t per_row = (int64_t)8 * p.T * p.D * (backward ? p.group : 1);
   return (int)std::max<int64_t>(1, (int64_t)(24 << 20) / per_row);

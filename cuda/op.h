@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -87,6 +88,12 @@ std::string registered_ops();
 // Throws std::runtime_error naming the call on a CUDA error (launch configuration errors show at
 // once; faults inside kernels surface at the next synchronisation).
 void check_cuda(cudaError_t e, const char* what);
+// An environment knob (a tuning or debugging switch, read at every call): its value, "" when unset.
+inline std::string env_knob(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
 inline void check_launch(const char* kernel) { check_cuda(cudaGetLastError(), kernel); }
 
 inline unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
