@@ -747,11 +747,12 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 // 128B-swizzled in shared memory, which serves the K-major and the MN-major reads. The query tiles
 // (Q, dO and their row values) are a ring of kWG + 1: a step's dK product runs on into the next
 // step, so the tile prefetched in a step must not be the previous step's unless the block's one
-// warpgroup has waited for that product first. One warpgroup: two blocks an SM (its shared memory
-// and registers allow it), whose softmax and products interleave; two: one block an SM.
+// warpgroup has waited for that product first. One warpgroup: two blocks an SM at head dim 128
+// and three at 64 (168 registers a thread, no spills; 216 when bounded for two), whose softmax
+// and products interleave; two warpgroups: one block an SM.
 template <int kD, int kWG>
 struct WgDkvCfg {
-  static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 1 ? 2 : 1;
+  static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 2 ? 1 : kD == 64 ? 3 : 2;
   static constexpr int kDq = kD / kWG;  // dQ columns a warpgroup computes
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
