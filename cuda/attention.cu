@@ -17,7 +17,8 @@
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
 //             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90, head dim 128): two warpgroups of
 //                          64 keys, 64-query steps; each computes half of dQ's columns; dK from
-//                          the shared dSᵀ tile, running while dQ's atomics go out.
+//                          the shared dSᵀ tile, running while dQ's atomics go out. Or (knobs, head
+//                          dims 128 and 64) one warpgroup of 64 keys a block, several blocks an SM.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
