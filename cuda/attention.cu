@@ -615,6 +615,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
+  walk.prefetch_after(m);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -676,6 +677,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     // The next (head, query tile): classified and prefetched into the other buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
+    walk.prefetch_after(m_next);
     if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
     cp_async_commit();
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
@@ -1059,6 +1061,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
+  walk.prefetch_after(m);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -1125,6 +1128,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
     // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
+    walk.prefetch_after(m_next);
     const int buf_next = buf + 1 == kS ? 0 : buf + 1;
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
