@@ -77,8 +77,9 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
     wgmma)  # the emulator's wgmma model (cuda/emu/warp_emu.h) against the hardware
       nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
       timeout 60 /tmp/wgmma_check 2>&1 | tee "$OUT/wgmma.txt" ;;
-    attn-bwd-wg)  # the backward against its alternatives: one-warpgroup wgmma blocks at head dims 128 and 64
-      for e in MDLM_ATTN_BWD_WG=2 MDLM_ATTN_BWD_WG=1 MDLM_ATTN_WGMMA64=1; do
+    attn-bwd-wg)  # the backward against its alternatives: without the walk's L1 prefetch; one-warpgroup
+      # wgmma blocks at head dims 128 and 64
+      for e in MDLM_ATTN_BWD_WG=2 MDLM_ATTN_WALK_PREFETCH=0 MDLM_ATTN_BWD_WG=1 MDLM_ATTN_WGMMA64=1; do
         env $e timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
       done ;;

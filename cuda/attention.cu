@@ -80,6 +80,7 @@ struct Params {
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   bool causal;
+  bool prefetch_walk;  // QueryTileWalk::prefetch_after (MDLM_ATTN_WALK_PREFETCH=0: off, for timing)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
 };
@@ -615,7 +616,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
-  walk.prefetch_after(m);
+  if (p.prefetch_walk) walk.prefetch_after(m);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -677,7 +678,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     // The next (head, query tile): classified and prefetched into the other buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
-    walk.prefetch_after(m_next);
+    if (p.prefetch_walk) walk.prefetch_after(m_next);
     if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
     cp_async_commit();
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
@@ -1061,7 +1062,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
-  walk.prefetch_after(m);
+  if (p.prefetch_walk) walk.prefetch_after(m);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -1128,7 +1129,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
     // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
-    walk.prefetch_after(m_next);
+    if (p.prefetch_walk) walk.prefetch_after(m_next);
     const int buf_next = buf + 1 == kS ? 0 : buf + 1;
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
@@ -1896,6 +1897,10 @@ MDLM_OP(attention_backward) {
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
   p.group_rows = group_rows(p, true);
+  {
+    const char* v = std::getenv("MDLM_ATTN_WALK_PREFETCH");
+    p.prefetch_walk = !(v && std::string(v) == "0");
+  }
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).
