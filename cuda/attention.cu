@@ -765,6 +765,7 @@ struct WgDkvCfg {
   static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
   static_assert((kD == 128 && (kWG == 1 || kWG == 2)) || (kD == 64 && kWG == 1), "wgmma backward: head dim 128, or 64 with one warpgroup");
   static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
+  static_assert(kDq == 64 || kDq == 128, "dQ's product: wgmma n64 or n128");
 };
 
 // cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
