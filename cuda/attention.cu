@@ -1772,17 +1772,13 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 // an SM, as cuDNN's 64 × 64 one-warpgroup kernel; not yet timed). Head dim 64: the mma.sync
 // kernel, or one warpgroup with MDLM_ATTN_WGMMA64=1 (not yet timed). Knobs read at every call.
 int wgmma_backward_warpgroups(const OpCall& call, const Params& p) {
-  const auto knob = [](const char* name) {
-    const char* v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-  };
   switch (padded_head_dim(p.D)) {
     case 128: {
-      const bool one = knob("MDLM_ATTN_BWD_WG") == "1";
+      const bool one = env_knob("MDLM_ATTN_BWD_WG") == "1";
       return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", one ? WgDkvCfg<128, 1>::kSmem : WgDkvCfg<128, 2>::kSmem) ? (one ? 1 : 2) : 0;
     }
     case 64:
-      return knob("MDLM_ATTN_WGMMA64") == "1" && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
+      return env_knob("MDLM_ATTN_WGMMA64") == "1" && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
     default:
       return 0;
   }
@@ -1898,10 +1894,7 @@ MDLM_OP(attention_backward) {
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
   p.group_rows = group_rows(p, true);
-  {
-    const char* v = std::getenv("MDLM_ATTN_WALK_PREFETCH");
-    p.prefetch_walk = !(v && std::string(v) == "0");
-  }
+  p.prefetch_walk = mdlm::env_knob("MDLM_ATTN_WALK_PREFETCH") != "0";
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).
