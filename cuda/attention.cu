@@ -15,10 +15,10 @@
 //                          of the GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
-//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90, head dim 128): two warpgroups of
-//                          64 keys, 64-query steps; each computes half of dQ's columns; dK from
-//                          the shared dSᵀ tile, running while dQ's atomics go out. Or (knobs, head
-//                          dims 128 and 64) one warpgroup of 64 keys a block, several blocks an SM.
+//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90): at head dim 128 two warpgroups
+//                          of 64 keys, 64-query steps, each computing half of dQ's columns; at 64,
+//                          causal, one warpgroup of 64 keys a block, three blocks an SM. dK from
+//                          the shared dSᵀ tile, running while dQ's atomics go out.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
@@ -80,7 +80,6 @@ struct Params {
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   bool causal;
-  bool prefetch_walk;  // QueryTileWalk::prefetch_after (MDLM_ATTN_WALK_PREFETCH=0: off, for timing)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
 };
@@ -616,7 +615,6 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
-  if (p.prefetch_walk) walk.prefetch_after(m);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -678,7 +676,6 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     // The next (head, query tile): classified and prefetched into the other buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
-    if (p.prefetch_walk) walk.prefetch_after(m_next);
     if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
     cp_async_commit();
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
@@ -751,19 +748,21 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 // 128B-swizzled in shared memory, which serves the K-major and the MN-major reads. The query tiles
 // (Q, dO and their row values) are a ring of kWG + 1: a step's dK product runs on into the next
 // step, so the tile prefetched in a step must not be the previous step's unless the block's one
-// warpgroup has waited for that product first. One warpgroup: two blocks an SM at head dim 128
-// and three at 64 (168 registers a thread, no spills; 216 when bounded for two), whose softmax
-// and products interleave; two warpgroups: one block an SM.
+// warpgroup has waited for that product first. Head dim 128: two warpgroups, one block an SM.
+// Head dim 64: one warpgroup, three blocks an SM (168 registers a thread, no spills), whose
+// softmaxes and products interleave. (One warpgroup at 128, two blocks an SM as cuDNN's 64 × 64
+// kernel, timed 15-26% slower than two: H200, 2026-12-03, B8 T2048 H16 bidirectional 3.088 vs
+// 2.450 ms.)
 template <int kD, int kWG>
 struct WgDkvCfg {
-  static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 2 ? 1 : kD == 64 ? 3 : 2;
+  static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 2 ? 1 : 3;
   static constexpr int kDq = kD / kWG;  // dQ columns a warpgroup computes
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
   // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
   static constexpr uint32_t kOffdS = 2 * kKV + 2 * kStages * kQ, kOffRows = kOffdS + kBc * kBr * 2;
   static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
-  static_assert((kD == 128 && (kWG == 1 || kWG == 2)) || (kD == 64 && kWG == 1), "wgmma backward: head dim 128, or 64 with one warpgroup");
+  static_assert((kD == 128 && kWG == 2) || (kD == 64 && kWG == 1), "wgmma backward: head dim 128 with two warpgroups, or 64 with one");
   static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
   static_assert(kDq == 64 || kDq == 128, "dQ's product: wgmma n64 or n128");
 };
@@ -1063,7 +1062,6 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
-  if (p.prefetch_walk) walk.prefetch_after(m);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -1099,6 +1097,10 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
+  // Keeps the zeroing here: sunk into both sides of the loop's entry test, it would define dK's
+  // registers on a path that meets the in-flight last dK before the wait below (C7515).
+  wg::fence_operand(dk);
+  wg::fence_operand(dv);
 
   int buf = 0;
   while (hq < group) {
@@ -1130,7 +1132,6 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
     // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
-    if (p.prefetch_walk) walk.prefetch_after(m_next);
     const int buf_next = buf + 1 == kS ? 0 : buf + 1;
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
@@ -1217,6 +1218,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
   }
   cp_async_wait<0>();
   wg::wgmma_wait<0>();  // the last step's dK
+  wg::fence_operand(dk);
 
   // dK (× scale) and dV straight from the accumulators: 4 bytes a lane, once per block.
 #pragma unroll
@@ -1711,7 +1713,6 @@ void backward_mma(const Params& p, cudaStream_t stream, int wgmma_wg) {
   if (p.dq_accum) {
     if constexpr (kD == 128) {
       if (wgmma_wg == 2) launch_backward_wgmma<kD, 2>(p, stream);
-      else if (wgmma_wg == 1) launch_backward_wgmma<kD, 1>(p, stream);
       else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     } else if constexpr (kD == 64) {
       if (wgmma_wg == 1) launch_backward_wgmma<kD, 1>(p, stream);
@@ -1760,27 +1761,21 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 #endif
 }
 
-// At head dim 64, an earlier two-warpgroup wgmma backward timed no faster than the mma.sync kernel
-// on every bench shape (H200, 2026-12-03: B16 T1024 bidirectional 0.631 vs 0.634 ms, causal
-// 0.399 vs 0.381, B4 T2048 causal 0.608 vs 0.370). A wgmma forward (two 64-row warpgroups,
-// 128-key tiles, the previous tile's P·V in flight during the softmax; commit b578bf6) timed no
-// faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273
-// vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel.
-//
 // Warpgroups a block of the wgmma backward (bwd_dkdv_wgmma) takes, 0 for the mma.sync kernel.
-// Head dim 128: two (one 128-key block an SM), or one with MDLM_ATTN_BWD_WG=1 (64-key blocks, two
-// an SM, as cuDNN's 64 × 64 one-warpgroup kernel; not yet timed). Head dim 64: the mma.sync
-// kernel, or one warpgroup with MDLM_ATTN_WGMMA64=1 (not yet timed). Knobs read at every call.
+// Head dim 128: two. Head dim 64: one for a causal mask, else the mma.sync kernel. H200,
+// 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup against mma.sync: causal B8 T1024 H12
+// 0.212 vs 0.231 ms, B4 T2048 0.356 vs 0.375, B16 T1024 0.408 vs 0.417; bidirectional B8 T1024
+// 0.363 vs 0.344, B16 T1024 0.693 vs 0.662. (An earlier two-warpgroup kernel at 64 was no faster
+// than mma.sync on any shape: B4 T2048 causal 0.608 vs 0.370.) A wgmma forward (two 64-row
+// warpgroups, 128-key tiles, the previous tile's P·V in flight during the softmax; commit
+// b578bf6) timed no faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and
+// slower at 64 (0.273 vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the
+// mma.sync kernel; MDLM_ATTN_WGMMA=1 takes wgmma at 64 for every mask.
 int wgmma_backward_warpgroups(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
-    case 128: {
-      const bool one = env_knob("MDLM_ATTN_BWD_WG") == "1";
-      return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", one ? WgDkvCfg<128, 1>::kSmem : WgDkvCfg<128, 2>::kSmem) ? (one ? 1 : 2) : 0;
-    }
-    case 64:
-      return env_knob("MDLM_ATTN_WGMMA64") == "1" && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
-    default:
-      return 0;
+    case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128, 2>::kSmem) ? 2 : 0;
+    case 64: return (p.causal || env_knob("MDLM_ATTN_WGMMA") == "1") && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
+    default: return 0;
   }
 }
 
@@ -1894,7 +1889,6 @@ MDLM_OP(attention_backward) {
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
   p.group_rows = group_rows(p, true);
-  p.prefetch_walk = mdlm::env_knob("MDLM_ATTN_WALK_PREFETCH") != "0";
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).

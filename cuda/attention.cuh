@@ -63,15 +63,6 @@ __device__ __forceinline__ BlockTile block_tile(int T, int rows_per_tile, int gr
   return {first + j % in_group, j / in_group, tiles};
 }
 
-// Brings the line holding `p` into L1 ahead of a load (a no-op under the emulator).
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-#ifdef MDLM_ATTN_EMULATE
-  (void)p;
-#else
-  asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-#endif
-}
-
 // Smallest and largest document id over the rows [t0, t0 + n) that are < T (lo > hi: no such
 // row). Computed by one warp (every lane gets the result); each warp of a block calls it itself,
 // so no shared memory or barrier is involved.
@@ -156,13 +147,6 @@ struct QueryTileWalk {
     hq = m_first < m_end ? 0 : group;
     m = m_first;
     kind = first_kind;
-  }
-  // The segment ids advance(hq, m) reads first (query tile m + 1) into L1, by lanes 0-2 of each
-  // warp: issued a step ahead, so the classification's loads do not wait on L2 (9% of the wgmma
-  // backward's stall samples waited there, Nsight Compute, H200, 2026-12-03).
-  __device__ __forceinline__ void prefetch_after(int m) const {
-    const int lane = threadIdx.x & 31, t0 = (m + 1) * nq;
-    if (lane < 3 && t0 < T) prefetch_l1(seg + min(t0 + (lane == 2 ? nq - 1 : 32 * lane), T - 1));
   }
   // The step after (hq, m): the next tile of head hq not skipped, else head hq + 1's first.
   __device__ __forceinline__ void advance(int& hq, int& m, int& kind) const {
