@@ -16,8 +16,8 @@
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
 //             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90): at head dim 128 two warpgroups
-//                          of 64 keys, 64-query steps, each computing half of dQ's columns; at 64,
-//                          causal, one warpgroup of 64 keys a block, three blocks an SM. dK from
+//                          of 64 keys, 64-query steps, each computing half of dQ's columns; at 64
+//                          one warpgroup of 64 keys a block, three blocks an SM. dK from
 //                          the shared dSᵀ tile, running while dQ's atomics go out.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
@@ -1761,20 +1761,20 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 #endif
 }
 
-// Warpgroups a block of the wgmma backward (bwd_dkdv_wgmma) takes, 0 for the mma.sync kernel.
-// Head dim 128: two. Head dim 64: one for a causal mask, else the mma.sync kernel. H200,
-// 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup against mma.sync: causal B8 T1024 H12
-// 0.212 vs 0.231 ms, B4 T2048 0.356 vs 0.375, B16 T1024 0.408 vs 0.417; bidirectional B8 T1024
-// 0.363 vs 0.344, B16 T1024 0.693 vs 0.662. (An earlier two-warpgroup kernel at 64 was no faster
-// than mma.sync on any shape: B4 T2048 causal 0.608 vs 0.370.) A wgmma forward (two 64-row
-// warpgroups, 128-key tiles, the previous tile's P·V in flight during the softmax; commit
+// Warpgroups a block of the wgmma backward (bwd_dkdv_wgmma) takes, 0 for the mma.sync kernel:
+// two at head dim 128, one at 64. H200, 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup
+// at 64 against mma.sync: causal B8 T1024 H12 0.205 vs 0.227 ms, B4 T2048 0.336 vs 0.374;
+// bidirectional B8 T1024 0.341 vs 0.348, B16 T1024 0.655 vs 0.663. (Before its wgmmas stopped
+// being serialised, C7515, it was 5% slower than mma.sync on the bidirectional shapes; an earlier
+// two-warpgroup kernel at 64 was no faster than mma.sync on any shape.) A wgmma forward (two
+// 64-row warpgroups, 128-key tiles, the previous tile's P·V in flight during the softmax; commit
 // b578bf6) timed no faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and
 // slower at 64 (0.273 vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the
-// mma.sync kernel; MDLM_ATTN_WGMMA=1 takes wgmma at 64 for every mask.
+// mma.sync kernel.
 int wgmma_backward_warpgroups(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
     case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128, 2>::kSmem) ? 2 : 0;
-    case 64: return (p.causal || env_knob("MDLM_ATTN_WGMMA") == "1") && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
+    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
     default: return 0;
   }
 }
