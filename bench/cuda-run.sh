@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b run ncu]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-ws wgmma tests train train-1.3b run ncu]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -77,6 +77,11 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
     wgmma)  # the emulator's wgmma model (cuda/emu/warp_emu.h) against the hardware
       nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
       timeout 60 /tmp/wgmma_check 2>&1 | tee "$OUT/wgmma.txt" ;;
+    attn-bwd-ab)  # the backward by default and with each knob setting in BWD_AB (default: the mma.sync kernels)
+      for e in default ${BWD_AB:-MDLM_ATTN_WGMMA=0}; do
+        env $([ "$e" = default ] || echo "$e") timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
+          | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
+      done ;;
     attn-ws)  # the forward against its alternatives: fwd_mma (MDLM_ATTN_WS_FORWARD=0) and one more K/V stage
       for e in MDLM_ATTN_WS_FORWARD=0 MDLM_ATTN_WS_STAGES=1; do
         env $e timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \

@@ -15,8 +15,9 @@
 //                          of the GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
-//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90, head dim 128): two warpgroups of
-//                          64 keys, 64-query steps; each computes half of dQ's columns; dK from
+//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90): at head dim 128 two warpgroups
+//                          of 64 keys, 64-query steps, each computing half of dQ's columns; at 64
+//                          one warpgroup of 64 keys a block, three blocks an SM. dK from
 //                          the shared dSᵀ tile, running while dQ's atomics go out.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
@@ -743,19 +744,27 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 // Backward, fused, Hopper (sm_90a): the same algorithm on warpgroup MMA (cuda/wgmma.cuh)
 // ---------------------------------------------------------------------------------------------
 
-// Two warpgroups, 64 keys each (kBc = 128 keys a block), 64 queries a step; head dim 128.
-// Every tile is 128B-swizzled in shared memory, which serves the K-major and the MN-major reads.
-// Three query tiles (Q, dO and their row values) in a ring: a step's dK product runs on into the
-// next step, so the tile prefetched in a step must not be the previous step's.
-template <int kD>
+// kWG warpgroups of 64 keys each (kBc = 64·kWG keys a block), 64 queries a step. Every tile is
+// 128B-swizzled in shared memory, which serves the K-major and the MN-major reads. The query tiles
+// (Q, dO and their row values) are a ring of kWG + 1: a step's dK product runs on into the next
+// step, so the tile prefetched in a step must not be the previous step's unless the block's one
+// warpgroup has waited for that product first. Head dim 128: two warpgroups, one block an SM.
+// Head dim 64: one warpgroup, three blocks an SM (168 registers a thread, no spills), whose
+// softmaxes and products interleave. (One warpgroup at 128, two blocks an SM as cuDNN's 64 × 64
+// kernel, timed 15-26% slower than two: H200, 2026-12-03, B8 T2048 H16 bidirectional 3.088 vs
+// 2.450 ms.)
+template <int kD, int kWG>
 struct WgDkvCfg {
-  static constexpr int kBc = 128, kBr = 64, kThreads = 256, kStages = 3;
+  static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 2 ? 1 : 3;
+  static constexpr int kDq = kD / kWG;  // dQ columns a warpgroup computes
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
   // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
   static constexpr uint32_t kOffdS = 2 * kKV + 2 * kStages * kQ, kOffRows = kOffdS + kBc * kBr * 2;
   static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
-  static_assert(kD == 128, "wgmma backward: head dim 128 (at 64 the mma.sync kernel is as fast: use_wgmma)");
+  static_assert((kD == 128 && kWG == 2) || (kD == 64 && kWG == 1), "wgmma backward: head dim 128 with two warpgroups, or 64 with one");
+  static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
+  static_assert(kDq == 64 || kDq == 128, "dQ's product: wgmma n64 or n128");
 };
 
 // cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
@@ -1021,16 +1030,16 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 // bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
 // dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
 // (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and after a barrier computes
-// dQ[:, w·kD/2..] += dS·K over all 128 keys (both operands MN-major), added to the f32 accumulator
+// dQ[:, w·kD/kWG..] += dS·K over the block's keys (both operands MN-major), added to the f32 accumulator
 // with atomics, and dK += dSᵀ·Q. dK reads dSᵀ from shared memory and is issued after dQ, so it
 // runs while the warpgroup sends dQ's atomics and on into the next step (waited for with that
 // step's Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 than dK from registers issued with
 // dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
-template <int kD>
-__global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
+template <int kD, int kWG>
+__global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>::kBlocksPerSM) bwd_dkdv_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgDkvCfg<kD>;
-  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = kD / 2, kS = Cfg::kStages;
+  using Cfg = WgDkvCfg<kD, kWG>;
+  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
@@ -1060,15 +1069,16 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
     load_rows_sw128<kBr, kD, kThreads>(aQ + buf_ * Cfg::kQ, static_cast<const bf16*>(p.q) + qb, qstride, q0, T, D);
     load_rows_sw128<kBr, kD, kThreads>(adO + buf_ * Cfg::kQ, static_cast<const bf16*>(p.dout) + qb, qstride, q0, T, D);
-    static_assert(3 * kBr <= kThreads, "one thread a row value");
-    if (threadIdx.x < 2 * kBr) {
-      const int i = threadIdx.x % kBr, t = q0 + i;
-      const bool ok = t < T;
-      float* dst = (threadIdx.x < kBr ? sL : sDr) + buf_ * kBr + i;
-      cp_async4(smem_u32(dst), (threadIdx.x < kBr ? p.lse_in : p.dsum) + (ok ? rb + t : 0), ok);
-    } else if (threadIdx.x < 3 * kBr) {
-      const int i = threadIdx.x - 2 * kBr;
-      cp_async4(smem_u32(sSg + buf_ * kBr + i), segb + min(q0 + i, T - 1), true);
+    // the row values: lse, Drow, segment id of each of the kBr queries
+    for (int v = threadIdx.x; v < 3 * kBr; v += kThreads) {
+      const int i = v % kBr, t = q0 + i;
+      if (v < 2 * kBr) {
+        const bool ok = t < T;
+        float* dst = (v < kBr ? sL : sDr) + buf_ * kBr + i;
+        cp_async4(smem_u32(dst), (v < kBr ? p.lse_in : p.dsum) + (ok ? rb + t : 0), ok);
+      } else {
+        cp_async4(smem_u32(sSg + buf_ * kBr + i), segb + min(t, T - 1), true);
+      }
     }
   };
 
@@ -1087,6 +1097,10 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
+  // Keeps the zeroing here: sunk into both sides of the loop's entry test, it would define dK's
+  // registers on a path that meets the in-flight last dK before the wait below (C7515).
+  wg::fence_operand(dk);
+  wg::fence_operand(dv);
 
   int buf = 0;
   while (hq < group) {
@@ -1094,8 +1108,9 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     const int q0 = m * kBr;
     cp_async_wait<0>();
     wg::fence_proxy_async();  // the tiles just landed are read by wgmma (the async proxy)
-    // Tile (hq, m) has landed. Both warpgroups are done with the buffer prefetched below, the one
-    // before the previous step's (each waited for its dK before the previous step's second barrier).
+    // Tile (hq, m) has landed. With two warpgroups, both are done with the buffer prefetched below,
+    // the one before the previous step's (each waited for its dK before the previous step's second
+    // barrier); with one, that buffer is the previous step's, free once its dK is (below).
     __syncthreads();
     const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
     const float* cL = sL + buf * kBr;
@@ -1113,6 +1128,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
       wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
     wg::wgmma_commit();
 
+    if constexpr (kS == 2) wg::wgmma_wait<2>();  // the previous step's dK, which read the buffer prefetched below
     // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
     walk.advance(hq_next, m_next, kind);
@@ -1172,6 +1188,8 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
     wg::fence_proxy_async();
     __syncthreads();  // both warpgroups' dSᵀ rows are in shared memory
 
+    // One warpgroup: dQ's accumulator is the full head dim, so dV finishes first and frees Pᵀ's registers.
+    if constexpr (kWG == 1) wg::wgmma_wait<0>();
     float dq[kDq / 2];
     wg::wgmma_fence();
 #pragma unroll
@@ -1200,6 +1218,7 @@ __global__ void __launch_bounds__(256, 1) bwd_dkdv_wgmma(const Params p) {
   }
   cp_async_wait<0>();
   wg::wgmma_wait<0>();  // the last step's dK
+  wg::fence_operand(dk);
 
   // dK (× scale) and dV straight from the accumulators: 4 bytes a lane, once per block.
 #pragma unroll
@@ -1677,18 +1696,26 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
+template <int kD, int kWG>
+void launch_backward_wgmma(const Params& p, cudaStream_t stream) {
+  using W = WgDkvCfg<kD, kWG>;
+  launch(bwd_dkdv_wgmma<kD, kWG>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+}
+
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
-// accumulator; on wgmma when `hopper`, head dim 128), then dQ to bf16. Deterministic: dQ in a
-// kernel of its own, then dK and dV.
+// accumulator; on wgmma with `wgmma_wg` warpgroups a block when that is not 0), then dQ to bf16.
+// Deterministic: dQ in a kernel of its own, then dK and dV.
 template <int kD>
-void backward_mma(const Params& p, cudaStream_t stream, bool hopper) {
+void backward_mma(const Params& p, cudaStream_t stream, int wgmma_wg) {
   using C = Tiles<kD>;
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
     if constexpr (kD == 128) {
-      using W = WgDkvCfg<kD>;
-      if (hopper) launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+      if (wgmma_wg == 2) launch_backward_wgmma<kD, 2>(p, stream);
+      else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    } else if constexpr (kD == 64) {
+      if (wgmma_wg == 1) launch_backward_wgmma<kD, 1>(p, stream);
       else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     } else {
       launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
@@ -1734,14 +1761,22 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 #endif
 }
 
-// The wgmma backward (bwd_dkdv_wgmma): head dim 128. At 64 the mma.sync kernel timed as fast or
-// faster on every bench shape (H200, 2026-12-03: B16 T1024 bidirectional 0.631 vs 0.634 ms, causal
-// 0.399 vs 0.381, B4 T2048 causal 0.608 vs 0.370). A wgmma forward (two 64-row warpgroups,
-// 128-key tiles, the previous tile's P·V in flight during the softmax; commit b578bf6) timed no
-// faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and slower at 64 (0.273
-// vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the mma.sync kernel.
-bool use_wgmma(const OpCall& call, const Params& p) {
-  return padded_head_dim(p.D) == 128 && use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128>::kSmem);
+// Warpgroups a block of the wgmma backward (bwd_dkdv_wgmma) takes, 0 for the mma.sync kernel:
+// two at head dim 128, one at 64. H200, 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup
+// at 64 against mma.sync: causal B8 T1024 H12 0.205 vs 0.227 ms, B4 T2048 0.336 vs 0.374;
+// bidirectional B8 T1024 0.341 vs 0.348, B16 T1024 0.655 vs 0.663. (Before its wgmmas stopped
+// being serialised, C7515, it was 5% slower than mma.sync on the bidirectional shapes; an earlier
+// two-warpgroup kernel at 64 was no faster than mma.sync on any shape.) A wgmma forward (two
+// 64-row warpgroups, 128-key tiles, the previous tile's P·V in flight during the softmax; commit
+// b578bf6) timed no faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and
+// slower at 64 (0.273 vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the
+// mma.sync kernel.
+int wgmma_backward_warpgroups(const OpCall& call, const Params& p) {
+  switch (padded_head_dim(p.D)) {
+    case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128, 2>::kSmem) ? 2 : 0;
+    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
+    default: return 0;
+  }
 }
 
 // The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws).
@@ -1867,12 +1902,12 @@ MDLM_OP(attention_backward) {
   } else if (!mma) {
     backward_simt<bf16>(p, call.stream);
   } else {
-    const bool hopper = fused && use_wgmma(call, p);
+    const int wgmma_wg = fused ? wgmma_backward_warpgroups(call, p) : 0;
     switch (padded_head_dim(p.D)) {
-      case 32: backward_mma<32>(p, call.stream, hopper); break;
-      case 64: backward_mma<64>(p, call.stream, hopper); break;
-      case 96: backward_mma<96>(p, call.stream, hopper); break;
-      default: backward_mma<128>(p, call.stream, hopper); break;
+      case 32: backward_mma<32>(p, call.stream, wgmma_wg); break;
+      case 64: backward_mma<64>(p, call.stream, wgmma_wg); break;
+      case 96: backward_mma<96>(p, call.stream, wgmma_wg); break;
+      default: backward_mma<128>(p, call.stream, wgmma_wg); break;
     }
   }
 }

@@ -109,6 +109,8 @@ __device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { ::emu::wgmma_wait(N); }
 __device__ __forceinline__ void fence_proxy_async() {}
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&)[N]) {}
 template <int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, bool accumulate) {
   ::emu::wgmma(N, nullptr, a, b, kTransA, kTransB, accumulate, d);
@@ -125,6 +127,14 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Pins an accumulator's registers at this point of the program: the compiler neither moves their
+// reads and writes across it nor copies them while a wgmma that writes them is in flight (which
+// makes ptxas serialise every wgmma of the kernel, C7515).
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
 
 namespace detail {
 template <int kTransA, int kTransB>
