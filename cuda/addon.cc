@@ -11,7 +11,6 @@
 
 #include <napi.h>
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -126,8 +125,7 @@ struct Device {
   bool sync_each_op = false;
 
   Device() {
-    const char* sync = std::getenv("MDLM_CUDA_SYNC");
-    sync_each_op = sync && std::string(sync) == "1";
+    sync_each_op = mdlm::env_knob("MDLM_CUDA_SYNC") == "1";
     check_cuda(cudaGetDevice(&index), "cudaGetDevice");
     check_cuda(cudaSetDevice(index), "cudaSetDevice");
     check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");

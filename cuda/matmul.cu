@@ -20,7 +20,6 @@
 // say), a plain kernel computes it: one thread per output, f32 sums in k order.
 #include <cublasLt.h>
 
-#include <cstdlib>
 #include <limits>
 #include <map>
 #include <string>
@@ -94,10 +93,7 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
 }
 
 bool autotune_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("MDLM_MATMUL_AUTOTUNE");
-    return !(v && std::string(v) == "0");
-  }();
+  static const bool on = env_knob("MDLM_MATMUL_AUTOTUNE") != "0";
   return on;
 }
 
