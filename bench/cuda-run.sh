@@ -87,15 +87,13 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         env $e timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-$e.txt"
       done ;;
-    ncu)  # hardware counters (Nsight Compute) for one launch of the kernel matching NCU_KERNEL (regex on
-      # the demangled name; the first, or the one after NCU_SKIP matching launches: a case takes 3
-      # with --reps 1) inside bench kernels --ops NCU_OPS at bench scale: details page, raw metrics
-      # and per-instruction SASS stall samples, as $OUT/ncu-$NCU_TAG*
+    ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL
+      # (regex on the demangled name) in bench kernels --ops NCU_OPS --case NCU_CASE at bench scale:
+      # details page, raw metrics and per-instruction SASS stall samples, as $OUT/ncu-$NCU_TAG*
       rep="$OUT/ncu-${NCU_TAG:-bwd}"
-      timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_dkdv_wgmma<.*128}" \
-        --launch-skip "${NCU_SKIP:-0}" -c 1 \
-        -f -o "$rep" node bin/mdlm.js bench kernels --backend cuda --ops "${NCU_OPS:-attention_backward}" --dtype bf16 --scale bench --no-check --reps 1 \
-        > "$rep.log" 2>&1; tail -n 5 "$rep.log"
+      timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_dkdv_wgmma<.*128}" -c 1 \
+        -f -o "$rep" node bin/mdlm.js bench kernels --backend cuda --ops "${NCU_OPS:-attention_backward}" --case "${NCU_CASE:-B8 T2048 H16 D128 bidirectional}" \
+        --dtype bf16 --scale bench --no-check --reps 1 > "$rep.log" 2>&1; tail -n 5 "$rep.log"
       ncu -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>&1
       ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>&1
       ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1

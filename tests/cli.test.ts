@@ -1,5 +1,6 @@
 /** The CLI as a user runs it: bin/mdlm.js over the compiled dist/ (npm test builds it first). */
 import { describe, expect, it } from 'vitest';
+import { attention } from '../src/ops/attention.js';
 import { mdlm } from './support/cli.js';
 import { hasWebGpu } from './support/webgpu.js';
 
@@ -31,6 +32,24 @@ describe('mdlm CLI', () => {
       expect(rec.ms).toBeGreaterThan(0);
       expect(rec.shape).toContain('[1003]');
     }
+  });
+
+  it('bench kernels --case runs only the cases whose label contains the text', () => {
+    const labels = attention.cases('test').map((c) => c.label);
+    const wanted = labels.filter((l) => l.includes('bidirectional'));
+    expect(wanted.length).toBeGreaterThan(0);
+    expect(wanted.length).toBeLessThan(labels.length);
+    const r = mdlm('bench', 'kernels', '--backend', 'cpu', '--ops', 'attention', '--case', 'bidirectional', '--json', '--reps', '0', '--no-check');
+    expect(r.code, r.stderr).toBe(0);
+    const records = JSON.parse(r.stdout) as { case: string }[];
+    expect(records.map((rec) => rec.case)).toEqual(wanted);
+  });
+
+  it('a --case that matches no case is a clear error listing the cases', () => {
+    const r = mdlm('bench', 'kernels', '--backend', 'cpu', '--ops', 'attention', '--case', 'no such shape');
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("no test case contains 'no such shape'");
+    expect(r.stderr).toContain(`attention: ${attention.cases('test')[0]?.label}`);
   });
 
   it('an unknown op is a clear error with a non-zero exit', () => {

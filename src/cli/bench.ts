@@ -16,6 +16,8 @@ import { type DType, parseDType } from '../tensor.js';
 export interface BenchKernelsOptions {
   readonly backends: readonly string[];
   readonly ops?: readonly string[];
+  /** Only the cases whose label contains this text (e.g. to profile one shape). */
+  readonly caseFilter?: string;
   readonly scale: 'test' | 'bench';
   readonly reps: number;
   readonly seed: number;
@@ -33,6 +35,14 @@ function selectOps(names: readonly string[] | undefined): OpDef<unknown>[] {
 
 export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRecord[]> {
   const ops = selectOps(opts.ops);
+  const filter = opts.caseFilter;
+  // Each case keeps its seed (seed + its index among the op's cases) whatever the filter.
+  const casesOf = (op: OpDef<unknown>) =>
+    op.cases(opts.scale).map((c, i) => ({ c, seed: opts.seed + i })).filter(({ c }) => filter === undefined || c.label.includes(filter));
+  if (filter !== undefined && ops.every((op) => casesOf(op).length === 0)) {
+    const labels = ops.flatMap((op) => op.cases(opts.scale).map((c) => `${op.name}: ${c.label}`));
+    fail('BAD_ARGUMENT', `no ${opts.scale} case contains '${filter}'; cases: ${labels.join('; ')}`);
+  }
   const records: ParityRecord[] = [];
   const emit = (r: ParityRecord): void => {
     records.push(r);
@@ -45,8 +55,7 @@ export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRec
   }
   try {
     for (const op of ops) {
-      for (const [i, c] of op.cases(opts.scale).entries()) {
-        const seed = opts.seed + i;
+      for (const { c, seed } of casesOf(op)) {
         for (const b of backends) {
           const dtypes = parityDtypes(op, b, opts.dtypes);
           if (!b.supports(op.name)) {
@@ -88,6 +97,7 @@ export function benchCommand(): Command {
     .description('Check every op against the CPU reference on each backend and time it')
     .option('--backend <list>', 'comma-separated backends', 'cpu,webgpu')
     .option('--ops <list>', 'comma-separated op names (default: all)')
+    .option('--case <text>', "only the cases whose label contains this text, e.g. 'T2048 H16 D128 causal'")
     .option('--dtype <list>', "float dtypes to check ops in, e.g. f32,bf16 (default: each backend's own: bf16 on cuda, f32 elsewhere)")
     .option('--scale <scale>', "'test' (small shapes, fast) or 'bench' (training-size shapes)", 'test')
     .option('--reps <n>', 'timed calls per case', '5')
@@ -95,7 +105,7 @@ export function benchCommand(): Command {
     .option('--no-gradients', 'skip finite-difference checks of backward ops')
     .option('--no-check', 'time only, without the float64 reference (records say check: unchecked)')
     .option('--json', 'print a JSON array of records')
-    .action(async (o: { backend: string; ops?: string; dtype?: string; scale: string; reps: string; seed?: string; gradients: boolean; check: boolean; json?: boolean }) => {
+    .action(async (o: { backend: string; ops?: string; case?: string; dtype?: string; scale: string; reps: string; seed?: string; gradients: boolean; check: boolean; json?: boolean }) => {
       if (o.scale !== 'test' && o.scale !== 'bench') fail('BAD_ARGUMENT', `--scale must be 'test' or 'bench', got '${o.scale}'`);
       const reps = Number(o.reps);
       if (!Number.isInteger(reps) || reps < 0) fail('BAD_ARGUMENT', `--reps must be a non-negative integer, got '${o.reps}'`);
@@ -105,6 +115,7 @@ export function benchCommand(): Command {
       const records = await benchKernels({
         backends: o.backend.split(',').map((s) => s.trim()).filter(Boolean),
         ...(o.ops ? { ops: o.ops.split(',').map((s) => s.trim()).filter(Boolean) } : {}),
+        ...(o.case !== undefined ? { caseFilter: o.case } : {}),
         ...(o.dtype ? { dtypes: o.dtype.split(',').map((s) => parseDType(s.trim())) } : {}),
         scale: o.scale,
         reps,
