@@ -579,12 +579,7 @@ __device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const 
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int t = q0 + qt * 16 + gid + 8 * hi;
-    if (t >= T) continue;
-#pragma unroll
-    for (int nt = 0; nt < kCols / 8; ++nt) {
-      const int col = c0 + nt * 8 + 2 * tig;
-      if (col < D) atomic_add2(dqa + (int64_t)t * stride + col, acc[nt][2 * hi], acc[nt][2 * hi + 1]);
-    }
+    if (t < T) add_dq_row<kCols>(dqa + (int64_t)t * stride + c0 + 2 * tig, &acc[0][0], hi, c0, D);
   }
 }
 
@@ -1205,12 +1200,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
       const int t = q0 + 16 * warp + gid + 8 * hi;
-      if (t >= T) continue;
-#pragma unroll
-      for (int j = 0; j < kDq / 8; ++j) {
-        const int col = wgi * kDq + 8 * j + 2 * tig;
-        if (col < D) atomic_add2(dqa + (int64_t)t * qstride + col, dq[4 * j + 2 * hi], dq[4 * j + 2 * hi + 1]);
-      }
+      if (t < T) add_dq_row<kDq>(dqa + (int64_t)t * qstride + wgi * kDq + 2 * tig, dq, hi, wgi * kDq, D);
     }
     buf = buf_next;
     hq = hq_next;

@@ -281,6 +281,25 @@ __device__ __forceinline__ void atomic_add2(float* addr, float a, float b) {
 #endif
 }
 
+// Adds half `hi` of an accumulator fragment's rows (m16n8 tiles: v[4j + 2·hi + e] is column
+// 8j + 2·tig + e of the tile) to a row of the f32 dQ accumulator: row[8j + e] += v[..] for the
+// kCols / 8 column tiles whose first column c0 + 8j is < D (D and c0 multiples of 8, so a tile is
+// wholly in or out, the same for every lane). `row` points at this lane's first column (c0 +
+// 2·tig). One pointer and immediate offsets: computing each address anew made a reduction's
+// address registers wait for the previous reduction to read them (14% of the wgmma backward's
+// stall samples, Nsight Compute, H200, 2026-12-03).
+template <int kCols>
+__device__ __forceinline__ void add_dq_row(float* row, const float* v, int hi, int c0, int D) {
+  if (c0 + kCols <= D) {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) atomic_add2(row + 8 * j, v[4 * j + 2 * hi], v[4 * j + 2 * hi + 1]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j)
+      if (c0 + 8 * j < D) atomic_add2(row + 8 * j, v[4 * j + 2 * hi], v[4 * j + 2 * hi + 1]);
+  }
+}
+
 // Two floats to a bf16x2 register, round to nearest even; `lo` in the low half (lower column).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

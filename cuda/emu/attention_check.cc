@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
       {"multi D=64 bidirectional gqa 4/1 T=260", 3, 260, 4, 1, 64, false},
       {"multi D=96 causal T=170", 2, 170, 2, 1, 96, true},
       {"multi D=80 (pad 96) bidir T=150", 3, 150, 2, 2, 80, false},
+      {"multi D=56 (pad 64) bidir gqa T=130", 2, 130, 2, 1, 56, false},
       {"multi D=32 causal T=290", 3, 290, 2, 2, 32, true},
       {"multi D=24 (pad 32) causal T=140", 2, 140, 2, 2, 24, true},
       {"multi D=44 (simt) causal T=90", 2, 90, 2, 1, 44, true},
