@@ -40,6 +40,7 @@ struct Case {
   int B, T, H, G, D;
   bool causal;
   bool random_ids = false;  // unsorted document ids
+  int cut = 0;              // > 0: every row two documents, the second from row `cut`
 };
 
 using Vec = std::vector<double>;
@@ -182,6 +183,10 @@ Vec randn(std::mt19937_64& rng, size_t n) {
 std::vector<int> seg_ids(std::mt19937_64& rng, const Case& c) {
   std::vector<int> seg(size_t(c.B) * c.T);
   for (int b = 0; b < c.B; ++b) {
+    if (c.cut > 0) {
+      for (int t = 0; t < c.T; ++t) seg[b * c.T + t] = t < c.cut ? 0 : 1;
+      continue;
+    }
     if (c.random_ids) {
       for (int t = 0; t < c.T; ++t) seg[b * c.T + t] = static_cast<int>(rng() % 3);
       continue;
@@ -327,6 +332,9 @@ int main(int argc, char** argv) {
       {"multi D=44 (simt) causal T=90", 2, 90, 2, 1, 44, true},
       {"random ids D=64 causal T=200", 2, 200, 2, 1, 64, true, true},
       {"random ids D=128 bidir T=150", 2, 150, 2, 2, 128, false, true},
+      // a document boundary in the second half of a 64-query tile (rows 128..191), under whole
+      // 128-key blocks of one document: a tile classified from its first 32 rows would be full
+      {"cut at 170 D=128 bidir T=256", 2, 256, 2, 2, 128, false, false, 170},
   };
   std::printf("%-40s %-5s %12s %5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst", "det relerr", "worst");
   int failed = 0;
