@@ -77,9 +77,10 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
     wgmma)  # the emulator's wgmma model (cuda/emu/warp_emu.h) against the hardware
       nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
       timeout 60 /tmp/wgmma_check 2>&1 | tee "$OUT/wgmma.txt" ;;
-    attn-bwd-ab)  # the backward by default and with each knob setting in BWD_AB (default: the mma.sync kernels)
+    attn-bwd-ab)  # the backward by default and with each knob setting in BWD_AB (default: the mma.sync
+      # kernels); settings are space-separated, knobs within one joined by '+' (A=1+B=1)
       for e in default ${BWD_AB:-MDLM_ATTN_WGMMA=0}; do
-        env $([ "$e" = default ] || echo "$e") timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
+        env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
       done ;;
     attn-ws)  # the forward against its alternatives: fwd_mma (MDLM_ATTN_WS_FORWARD=0) and one more K/V stage
