@@ -748,8 +748,9 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 // softmaxes and products interleave. (One warpgroup at 128, two blocks an SM as cuDNN's 64 × 64
 // kernel, timed 15-26% slower than two: H200, 2026-12-03, B8 T2048 H16 bidirectional 3.088 vs
 // 2.450 ms.)
-template <int kD, int kWG>
+template <int kD>
 struct WgDkvCfg {
+  static constexpr int kWG = kD == 128 ? 2 : 1;  // warpgroups a block
   static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 2 ? 1 : 3;
   static constexpr int kDq = kD / kWG;  // dQ columns a warpgroup computes
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
@@ -757,7 +758,7 @@ struct WgDkvCfg {
   // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
   static constexpr uint32_t kOffdS = 2 * kKV + 2 * kStages * kQ, kOffRows = kOffdS + kBc * kBr * 2;
   static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
-  static_assert((kD == 128 && kWG == 2) || (kD == 64 && kWG == 1), "wgmma backward: head dim 128 with two warpgroups, or 64 with one");
+  static_assert(kD == 128 || kD == 64, "wgmma backward: head dim 128 or 64");
   static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
   static_assert(kDq == 64 || kDq == 128, "dQ's product: wgmma n64 or n128");
 };
@@ -1030,11 +1031,11 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 // runs while the warpgroup sends dQ's atomics and on into the next step (waited for with that
 // step's Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 than dK from registers issued with
 // dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
-template <int kD, int kWG>
-__global__ void __launch_bounds__(WgDkvCfg<kD, kWG>::kThreads, WgDkvCfg<kD, kWG>::kBlocksPerSM) bwd_dkdv_wgmma(const Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksPerSM) bwd_dkdv_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgDkvCfg<kD, kWG>;
-  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = Cfg::kDq, kS = Cfg::kStages;
+  using Cfg = WgDkvCfg<kD>;
+  constexpr int kWG = Cfg::kWG, kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
@@ -1686,30 +1687,20 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
-template <int kD, int kWG>
-void launch_backward_wgmma(const Params& p, cudaStream_t stream) {
-  using W = WgDkvCfg<kD, kWG>;
-  launch(bwd_dkdv_wgmma<kD, kWG>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
-}
-
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
-// accumulator; on wgmma with `wgmma_wg` warpgroups a block when that is not 0), then dQ to bf16.
-// Deterministic: dQ in a kernel of its own, then dK and dV.
+// accumulator; on wgmma when `wgmma`), then dQ to bf16. Deterministic: dQ in a kernel of its own,
+// then dK and dV.
 template <int kD>
-void backward_mma(const Params& p, cudaStream_t stream, int wgmma_wg) {
+void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   using C = Tiles<kD>;
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
-    if constexpr (kD == 128) {
-      if (wgmma_wg == 2) launch_backward_wgmma<kD, 2>(p, stream);
-      else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-    } else if constexpr (kD == 64) {
-      if (wgmma_wg == 1) launch_backward_wgmma<kD, 1>(p, stream);
-      else launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-    } else {
-      launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
+    if constexpr (kD == 128 || kD == 64) {
+      using W = WgDkvCfg<kD>;
+      if (wgmma) launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
     }
+    if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
     return;
   }
@@ -1751,8 +1742,8 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 #endif
 }
 
-// Warpgroups a block of the wgmma backward (bwd_dkdv_wgmma) takes, 0 for the mma.sync kernel:
-// two at head dim 128, one at 64. H200, 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup
+// The wgmma backward (bwd_dkdv_wgmma) where it has a kernel for the head dim: two warpgroups a
+// block at 128, one at 64. H200, 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup
 // at 64 against mma.sync: causal B8 T1024 H12 0.205 vs 0.227 ms, B4 T2048 0.336 vs 0.374;
 // bidirectional B8 T1024 0.341 vs 0.348, B16 T1024 0.655 vs 0.663. (Before its wgmmas stopped
 // being serialised, C7515, it was 5% slower than mma.sync on the bidirectional shapes; an earlier
@@ -1761,11 +1752,11 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 // b578bf6) timed no faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and
 // slower at 64 (0.273 vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the
 // mma.sync kernel.
-int wgmma_backward_warpgroups(const OpCall& call, const Params& p) {
+bool use_wgmma_backward(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
-    case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128, 2>::kSmem) ? 2 : 0;
-    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64, 1>::kSmem) ? 1 : 0;
-    default: return 0;
+    case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128>::kSmem);
+    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64>::kSmem);
+    default: return false;
   }
 }
 
@@ -1892,12 +1883,12 @@ MDLM_OP(attention_backward) {
   } else if (!mma) {
     backward_simt<bf16>(p, call.stream);
   } else {
-    const int wgmma_wg = fused ? wgmma_backward_warpgroups(call, p) : 0;
+    const bool wgmma = fused && use_wgmma_backward(call, p);
     switch (padded_head_dim(p.D)) {
-      case 32: backward_mma<32>(p, call.stream, wgmma_wg); break;
-      case 64: backward_mma<64>(p, call.stream, wgmma_wg); break;
-      case 96: backward_mma<96>(p, call.stream, wgmma_wg); break;
-      default: backward_mma<128>(p, call.stream, wgmma_wg); break;
+      case 32: backward_mma<32>(p, call.stream, wgmma); break;
+      case 64: backward_mma<64>(p, call.stream, wgmma); break;
+      case 96: backward_mma<96>(p, call.stream, wgmma); break;
+      default: backward_mma<128>(p, call.stream, wgmma); break;
     }
   }
 }
