@@ -90,6 +90,26 @@ __device__ __forceinline__ int64_t q_base(const Params& p, int b, int h) { retur
 __device__ __forceinline__ int64_t kv_base(const Params& p, int b, int g) { return ((int64_t)b * p.T * p.G + g) * p.D; }
 __device__ __forceinline__ int64_t row_base(const Params& p, int b, int h) { return ((int64_t)b * p.H + h) * p.T; }
 
+// A block's place in the query-tile grid (tile_grid(B·H, T, rows), block_tile's order): batch, q
+// head, its kv head and first query; the last (causal: heaviest) query tiles first.
+struct QueryBlock {
+  int b, h, g, q0;
+};
+__device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) {
+  const BlockTile bt = block_tile(p.T, rows, p.group_rows);
+  const int h = bt.row % p.H;
+  return {bt.row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
+}
+// A block's place in the key-tile grid (tile_grid(B·G, T, rows)): batch, kv head and first key;
+// the first (causal: heaviest) key tiles first.
+struct KeyBlock {
+  int b, g, k0;
+};
+__device__ __forceinline__ KeyBlock key_block(const Params& p, int rows) {
+  const BlockTile bt = block_tile(p.T, rows, p.group_rows);
+  return {bt.row / p.G, bt.row % p.G, bt.tile * rows};
+}
+
 // =============================================================================================
 // Tensor-core kernels (bf16)
 // =============================================================================================
@@ -256,9 +276,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
-  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
-  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;  // last (causal: heaviest) query blocks first
+  const auto [b, h, g, q0] = query_block(p, kBr);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wrow = warp * 16 * kMT;  // this warp's first row in the block
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -428,9 +446,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
-  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
-  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
+  const auto [b, h, g, q0] = query_block(p, kBr);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -598,9 +614,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBc, p.group_rows);
-  const int b = bt.row / p.G, g = bt.row % p.G;
-  const int k0 = bt.tile * kBc;  // first (causal: heaviest) key blocks first
+  const KeyBlock blk = key_block(p, kBc);  // (not a structured binding: the lambdas below capture b and g)
+  const int b = blk.b, g = blk.g, k0 = blk.k0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -826,9 +841,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
-  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
-  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;  // last (causal: heaviest) query blocks first
+  const auto [b, h, g, q0] = query_block(p, kBr);
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int* segb = p.seg + (int64_t)b * T;
   int n_end = (T + kBc - 1) / kBc;
@@ -1046,9 +1059,8 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBc, p.group_rows);
-  const int b = bt.row / p.G, g = bt.row % p.G;
-  const int k0 = bt.tile * kBc;  // first (causal: heaviest) key blocks first
+  const KeyBlock blk = key_block(p, kBc);  // (not a structured binding: the lambdas below capture b and g)
+  const int b = blk.b, g = blk.g, k0 = blk.k0;
   const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const int key0 = 64 * wgi;  // this warpgroup's first key in the block
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
@@ -1309,9 +1321,7 @@ __global__ void __launch_bounds__(128) fwd_simt(const Params p) {
   float* sV = sK + kBc * kDS;    // [kBc][kDM]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
-  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
-  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
+  const auto [b, h, g, q0] = query_block(p, kBr);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const TS* kg = static_cast<const TS*>(p.k) + kv_base(p, b, g);
@@ -1404,9 +1414,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
   float* sV = sK + kBc * kDS;    // [kBc][kDS]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBr, p.group_rows);
-  const int b = bt.row / p.H, h = bt.row % p.H, g = h / p.group;
-  const int q0 = (bt.tiles - 1 - bt.tile) * kBr;
+  const auto [b, h, g, q0] = query_block(p, kBr);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
@@ -1503,9 +1511,8 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
   float* sDr = sL + kBr;         // [kBr]
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
-  const BlockTile bt = block_tile(p.T, kBc, p.group_rows);
-  const int b = bt.row / p.G, g = bt.row % p.G;
-  const int k0 = bt.tile * kBc;
+  const KeyBlock blk = key_block(p, kBc);  // (not a structured binding: the lambdas below capture b and g)
+  const int b = blk.b, g = blk.g, k0 = blk.k0;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t kb = kv_base(p, b, g);

@@ -37,10 +37,13 @@ export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRec
   const ops = selectOps(opts.ops);
   const filter = opts.caseFilter;
   // Each case keeps its seed (seed + its index among the op's cases) whatever the filter.
-  const casesOf = (op: OpDef<unknown>) =>
-    op.cases(opts.scale).map((c, i) => ({ c, seed: opts.seed + i })).filter(({ c }) => filter === undefined || c.label.includes(filter));
-  if (filter !== undefined && ops.every((op) => casesOf(op).length === 0)) {
-    const labels = ops.flatMap((op) => op.cases(opts.scale).map((c) => `${op.name}: ${c.label}`));
+  const work = ops.map((op) => {
+    const all = op.cases(opts.scale);
+    const cases = all.map((c, i) => ({ c, seed: opts.seed + i })).filter(({ c }) => filter === undefined || c.label.includes(filter));
+    return { op, all, cases };
+  });
+  if (filter !== undefined && work.every((w) => w.cases.length === 0)) {
+    const labels = work.flatMap((w) => w.all.map((c) => `${w.op.name}: ${c.label}`));
     fail('BAD_ARGUMENT', `no ${opts.scale} case contains '${filter}'; cases: ${labels.join('; ')}`);
   }
   const records: ParityRecord[] = [];
@@ -54,8 +57,8 @@ export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRec
     backends.push(await createBackend(choice));
   }
   try {
-    for (const op of ops) {
-      for (const { c, seed } of casesOf(op)) {
+    for (const { op, cases } of work) {
+      for (const { c, seed } of cases) {
         for (const b of backends) {
           const dtypes = parityDtypes(op, b, opts.dtypes);
           if (!b.supports(op.name)) {
