@@ -80,6 +80,7 @@ struct Params {
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   bool causal;
+  bool dq_v4;  // dQ's reductions four floats at a time (add_dq_rows; MDLM_ATTN_DQ_V4=1, for timing)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
 };
@@ -568,9 +569,9 @@ struct DkvCfg {
 // Warp w computes rows 16·(w mod kBr/16).. and a kD/(groups) column slice, and adds it to the f32
 // accumulator (row stride `stride`) with atomics: other key blocks add to the same rows.
 template <int kD, int kBc, int kBr, int kWarps>
-__device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const bf16* sdS, const bf16* sK, int q0, int T, int D) {
+__device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const bf16* sdS, const bf16* sK, int q0, int T, int D, bool v4) {
   constexpr int kQT = kBr / 16, kCols = kD / (kWarps / kQT), kSS = kBr + 8, kS = row_stride<kD>();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
   const int qt = warp % kQT, c0 = (warp / kQT) * kCols;
   float acc[kCols / 8][4];
 #pragma unroll
@@ -592,11 +593,7 @@ __device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const 
       mma_bf16(acc[2 * dp + 1], a, b2, b3);
     }
   }
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int t = q0 + qt * 16 + gid + 8 * hi;
-    if (t < T) add_dq_row<kCols>(dqa + (int64_t)t * stride + c0 + 2 * tig, &acc[0][0], hi, c0, D);
-  }
+  add_dq_rows<kCols>(dqa, stride, q0 + qt * 16 + gid, &acc[0][0], c0, D, T, v4);
 }
 
 template <int kD, int kBr, int kWarps, int kMT, bool kFuseDq>
@@ -737,7 +734,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     mma_pv<kD, kNT, kMT>(dk, dpt, cQ);  // dK += dSᵀ·Q
     if constexpr (kFuseDq) {
       __syncthreads();  // every warp's dSᵀ rows are in sdS (the loop's next barrier guards reuse)
-      accumulate_dq<kD, kBc, kBr, kWarps>(p.dq_accum + q_base(p, b, g * group + hq), qstride, sdS, sK, q0, T, D);
+      accumulate_dq<kD, kBc, kBr, kWarps>(p.dq_accum + q_base(p, b, g * group + hq), qstride, sdS, sK, q0, T, D, p.dq_v4);
     }
     buf ^= 1;
     hq = hq_next;
@@ -1210,11 +1207,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
     float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
-#pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      const int t = q0 + 16 * warp + gid + 8 * hi;
-      if (t < T) add_dq_row<kDq>(dqa + (int64_t)t * qstride + wgi * kDq + 2 * tig, dq, hi, wgi * kDq, D);
-    }
+    add_dq_rows<kDq>(dqa, qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T, p.dq_v4);
     buf = buf_next;
     hq = hq_next;
     m = m_next;
@@ -1877,6 +1870,7 @@ MDLM_OP(attention_backward) {
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
   p.group_rows = group_rows(p, true);
+  p.dq_v4 = mdlm::env_knob("MDLM_ATTN_DQ_V4") == "1";
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).

@@ -281,22 +281,55 @@ __device__ __forceinline__ void atomic_add2(float* addr, float a, float b) {
 #endif
 }
 
-// Adds half `hi` of an accumulator fragment's rows (m16n8 tiles: v[4j + 2·hi + e] is column
-// 8j + 2·tig + e of the tile) to a row of the f32 dQ accumulator: row[8j + e] += v[..] for the
-// kCols / 8 column tiles whose first column c0 + 8j is < D (D and c0 multiples of 8, so a tile is
-// wholly in or out, the same for every lane). `row` points at this lane's first column (c0 +
-// 2·tig). One pointer and immediate offsets: computing each address anew made a reduction's
-// address registers wait for the previous reduction to read them (14% of the wgmma backward's
-// stall samples, Nsight Compute, H200, 2026-12-03).
+// *addr += v for four adjacent floats (16-byte aligned), atomically per float.
+__device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
+#ifdef MDLM_ATTN_EMULATE
+  addr[0] += v.x;
+  addr[1] += v.y;
+  addr[2] += v.z;
+  addr[3] += v.w;
+#elif __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(addr), v);
+#else
+  atomic_add2(addr, v.x, v.y);
+  atomic_add2(addr + 2, v.z, v.w);
+#endif
+}
+
+// Adds an accumulator fragment (m16n8 tiles: v[4j + 2·hi + e] is row r0 + 8·hi, column
+// c0 + 8j + 2·tig + e) to the f32 dQ accumulator's rows r0 and r0 + 8 (< T), for the kCols / 8
+// column tiles whose first column c0 + 8j is < D (D and c0 multiples of 8, so a tile is wholly in
+// or out, the same for every lane). Addresses from one row pointer with immediate offsets:
+// computing each anew made a reduction's address registers wait for the previous reduction to read
+// them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03). With `v4`,
+// lanes 2i and 2i + 1 trade halves (one shuffle a float) so that each adds four adjacent columns of
+// one row: half the reductions, 16 bytes each.
 template <int kCols>
-__device__ __forceinline__ void add_dq_row(float* row, const float* v, int hi, int c0, int D) {
-  if (c0 + kCols <= D) {
+__device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T, bool v4) {
+  const int tig = threadIdx.x & 3;
+  const bool all_cols = c0 + kCols <= D;
+  if (v4) {
+    const bool odd = tig & 1;
+    const int row = r0 + 8 * odd;
+    float* p = dqa + (int64_t)row * stride + c0 + 2 * (tig & 2);
 #pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) atomic_add2(row + 8 * j, v[4 * j + 2 * hi], v[4 * j + 2 * hi + 1]);
-  } else {
+    for (int j = 0; j < kCols / 8; ++j) {
+      // even lanes keep row r0's pair and take the partner's; odd lanes the same for row r0 + 8
+      const float s0 = odd ? v[4 * j] : v[4 * j + 2], s1 = odd ? v[4 * j + 1] : v[4 * j + 3];
+      const float g0 = __shfl_xor_sync(0xffffffffu, s0, 1), g1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      const float4 q = odd ? make_float4(g0, g1, v[4 * j + 2], v[4 * j + 3]) : make_float4(v[4 * j], v[4 * j + 1], g0, g1);
+      if (row < T && (all_cols || c0 + 8 * j < D)) atomic_add4(p + 8 * j, q);
+    }
+    return;
+  }
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int row = r0 + 8 * hi;
+    if (row >= T) continue;
+    float* p = dqa + (int64_t)row * stride + c0 + 2 * tig;
 #pragma unroll
     for (int j = 0; j < kCols / 8; ++j)
-      if (c0 + 8 * j < D) atomic_add2(row + 8 * j, v[4 * j + 2 * hi], v[4 * j + 2 * hi + 1]);
+      if (all_cols || c0 + 8 * j < D) atomic_add2(p + 8 * j, v[4 * j + 2 * hi], v[4 * j + 2 * hi + 1]);
   }
 }
 
