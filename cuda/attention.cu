@@ -81,6 +81,7 @@ struct Params {
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   bool causal;
   bool dq_v4;  // dQ's reductions four floats at a time (add_dq_rows; MDLM_ATTN_DQ_V4=1, for timing)
+  bool walk_ahead;  // the wgmma backward's walk with QueryTileWalk::Ahead (MDLM_ATTN_WALK_AHEAD=1, for timing)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
 };
@@ -1046,6 +1047,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WgDkvCfg<kD>;
   constexpr int kWG = Cfg::kWG, kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = Cfg::kDq, kS = Cfg::kStages;
+  static_assert(kBr == 64, "QueryTileWalk::Ahead: two segment ids a lane");
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
@@ -1067,6 +1069,9 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
+  QueryTileWalk::Ahead ahead{-1, 0, 0};
+  const bool walk_ahead = kWG == 2 && p.walk_ahead;  // (at 64 its registers would spill)
+  if (walk_ahead) walk.look_ahead(m, ahead);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -1136,7 +1141,8 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     if constexpr (kS == 2) wg::wgmma_wait<2>();  // the previous step's dK, which read the buffer prefetched below
     // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
-    walk.advance(hq_next, m_next, kind);
+    if (walk_ahead) walk.advance(hq_next, m_next, kind, ahead);
+    else walk.advance(hq_next, m_next, kind);
     const int buf_next = buf + 1 == kS ? 0 : buf + 1;
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
@@ -1871,6 +1877,7 @@ MDLM_OP(attention_backward) {
   p.dv = call.arg("dv").ptr;
   p.group_rows = group_rows(p, true);
   p.dq_v4 = mdlm::env_knob("MDLM_ATTN_DQ_V4") == "1";
+  p.walk_ahead = mdlm::env_knob("MDLM_ATTN_WALK_AHEAD") == "1";
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).
