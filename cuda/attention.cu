@@ -82,6 +82,7 @@ struct Params {
   bool causal;
   bool dq_v4;  // dQ's reductions four floats at a time (add_dq_rows; MDLM_ATTN_DQ_V4=1, for timing)
   bool walk_ahead;  // the wgmma backward's walk with QueryTileWalk::Ahead (MDLM_ATTN_WALK_AHEAD=1, for timing)
+  bool walk_rotate;  // the backwards' key blocks start their walks spread over the query tiles (MDLM_ATTN_WALK_ROTATE=1, for timing)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
 };
@@ -620,7 +621,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
 
-  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
+  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal, p.walk_rotate);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
 
@@ -1066,7 +1067,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
 
-  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
+  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal, p.walk_rotate);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
   QueryTileWalk::Ahead ahead{-1, 0, 0};
@@ -1878,6 +1879,7 @@ MDLM_OP(attention_backward) {
   p.group_rows = group_rows(p, true);
   p.dq_v4 = mdlm::env_knob("MDLM_ATTN_DQ_V4") == "1";
   p.walk_ahead = mdlm::env_knob("MDLM_ATTN_WALK_AHEAD") == "1";
+  p.walk_rotate = mdlm::env_knob("MDLM_ATTN_WALK_ROTATE") == "1";
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).

@@ -135,22 +135,27 @@ struct QueryTileWalk {
   int k0, nk, nq, T;
   bool causal;
   SegRange ks;
-  int m_end, m_first, first_kind;  // query tiles; the first one not skipped, and its kind
+  // The query tiles [m_lo, m_end) the key block may see, walked in two runs: [rot, m_end), then
+  // [m_lo, rot). rot = m_lo (one run, in order) unless `rotate` (bidirectional only): then the key
+  // blocks of a row start spread over the tiles, so they do not all add to the same dQ rows at
+  // once (MDLM_ATTN_WALK_ROTATE=1, for timing). m_first: the first tile not skipped (-1: none).
+  int m_lo, m_end, rot, m_first, first_kind;
 
-  __device__ __forceinline__ QueryTileWalk(const int* seg_, int k0_, int nk_, int nq_, int T_, bool causal_)
+  __device__ __forceinline__ QueryTileWalk(const int* seg_, int k0_, int nk_, int nq_, int T_, bool causal_, bool rotate)
       : seg(seg_), k0(k0_), nk(nk_), nq(nq_), T(T_), causal(causal_), ks(warp_seg_range(seg_, k0_, nk_, T_)),
-        m_end((T_ + nq_ - 1) / nq_), first_kind(kEmpty) {
-    m_first = next_query_tile(causal ? k0 / nq : 0, m_end, nq, seg, k0, nk, ks, T, causal, first_kind);
+        m_lo(causal_ ? k0_ / nq_ : 0), m_end((T_ + nq_ - 1) / nq_), first_kind(kEmpty) {
+    rot = rotate && !causal ? m_lo + (int)((int64_t)(k0 / nk) * (m_end - m_lo) / ((T + nk - 1) / nk)) : m_lo;
+    m_first = from(rot, true, first_kind);
   }
   // The first step: head 0 at m_first (head `group`, i.e. done, when the block skips every tile).
   __device__ __forceinline__ void start(int group, int& hq, int& m, int& kind) const {
-    hq = m_first < m_end ? 0 : group;
+    hq = m_first >= 0 ? 0 : group;
     m = m_first;
     kind = first_kind;
   }
   // The step after (hq, m): the next tile of head hq not skipped, else head hq + 1's first.
   __device__ __forceinline__ void advance(int& hq, int& m, int& kind) const {
-    m = next_query_tile(m + 1, m_end, nq, seg, k0, nk, ks, T, causal, kind);
+    m = from(m + 1, m >= rot, kind);
     wrap(hq, m, kind);
   }
 
@@ -161,33 +166,49 @@ struct QueryTileWalk {
     int m;       // the tile whose ids these are (-1: none)
     int s0, s1;  // rows m·nq + lane and m·nq + lane + 32 (read only when < T)
   };
-  // Loads the ids of tile m + 1, the first candidate after m.
+  // Loads the ids of the first candidate after m.
   __device__ __forceinline__ void look_ahead(int m, Ahead& a) const {
-    const int t = (m + 1) * nq + (threadIdx.x & 31);
-    a.m = m + 1 < m_end ? m + 1 : -1;
+    a.m = candidate_after(m);
+    const int t = a.m * nq + (threadIdx.x & 31);
     a.s0 = a.m >= 0 && t < T ? __ldg(seg + t) : 0;
     a.s1 = a.m >= 0 && t + 32 < T ? __ldg(seg + t + 32) : 0;
   }
   __device__ __forceinline__ void advance(int& hq, int& m, int& kind, Ahead& a) const {
-    if (a.m == m + 1) {
+    if (a.m >= 0 && a.m == candidate_after(m)) {
       const int t = a.m * nq + (threadIdx.x & 31);
       int lo = INT_MAX, hi = INT_MIN;
       if (t < T) lo = hi = a.s0;
       if (t + 32 < T) lo = min(lo, a.s1), hi = max(hi, a.s1);
       const SegRange qs{__reduce_min_sync(0xffffffffu, lo), __reduce_max_sync(0xffffffffu, hi)};
       kind = classify_tile(a.m * nq, nq, qs, k0, nk, ks, T, causal);
-      m = kind != kEmpty ? a.m : next_query_tile(a.m + 1, m_end, nq, seg, k0, nk, ks, T, causal, kind);
+      m = kind != kEmpty ? a.m : from(a.m + 1, a.m >= rot, kind);
     } else {
-      m = next_query_tile(m + 1, m_end, nq, seg, k0, nk, ks, T, causal, kind);
+      m = from(m + 1, m >= rot, kind);
     }
     wrap(hq, m, kind);
     look_ahead(m, a);
   }
 
  private:
+  // The first tile not skipped from m on: in the first run when `first_run` (and then the second),
+  // else in the second; -1 when the walk ends first.
+  __device__ __forceinline__ int from(int m, bool first_run, int& kind) const {
+    if (first_run) {
+      m = next_query_tile(m, m_end, nq, seg, k0, nk, ks, T, causal, kind);
+      if (m < m_end) return m;
+      m = m_lo;
+    }
+    m = next_query_tile(m, rot, nq, seg, k0, nk, ks, T, causal, kind);
+    return m < rot ? m : -1;
+  }
+  // The tile the walk would look at after m, skipped or not; -1 when m is the last.
+  __device__ __forceinline__ int candidate_after(int m) const {
+    if (m >= rot) return m + 1 < m_end ? m + 1 : m_lo < rot ? m_lo : -1;
+    return m + 1 < rot ? m + 1 : -1;
+  }
   // Past the last tile of head hq: head hq + 1's first.
   __device__ __forceinline__ void wrap(int& hq, int& m, int& kind) const {
-    if (m == m_end) {
+    if (m < 0) {
       ++hq;
       m = m_first;
       kind = first_kind;
