@@ -80,9 +80,6 @@ struct Params {
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   bool causal;
-  bool dq_v4;  // dQ's reductions four floats at a time (add_dq_rows; MDLM_ATTN_DQ_V4=1, for timing)
-  bool walk_ahead;  // the wgmma backward's walk with QueryTileWalk::Ahead (MDLM_ATTN_WALK_AHEAD=1, for timing)
-  bool walk_rotate;  // the backwards' key blocks start their walks spread over the query tiles (MDLM_ATTN_WALK_ROTATE=1, for timing)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
 };
@@ -571,7 +568,7 @@ struct DkvCfg {
 // Warp w computes rows 16·(w mod kBr/16).. and a kD/(groups) column slice, and adds it to the f32
 // accumulator (row stride `stride`) with atomics: other key blocks add to the same rows.
 template <int kD, int kBc, int kBr, int kWarps>
-__device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const bf16* sdS, const bf16* sK, int q0, int T, int D, bool v4) {
+__device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const bf16* sdS, const bf16* sK, int q0, int T, int D) {
   constexpr int kQT = kBr / 16, kCols = kD / (kWarps / kQT), kSS = kBr + 8, kS = row_stride<kD>();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
   const int qt = warp % kQT, c0 = (warp / kQT) * kCols;
@@ -595,7 +592,7 @@ __device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const 
       mma_bf16(acc[2 * dp + 1], a, b2, b3);
     }
   }
-  add_dq_rows<kCols>(dqa, stride, q0 + qt * 16 + gid, &acc[0][0], c0, D, T, v4);
+  add_dq_rows<kCols>(dqa, stride, q0 + qt * 16 + gid, &acc[0][0], c0, D, T);
 }
 
 template <int kD, int kBr, int kWarps, int kMT, bool kFuseDq>
@@ -621,7 +618,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
 
-  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal, p.walk_rotate);
+  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
 
@@ -736,7 +733,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     mma_pv<kD, kNT, kMT>(dk, dpt, cQ);  // dK += dSᵀ·Q
     if constexpr (kFuseDq) {
       __syncthreads();  // every warp's dSᵀ rows are in sdS (the loop's next barrier guards reuse)
-      accumulate_dq<kD, kBc, kBr, kWarps>(p.dq_accum + q_base(p, b, g * group + hq), qstride, sdS, sK, q0, T, D, p.dq_v4);
+      accumulate_dq<kD, kBc, kBr, kWarps>(p.dq_accum + q_base(p, b, g * group + hq), qstride, sdS, sK, q0, T, D);
     }
     buf ^= 1;
     hq = hq_next;
@@ -1067,12 +1064,13 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
 
-  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal, p.walk_rotate);
+  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
+  // The walk looks a tile ahead at head dim 128 (at 64 its registers would spill).
+  constexpr bool kAhead = kWG == 2;
   QueryTileWalk::Ahead ahead{-1, 0, 0};
-  const bool walk_ahead = kWG == 2 && p.walk_ahead;  // (at 64 its registers would spill)
-  if (walk_ahead) walk.look_ahead(m, ahead);
+  if constexpr (kAhead) walk.look_ahead(m, ahead);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -1142,7 +1140,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     if constexpr (kS == 2) wg::wgmma_wait<2>();  // the previous step's dK, which read the buffer prefetched below
     // The next (head, query tile): classified and prefetched into the next buffer.
     int hq_next = hq, m_next = m;
-    if (walk_ahead) walk.advance(hq_next, m_next, kind, ahead);
+    if constexpr (kAhead) walk.advance(hq_next, m_next, kind, ahead);
     else walk.advance(hq_next, m_next, kind);
     const int buf_next = buf + 1 == kS ? 0 : buf + 1;
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
@@ -1214,7 +1212,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
     float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
-    add_dq_rows<kDq>(dqa, qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T, p.dq_v4);
+    add_dq_rows<kDq>(dqa, qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T);
     buf = buf_next;
     hq = hq_next;
     m = m_next;
@@ -1877,9 +1875,6 @@ MDLM_OP(attention_backward) {
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
   p.group_rows = group_rows(p, true);
-  p.dq_v4 = mdlm::env_knob("MDLM_ATTN_DQ_V4") == "1";
-  p.walk_ahead = mdlm::env_knob("MDLM_ATTN_WALK_AHEAD") == "1";
-  p.walk_rotate = mdlm::env_knob("MDLM_ATTN_WALK_ROTATE") == "1";
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).

@@ -136,15 +136,16 @@ struct QueryTileWalk {
   bool causal;
   SegRange ks;
   // The query tiles [m_lo, m_end) the key block may see, walked in two runs: [rot, m_end), then
-  // [m_lo, rot). rot = m_lo (one run, in order) unless `rotate` (bidirectional only): then the key
-  // blocks of a row start spread over the tiles, so they do not all add to the same dQ rows at
-  // once (MDLM_ATTN_WALK_ROTATE=1, for timing). m_first: the first tile not skipped (-1: none).
+  // [m_lo, rot). Causal: rot = m_lo (one run, in order). Bidirectional: the key blocks of a row
+  // start spread over the tiles, so they do not all add to the same dQ rows at once (with the
+  // lookahead, 9% faster on the document-masked B8 T2048 H16 D128 backward, H200, 2026-12-03).
+  // m_first: the first tile not skipped (-1: none).
   int m_lo, m_end, rot, m_first, first_kind;
 
-  __device__ __forceinline__ QueryTileWalk(const int* seg_, int k0_, int nk_, int nq_, int T_, bool causal_, bool rotate)
+  __device__ __forceinline__ QueryTileWalk(const int* seg_, int k0_, int nk_, int nq_, int T_, bool causal_)
       : seg(seg_), k0(k0_), nk(nk_), nq(nq_), T(T_), causal(causal_), ks(warp_seg_range(seg_, k0_, nk_, T_)),
         m_lo(causal_ ? k0_ / nq_ : 0), m_end((T_ + nq_ - 1) / nq_), first_kind(kEmpty) {
-    rot = rotate && !causal ? m_lo + (int)((int64_t)(k0 / nk) * (m_end - m_lo) / ((T + nk - 1) / nk)) : m_lo;
+    rot = !causal ? m_lo + (int)((int64_t)(k0 / nk) * (m_end - m_lo) / ((T + nk - 1) / nk)) : m_lo;
     m_first = from(rot, true, first_kind);
   }
   // The first step: head 0 at m_first (head `group`, i.e. done, when the block skips every tile).
@@ -324,69 +325,45 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 
 #endif  // MDLM_ATTN_EMULATE
 
-// *addr += (a, b) for two adjacent floats of global memory, atomically per float (the dQ
-// accumulator of the fused backward). sm_90 has a vector reduction; older GPUs take two.
-__device__ __forceinline__ void atomic_add2(float* addr, float a, float b) {
-#ifdef MDLM_ATTN_EMULATE
-  addr[0] += a;  // the emulator runs one thread at a time
-  addr[1] += b;
-#elif __CUDA_ARCH__ >= 900
-  atomicAdd(reinterpret_cast<float2*>(addr), make_float2(a, b));
-#else
-  atomicAdd(addr, a);
-  atomicAdd(addr + 1, b);
-#endif
-}
-
-// *addr += v for four adjacent floats (16-byte aligned), atomically per float.
+// *addr += v for four adjacent floats of global memory (16-byte aligned), atomically per float
+// (the dQ accumulator of the fused backwards). sm_90 has a vector reduction; older GPUs take four.
 __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
 #ifdef MDLM_ATTN_EMULATE
-  addr[0] += v.x;
+  addr[0] += v.x;  // the emulator runs one thread at a time
   addr[1] += v.y;
   addr[2] += v.z;
   addr[3] += v.w;
 #elif __CUDA_ARCH__ >= 900
   atomicAdd(reinterpret_cast<float4*>(addr), v);
 #else
-  atomic_add2(addr, v.x, v.y);
-  atomic_add2(addr + 2, v.z, v.w);
+  atomicAdd(addr, v.x);
+  atomicAdd(addr + 1, v.y);
+  atomicAdd(addr + 2, v.z);
+  atomicAdd(addr + 3, v.w);
 #endif
 }
 
 // Adds an accumulator fragment (m16n8 tiles: v[4j + 2·hi + e] is row r0 + 8·hi, column
 // c0 + 8j + 2·tig + e) to the f32 dQ accumulator's rows r0 and r0 + 8 (< T), for the kCols / 8
 // column tiles whose first column c0 + 8j is < D (D and c0 multiples of 8, so a tile is wholly in
-// or out, the same for every lane). Addresses from one row pointer with immediate offsets:
+// or out, the same for every lane). Lanes 2i and 2i + 1 trade halves (a shuffle a float) so that
+// each adds four adjacent columns of one row: half the reductions of adding pairs, 16 bytes each
+// (0-2% faster backwards, H200, 2026-12-03). Addresses from one row pointer with immediate offsets:
 // computing each anew made a reduction's address registers wait for the previous reduction to read
-// them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03). With `v4`,
-// lanes 2i and 2i + 1 trade halves (one shuffle a float) so that each adds four adjacent columns of
-// one row: half the reductions, 16 bytes each.
+// them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03).
 template <int kCols>
-__device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T, bool v4) {
+__device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T) {
   const int tig = threadIdx.x & 3;
-  const bool all_cols = c0 + kCols <= D;
-  if (v4) {
-    const bool odd = tig & 1;
-    const int row = r0 + 8 * odd;
-    float* p = dqa + (int64_t)row * stride + c0 + 2 * (tig & 2);
+  const bool all_cols = c0 + kCols <= D, odd = tig & 1;
+  const int row = r0 + 8 * odd;
+  float* p = dqa + (int64_t)row * stride + c0 + 2 * (tig & 2);
 #pragma unroll
-    for (int j = 0; j < kCols / 8; ++j) {
-      // even lanes keep row r0's pair and take the partner's; odd lanes the same for row r0 + 8
-      const float s0 = odd ? v[4 * j] : v[4 * j + 2], s1 = odd ? v[4 * j + 1] : v[4 * j + 3];
-      const float g0 = __shfl_xor_sync(0xffffffffu, s0, 1), g1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-      const float4 q = odd ? make_float4(g0, g1, v[4 * j + 2], v[4 * j + 3]) : make_float4(v[4 * j], v[4 * j + 1], g0, g1);
-      if (row < T && (all_cols || c0 + 8 * j < D)) atomic_add4(p + 8 * j, q);
-    }
-    return;
-  }
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int row = r0 + 8 * hi;
-    if (row >= T) continue;
-    float* p = dqa + (int64_t)row * stride + c0 + 2 * tig;
-#pragma unroll
-    for (int j = 0; j < kCols / 8; ++j)
-      if (all_cols || c0 + 8 * j < D) atomic_add2(p + 8 * j, v[4 * j + 2 * hi], v[4 * j + 2 * hi + 1]);
+  for (int j = 0; j < kCols / 8; ++j) {
+    // even lanes keep row r0's pair and take the partner's; odd lanes the same for row r0 + 8
+    const float s0 = odd ? v[4 * j] : v[4 * j + 2], s1 = odd ? v[4 * j + 1] : v[4 * j + 3];
+    const float g0 = __shfl_xor_sync(0xffffffffu, s0, 1), g1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+    const float4 q = odd ? make_float4(g0, g1, v[4 * j + 2], v[4 * j + 3]) : make_float4(v[4 * j], v[4 * j + 1], g0, g1);
+    if (row < T && (all_cols || c0 + 8 * j < D)) atomic_add4(p + 8 * j, q);
   }
 }
 
