@@ -1040,7 +1040,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 // runs while the warpgroup sends dQ's atomics and on into the next step (waited for with that
 // step's Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 than dK from registers issued with
 // dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
-template <int kD, bool kSplitMask>
+template <int kD>
 __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksPerSM) bwd_dkdv_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WgDkvCfg<kD>;
@@ -1148,47 +1148,29 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 
     wg::wgmma_wait<1>();  // the previous step's dK (its dSᵀ rows can be rewritten) and Sᵀ
     // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s, then as bf16 A fragments (k = queries).
-    if constexpr (kSplitMask) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float2 l2 = *reinterpret_cast<const float2*>(cL + j * 8 + 2 * tig);
+    for (int j = 0; j < 8; ++j) {
+      const float2 l2 = *reinterpret_cast<const float2*>(cL + j * 8 + 2 * tig);
 #pragma unroll
-        for (int e = 0; e < 2; ++e)
+      for (int e = 0; e < 2; ++e)
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) s[4 * j + 2 * hi + e] = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -(e ? l2.y : l2.x) * kLog2e));
-      }
-      // Partial tiles only, behind a warp-uniform branch: the pairs the mask hides become 0.
-      // Folded into the loop above, ptxas computed the mask of every tile, predicated off on the
-      // interior ones (about 300 issued instructions a step that do nothing).
-      if (cur_kind == kPartial) {
+        for (int hi = 0; hi < 2; ++hi) s[4 * j + 2 * hi + e] = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -(e ? l2.y : l2.x) * kLog2e));
+    }
+    // Partial tiles only, behind a warp-uniform branch: the pairs the mask hides become 0. Folded
+    // into the loop above (as it was), ptxas computed every tile's mask, predicated off on the
+    // interior tiles: about 300 issued instructions a step that did nothing, in the phase that
+    // overlaps Sᵀ's and dPᵀ's wgmmas. Split out, the backward is 19-37% faster at head dim 128 and
+    // 13-19% at 64 on the bench shapes (H200, 2026-12-03, bench/RESULTS.md tenth pass).
+    if (cur_kind == kPartial) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = j * 8 + 2 * tig + e, qseg = cSg[c];
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-              if (!visible(q0 + c, qseg, krow[hi], kseg[hi], T, causal)) s[4 * j + 2 * hi + e] = 0.f;
-          }
-      }
-    } else {
-  #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int c = j * 8 + 2 * tig;
-        const float2 l2 = *reinterpret_cast<const float2*>(cL + c);
-  #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const int qi = q0 + c + e;
-          const float lse2 = (e ? l2.y : l2.x) * kLog2e;
-          const int qseg = cur_kind == kPartial ? cSg[c + e] : 0;
-  #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            float pv = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -lse2));
-            if (cur_kind == kPartial && !visible(qi, qseg, krow[hi], kseg[hi], T, causal)) pv = 0.f;
-            s[4 * j + 2 * hi + e] = pv;
-          }
+          const int c = j * 8 + 2 * tig + e, qseg = cSg[c];
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi)
+            if (!visible(q0 + c, qseg, krow[hi], kseg[hi], T, causal)) s[4 * j + 2 * hi + e] = 0.f;
         }
-      }
     }
     uint32_t pa[4][4];
 #pragma unroll
@@ -1728,8 +1710,7 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   if (p.dq_accum) {
     if constexpr (kD == 128 || kD == 64) {
       using W = WgDkvCfg<kD>;
-      if (wgmma && env_knob("MDLM_ATTN_SPLIT_MASK") == "1") launch(bwd_dkdv_wgmma<kD, true>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
-      else if (wgmma) launch(bwd_dkdv_wgmma<kD, false>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+      if (wgmma) launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
