@@ -1160,7 +1160,8 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     // into the loop above (as it was), ptxas computed every tile's mask, predicated off on the
     // interior tiles: about 300 issued instructions a step that did nothing, in the phase that
     // overlaps Sᵀ's and dPᵀ's wgmmas. Split out, the backward is 19-37% faster at head dim 128 and
-    // 13-19% at 64 on the bench shapes (H200, 2026-12-03, bench/RESULTS.md tenth pass).
+    // 13-19% at 64 on the bench shapes, save B16 T1024 causal (2% slower; H200, 2026-12-03,
+    // bench/RESULTS.md tenth pass).
     if (cur_kind == kPartial) {
 #pragma unroll
       for (int j = 0; j < 8; ++j)
