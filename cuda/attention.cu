@@ -517,23 +517,27 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
     }
     cp_async_commit();
     mma_abt<kD, kNT, kMT>(dp, sdO + wrow * kS, cV);  // dP = dO·Vᵀ
-    // dS = P∘(dP − Drow), P = exp(scale·s − lse); stored over s.
+    // dS = P∘(dP − Drow), P = exp(scale·s − lse), stored over s; on a partial tile the pairs the
+    // mask hides become 0 after, in a warp-uniform branch of its own (see bwd_probs).
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int col = k0 + nt * 8 + 2 * tig + j;
-        const int kseg = cur_kind == kPartial ? __ldg(segb + min(col, T - 1)) : 0;
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+        for (int e = 0; e < 4; ++e)
+          s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1])) * (dp[mt][nt][e] - drow[mt][e >> 1]);
+    if (cur_kind == kPartial) {
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int e = 2 * hi + j;
-            float pv = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][hi]));
-            if (cur_kind == kPartial && !visible(q0 + wrow + mt * 16 + gid + 8 * hi, qseg[mt][hi], col, kseg, T, causal)) pv = 0.f;
-            s[mt][nt][e] = pv * (dp[mt][nt][e] - drow[mt][hi]);
-          }
-      }
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int col = k0 + nt * 8 + 2 * tig + j, kseg = __ldg(segb + min(col, T - 1));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi)
+              if (!visible(q0 + wrow + mt * 16 + gid + 8 * hi, qseg[mt][hi], col, kseg, T, causal)) s[mt][nt][2 * hi + j] = 0.f;
+        }
     }
     mma_pv<kD, kNT, kMT>(acc, s, cK);  // dQ += dS·K
     buf ^= 1;
@@ -684,26 +688,28 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
     walk.advance(hq_next, m_next, kind);
     if (hq_next < group) load_tile(buf ^ 1, hq_next, m_next);
     cp_async_commit();
-    // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s.
+    // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s; on a partial tile the pairs the mask hides
+    // become 0, in a warp-uniform branch of its own (see bwd_probs).
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
-      const int c = nt * 8 + 2 * tig;
-      const float2 l2 = *reinterpret_cast<const float2*>(cL + c);
+      const float2 l2 = *reinterpret_cast<const float2*>(cL + nt * 8 + 2 * tig);
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int qi = q0 + c + j;
-        const float lse2 = (j ? l2.y : l2.x) * kLog2e;
-        const int qseg = cur_kind == kPartial ? __ldg(segb + min(qi, T - 1)) : 0;
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -((e & 1) ? l2.y : l2.x) * kLog2e));
+    }
+    if (cur_kind == kPartial) {
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            const int e = 2 * hi + j;
-            float pv = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2));
-            if (cur_kind == kPartial && !visible(qi, qseg, krow[mt][hi], kseg[mt][hi], T, causal)) pv = 0.f;
-            s[mt][nt][e] = pv;
-          }
-      }
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int qi = q0 + nt * 8 + 2 * tig + j, qseg = __ldg(segb + min(qi, T - 1));
+#pragma unroll
+          for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi)
+              if (!visible(qi, qseg, krow[mt][hi], kseg[mt][hi], T, causal)) s[mt][nt][2 * hi + j] = 0.f;
+        }
     }
     mma_abt<kD, kNT, kMT>(dpt, sV + wrow * kS, cdO);  // dPᵀ = V·dOᵀ
     // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]), stored over dpt.
@@ -787,6 +793,87 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, in
     const int r = i / kChunks, c = i % kChunks, t = t0 + r;
     const bool ok = t < T && c * 8 < d;
     cp_async16(tile + wg::sw128_offset(kRows, r, c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
+  }
+}
+
+// The wgmma backwards' softmax gradient of one step, in a warpgroup's accumulator layout (64 keys
+// × 64 queries, rows = keys): Pᵀ = exp(scale·sᵀ − lse[query]) in place of the scores, with the
+// pairs the mask hides zeroed on a partial tile, then packed as bf16 A fragments (k = queries).
+// The mask is in its own warp-uniform branch: folded into the exponentials' loop (as it was),
+// ptxas computed every tile's mask, predicated off on the interior tiles: about 300 issued
+// instructions a step that did nothing, in the phase that overlaps Sᵀ's and dPᵀ's wgmmas. Split
+// out, the backward is 19-37% faster at head dim 128 and 13-19% at 64 on the bench shapes, save
+// B16 T1024 causal (2% slower; H200, 2026-12-03, bench/RESULTS.md tenth pass).
+__device__ __forceinline__ void bwd_probs(float (&s)[32], uint32_t (&pa)[4][4], const float* lse, const int* qseg, int kind, int q0,
+                                          const int (&krow)[2], const int (&kseg)[2], int T, bool causal, float scale_log2) {
+  const int tig = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 l2 = *reinterpret_cast<const float2*>(lse + j * 8 + 2 * tig);
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) s[4 * j + 2 * hi + e] = fast_exp2(fmaf(s[4 * j + 2 * hi + e], scale_log2, -(e ? l2.y : l2.x) * kLog2e));
+  }
+  if (kind == kPartial) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int c = j * 8 + 2 * tig + e, qs = qseg[c];
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+          if (!visible(q0 + c, qs, krow[hi], kseg[hi], T, causal)) s[4 * j + 2 * hi + e] = 0.f;
+      }
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+// dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) (in place of dPᵀ), stored as bf16 into rows key0 + 16·warp.. of
+// the swizzled [kBc][64] tile at `dst` ([keys][queries], read by dQ's and dK's wgmmas).
+template <int kBc>
+__device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[32], const float (&s)[32], const float* drow, int key0) {
+  const int warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2, tig = threadIdx.x & 3;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 d2 = *reinterpret_cast<const float2*>(drow + j * 8 + 2 * tig);
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      dp[4 * j + 2 * hi] = s[4 * j + 2 * hi] * (dp[4 * j + 2 * hi] - d2.x);
+      dp[4 * j + 2 * hi + 1] = s[4 * j + 2 * hi + 1] * (dp[4 * j + 2 * hi + 1] - d2.y);
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
+      const int row = key0 + 16 * warp + gid + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + 2 * tig;
+      *reinterpret_cast<uint32_t*>(dst + wg::sw128_offset(kBc, row, col)) = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+    }
+}
+
+// dK (× scale) and dV of keys krow[0..1] straight from the accumulators: 4 bytes a lane, once a block.
+template <int kD>
+__device__ __forceinline__ void bwd_store_dkdv(const Params& p, int64_t kb, int64_t kvstride, const int (&krow)[2], const float (&dk)[kD / 2],
+                                               const float (&dv)[kD / 2]) {
+  const int tig = threadIdx.x & 3;
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    const int t = krow[hi];
+    if (t >= p.T) continue;
+    bf16* gk = static_cast<bf16*>(p.dk) + kb + (int64_t)t * kvstride;
+    bf16* gv = static_cast<bf16*>(p.dv) + kb + (int64_t)t * kvstride;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const int col = 8 * j + 2 * tig;
+      if (col >= p.D) continue;
+      *reinterpret_cast<uint32_t*>(gk + col) = pack_bf16(dk[4 * j + 2 * hi] * p.scale, dk[4 * j + 2 * hi + 1] * p.scale);
+      *reinterpret_cast<uint32_t*>(gv + col) = pack_bf16(dv[4 * j + 2 * hi], dv[4 * j + 2 * hi + 1]);
+    }
   }
 }
 
@@ -1058,7 +1145,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   const bool causal = p.causal;
   const KeyBlock blk = key_block(p, kBc);  // (not a structured binding: the lambdas below capture b and g)
   const int b = blk.b, g = blk.g, k0 = blk.k0;
-  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
   const int key0 = 64 * wgi;  // this warpgroup's first key in the block
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t kb = kv_base(p, b, g);
@@ -1147,57 +1234,11 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     cp_async_commit();
 
     wg::wgmma_wait<1>();  // the previous step's dK (its dSᵀ rows can be rewritten) and Sᵀ
-    // Pᵀ = exp(scale·sᵀ − lse[query]), stored over s, then as bf16 A fragments (k = queries).
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(cL + j * 8 + 2 * tig);
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi) s[4 * j + 2 * hi + e] = fast_exp2(fmaf(s[4 * j + 2 * hi + e], p.scale_log2, -(e ? l2.y : l2.x) * kLog2e));
-    }
-    // Partial tiles only, behind a warp-uniform branch: the pairs the mask hides become 0. Folded
-    // into the loop above (as it was), ptxas computed every tile's mask, predicated off on the
-    // interior tiles: about 300 issued instructions a step that did nothing, in the phase that
-    // overlaps Sᵀ's and dPᵀ's wgmmas. Split out, the backward is 19-37% faster at head dim 128 and
-    // 13-19% at 64 on the bench shapes, save B16 T1024 causal (2% slower; H200, 2026-12-03,
-    // bench/RESULTS.md tenth pass).
-    if (cur_kind == kPartial) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = j * 8 + 2 * tig + e, qseg = cSg[c];
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi)
-            if (!visible(q0 + c, qseg, krow[hi], kseg[hi], T, causal)) s[4 * j + 2 * hi + e] = 0.f;
-        }
-    }
     uint32_t pa[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+    bwd_probs(s, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
 
     wg::wgmma_wait<0>();  // dPᵀ
-    // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) into shared memory ([keys][queries]) for dQ and dK.
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 d2 = *reinterpret_cast<const float2*>(cDr + j * 8 + 2 * tig);
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        dp[4 * j + 2 * hi] = s[4 * j + 2 * hi] * (dp[4 * j + 2 * hi] - d2.x);
-        dp[4 * j + 2 * hi + 1] = s[4 * j + 2 * hi + 1] * (dp[4 * j + 2 * hi + 1] - d2.y);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
-        const int row = key0 + 16 * warp + gid + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + 2 * tig;
-        *reinterpret_cast<uint32_t*>(smem + Cfg::kOffdS + wg::sw128_offset(kBc, row, col)) = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
-      }
+    bwd_store_dst<kBc>(smem + Cfg::kOffdS, dp, s, cDr, key0);
 
     wg::wgmma_fence();
 #pragma unroll
@@ -1229,21 +1270,201 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   wg::wgmma_wait<0>();  // the last step's dK
   wg::fence_operand(dk);
 
-  // dK (× scale) and dV straight from the accumulators: 4 bytes a lane, once per block.
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const int t = krow[hi];
-    if (t >= T) continue;
-    bf16* gk = static_cast<bf16*>(p.dk) + kb + (int64_t)t * kvstride;
-    bf16* gv = static_cast<bf16*>(p.dv) + kb + (int64_t)t * kvstride;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = 8 * j + 2 * tig;
-      if (col >= D) continue;
-      *reinterpret_cast<uint32_t*>(gk + col) = pack_bf16(dk[4 * j + 2 * hi] * p.scale, dk[4 * j + 2 * hi + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(gv + col) = pack_bf16(dv[4 * j + 2 * hi], dv[4 * j + 2 * hi + 1]);
+  bwd_store_dkdv<kD>(p, kb, kvstride, krow, dk, dv);
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two consumers
+// ---------------------------------------------------------------------------------------------
+
+// bwd_dkdv_wgmma's products and order at head dim 128 (two consumer warpgroups of 64 keys, 64-query
+// steps), with a third warpgroup that walks the query tiles and copies each one's Q, dO, lse, Drow
+// and segment ids into a ring of kStages buffers ("full" and "empty" mbarriers, as fwd_ws). The
+// consumers issue no copies and run no walk, and they take the registers the producer gives back.
+// dSᵀ is double-buffered, so one consumer barrier a step (both halves of dSᵀ written) orders it.
+template <int kD, int kStages_>
+struct WsBwdCfg {
+  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = kStages_, kDq = kD / kWG;
+  // 128·24 + 256·240 ≤ 64K; launched at 168 registers a thread (65536 / 384; see WsFwdCfg).
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
+  static constexpr uint32_t kKV = kBc * kD * 2, kQ = kBr * kD * 2, kdS = kBc * kBr * 2;
+  // K, V, kStages × Q, kStages × dO, 2 × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment id) of
+  // kBr, kStages × the tile's (head, query tile, kind, -), and the full and empty mbarriers.
+  static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
+  static constexpr uint32_t kOffRows = kOffdS + 2 * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
+  static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
+  static constexpr size_t kSmem = kOffBar + 2 * kStages * 8 + 1024;
+  static_assert(kD == 128, "warp-specialised backward: head dim 128");
+  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 && kProducerRegs < 65536 / kThreads &&
+                    kConsumerRegs > 65536 / kThreads,
+                "setmaxnreg budget");
+};
+
+template <int kD, int kStages>
+__global__ void __launch_bounds__(WsBwdCfg<kD, kStages>::kThreads, 1) bwd_ws(const Params p) {
+#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = WsBwdCfg<kD, kStages>;
+  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [kS][kBr] lse
+  float* sDr = sL + kS * kBr;                                   // [kS][kBr] Drow
+  int* sSg = reinterpret_cast<int*>(sDr + kS * kBr);            // [kS][kBr] the queries' segment ids
+  int* info = reinterpret_cast<int*>(smem + Cfg::kOffInfo);     // [kS][4]: head in the group, query tile, kind
+  const uint32_t aK = base, aV = aK + Cfg::kKV, aQ = base + Cfg::kOffQ, adO = base + Cfg::kOffdO, adS = base + Cfg::kOffdS;
+  const uint32_t bar = base + Cfg::kOffBar;
+  auto full = [&](int s) { return bar + 8 * s; };
+  auto empty = [&](int s) { return bar + 8 * (kS + s); };
+
+  const int T = p.T, D = p.D, group = p.group;
+  const bool causal = p.causal;
+  const KeyBlock blk = key_block(p, kBc);
+  const int b = blk.b, g = blk.g, k0 = blk.k0;
+  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t kb = kv_base(p, b, g);
+  const int* segb = p.seg + (int64_t)b * T;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kS; ++s) {
+      // full: every producer thread's plain arrival (after its stores of the tile's info) and its
+      // copies' arrival; empty: every consumer thread's
+      wg::mbar_init(full(s), 2 * Cfg::kProducers);
+      wg::mbar_init(empty(s), Cfg::kConsumers);
     }
   }
+  __syncthreads();
+
+  if (threadIdx.x >= Cfg::kConsumers) {
+    wg::regs_dec<Cfg::kProducerRegs>();
+    // Producer: every warp walks the tiles (the walk's reductions are a warp's); thread pt copies
+    // chunk c of rows r0, r0 + 8, ... of Q and dO (one swizzle phase, so the addresses advance by
+    // constants) and, for pt < kBr, row pt's lse, Drow and segment id.
+    const int pt = threadIdx.x - Cfg::kConsumers;
+    constexpr int kChunks = kD / 8, kRowStep = Cfg::kProducers / kChunks;
+    static_assert(kRowStep % 8 == 0 && kBr % kRowStep == 0 && Cfg::kProducers >= kBr, "producer rows");
+    const int c = pt % kChunks, r0 = pt / kChunks;
+    const uint32_t dst0 = wg::sw128_offset(kBr, r0, c * 8);
+    const bool col_ok = c * 8 < D;
+    const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
+    int hq, m, kind;
+    walk.start(group, hq, m, kind);
+    for (int i = 0;; ++i) {
+      const int s = i % kS;
+      if (i >= kS) wg::mbar_wait(empty(s), (uint32_t)(i / kS - 1) & 1u);
+      if (pt == 0) {
+        info[4 * s] = hq;
+        info[4 * s + 1] = m;
+        info[4 * s + 2] = kind;
+      }
+      if (hq < group) {
+        const int h = g * group + hq, q0 = m * kBr;
+        const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
+        const int64_t off = qb + (int64_t)(q0 + r0) * qstride + c * 8;
+#pragma unroll
+        for (int j = 0; j < kBr / kRowStep; ++j) {
+          const bool ok = col_ok && q0 + r0 + j * kRowStep < T;
+          const int64_t o = off + (int64_t)j * kRowStep * qstride;
+          cp_async16(aQ + s * Cfg::kQ + dst0 + j * kRowStep * 128, static_cast<const bf16*>(p.q) + (ok ? o : 0), ok);
+          cp_async16(adO + s * Cfg::kQ + dst0 + j * kRowStep * 128, static_cast<const bf16*>(p.dout) + (ok ? o : 0), ok);
+        }
+        if (pt < kBr) {
+          const int t = q0 + pt;
+          const bool ok = t < T;
+          cp_async4(smem_u32(sL + s * kBr + pt), p.lse_in + (ok ? rb + t : 0), ok);
+          cp_async4(smem_u32(sDr + s * kBr + pt), p.dsum + (ok ? rb + t : 0), ok);
+          cp_async4(smem_u32(sSg + s * kBr + pt), segb + min(t, T - 1), true);
+        }
+      }
+      wg::mbar_arrive(full(s));
+      wg::cp_async_mbar_arrive(full(s));
+      if (hq >= group) return;
+      walk.advance(hq, m, kind);
+    }
+  }
+
+  // Consumer warpgroups: warpgroup w owns keys k0 + 64w...
+  wg::regs_inc<Cfg::kConsumerRegs>();
+  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
+  const int key0 = 64 * wgi;
+  load_rows_sw128<kBc, kD, Cfg::kConsumers>(aK, static_cast<const bf16*>(p.k) + kb, kvstride, k0, T, D);
+  load_rows_sw128<kBc, kD, Cfg::kConsumers>(aV, static_cast<const bf16*>(p.v) + kb, kvstride, k0, T, D);
+  cp_async_commit();
+
+  int krow[2], kseg[2];
+#pragma unroll
+  for (int hi = 0; hi < 2; ++hi) {
+    krow[hi] = k0 + key0 + 16 * warp + gid + 8 * hi;
+    kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
+  }
+  float dk[kD / 2], dv[kD / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
+  wg::fence_operand(dk);  // (as in bwd_dkdv_wgmma: C7515)
+  wg::fence_operand(dv);
+  cp_async_wait<0>();
+  wg::fence_proxy_async();
+  wg::bar_sync(1, Cfg::kConsumers);  // both warpgroups' K and V rows have landed
+
+  for (int i = 0;; ++i) {
+    const int s = i % kS;
+    wg::mbar_wait(full(s), (uint32_t)(i / kS) & 1u);
+    const int hq = info[4 * s], m = info[4 * s + 1], cur_kind = info[4 * s + 2];
+    if (hq >= group) break;
+    const int q0 = m * kBr;
+    wg::fence_proxy_async();  // the tile's copies are read by wgmma (the async proxy)
+    const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ, cdS = adS + (i & 1) * Cfg::kdS;
+    const float* cL = sL + s * kBr;
+    const float* cDr = sDr + s * kBr;
+    const int* cSg = sSg + s * kBr;
+
+    float sc[32], dp[32];
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wg::wgmma_ss<64, 0, 0>(sc, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
+    wg::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk)
+      wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
+    wg::wgmma_commit();
+
+    wg::wgmma_wait<1>();  // the previous step's dK (the last reader of its Q and its dSᵀ rows) and Sᵀ
+    if (i > 0) wg::mbar_arrive(empty((i - 1) % kS));
+    uint32_t pa[4][4];
+    bwd_probs(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
+
+    wg::wgmma_wait<0>();  // dPᵀ
+    bwd_store_dst<kBc>(smem + Cfg::kOffdS + (i & 1) * Cfg::kdS, dp, sc, cDr, key0);
+
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
+    wg::wgmma_commit();
+    wg::fence_proxy_async();
+    // Both warpgroups' dSᵀ rows of this step are written. The other buffer's last readers (the
+    // step before's dQ, both warpgroups') finished before either arrived here in that step.
+    wg::bar_sync(1, Cfg::kConsumers);
+
+    float dq[kDq / 2];
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk)
+      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(cdS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
+    wg::wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
+      wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(cdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+    wg::wgmma_commit();
+    wg::wgmma_wait<1>();  // dV and dQ; dK runs on
+    float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
+    add_dq_rows<kDq>(dqa, qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T);
+  }
+  wg::wgmma_wait<0>();  // the last step's dK
+  wg::fence_operand(dk);
+  bwd_store_dkdv<kD>(p, kb, kvstride, krow, dk, dv);
 #endif
 }
 
@@ -1711,7 +1932,20 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   if (p.dq_accum) {
     if constexpr (kD == 128 || kD == 64) {
       using W = WgDkvCfg<kD>;
-      if (wgmma) launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+      if (wgmma) {
+        if constexpr (kD == 128) {
+          const std::string ws = env_knob("MDLM_ATTN_WS_BACKWARD");
+          if (ws == "2" || ws == "3") {
+            using S2 = WsBwdCfg<kD, 2>;
+            using S3 = WsBwdCfg<kD, 3>;
+            if (ws == "2") launch(bwd_ws<kD, 2>, tile_grid(p.B * p.G, p.T, S2::kBc), S2::kThreads, S2::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+            else launch(bwd_ws<kD, 3>, tile_grid(p.B * p.G, p.T, S3::kBc), S3::kThreads, S3::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+            launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
+            return;
+          }
+        }
+        launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+      }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
