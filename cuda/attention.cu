@@ -756,28 +756,22 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 // Backward, fused, Hopper (sm_90a): the same algorithm on warpgroup MMA (cuda/wgmma.cuh)
 // ---------------------------------------------------------------------------------------------
 
-// kWG warpgroups of 64 keys each (kBc = 64·kWG keys a block), 64 queries a step. Every tile is
+// Head dim 64: one warpgroup of 64 keys a block, 64 queries a step, three blocks an SM (168
+// registers a thread, no spills), whose softmaxes and products interleave. Every tile is
 // 128B-swizzled in shared memory, which serves the K-major and the MN-major reads. The query tiles
-// (Q, dO and their row values) are a ring of kWG + 1: a step's dK product runs on into the next
-// step, so the tile prefetched in a step must not be the previous step's unless the block's one
-// warpgroup has waited for that product first. Head dim 128: two warpgroups, one block an SM.
-// Head dim 64: one warpgroup, three blocks an SM (168 registers a thread, no spills), whose
-// softmaxes and products interleave. (One warpgroup at 128, two blocks an SM as cuDNN's 64 × 64
-// kernel, timed 15-26% slower than two: H200, 2026-12-03, B8 T2048 H16 bidirectional 3.088 vs
-// 2.450 ms.)
+// (Q, dO and their row values) are double-buffered: a step's dK product runs on into the next
+// step, which waits for it before it prefetches into that product's buffer. (Head dim 128 has the
+// warp-specialised bwd_ws below.)
 template <int kD>
 struct WgDkvCfg {
-  static constexpr int kWG = kD == 128 ? 2 : 1;  // warpgroups a block
-  static constexpr int kBc = 64 * kWG, kBr = 64, kThreads = 128 * kWG, kStages = kWG + 1, kBlocksPerSM = kWG == 2 ? 1 : 3;
-  static constexpr int kDq = kD / kWG;  // dQ columns a warpgroup computes
+  static constexpr int kBc = 64, kBr = 64, kThreads = 128, kStages = 2, kBlocksPerSM = 3;
   static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
   static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
   // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
   static constexpr uint32_t kOffdS = 2 * kKV + 2 * kStages * kQ, kOffRows = kOffdS + kBc * kBr * 2;
   static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
-  static_assert(kD == 128 || kD == 64, "wgmma backward: head dim 128 or 64");
+  static_assert(kD == 64, "one-warpgroup wgmma backward: head dim 64");
   static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
-  static_assert(kDq == 64 || kDq == 128, "dQ's product: wgmma n64 or n128");
 };
 
 // cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
@@ -886,9 +880,12 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int64_t kb, int6
 // landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
 // which key tiles the block visits: with each K tile it leaves the tile's index and kind and its
 // keys' segment ids in shared memory, so the consumers never read global memory in the loop.
-template <int kD, int kStages_ = kD == 128 ? 2 : 3>
+template <int kD>
 struct WsFwdCfg {
-  static constexpr int kBr = 128, kBc = 128, kStages = kStages_;
+  // Three stages: at head dim 128, two were up to 9% slower on the bench shapes and level on the
+  // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
+  // 0.485 ms); three fill 227 KB there.
+  static constexpr int kBr = 128, kBc = 128, kStages = 3;
   // setmaxnreg works on warpgroups: the producer keeps 56 registers a thread, the consumers take
   // 224 (128·56 + 256·224 ≤ 64K). The consumers' increase comes out of what the producer gives
   // back, so the kernel must launch with 168 registers a thread (65536 / 384, which ptxas -v
@@ -907,10 +904,10 @@ struct WsFwdCfg {
                 "setmaxnreg budget");
 };
 
-template <int kD, int kStages>
-__global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(const Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsFwdCfg<kD, kStages>;
+  using Cfg = WsFwdCfg<kD>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1119,20 +1116,19 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kStages>::kThreads, 1) fwd_ws(con
 #endif
 }
 
-// bwd_dkdv_mma<.., true> on wgmma: per query tile, warpgroup w computes Sᵀ = K_w·Qᵀ and
-// dPᵀ = V_w·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
-// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and after a barrier computes
-// dQ[:, w·kD/kWG..] += dS·K over the block's keys (both operands MN-major), added to the f32 accumulator
-// with atomics, and dK += dSᵀ·Q. dK reads dSᵀ from shared memory and is issued after dQ, so it
-// runs while the warpgroup sends dQ's atomics and on into the next step (waited for with that
-// step's Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 than dK from registers issued with
-// dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
+// bwd_dkdv_mma<.., true> on wgmma: per query tile, the warpgroup computes Sᵀ = K·Qᵀ and
+// dPᵀ = V·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
+// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, then dQ += dS·K (both
+// operands MN-major; after dV, whose registers it needs), added to the f32 accumulator with
+// atomics, and dK += dSᵀ·Q. dK reads dSᵀ from shared memory and is issued after dQ, so it runs
+// while the warpgroup sends dQ's atomics and on into the next step (waited for with that step's
+// Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 (then two warpgroups) than dK from registers
+// issued with dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
 template <int kD>
 __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksPerSM) bwd_dkdv_wgmma(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WgDkvCfg<kD>;
-  constexpr int kWG = Cfg::kWG, kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kDq = Cfg::kDq, kS = Cfg::kStages;
-  static_assert(kBr == 64, "QueryTileWalk::Ahead: two segment ids a lane");
+  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   unsigned char* smem = smem_raw + (base - raw);
@@ -1145,8 +1141,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   const bool causal = p.causal;
   const KeyBlock blk = key_block(p, kBc);  // (not a structured binding: the lambdas below capture b and g)
   const int b = blk.b, g = blk.g, k0 = blk.k0;
-  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
-  const int key0 = 64 * wgi;  // this warpgroup's first key in the block
+  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t kb = kv_base(p, b, g);
   const int* segb = p.seg + (int64_t)b * T;
@@ -1154,10 +1149,6 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
   int hq, m, kind;
   walk.start(group, hq, m, kind);
-  // The walk looks a tile ahead at head dim 128 (at 64 its registers would spill).
-  constexpr bool kAhead = kWG == 2;
-  QueryTileWalk::Ahead ahead{-1, 0, 0};
-  if constexpr (kAhead) walk.look_ahead(m, ahead);
 
   auto load_tile = [&](int buf_, int hq_, int m_) {
     const int h = g * group + hq_;
@@ -1186,7 +1177,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
   int krow[2], kseg[2];
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
-    krow[hi] = k0 + key0 + 16 * warp + gid + 8 * hi;
+    krow[hi] = k0 + 16 * warp + gid + 8 * hi;
     kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
   }
 
@@ -1204,10 +1195,7 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     const int q0 = m * kBr;
     cp_async_wait<0>();
     wg::fence_proxy_async();  // the tiles just landed are read by wgmma (the async proxy)
-    // Tile (hq, m) has landed. With two warpgroups, both are done with the buffer prefetched below,
-    // the one before the previous step's (each waited for its dK before the previous step's second
-    // barrier); with one, that buffer is the previous step's, free once its dK is (below).
-    __syncthreads();
+    __syncthreads();  // tile (hq, m) has landed
     const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
     const float* cL = sL + buf * kBr;
     const float* cDr = sDr + buf * kBr;
@@ -1217,19 +1205,18 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<64, 0, 0>(s, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
+      wg::wgmma_ss<64, 0, 0>(s, wg::desc_k_major(aK, kBc, 0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
     wg::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
+      wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, 0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
     wg::wgmma_commit();
 
-    if constexpr (kS == 2) wg::wgmma_wait<2>();  // the previous step's dK, which read the buffer prefetched below
-    // The next (head, query tile): classified and prefetched into the next buffer.
+    wg::wgmma_wait<2>();  // the previous step's dK, which read the buffer prefetched below
+    // The next (head, query tile): classified and prefetched into the other buffer.
     int hq_next = hq, m_next = m;
-    if constexpr (kAhead) walk.advance(hq_next, m_next, kind, ahead);
-    else walk.advance(hq_next, m_next, kind);
-    const int buf_next = buf + 1 == kS ? 0 : buf + 1;
+    walk.advance(hq_next, m_next, kind);
+    const int buf_next = buf ^ 1;
     if (hq_next < group) load_tile(buf_next, hq_next, m_next);
     cp_async_commit();
 
@@ -1238,30 +1225,30 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
     bwd_probs(s, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
 
     wg::wgmma_wait<0>();  // dPᵀ
-    bwd_store_dst<kBc>(smem + Cfg::kOffdS, dp, s, cDr, key0);
+    bwd_store_dst<kBc>(smem + Cfg::kOffdS, dp, s, cDr, 0);
 
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
     wg::wgmma_commit();
     wg::fence_proxy_async();
-    __syncthreads();  // both warpgroups' dSᵀ rows are in shared memory
+    __syncthreads();  // every warp's dSᵀ rows are in shared memory
 
-    // One warpgroup: dQ's accumulator is the full head dim, so dV finishes first and frees Pᵀ's registers.
-    if constexpr (kWG == 1) wg::wgmma_wait<0>();
-    float dq[kDq / 2];
+    // dQ's accumulator is the full head dim, so dV finishes first and frees Pᵀ's registers.
+    wg::wgmma_wait<0>();
+    float dq[kD / 2];
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)
-      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(adS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
+      wg::wgmma_ss<kD, 1, 1>(dq, wg::desc_mn_major(adS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, 0, kk), kk > 0);
     wg::wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
-      wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+    for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q
+      wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS, kBc, 0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
     wg::wgmma_commit();
-    wg::wgmma_wait<1>();  // dV and dQ; dK runs on
+    wg::wgmma_wait<1>();  // dQ; dK runs on
     float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
-    add_dq_rows<kDq>(dqa, qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T);
+    add_dq_rows<kD>(dqa, qstride, q0 + 16 * warp + gid, dq, 0, D, T);
     buf = buf_next;
     hq = hq_next;
     m = m_next;
@@ -1283,9 +1270,9 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 // and segment ids into a ring of kStages buffers ("full" and "empty" mbarriers, as fwd_ws). The
 // consumers issue no copies and run no walk, and they take the registers the producer gives back.
 // dSᵀ is double-buffered, so one consumer barrier a step (both halves of dSᵀ written) orders it.
-template <int kD, int kStages_>
+template <int kD>
 struct WsBwdCfg {
-  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = kStages_, kDq = kD / kWG;
+  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kD / kWG;
   // 128·24 + 256·240 ≤ 64K; launched at 168 registers a thread (65536 / 384; see WsFwdCfg).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -1302,10 +1289,10 @@ struct WsBwdCfg {
                 "setmaxnreg budget");
 };
 
-template <int kD, int kStages>
-__global__ void __launch_bounds__(WsBwdCfg<kD, kStages>::kThreads, 1) bwd_ws(const Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsBwdCfg<kD, kStages>;
+  using Cfg = WsBwdCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1892,23 +1879,13 @@ void launch_forward(const Params& p, cudaStream_t stream) {
   launch(fwd_mma<kD, kBr, kBc, kWarps>, tile_grid(p.B * p.H, p.T, kBr), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
 }
 
-template <int kD, int kStages>
-void launch_forward_ws(const Params& p, cudaStream_t stream) {
-  using W = WsFwdCfg<kD, kStages>;
-  launch(fwd_ws<kD, kStages>, tile_grid(p.B * p.H, p.T, W::kBr), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
-}
-
 template <int kD>
 void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
-      // MDLM_ATTN_WS_STAGES=1: one more K/V stage (3 at 128, 4 at 64). H200, 2026-12-03, bench
-      // shapes: 2-9% faster at 128 (B8 T2048 bidirectional 0.526 vs 0.540 ms), slower at 64 (B16
-      // T1024 bidirectional 0.383 vs 0.188). Not the default yet: the GPU tests have not run it
-      // (the emulator's have).
-      if (env_knob("MDLM_ATTN_WS_STAGES") == "1") return launch_forward_ws<kD, WsFwdCfg<kD>::kStages + 1>(p, stream);
-      return launch_forward_ws<kD, WsFwdCfg<kD>::kStages>(p, stream);
+      using W = WsFwdCfg<kD>;
+      return launch(fwd_ws<kD>, tile_grid(p.B * p.H, p.T, W::kBr), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
@@ -1930,20 +1907,12 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
-    if constexpr (kD == 128 || kD == 64) {
-      using W = WgDkvCfg<kD>;
-      if (wgmma) {
-        if constexpr (kD == 128) {
-          const std::string ws = env_knob("MDLM_ATTN_WS_BACKWARD");
-          if (ws == "2" || ws == "3") {
-            using S2 = WsBwdCfg<kD, 2>;
-            using S3 = WsBwdCfg<kD, 3>;
-            if (ws == "2") launch(bwd_ws<kD, 2>, tile_grid(p.B * p.G, p.T, S2::kBc), S2::kThreads, S2::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
-            else launch(bwd_ws<kD, 3>, tile_grid(p.B * p.G, p.T, S3::kBc), S3::kThreads, S3::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
-            launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
-            return;
-          }
-        }
+    if (wgmma) {
+      if constexpr (kD == 128) {
+        using W = WsBwdCfg<kD>;
+        launch(bwd_ws<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+      } else if constexpr (kD == 64) {
+        using W = WgDkvCfg<kD>;
         launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
       }
     }
@@ -2001,7 +1970,7 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 // mma.sync kernel.
 bool use_wgmma_backward(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
-    case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<128>::kSmem);
+    case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WsBwdCfg<128>::kSmem);
     case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64>::kSmem);
     default: return false;
   }

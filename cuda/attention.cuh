@@ -137,8 +137,8 @@ struct QueryTileWalk {
   SegRange ks;
   // The query tiles [m_lo, m_end) the key block may see, walked in two runs: [rot, m_end), then
   // [m_lo, rot). Causal: rot = m_lo (one run, in order). Bidirectional: the key blocks of a row
-  // start spread over the tiles, so they do not all add to the same dQ rows at once (with the
-  // lookahead, 9% faster on the document-masked B8 T2048 H16 D128 backward, H200, 2026-12-03).
+  // start spread over the tiles, so they do not all add to the same dQ rows at once (with two
+  // other changes, 9% faster on the document-masked B8 T2048 H16 D128 backward, H200, 2026-12-03).
   // m_first: the first tile not skipped (-1: none).
   int m_lo, m_end, rot, m_first, first_kind;
 
@@ -160,36 +160,6 @@ struct QueryTileWalk {
     wrap(hq, m, kind);
   }
 
-  // With a lookahead (64-query tiles): each lane's two segment ids of the next candidate tile are
-  // loaded a step before the classification that reads them, so it does not wait on their loads
-  // (4% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03).
-  struct Ahead {
-    int m;       // the tile whose ids these are (-1: none)
-    int s0, s1;  // rows m·nq + lane and m·nq + lane + 32 (read only when < T)
-  };
-  // Loads the ids of the first candidate after m.
-  __device__ __forceinline__ void look_ahead(int m, Ahead& a) const {
-    a.m = candidate_after(m);
-    const int t = a.m * nq + (threadIdx.x & 31);
-    a.s0 = a.m >= 0 && t < T ? __ldg(seg + t) : 0;
-    a.s1 = a.m >= 0 && t + 32 < T ? __ldg(seg + t + 32) : 0;
-  }
-  __device__ __forceinline__ void advance(int& hq, int& m, int& kind, Ahead& a) const {
-    if (a.m >= 0 && a.m == candidate_after(m)) {
-      const int t = a.m * nq + (threadIdx.x & 31);
-      int lo = INT_MAX, hi = INT_MIN;
-      if (t < T) lo = hi = a.s0;
-      if (t + 32 < T) lo = min(lo, a.s1), hi = max(hi, a.s1);
-      const SegRange qs{__reduce_min_sync(0xffffffffu, lo), __reduce_max_sync(0xffffffffu, hi)};
-      kind = classify_tile(a.m * nq, nq, qs, k0, nk, ks, T, causal);
-      m = kind != kEmpty ? a.m : from(a.m + 1, a.m >= rot, kind);
-    } else {
-      m = from(m + 1, m >= rot, kind);
-    }
-    wrap(hq, m, kind);
-    look_ahead(m, a);
-  }
-
  private:
   // The first tile not skipped from m on: in the first run when `first_run` (and then the second),
   // else in the second; -1 when the walk ends first.
@@ -201,11 +171,6 @@ struct QueryTileWalk {
     }
     m = next_query_tile(m, rot, nq, seg, k0, nk, ks, T, causal, kind);
     return m < rot ? m : -1;
-  }
-  // The tile the walk would look at after m, skipped or not; -1 when m is the last.
-  __device__ __forceinline__ int candidate_after(int m) const {
-    if (m >= rot) return m + 1 < m_end ? m + 1 : m_lo < rot ? m_lo : -1;
-    return m + 1 < rot ? m + 1 : -1;
   }
   // Past the last tile of head hq: head hq + 1's first.
   __device__ __forceinline__ void wrap(int& hq, int& m, int& kind) const {
