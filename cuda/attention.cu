@@ -1270,9 +1270,9 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 // and segment ids into a ring of kStages buffers ("full" and "empty" mbarriers, as fwd_ws). The
 // consumers issue no copies and run no walk, and they take the registers the producer gives back.
 // dSᵀ is double-buffered, so one consumer barrier a step (both halves of dSᵀ written) orders it.
-template <int kD>
+template <int kD, bool kDefer = false>
 struct WsBwdCfg {
-  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kD / kWG;
+  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kD / kWG, kdSBufs = kDefer ? 3 : 2;
   // 128·24 + 256·240 ≤ 64K; launched at 168 registers a thread (65536 / 384; see WsFwdCfg).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -1280,19 +1280,19 @@ struct WsBwdCfg {
   // K, V, kStages × Q, kStages × dO, 2 × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment id) of
   // kBr, kStages × the tile's (head, query tile, kind, -), and the full and empty mbarriers.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
-  static constexpr uint32_t kOffRows = kOffdS + 2 * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
+  static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
-  static constexpr size_t kSmem = kOffBar + 2 * kStages * 8 + 1024;
+  static constexpr size_t kSmem = kOffBar + 2 * (kStages + kdSBufs) * 8 + 1024;
   static_assert(kD == 128, "warp-specialised backward: head dim 128");
   static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 && kProducerRegs < 65536 / kThreads &&
                     kConsumerRegs > 65536 / kThreads,
                 "setmaxnreg budget");
 };
 
-template <int kD>
-__global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params p) {
+template <int kD, bool kDefer>
+__global__ void __launch_bounds__(WsBwdCfg<kD, kDefer>::kThreads, 1) bwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsBwdCfg<kD>;
+  using Cfg = WsBwdCfg<kD, kDefer>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1305,6 +1305,8 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   const uint32_t bar = base + Cfg::kOffBar;
   auto full = [&](int s) { return bar + 8 * s; };
   auto empty = [&](int s) { return bar + 8 * (kS + s); };
+  auto ds_full = [&](int j) { return bar + 8 * (2 * kS + j); };
+  auto ds_empty = [&](int j) { return bar + 8 * (2 * kS + Cfg::kdSBufs + j); };
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
@@ -1321,6 +1323,11 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
       wg::mbar_init(full(s), 2 * Cfg::kProducers);
       wg::mbar_init(empty(s), Cfg::kConsumers);
     }
+    if constexpr (kDefer)
+      for (int j = 0; j < Cfg::kdSBufs; ++j) {
+        wg::mbar_init(ds_full(j), Cfg::kConsumers);
+        wg::mbar_init(ds_empty(j), Cfg::kConsumers);
+      }
   }
   __syncthreads();
 
@@ -1395,14 +1402,26 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   wg::fence_proxy_async();
   wg::bar_sync(1, Cfg::kConsumers);  // both warpgroups' K and V rows have landed
 
-  for (int i = 0;; ++i) {
-    const int s = i % kS;
+  int i = 0, prev_hq = 0, prev_q0 = 0;  // (kDefer) the step before's tile, whose dQ a step computes
+  // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows), this warpgroup's columns.
+  auto issue_dq = [&](float (&dq)[kDq / 2], uint32_t buf) {
+    wg::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk)
+      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(buf, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
+    wg::wgmma_commit();
+  };
+  auto add_dq = [&](const float (&dq)[kDq / 2], int hq, int q0) {
+    add_dq_rows<kDq>(p.dq_accum + q_base(p, b, g * group + hq), qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T);
+  };
+  for (;; ++i) {
+    const int s = i % kS, d = i % Cfg::kdSBufs;
     wg::mbar_wait(full(s), (uint32_t)(i / kS) & 1u);
     const int hq = info[4 * s], m = info[4 * s + 1], cur_kind = info[4 * s + 2];
     if (hq >= group) break;
     const int q0 = m * kBr;
     wg::fence_proxy_async();  // the tile's copies are read by wgmma (the async proxy)
-    const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ, cdS = adS + (i & 1) * Cfg::kdS;
+    const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ, cdS = adS + d * Cfg::kdS;
     const float* cL = sL + s * kBr;
     const float* cDr = sDr + s * kBr;
     const int* cSg = sSg + s * kBr;
@@ -1424,30 +1443,57 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     bwd_probs(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
 
     wg::wgmma_wait<0>();  // dPᵀ
-    bwd_store_dst<kBc>(smem + Cfg::kOffdS + (i & 1) * Cfg::kdS, dp, sc, cDr, key0);
+    if constexpr (kDefer)  // both warpgroups' dQ of the buffer's last tile are done
+      if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
+    bwd_store_dst<kBc>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0);
+    wg::fence_proxy_async();
+    if constexpr (kDefer) {
+      wg::mbar_arrive(ds_full(d));
+      wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
+      // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
+      if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    }
 
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
     wg::wgmma_commit();
-    wg::fence_proxy_async();
-    // Both warpgroups' dSᵀ rows of this step are written. The other buffer's last readers (the
-    // step before's dQ, both warpgroups') finished before either arrived here in that step.
-    wg::bar_sync(1, Cfg::kConsumers);
-
     float dq[kDq / 2];
+    if constexpr (kDefer) {
+      // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely
+      // wait for each other here, and one's softmax can overlap the other's products.
+      // (The first step has none: it multiplies the V tile, which no copy rewrites, unread, so every
+      // wgmma is on a uniform path: a conditional one made ptxas spill 392 bytes.)
+      issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
+    } else {
+      // Both warpgroups' dSᵀ rows of this step are written. The other buffer's last readers (the
+      // step before's dQ, both warpgroups') finished before either arrived here in that step.
+      wg::bar_sync(1, Cfg::kConsumers);
+      issue_dq(dq, cdS);
+    }
     wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
-      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(cdS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
-    wg::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
       wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(cdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
-    float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
-    add_dq_rows<kDq>(dqa, qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T);
+    if constexpr (kDefer) {
+      if (i > 0) {
+        add_dq(dq, prev_hq, prev_q0);
+        wg::mbar_arrive(ds_empty((i - 1) % Cfg::kdSBufs));
+      }
+      prev_hq = hq;
+      prev_q0 = q0;
+    } else {
+      add_dq(dq, hq, q0);
+    }
+  }
+  if constexpr (kDefer) {  // the last tile's dQ
+    float dq[kDq / 2];
+    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
+    wg::wgmma_wait<0>();
+    if (i > 0) add_dq(dq, prev_hq, prev_q0);
   }
   wg::wgmma_wait<0>();  // the last step's dK
   wg::fence_operand(dk);
@@ -1909,8 +1955,13 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   if (p.dq_accum) {
     if (wgmma) {
       if constexpr (kD == 128) {
-        using W = WsBwdCfg<kD>;
-        launch(bwd_ws<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+        if (env_knob("MDLM_ATTN_WS_DEFER") == "1") {
+          using W = WsBwdCfg<kD, true>;
+          launch(bwd_ws<kD, true>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+        } else {
+          using W = WsBwdCfg<kD>;
+          launch(bwd_ws<kD, false>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+        }
       } else if constexpr (kD == 64) {
         using W = WgDkvCfg<kD>;
         launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
