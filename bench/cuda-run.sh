@@ -83,8 +83,8 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
       done ;;
-    attn-ws)  # the forward against its alternatives: fwd_mma (MDLM_ATTN_WS_FORWARD=0) and one more K/V stage
-      for e in MDLM_ATTN_WS_FORWARD=0 MDLM_ATTN_WS_STAGES=1; do
+    attn-ws)  # the forward against its alternative, fwd_mma (MDLM_ATTN_WS_FORWARD=0)
+      for e in MDLM_ATTN_WS_FORWARD=0; do
         env $e timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-$e.txt"
       done ;;
@@ -92,7 +92,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       # (regex on the demangled name) in bench kernels --ops NCU_OPS --case NCU_CASE at bench scale:
       # details page, raw metrics and per-instruction SASS stall samples, as $OUT/ncu-$NCU_TAG*
       rep="$OUT/ncu-${NCU_TAG:-bwd}"
-      timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_dkdv_wgmma<.*128}" -c 1 \
+      timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_ws<.*128}" -c 1 \
         -f -o "$rep" node bin/mdlm.js bench kernels --backend cuda --ops "${NCU_OPS:-attention_backward}" --case "${NCU_CASE:-B8 T2048 H16 D128 bidirectional}" \
         --dtype bf16 --scale bench --no-check --reps 1 > "$rep.log" 2>&1; tail -n 5 "$rep.log"
       ncu -i "$rep.ncu-rep" --page details > "$rep-details.txt" 2>&1

@@ -15,10 +15,11 @@
 //                          of the GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
-//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90): at head dim 128 two warpgroups
-//                          of 64 keys, 64-query steps, each computing half of dQ's columns; at 64
-//                          one warpgroup of 64 keys a block, three blocks an SM. dK from
-//                          the shared dSᵀ tile, running while dQ's atomics go out.
+//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90) at head dim 64: one warpgroup
+//                          of 64 keys a block, 64-query steps, three blocks an SM. dK from the
+//                          shared dSᵀ tile, running while dQ's atomics go out.
+//             bwd_ws       head dim 128 (sm_90): two consumer warpgroups of 64 keys fed by a
+//                          producer warpgroup, each tile's dQ a step later.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
@@ -1265,20 +1266,29 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 // Backward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two consumers
 // ---------------------------------------------------------------------------------------------
 
-// bwd_dkdv_wgmma's products and order at head dim 128 (two consumer warpgroups of 64 keys, 64-query
-// steps), with a third warpgroup that walks the query tiles and copies each one's Q, dO, lse, Drow
-// and segment ids into a ring of kStages buffers ("full" and "empty" mbarriers, as fwd_ws). The
-// consumers issue no copies and run no walk, and they take the registers the producer gives back.
-// dSᵀ is double-buffered, so one consumer barrier a step (both halves of dSᵀ written) orders it.
-template <int kD, bool kDefer = false>
+// Head dim 128: bwd_dkdv_wgmma's products with two consumer warpgroups of 64 keys (64-query
+// steps, each computing half of dQ's columns) and a producer warpgroup that walks the query tiles
+// and copies each one's Q, dO, lse, Drow and segment ids into a ring of three stages ("full" and
+// "empty" mbarriers, as fwd_ws). The consumers issue no copies and run no walk, and take the
+// registers the producer gives back (240 a thread). A step's dQ needs both warpgroups' dSᵀ rows,
+// so it is computed a step later, from a ring of three dSᵀ buffers with mbarriers of their own
+// ("written" by both warpgroups, "read" by both dQs): the warpgroups never meet at a barrier and
+// drift apart, so one's softmax can run under the other's products.
+// H200, 2026-12-03 (bench/RESULTS.md, eleventh pass), against the two-warpgroup bwd_dkdv_wgmma it
+// replaced: 1.12-1.20× faster on the head-dim-128 bench shapes save B8 T2048 H16 causal (level)
+// with dQ in its own step and one block barrier a step, and the deferred dQ 1.02-1.09× faster
+// again (B8 T2048 H16 bidirectional: 2.168 → 1.913 ms in one run, 1.879 → 1.812 in another;
+// SDPA 1.474).
+template <int kD>
 struct WsBwdCfg {
-  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kD / kWG, kdSBufs = kDefer ? 3 : 2;
+  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kD / kWG, kdSBufs = 3;
   // 128·24 + 256·240 ≤ 64K; launched at 168 registers a thread (65536 / 384; see WsFwdCfg).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kKV = kBc * kD * 2, kQ = kBr * kD * 2, kdS = kBc * kBr * 2;
-  // K, V, kStages × Q, kStages × dO, 2 × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment id) of
-  // kBr, kStages × the tile's (head, query tile, kind, -), and the full and empty mbarriers.
+  // K, V, kStages × Q, kStages × dO, kdSBufs × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment
+  // id) of kBr, kStages × the tile's (head, query tile, kind, -), and the mbarriers: full and empty
+  // of each stage, written and read of each dSᵀ buffer.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
@@ -1289,10 +1299,10 @@ struct WsBwdCfg {
                 "setmaxnreg budget");
 };
 
-template <int kD, bool kDefer>
-__global__ void __launch_bounds__(WsBwdCfg<kD, kDefer>::kThreads, 1) bwd_ws(const Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsBwdCfg<kD, kDefer>;
+  using Cfg = WsBwdCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1323,11 +1333,10 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDefer>::kThreads, 1) bwd_ws(cons
       wg::mbar_init(full(s), 2 * Cfg::kProducers);
       wg::mbar_init(empty(s), Cfg::kConsumers);
     }
-    if constexpr (kDefer)
-      for (int j = 0; j < Cfg::kdSBufs; ++j) {
-        wg::mbar_init(ds_full(j), Cfg::kConsumers);
-        wg::mbar_init(ds_empty(j), Cfg::kConsumers);
-      }
+    for (int j = 0; j < Cfg::kdSBufs; ++j) {
+      wg::mbar_init(ds_full(j), Cfg::kConsumers);
+      wg::mbar_init(ds_empty(j), Cfg::kConsumers);
+    }
   }
   __syncthreads();
 
@@ -1402,7 +1411,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDefer>::kThreads, 1) bwd_ws(cons
   wg::fence_proxy_async();
   wg::bar_sync(1, Cfg::kConsumers);  // both warpgroups' K and V rows have landed
 
-  int i = 0, prev_hq = 0, prev_q0 = 0;  // (kDefer) the step before's tile, whose dQ a step computes
+  int i = 0, prev_hq = 0, prev_q0 = 0;  // the step before's tile, whose dQ a step computes
   // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows), this warpgroup's columns.
   auto issue_dq = [&](float (&dq)[kDq / 2], uint32_t buf) {
     wg::wgmma_fence();
@@ -1443,52 +1452,39 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDefer>::kThreads, 1) bwd_ws(cons
     bwd_probs(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
 
     wg::wgmma_wait<0>();  // dPᵀ
-    if constexpr (kDefer)  // both warpgroups' dQ of the buffer's last tile are done
-      if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
+    // both warpgroups' dQ of the buffer's last tile are done
+    if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
     bwd_store_dst<kBc>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0);
     wg::fence_proxy_async();
-    if constexpr (kDefer) {
-      wg::mbar_arrive(ds_full(d));
-      wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
-      // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
-      if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
-    }
+    wg::mbar_arrive(ds_full(d));
+    wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
+    // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
+    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
 
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
     wg::wgmma_commit();
+    // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely wait
+    // for each other, and one's softmax can overlap the other's products. (The first step has
+    // none: it multiplies the V tile, which no copy rewrites, unread, so every wgmma is on a
+    // uniform path: a conditional one made ptxas spill 392 bytes.)
     float dq[kDq / 2];
-    if constexpr (kDefer) {
-      // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely
-      // wait for each other here, and one's softmax can overlap the other's products.
-      // (The first step has none: it multiplies the V tile, which no copy rewrites, unread, so every
-      // wgmma is on a uniform path: a conditional one made ptxas spill 392 bytes.)
-      issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
-    } else {
-      // Both warpgroups' dSᵀ rows of this step are written. The other buffer's last readers (the
-      // step before's dQ, both warpgroups') finished before either arrived here in that step.
-      wg::bar_sync(1, Cfg::kConsumers);
-      issue_dq(dq, cdS);
-    }
+    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
       wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(cdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
-    if constexpr (kDefer) {
-      if (i > 0) {
-        add_dq(dq, prev_hq, prev_q0);
-        wg::mbar_arrive(ds_empty((i - 1) % Cfg::kdSBufs));
-      }
-      prev_hq = hq;
-      prev_q0 = q0;
-    } else {
-      add_dq(dq, hq, q0);
+    if (i > 0) {
+      add_dq(dq, prev_hq, prev_q0);
+      wg::mbar_arrive(ds_empty((i - 1) % Cfg::kdSBufs));
     }
+    prev_hq = hq;
+    prev_q0 = q0;
   }
-  if constexpr (kDefer) {  // the last tile's dQ
+  {  // the last tile's dQ
     float dq[kDq / 2];
     if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
     issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
@@ -1955,13 +1951,8 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   if (p.dq_accum) {
     if (wgmma) {
       if constexpr (kD == 128) {
-        if (env_knob("MDLM_ATTN_WS_DEFER") == "1") {
-          using W = WsBwdCfg<kD, true>;
-          launch(bwd_ws<kD, true>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
-        } else {
-          using W = WsBwdCfg<kD>;
-          launch(bwd_ws<kD, false>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
-        }
+        using W = WsBwdCfg<kD>;
+        launch(bwd_ws<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
       } else if constexpr (kD == 64) {
         using W = WgDkvCfg<kD>;
         launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
