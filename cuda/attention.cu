@@ -1488,10 +1488,9 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     float dq[kDq / 2];
     if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
     issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
-    wg::wgmma_wait<0>();
+    wg::wgmma_wait<0>();  // and the last step's dK
     if (i > 0) add_dq(dq, prev_hq, prev_q0);
   }
-  wg::wgmma_wait<0>();  // the last step's dK
   wg::fence_operand(dk);
   bwd_store_dkdv<kD>(p, kb, kvstride, krow, dk, dv);
 #endif
