@@ -1999,9 +1999,9 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 #endif
 }
 
-// The wgmma backward (bwd_dkdv_wgmma) where it has a kernel for the head dim: two warpgroups a
-// block at 128, one at 64. H200, 2026-12-03 (bench/RESULTS.md, ninth pass), one warpgroup
-// at 64 against mma.sync: causal B8 T1024 H12 0.205 vs 0.227 ms, B4 T2048 0.336 vs 0.374;
+// The wgmma backward where it has a kernel for the head dim: bwd_ws at 128 (1.5-1.9× the
+// mma.sync kernel's speed on the H200, bench/RESULTS.md eleventh pass), bwd_dkdv_wgmma at 64.
+// H200, 2026-12-03 (ninth pass), one warpgroup at 64 against mma.sync: causal B8 T1024 H12 0.205 vs 0.227 ms, B4 T2048 0.336 vs 0.374;
 // bidirectional B8 T1024 0.341 vs 0.348, B16 T1024 0.655 vs 0.663. (Before its wgmmas stopped
 // being serialised, C7515, it was 5% slower than mma.sync on the bidirectional shapes; an earlier
 // two-warpgroup kernel at 64 was no faster than mma.sync on any shape.) A wgmma forward (two
