@@ -775,20 +775,39 @@ struct WgDkvCfg {
   static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
 };
 
-// cp.async rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into the swizzled tile at shared
-// address `tile` ([kRows][kD]); rows >= T and columns >= d zero-filled.
+// One thread's share of cp.async-copying rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into
+// a swizzled [kRows][kD] tile, kThreads threads in all: thread `tid` copies 16-byte chunk c of rows
+// r0, r0 + kRowStep, ..., which share one swizzle phase (r mod 8), so the shared and global
+// addresses just advance by constants. A producer warpgroup keeps one for every tile it copies.
+template <int kRows, int kD, int kThreads>
+struct TileRowCopy {
+  static constexpr int kChunks = kD / 8, kRowStep = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile copy: one swizzle phase a thread");
+  int c, r0;
+  uint32_t dst0;
+  bool col_ok;
+  __device__ __forceinline__ TileRowCopy(int tid, int D)
+      : c(tid % kChunks), r0(tid / kChunks), dst0(wg::sw128_offset(kRows, r0, c * 8)), col_ok(c * 8 < D) {}
+  // f(tile offset, element offset of the chunk from row 0, ok) for each of the thread's chunks;
+  // rows >= T and columns >= D are not ok (zero-filled).
+  template <typename F>
+  __device__ __forceinline__ void for_chunks(int64_t stride, int t0, int T, F&& f) const {
+    const int64_t off = (int64_t)(t0 + r0) * stride + c * 8;
+#pragma unroll
+    for (int j = 0; j < kRows / kRowStep; ++j)
+      f(dst0 + j * kRowStep * 128, off + (int64_t)j * kRowStep * stride, col_ok && t0 + r0 + j * kRowStep < T);
+  }
+  // Row t of the tensor starts at g + t·stride.
+  __device__ __forceinline__ void copy(uint32_t tile, const bf16* g, int64_t stride, int t0, int T) const {
+    for_chunks(stride, t0, T, [&](uint32_t dst, int64_t o, bool ok) { cp_async16(tile + dst, g + (ok ? o : 0), ok); });
+  }
+};
+
+// The same for a single tile: rows [t0, t0 + kRows) into the tile at shared address `tile`.
 template <int kRows, int kD, int kThreads>
 __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d,
                                                 int tid = (int)threadIdx.x) {
-  constexpr int kChunks = kD / 8, kTotal = kRows * kChunks;
-  static_assert(kTotal % kThreads == 0, "tile load");
-#pragma unroll
-  for (int it = 0; it < kTotal / kThreads; ++it) {
-    const int i = it * kThreads + tid;
-    const int r = i / kChunks, c = i % kChunks, t = t0 + r;
-    const bool ok = t < T && c * 8 < d;
-    cp_async16(tile + wg::sw128_offset(kRows, r, c * 8), ok ? g + (int64_t)t * stride + c * 8 : g, ok);
-  }
+  TileRowCopy<kRows, kD, kThreads>(tid, d).copy(tile, g, stride, t0, T);
 }
 
 // The wgmma backwards' softmax gradient of one step, in a warpgroup's accumulator layout (64 keys
@@ -943,26 +962,12 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
     // Producer warpgroup: K (with the tile's segment ids and info) then V of every tile the block
-    // visits, into the ring, then an info of n_end that ends the consumers' loop. Thread pt copies
-    // chunk c of rows r0, r0 + kRowStep, ..., which share one swizzle phase (r mod 8), so the
-    // shared and global addresses just advance by a constant.
+    // visits, into the ring, then an info of n_end that ends the consumers' loop.
     const int pt = threadIdx.x - Cfg::kConsumers;
-    constexpr int kChunks = kD / 8, kRowStep = Cfg::kProducers / kChunks;
-    static_assert(kRowStep % 8 == 0 && kBc % kRowStep == 0 && Cfg::kProducers == kBc, "producer rows; one segment id a thread");
-    const int c = pt % kChunks, r0 = pt / kChunks;
-    const uint32_t dst0 = wg::sw128_offset(kBc, r0, c * 8);
-    const bool col_ok = c * 8 < D;
-    const int64_t kv0 = kv_base(p, b, g) + (int64_t)r0 * kvstride + c * 8;
-    const bf16* const kg = static_cast<const bf16*>(p.k) + kv0;
-    const bf16* const vg = static_cast<const bf16*>(p.v) + kv0;
-    auto load = [&](uint32_t tile, const bf16* src, int t0) {
-#pragma unroll
-      for (int j = 0; j < kBc / kRowStep; ++j) {
-        const int t = t0 + r0 + j * kRowStep;
-        const bool ok = col_ok && t < T;
-        cp_async16(tile + dst0 + j * kRowStep * 128, ok ? src + (int64_t)t0 * kvstride + (int64_t)j * kRowStep * kvstride : src, ok);
-      }
-    };
+    static_assert(Cfg::kProducers == kBc, "one segment id a producer thread");
+    const TileRowCopy<kBc, kD, Cfg::kProducers> rows(pt, D);
+    const bf16* const kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
+    const bf16* const vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
     const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
     int kind = kEmpty;
     int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
@@ -976,13 +981,13 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
       }
       if (n < n_end) {
         seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
-        load(aK + s * Cfg::kTile, kg, n * kBc);
+        rows.copy(aK + s * Cfg::kTile, kg, kvstride, n * kBc, T);
       }
       wg::mbar_arrive(full_k(s));
       wg::cp_async_mbar_arrive(full_k(s));
       if (n >= n_end) return;
       if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
-      load(aV + s * Cfg::kTile, vg, n * kBc);
+      rows.copy(aV + s * Cfg::kTile, vg, kvstride, n * kBc, T);
       wg::cp_async_mbar_arrive(full_v(s));
       n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     }
@@ -1343,14 +1348,10 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
     // Producer: every warp walks the tiles (the walk's reductions are a warp's); thread pt copies
-    // chunk c of rows r0, r0 + 8, ... of Q and dO (one swizzle phase, so the addresses advance by
-    // constants) and, for pt < kBr, row pt's lse, Drow and segment id.
+    // its share of Q and dO and, for pt < kBr, row pt's lse, Drow and segment id.
     const int pt = threadIdx.x - Cfg::kConsumers;
-    constexpr int kChunks = kD / 8, kRowStep = Cfg::kProducers / kChunks;
-    static_assert(kRowStep % 8 == 0 && kBr % kRowStep == 0 && Cfg::kProducers >= kBr, "producer rows");
-    const int c = pt % kChunks, r0 = pt / kChunks;
-    const uint32_t dst0 = wg::sw128_offset(kBr, r0, c * 8);
-    const bool col_ok = c * 8 < D;
+    static_assert(Cfg::kProducers >= kBr, "a producer thread a query's row values");
+    const TileRowCopy<kBr, kD, Cfg::kProducers> rows(pt, D);
     const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
     int hq, m, kind;
     walk.start(group, hq, m, kind);
@@ -1365,14 +1366,11 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
       if (hq < group) {
         const int h = g * group + hq, q0 = m * kBr;
         const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
-        const int64_t off = qb + (int64_t)(q0 + r0) * qstride + c * 8;
-#pragma unroll
-        for (int j = 0; j < kBr / kRowStep; ++j) {
-          const bool ok = col_ok && q0 + r0 + j * kRowStep < T;
-          const int64_t o = off + (int64_t)j * kRowStep * qstride;
-          cp_async16(aQ + s * Cfg::kQ + dst0 + j * kRowStep * 128, static_cast<const bf16*>(p.q) + (ok ? o : 0), ok);
-          cp_async16(adO + s * Cfg::kQ + dst0 + j * kRowStep * 128, static_cast<const bf16*>(p.dout) + (ok ? o : 0), ok);
-        }
+        const bf16 *const q = static_cast<const bf16*>(p.q) + qb, *const dout = static_cast<const bf16*>(p.dout) + qb;
+        rows.for_chunks(qstride, q0, T, [&](uint32_t dst, int64_t o, bool ok) {  // Q and dO: one offset
+          cp_async16(aQ + s * Cfg::kQ + dst, q + (ok ? o : 0), ok);
+          cp_async16(adO + s * Cfg::kQ + dst, dout + (ok ? o : 0), ok);
+        });
         if (pt < kBr) {
           const int t = q0 + pt;
           const bool ok = t < T;
