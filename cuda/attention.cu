@@ -80,6 +80,7 @@ struct Params {
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
+  int sms;         // the device's multiprocessors (group_rows)
   bool causal;
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
@@ -1873,17 +1874,45 @@ dim3 tile_grid(int rows, int T, int rows_per_tile) {
 }
 int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Lets `kernel` take `smem` bytes of dynamic shared memory (over the default 48 KB).
+template <typename Kernel>
+void allow_smem(Kernel kernel, size_t smem, const char* name) {
+#ifdef MDLM_ATTN_EMULATE
+  (void)kernel, (void)smem, (void)name;
+#else
+  if (smem > 48 * 1024) check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), name);
+#endif
+}
+
 template <typename Kernel>
 void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p, cudaStream_t stream, const char* name) {
+  allow_smem(kernel, smem, name);
 #ifdef MDLM_ATTN_EMULATE
   (void)stream;
   (void)name;
   ::emu::launch(kernel, grid, threads, smem, p);
 #else
-  if (smem > 48 * 1024) check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), name);
   kernel<<<grid, threads, smem, stream>>>(p);
   check_launch(name);
 #endif
+}
+
+int group_rows(const Params& p, bool backward, int tiles_per_row, int resident_blocks);
+
+// A tile kernel: `rows` rows of ⌈T / rows_per_tile⌉ tiles in block_tile's order, in groups of rows
+// sized for this kernel's resident blocks (group_rows).
+template <typename Kernel>
+void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_t smem, Params p, bool backward, cudaStream_t stream,
+                  const char* name) {
+  int resident = p.sms;
+#ifndef MDLM_ATTN_EMULATE
+  allow_smem(kernel, smem, name);
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), name);
+  resident *= std::max(1, per_sm);
+#endif
+  p.group_rows = group_rows(p, backward, ceil_div(p.T, rows_per_tile), resident);
+  launch(kernel, tile_grid(rows, p.T, rows_per_tile), threads, smem, p, stream, name);
 }
 
 // Tile configurations of the tensor-core kernels by padded head dim (one table; the report and
@@ -1915,7 +1944,7 @@ size_t max_mma_smem(bool backward) {
 template <int kD, int kBr, int kBc, int kWarps>
 void launch_forward(const Params& p, cudaStream_t stream) {
   using F = FwdCfg<kD, kBr, kBc, kWarps>;
-  launch(fwd_mma<kD, kBr, kBc, kWarps>, tile_grid(p.B * p.H, p.T, kBr), F::kThreads, F::kSmem, p, stream, "attention forward (bf16 mma)");
+  launch_tiles(fwd_mma<kD, kBr, kBc, kWarps>, p.B * p.H, kBr, F::kThreads, F::kSmem, p, false, stream, "attention forward (bf16 mma)");
 }
 
 template <int kD>
@@ -1924,7 +1953,7 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      return launch(fwd_ws<kD>, tile_grid(p.B * p.H, p.T, W::kBr), W::kThreads, W::kSmem, p, stream, "attention forward (bf16 wgmma, warp-specialised)");
+      return launch_tiles(fwd_ws<kD>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
@@ -1934,7 +1963,7 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
 template <int kD, int kBr, int kW, int kM>
 void launch_fused(const Params& p, cudaStream_t stream) {
   using K = DkvCfg<kD, kBr, kW, kM, true>;
-  launch(bwd_dkdv_mma<kD, kBr, kW, kM, true>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dq/dk/dv (bf16 mma)");
+  launch_tiles(bwd_dkdv_mma<kD, kBr, kW, kM, true>, p.B * p.G, K::kBc, K::kThreads, K::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
@@ -1949,10 +1978,10 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
     if (wgmma) {
       if constexpr (kD == 128) {
         using W = WsBwdCfg<kD>;
-        launch(bwd_ws<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
       } else if constexpr (kD == 64) {
         using W = WgDkvCfg<kD>;
-        launch(bwd_dkdv_wgmma<kD>, tile_grid(p.B * p.G, p.T, W::kBc), W::kThreads, W::kSmem, p, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+        launch_tiles(bwd_dkdv_wgmma<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma)");
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
@@ -1961,19 +1990,19 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   }
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM, false>;
-  launch(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, tile_grid(p.B * p.H, p.T, Q::kBr), Q::kThreads, Q::kSmem, p, stream, "attention backward dq (bf16 mma)");
-  launch(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, false>, tile_grid(p.B * p.G, p.T, K::kBc), K::kThreads, K::kSmem, p, stream, "attention backward dk/dv (bf16 mma)");
+  launch_tiles(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, p.B * p.H, Q::kBr, Q::kThreads, Q::kSmem, p, true, stream, "attention backward dq (bf16 mma)");
+  launch_tiles(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, false>, p.B * p.G, K::kBc, K::kThreads, K::kSmem, p, true, stream, "attention backward dk/dv (bf16 mma)");
 }
 
 template <typename TS>
 void forward_simt(const Params& p, cudaStream_t stream) {
-  launch(fwd_simt<TS>, tile_grid(p.B * p.H, p.T, 16), 128, kFwdSimtSmem, p, stream, "attention forward (simt)");
+  launch_tiles(fwd_simt<TS>, p.B * p.H, 16, 128, kFwdSimtSmem, p, false, stream, "attention forward (simt)");
 }
 
 template <typename TS>
 void backward_simt(const Params& p, cudaStream_t stream) {
-  launch(bwd_dq_simt<TS>, tile_grid(p.B * p.H, p.T, 16), 128, kDqSimtSmem, p, stream, "attention backward dq (simt)");
-  launch(bwd_dkdv_simt<TS>, tile_grid(p.B * p.G, p.T, 16), 128, kDkvSimtSmem, p, stream, "attention backward dk/dv (simt)");
+  launch_tiles(bwd_dq_simt<TS>, p.B * p.H, 16, 128, kDqSimtSmem, p, true, stream, "attention backward dq (simt)");
+  launch_tiles(bwd_dkdv_simt<TS>, p.B * p.G, 16, 128, kDkvSimtSmem, p, true, stream, "attention backward dk/dv (simt)");
 }
 
 // MDLM_ATTN_DETERMINISTIC=1: the backward that gives the same bits on every run (dQ in its own
@@ -2028,16 +2057,20 @@ bool use_wgmma_forward(const OpCall& call, const Params& p) {
 // Rows a group of the tile grids' order (block_tile): as many as have the data their tiles share
 // in 24 MB, half of the H100/H200 L2 (at most 8·T·D bytes a query head: the forward's K and V;
 // the backward's Q, dO and dQ accumulator, for each query head of a key block's group). The causal
-// backward takes one group, every row's first key tile before any second one: its key tiles'
-// work ranges over 16× at T = 2048, and balancing it mattered more than L2 reuse (H200,
-// 2026-12-03, one group against tiles first: B4 T2048 H16 D128 causal 0.715 vs 0.769 ms, H16/4
-// grouped-query causal 0.690 vs 0.998). MDLM_ATTN_GROUP_ROWS=n sets it (the emulator's checks
-// take small groups, so a partial last group runs).
-int group_rows(const Params& p, bool backward) {
+// backward's groups also hold at least twice the blocks resident at once: its key tiles' work
+// ranges over 16× at T = 2048, and the heaviest start first only within a group, so with small
+// groups the last group's heavy tiles ran last (H200, 2026-12-03, 4-row groups against B·G rows:
+// B4 T2048 H16/4 D128 causal 0.657 vs 0.501 ms). Groups of all B·H rows, which this replaced, put
+// each resident block on a row of its own, and at B8 its reads missed L2 (B8 T2048 H16 D128 causal
+// 1.346 ms against 1.068 in 16-row groups; B16 T1024 H12 D64 causal 0.393 against 0.335-0.349 in
+// 8- to 64-row groups; bench/RESULTS.md, twelfth pass). MDLM_ATTN_GROUP_ROWS=n sets it (the
+// emulator's checks take small groups, so a partial last group runs).
+int group_rows(const Params& p, bool backward, int tiles_per_row, int resident_blocks) {
   if (const int n = std::atoi(env_knob("MDLM_ATTN_GROUP_ROWS").c_str()); n > 0) return n;
-  if (backward && p.causal) return p.B * p.H;  // at least the rows of every backward grid (B·H or B·G)
   const int64_t per_row = (int64_t)8 * p.T * p.D * (backward ? p.group : 1);
-  return (int)std::max<int64_t>(1, (int64_t)(24 << 20) / per_row);
+  const int l2_rows = (int)std::max<int64_t>(1, (int64_t)(24 << 20) / per_row);
+  if (!(backward && p.causal)) return l2_rows;
+  return std::max(l2_rows, ceil_div(2 * resident_blocks, tiles_per_row));
 }
 
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
@@ -2053,6 +2086,7 @@ Params make_params(const OpCall& call, const char* const* float_args, DType dt) 
     throw OpError("BAD_ARGUMENT", call.op + ": unsupported shape (heads a multiple of kvHeads, headDim a multiple of 4 up to 128)");
   }
   p.group = p.H / p.G;
+  p.sms = call.device ? call.device->multiProcessorCount : 132;
   p.scale_log2 = p.scale * kLog2e;
   for (const char* const* a = float_args; *a; ++a) {
     if (call.arg(*a).dtype != dt) throw OpError("UNSUPPORTED_DTYPE", call.op + ": argument '" + *a + "' is " + dtype_name(call.arg(*a).dtype) + ", the others " + dtype_name(dt));
@@ -2094,7 +2128,6 @@ MDLM_OP(attention) {
   p.v = call.arg("v").ptr;
   p.out = call.arg("out").ptr;
   p.lse = static_cast<float*>(call.arg("lse").ptr);
-  p.group_rows = group_rows(p, false);
   if (dt == DType::f32) {
     forward_simt<float>(p, call.stream);
   } else if (!use_mma(call, p, kFloatArgs, false)) {
@@ -2124,7 +2157,6 @@ MDLM_OP(attention_backward) {
   p.dq = call.arg("dq").ptr;
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
-  p.group_rows = group_rows(p, true);
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).
