@@ -1897,7 +1897,7 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 #endif
 }
 
-int group_rows(const Params& p, bool backward, int tiles_per_row, int resident_blocks);
+int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int resident_blocks);
 
 // A tile kernel: `rows` rows of ⌈T / rows_per_tile⌉ tiles in block_tile's order, in groups of rows
 // sized for this kernel's resident blocks (group_rows).
@@ -1911,7 +1911,7 @@ void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), name);
   resident *= std::max(1, per_sm);
 #endif
-  p.group_rows = group_rows(p, backward, ceil_div(p.T, rows_per_tile), resident);
+  p.group_rows = group_rows(p, backward, rows, ceil_div(p.T, rows_per_tile), resident);
   launch(kernel, tile_grid(rows, p.T, rows_per_tile), threads, smem, p, stream, name);
 }
 
@@ -2056,21 +2056,23 @@ bool use_wgmma_forward(const OpCall& call, const Params& p) {
 
 // Rows a group of the tile grids' order (block_tile): as many as have the data their tiles share
 // in 24 MB, half of the H100/H200 L2 (at most 8·T·D bytes a query head: the forward's K and V;
-// the backward's Q, dO and dQ accumulator, for each query head of a key block's group). The causal
-// backward's groups also hold at least twice the blocks resident at once: its key tiles' work
-// ranges over 16× at T = 2048, and the heaviest start first only within a group, so with small
-// groups the last group's heavy tiles ran last (H200, 2026-12-03, 4-row groups against B·G rows:
-// B4 T2048 H16/4 D128 causal 0.657 vs 0.501 ms). Groups of all B·H rows, which this replaced, put
-// each resident block on a row of its own, and at B8 its reads missed L2 (B8 T2048 H16 D128 causal
-// 1.346 ms against 1.068 in 16-row groups; B16 T1024 H12 D64 causal 0.393 against 0.335-0.349 in
-// 8- to 64-row groups; bench/RESULTS.md, twelfth pass). MDLM_ATTN_GROUP_ROWS=n sets it (the
-// emulator's checks take small groups, so a partial last group runs).
-int group_rows(const Params& p, bool backward, int tiles_per_row, int resident_blocks) {
+// the backward's Q, dO and dQ accumulator, for each query head of a key block's group). Causal
+// groups also hold at least twice the blocks resident at once: their tiles' work ranges over 16×
+// at T = 2048, and the heaviest start first only within a group, so with small groups the last
+// group's heavy tiles ran last. The groups are then evened out, so no small group comes last.
+// H200, 2026-12-03 (bench/RESULTS.md, twelfth pass): the causal backward took all B·H rows before,
+// which put each resident block on a row of its own, and at B8 its reads missed L2 (B8 T2048 H16
+// D128 causal 1.346 ms against 1.068 in 16-row groups; B16 T1024 H12 D64 causal 0.393 against
+// 0.335-0.349 in 8- to 64-row groups); 4-row groups were too small (B4 T2048 H16/4 D128 causal
+// 0.657 against 0.501). The causal forward took 12-row groups of 64 rows, the last of 4 (B4 T2048
+// H16 D128 causal 0.194 ms against 0.170 in 8-row and 0.172 in 16-row groups). MDLM_ATTN_GROUP_ROWS=n
+// sets it (the emulator's checks take small groups, so a partial last group runs).
+int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int resident_blocks) {
   if (const int n = std::atoi(env_knob("MDLM_ATTN_GROUP_ROWS").c_str()); n > 0) return n;
   const int64_t per_row = (int64_t)8 * p.T * p.D * (backward ? p.group : 1);
-  const int l2_rows = (int)std::max<int64_t>(1, (int64_t)(24 << 20) / per_row);
-  if (!(backward && p.causal)) return l2_rows;
-  return std::max(l2_rows, ceil_div(2 * resident_blocks, tiles_per_row));
+  int target = (int)std::max<int64_t>(1, (int64_t)(24 << 20) / per_row);
+  if (p.causal) target = std::max(target, ceil_div(2 * resident_blocks, tiles_per_row));
+  return ceil_div(rows, ceil_div(rows, target));
 }
 
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
