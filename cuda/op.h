@@ -66,6 +66,7 @@ struct OpCall {
 
   const Arg& arg(const std::string& name) const;
   double num(const std::string& name) const;
+  bool has(const std::string& name) const { return nums.count(name) != 0; }  // an optional number or flag given
   int64_t i64(const std::string& name) const;  // checks the number is an integer
   int i32(const std::string& name) const;      // checks it fits in int32
   bool flag(const std::string& name) const;

@@ -3,7 +3,9 @@
 // inv_freq[i] = base^(−2i/D):
 //   y[i] = x[i] · cos θ − x[i + D/2] · sin θ,   y[i + D/2] = x[i + D/2] · cos θ + x[i] · sin θ.
 // rope_backward turns dy by −θ (the transpose). Positions [B, T] are an input (they restart at
-// every packed document). Semantics: src/ops/rope.ts.
+// every packed document). Tokens are x_stride and y_stride elements apart (more than the heads
+// where a fused q/k/v projection is read or written a part at a time); rotate false copies.
+// Semantics: src/ops/rope.ts.
 //
 // The angle is the reference's to the bit: inv_freq = f32(pow(base, −2i/D)) in double, then
 // θ = f32(pos) · inv_freq in f32 (one rounding of an exact product, as Math.fround does), and
@@ -23,7 +25,7 @@ constexpr int kRopeHeads = 4;
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, const int* __restrict__ positions,
                                                    T* __restrict__ dst, int64_t tokens, int heads, int head_dim,
-                                                   double base, float sign) {
+                                                   int64_t x_stride, int64_t y_stride, double base, float sign, bool rotate) {
   extern __shared__ float inv_freq[];
   const int half = head_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = static_cast<float>(pow(base, -2.0 * i / head_dim));
@@ -39,11 +41,15 @@ __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, co
   float c[VEC], s[VEC];
 #pragma unroll
   for (int e = 0; e < VEC; e++) {
-    sincosf(pos * inv_freq[i0 + e], &s[e], &c[e]);
-    s[e] *= sign;
+    if (rotate) {
+      sincosf(pos * inv_freq[i0 + e], &s[e], &c[e]);
+      s[e] *= sign;
+    } else {
+      c[e] = 1.f, s[e] = 0.f;
+    }
   }
-  const T* in = src + (token * heads + h0) * head_dim + i0;
-  T* out = dst + (token * heads + h0) * head_dim + i0;
+  const T* in = src + token * x_stride + h0 * head_dim + i0;
+  T* out = dst + token * y_stride + h0 * head_dim + i0;
   const int h_end = min(h0 + kRopeHeads, heads);
 #pragma unroll
   for (int h = h0; h < h_end; h++, in += head_dim, out += head_dim) {
@@ -65,16 +71,22 @@ void launch_rope(const OpCall& call, const char* src_name, const char* dst_name,
   const int64_t tokens = static_cast<int64_t>(call.i32("batch")) * call.i32("seqLen");
   const int heads = call.i32("heads"), head_dim = call.i32("headDim");
   const double base = call.num("base");
+  // token strides (elements; attributes absent: the heads), and rotate (absent: true)
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  const int64_t x_stride = call.has("xStride") ? static_cast<int64_t>(call.num("xStride")) : width;
+  const int64_t y_stride = call.has("yStride") ? static_cast<int64_t>(call.num("yStride")) : width;
+  const bool rotate = !call.has("rotate") || call.flag("rotate");
   const void* src = call.arg(src_name).ptr;
   void* dst = call.arg(dst_name).ptr;
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_vec<T>(all_aligned16({src, dst}) && (head_dim / 2) % kVec16<T> == 0, [&](auto vec) {
+    const bool strides16 = (x_stride * sizeof(T)) % 16 == 0 && (y_stride * sizeof(T)) % 16 == 0;
+    with_vec<T>(all_aligned16({src, dst}) && strides16 && (head_dim / 2) % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
       const int64_t items = tokens * ((heads + kRopeHeads - 1) / kRopeHeads) * (head_dim / 2 / VEC);
       rope_kernel<T, VEC><<<blocks_for(items, 256), 256, sizeof(float) * (head_dim / 2), call.stream>>>(
           static_cast<const T*>(src), static_cast<const int*>(call.arg("positions").ptr), static_cast<T*>(dst), tokens, heads,
-          head_dim, base, sign);
+          head_dim, x_stride, y_stride, base, sign, rotate);
       check_launch(call.op.c_str());
     });
   });

@@ -2,7 +2,9 @@
 // [B, T, H, D], element i < D/2 pairs with i + D/2 and the pair turns by pos * inv_freq[i],
 // inv_freq[i] = base^(-2i/D). rope turns by +angle, rope_backward by -angle (its transpose).
 // A thread takes four pairs (a vec4 of each half) of one token and walks the heads, so the angles
-// are computed once per token.
+// are computed once per token. Tokens are x_stride4 and y_stride4 vec4s apart in src and dst
+// (more than the heads where a fused q/k/v projection is read or written a part at a time);
+// rotate 0 copies (c = 1, s = 0).
 //
 // Angles follow HF's fp32 arithmetic, angle = f32(pos) * f32(inv_freq). inv_freq is exp2 of an
 // exponent split so that its fractional part is exact (so it is as good as the GPU's exp2, a few
@@ -16,6 +18,9 @@ struct Params {
   // plus exp_lo
   exp_hi: f32,
   exp_lo: f32,
+  x_stride4: u32,
+  y_stride4: u32,
+  rotate: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -52,15 +57,16 @@ fn rotate(gid: vec3u, nwg: vec3u, sign: f32) {
   let q = item % quads;
   let i = vec4f(vec4u(4u * q) + vec4u(0u, 1u, 2u, 3u));
   let angle = reduce_angle(f32(positions[token]) * inv_freq(i));
-  let c = cos(angle);
-  let s = sin(angle) * sign;
+  let turn = params.rotate != 0u;
+  let c = select(vec4f(1.0), cos(angle), turn);
+  let s = select(vec4f(0.0), sin(angle) * sign, turn);
   for (var h = 0u; h < params.heads; h++) {
-    let lo = (token * params.heads + h) * 2u * quads + q;
-    let hi = lo + quads;
-    let x1 = src[lo];
-    let x2 = src[hi];
-    dst[lo] = x1 * c - x2 * s;
-    dst[hi] = x2 * c + x1 * s;
+    let xlo = token * params.x_stride4 + h * 2u * quads + q;
+    let ylo = token * params.y_stride4 + h * 2u * quads + q;
+    let x1 = src[xlo];
+    let x2 = src[xlo + quads];
+    dst[ylo] = x1 * c - x2 * s;
+    dst[ylo + quads] = x2 * c + x1 * s;
   }
 }
 

@@ -72,6 +72,12 @@ export interface OpDef<A = Record<string, never>> {
    * reads each element before writing it, or copies first). Any other overlap is an error.
    */
   readonly inPlace?: Readonly<Record<string, string>>;
+  /**
+   * Whether, for these attributes, the 'out' args have elements the op leaves alone (the gaps
+   * between the rows of a strided output): the CPU backend then keeps what is there, and the
+   * parity harness checks that the poison survives in them (the reference sees NaN there).
+   */
+  partialOutputs?(attrs: A): boolean;
   /** Relative-error tolerance per float dtype of the outputs (integer outputs must match exactly). */
   readonly tolerance: Partial<Record<DType, number>>;
   /** Floating-point operations of one call, for TFLOP/s in benchmarks. */

@@ -14,6 +14,7 @@
  * 1e-4, while a wrong pairing, sign or frequency gives errors of order 1.
  */
 import type { PhiloxStream } from '../rng/philox.js';
+import { numel } from '../tensor.js';
 import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, requireDims } from './op.js';
 
 export interface RopeAttrs {
@@ -22,6 +23,17 @@ export interface RopeAttrs {
   readonly heads: number;
   readonly headDim: number;
   readonly base: number;
+  /**
+   * Elements from one token's heads to the next's in x (xStride) and in y (yStride); default
+   * heads · headDim. With either given, that tensor is the flat span of its tokens,
+   * [(batch · seqLen − 1) · stride + heads · headDim], and the elements between a token's heads
+   * and the next token's are neither read nor written: one fused q/k/v projection's rows are
+   * read, and its gradient's rows written, a part at a time.
+   */
+  readonly xStride?: number;
+  readonly yStride?: number;
+  /** false: y = x, a strided copy (the v heads of a fused projection). Default true. */
+  readonly rotate?: boolean;
 }
 
 /** i · exp_hi is exact in the kernel only for pair indices below 2^12. */
@@ -32,28 +44,49 @@ function validateRope(op: string, attrs: RopeAttrs): void {
   if (attrs.headDim % 8 !== 0) badAttr(op, 'headDim', attrs.headDim, 'expected a multiple of 8 (each half is loaded as vec4)');
   if (attrs.headDim > MAX_HEAD_DIM) badAttr(op, 'headDim', attrs.headDim, `expected at most ${MAX_HEAD_DIM}`);
   if (typeof attrs.base !== 'number' || !Number.isFinite(attrs.base) || !(attrs.base > 1)) badAttr(op, 'base', attrs.base, 'expected a finite number > 1');
+  for (const k of ['xStride', 'yStride'] as const) {
+    const v = attrs[k];
+    if (v === undefined) continue;
+    if (!Number.isInteger(v) || v < attrs.heads * attrs.headDim || v % 4 !== 0) {
+      badAttr(op, k, v, `expected a multiple of 4 of at least heads · headDim (${attrs.heads * attrs.headDim})`);
+    }
+  }
+  if (attrs.rotate !== undefined && typeof attrs.rotate !== 'boolean') badAttr(op, 'rotate', attrs.rotate, 'expected true or false');
 }
 
-function ropeShapes({ batch, seqLen, heads, headDim }: RopeAttrs): { act: number[]; positions: number[] } {
-  return { act: [batch, seqLen, heads, headDim], positions: [batch, seqLen] };
+/** Elements between tokens of x and of y. */
+export function ropeStrides(a: RopeAttrs): { x: number; y: number } {
+  const width = a.heads * a.headDim;
+  return { x: a.xStride ?? width, y: a.yStride ?? width };
 }
 
-/** The reference rotation by sign · θ (sign −1: the transpose). */
+function ropeShapes(a: RopeAttrs): { x: number[]; y: number[]; positions: number[] } {
+  const { batch, seqLen, heads, headDim } = a;
+  const act = [batch, seqLen, heads, headDim];
+  const span = (stride: number | undefined) => (stride === undefined ? act : [(batch * seqLen - 1) * stride + heads * headDim]);
+  return { x: span(a.xStride), y: span(a.yStride), positions: [batch, seqLen] };
+}
+
+/** y has elements rope leaves alone: the gaps between its tokens. */
+const ropeGaps = (a: RopeAttrs) => ropeStrides(a).y > a.heads * a.headDim;
+
+/** The reference rotation by sign · θ (sign −1: the transpose), or the copy (rotate false). */
 function rotate(x: ArrayLike<number>, positions: ArrayLike<number>, y: Float64Array, a: RopeAttrs, sign: 1 | -1): void {
   const { batch, seqLen, heads, headDim: d, base } = a;
   const half = d / 2;
+  const stride = ropeStrides(a);
   for (let n = 0; n < batch * seqLen; n++) {
     const pos = Math.fround(positions[n]!);
     for (let i = 0; i < half; i++) {
       const invFreq = Math.fround(Math.pow(base, (-2 * i) / d));
       const angle = Math.fround(pos * invFreq);
-      const c = Math.cos(angle);
-      const s = sign * Math.sin(angle);
+      const c = a.rotate === false ? 1 : Math.cos(angle);
+      const s = a.rotate === false ? 0 : sign * Math.sin(angle);
       for (let h = 0; h < heads; h++) {
-        const lo = (n * heads + h) * d + i;
-        const hi = lo + half;
-        y[lo] = x[lo]! * c - x[hi]! * s;
-        y[hi] = x[hi]! * c + x[lo]! * s;
+        const xlo = n * stride.x + h * d + i;
+        const ylo = n * stride.y + h * d + i;
+        y[ylo] = x[xlo]! * c - x[xlo + half]! * s;
+        y[ylo + half] = x[xlo + half]! * c + x[xlo]! * s;
       }
     }
   }
@@ -81,10 +114,21 @@ function ropeCases(scale: 'test' | 'bench'): { label: string; attrs: RopeAttrs }
     [1, 9, 2, 64, 500000],
   ];
   const shapes = scale === 'test' ? test : [[8, 1024, 12, 64, 10000] as [number, number, number, number, number]];
-  return shapes.map(([batch, seqLen, heads, headDim, base]) => ({
+  const cases: { label: string; attrs: RopeAttrs }[] = shapes.map(([batch, seqLen, heads, headDim, base]) => ({
     label: `B${batch} T${seqLen} H${heads} D${headDim} base ${base}`,
     attrs: { batch, seqLen, heads, headDim, base },
   }));
+  // A fused q/k/v projection's parts: q (3 heads of a 7-head row) read and written strided, and
+  // v copied out of it; at bench size llama-124m's q out of its [rows, 3 · 768] projection.
+  const strided: [string, RopeAttrs][] =
+    scale === 'test'
+      ? [
+          ['strided x and y', { batch: 2, seqLen: 7, heads: 3, headDim: 16, base: 10000, xStride: 112, yStride: 64 }],
+          ['copy (rotate false), strided x', { batch: 2, seqLen: 5, heads: 2, headDim: 16, base: 10000, xStride: 112, rotate: false }],
+        ]
+      : [['q of a fused qkv', { batch: 8, seqLen: 1024, heads: 12, headDim: 64, base: 10000, xStride: 2304 }]];
+  for (const [what, attrs] of strided) cases.push({ label: `B${attrs.batch} T${attrs.seqLen} H${attrs.heads} D${attrs.headDim} ${what}`, attrs });
+  return cases;
 }
 
 // inv_freq a few ulp off at positions < ~5000 (see the header)
@@ -102,12 +146,13 @@ export const rope = defineOp<RopeAttrs>({
   floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRope('rope', attrs),
   shapes(attrs) {
-    const { act, positions } = ropeShapes(attrs);
-    return { x: act, positions, y: act };
+    const { x, y, positions } = ropeShapes(attrs);
+    return { x, positions, y };
   },
+  partialOutputs: ropeGaps,
   reference: ({ x, positions, y }, attrs) => rotate(x!, positions!, y as Float64Array, attrs, 1),
   cases: ropeCases,
-  sample: (rng, attrs) => ({ x: randn(rng, attrs.batch * attrs.seqLen * attrs.heads * attrs.headDim), positions: samplePositions(rng, attrs) }),
+  sample: (rng, attrs) => ({ x: randn(rng, numel(ropeShapes(attrs).x)), positions: samplePositions(rng, attrs) }),
   tolerance: ROPE_TOLERANCE,
   flops: ropeFlops,
 });
@@ -123,12 +168,13 @@ export const ropeBackward = defineOp<RopeAttrs>({
   floatDtypes: ['f32', 'bf16'],
   validate: (attrs) => validateRope('rope_backward', attrs),
   shapes(attrs) {
-    const { act, positions } = ropeShapes(attrs);
-    return { dy: act, positions, dx: act };
+    const { x, y, positions } = ropeShapes(attrs);
+    return { dy: x, positions, dx: y };
   },
+  partialOutputs: ropeGaps,
   reference: ({ dy, positions, dx }, attrs) => rotate(dy!, positions!, dx as Float64Array, attrs, -1),
   cases: ropeCases,
-  sample: (rng, attrs) => ({ dy: randn(rng, attrs.batch * attrs.seqLen * attrs.heads * attrs.headDim), positions: samplePositions(rng, attrs) }),
+  sample: (rng, attrs) => ({ dy: randn(rng, numel(ropeShapes(attrs).x)), positions: samplePositions(rng, attrs) }),
   tolerance: ROPE_TOLERANCE,
   flops: ropeFlops,
   gradient: gradientOf<RopeAttrs, RopeAttrs>({
@@ -138,5 +184,7 @@ export const ropeBackward = defineOp<RopeAttrs>({
     inputs: { x: 'dy', positions: 'positions' },
     cotangents: { y: 'dy' },
     grads: { dx: 'x' },
+    // the finite differences sum over whole outputs: without gaps (the strides change no math)
+    checkAttrs: ({ xStride: _x, yStride: _y, ...dense }) => dense,
   }),
 });

@@ -42,7 +42,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       const t = args[a.name]!;
       if (t.backend !== this.name) fail('BAD_ARGUMENT', `${op.name}: argument '${a.name}' lives on ${t.backend}, not cpu`);
       const dtype = resolveArgDtype(op, a, attrs, floatDtype);
-      if (a.role === 'out') {
+      if (a.role === 'out' && !op.partialOutputs?.(attrs)) {
         ref[a.name] = refArrayFor(dtype, t.size);
         continue;
       }

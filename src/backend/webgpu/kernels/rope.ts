@@ -1,4 +1,4 @@
-import { type RopeAttrs, rope, ropeBackward } from '../../../ops/rope.js';
+import { type RopeAttrs, rope, ropeBackward, ropeStrides } from '../../../ops/rope.js';
 import type { Tensor } from '../../../tensor.js';
 import { type KernelContext, defineKernel, grid1d } from '../kernel.js';
 
@@ -13,10 +13,14 @@ export function ropeExponent(base: number, headDim: number): { exp_hi: number; e
 function dispatchRope(k: KernelContext, entry: string, src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs): void {
   const tokens = a.batch * a.seqLen;
   const halfDim = a.headDim / 2;
+  const strides = ropeStrides(a);
   k.dispatch({
     shader: 'rope',
     entry,
-    bindings: { params: { tokens, heads: a.heads, half_dim: halfDim, ...ropeExponent(a.base, a.headDim) }, src, positions, dst },
+    bindings: {
+      params: { tokens, heads: a.heads, half_dim: halfDim, ...ropeExponent(a.base, a.headDim), x_stride4: strides.x / 4, y_stride4: strides.y / 4, rotate: a.rotate === false ? 0 : 1 },
+      src, positions, dst,
+    },
     workgroups: grid1d(tokens * (halfDim / 4), 256),
   });
 }
