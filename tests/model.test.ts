@@ -21,6 +21,8 @@ const cfg = resolveConfig({
 
 /** Qwen2's q/k/v biases and Qwen3's per-head q/k norms, both on (no HF architecture has both; the model does). */
 const qwenish = { ...cfg.model, qkvBias: true, qkNorm: true };
+/** q, k and v parts of PARAM_ALIGN multiples (8 · 16 and 4 · 16): their projections take one GEMM. */
+const fusedQkv = { ...cfg.model, dModel: 128, nHeads: 8, nKvHeads: 4 };
 
 /** Biases and norm weights away from their zeros/ones initialisation, so they change the output. */
 async function randomizeBiasesAndNorms(m: LlamaModel, seed: number): Promise<void> {
@@ -105,11 +107,13 @@ describe('LlamaModel', () => {
     store.destroy();
   });
 
-  for (const [variant, model] of [['', cfg.model], [', q/k/v biases and q/k norms', qwenish]] as const) for (const causal of [true, false]) {
+  const variants = [['', cfg.model, false], [', q/k/v biases and q/k norms', qwenish, false], [', q/k/v in one GEMM', fusedQkv, true]] as const;
+  for (const [variant, model, fused] of variants) for (const causal of [true, false]) {
     it(`backward matches finite differences of the loss (${causal ? 'causal' : 'bidirectional'}, GQA, two documents per row${variant})`, async () => {
       const b = new CpuBackend();
       const B = 2, T = 8, N = B * T;
       const m = new LlamaModel(b, model, B, 3);
+      for (const blk of m.blocks) expect(blk.attn.fused).toBe(fused);
       await randomizeBiasesAndNorms(m, 8);
       const inputs = Int32Array.from({ length: N }, (_, i) => (i * 37 + 11) % 256);
       const targets = Int32Array.from({ length: N }, (_, i) => (i % 5 === 0 ? -1 : (i * 53 + 7) % 256));

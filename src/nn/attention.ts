@@ -3,6 +3,14 @@
  * and k (Qwen3 style, when asked), RoPE on q and k, flash attention (causal, bidirectional or
  * document-masked, grouped-query), output projection. Saves q, k, v, the output and the LSE, and
  * the un-normalised q and k with their rstd when q/k are normalised.
+ *
+ * Without biases and norms, training projects q, k and v in one GEMM: the three weights sit back
+ * to back in the parameter store, so Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix and
+ * x · Wqkvᵀ one [rows, (H + 2G)·D] product, whose rows rope reads a part at a time (its token
+ * stride) into the contiguous q, k and v attention takes (v by rope's copy). Backward writes the
+ * three gradients into one such matrix the same way, so dWqkv and dx are one GEMM each: three
+ * GEMMs of three times the size instead of nine, which at llama-124m's [16384, 768] × [768, 768]
+ * ran far below the larger GEMMs' rate (bench/RESULTS.md, twelfth pass).
  */
 import type { Backend } from '../backend/backend.js';
 import { attention, attentionBackward } from '../ops/attention.js';
@@ -10,7 +18,9 @@ import { attentionDecode } from '../ops/attention_decode.js';
 import { rope, ropeBackward } from '../ops/rope.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
-import { Linear, addRowBias, accumulateBiasGrad } from './linear.js';
+import { PARAM_ALIGN } from '../config/model-size.js';
+import { matmul, matmulAttrs } from '../ops/matmul.js';
+import { Linear, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
 import type { Param, ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
 
@@ -40,6 +50,11 @@ export interface AttentionShape {
 
 /** Temporaries shared by every attention layer (only one layer runs at a time). */
 export class AttentionScratch {
+  /**
+   * [rows, (H + 2G)·D]: the fused projection (forward) and its gradient (backward); its first
+   * rows·(H + G)·D elements serve as qPre and kPre otherwise.
+   */
+  readonly qkv: Tensor;
   readonly qPre: Tensor;
   readonly kPre: Tensor;
   readonly dAttn: Tensor;
@@ -55,8 +70,9 @@ export class AttentionScratch {
     const q = [s.batch, s.seqLen, s.heads, s.headDim];
     const kv = [s.batch, s.seqLen, s.kvHeads, s.headDim];
     const rows = s.batch * s.seqLen;
-    this.qPre = arena.alloc(q);
-    this.kPre = arena.alloc(kv);
+    this.qkv = arena.alloc([rows * (s.heads + 2 * s.kvHeads) * s.headDim]);
+    this.qPre = arena.backend.view(this.qkv, 0, q);
+    this.kPre = arena.backend.view(this.qkv, rows * s.heads * s.headDim, kv);
     this.dAttn = arena.alloc(q);
     this.dq = arena.alloc(q);
     this.dk = arena.alloc(kv);
@@ -124,9 +140,34 @@ export class SelfAttention {
     return { batch: s.batch, seqLen: s.seqLen, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, causal, scale: 1 / Math.sqrt(s.headDim) };
   }
 
-  private ropeAttrs(heads: number) {
+  private ropeAttrs(heads: number, strides: { xStride?: number; yStride?: number; rotate?: boolean } = {}) {
     const s = this.s;
-    return { batch: s.batch, seqLen: s.seqLen, heads, headDim: s.headDim, base: s.ropeBase };
+    return { batch: s.batch, seqLen: s.seqLen, heads, headDim: s.headDim, base: s.ropeBase, ...strides };
+  }
+
+  /**
+   * Whether q, k and v take one GEMM: no biases or norms, the weights back to back in the store,
+   * and each part of a projection row starting at a multiple of PARAM_ALIGN elements (WebGPU
+   * binds views at 256-byte offsets).
+   */
+  get fused(): boolean {
+    const s = this.s;
+    const q = s.heads * s.headDim, kv = s.kvHeads * s.headDim, d = this.q.inFeatures;
+    return !s.qkvBias && !s.qkNorm && q % PARAM_ALIGN === 0 && kv % PARAM_ALIGN === 0 &&
+      this.k.weight.offset === this.q.weight.offset + q * d && this.v.weight.offset === this.k.weight.offset + kv * d;
+  }
+
+  /** The q, k and v parts of scratch.qkv: [offset of the part in a row, heads, its rope attributes]. */
+  private qkvParts(): [number, number, boolean][] {
+    const s = this.s;
+    return [[0, s.heads, true], [s.heads * s.headDim, s.kvHeads, true], [(s.heads + s.kvHeads) * s.headDim, s.kvHeads, false]];
+  }
+
+  /** Part (offset, heads) of the rows of scratch.qkv, as rope's strided span of them. */
+  private qkvSpan(b: Backend, offset: number, heads: number): Tensor {
+    const s = this.s;
+    const width = (s.heads + 2 * s.kvHeads) * s.headDim;
+    return b.view(this.scratch.qkv, offset, [(s.batch * s.seqLen - 1) * width + heads * s.headDim]);
   }
 
   /** out [rows, dModel] from x [rows, dModel]. */
@@ -134,13 +175,30 @@ export class SelfAttention {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
+    if (this.fused) {
+      const width = (s.heads + 2 * s.kvHeads) * s.headDim, d = this.q.inFeatures;
+      // [rows, (H + 2G)·D] = x · Wqkvᵀ
+      b.run(matmul, { a: as3d(b, x), b: b.view(this.q.weight.compute, 0, [1, width, d]), out: b.view(sc.qkv, 0, [1, rows, width]) }, matmulAttrs(1, rows, width, d, false, true));
+      const saved = [this.savedQ, this.savedK, this.savedV];
+      this.qkvParts().forEach(([offset, heads, turn], i) => {
+        b.run(rope, { x: this.qkvSpan(b, offset, heads), positions, y: saved[i]! }, this.ropeAttrs(heads, { xStride: width, rotate: turn }));
+      });
+    } else {
+      this.projectAll(b, x, positions);
+    }
+    b.run(attention, { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse }, this.attrs(causal));
+    this.o.forward(b, as2d(b, this.savedOut), out, rows);
+  }
+
+  /** q, k and v one projection at a time (biases, norms), then rope on q and k. */
+  private projectAll(b: Backend, x: Tensor, positions: Tensor): void {
+    const s = this.s;
+    const sc = this.scratch;
     this.project(b, this.proj.q, x, sc.qPre);
     this.project(b, this.proj.k, x, sc.kPre);
     this.project(b, this.proj.v, x, this.savedV);
     b.run(rope, { x: sc.qPre, positions, y: this.savedQ }, this.ropeAttrs(s.heads));
     b.run(rope, { x: sc.kPre, positions, y: this.savedK }, this.ropeAttrs(s.kvHeads));
-    b.run(attention, { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse }, this.attrs(causal));
-    this.o.forward(b, as2d(b, this.savedOut), out, rows);
   }
 
   /** dx [rows, dModel] (written) from dout; parameter gradients accumulated. */
@@ -154,6 +212,19 @@ export class SelfAttention {
       { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, dq: sc.dq, dk: sc.dk, dv: sc.dv },
       this.attrs(causal),
     );
+    if (this.fused) {
+      const width = (s.heads + 2 * s.kvHeads) * s.headDim, d = this.q.inFeatures;
+      // dq, dk (turned back) and dv into the rows of one [rows, (H + 2G)·D] gradient
+      const grads = [sc.dq, sc.dk, sc.dv];
+      this.qkvParts().forEach(([offset, heads, turn], i) => {
+        b.run(ropeBackward, { dy: grads[i]!, positions, dx: this.qkvSpan(b, offset, heads) }, this.ropeAttrs(heads, { yStride: width, rotate: turn }));
+      });
+      const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
+      // dWqkv [(H + 2G)·D, d] += dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
+      b.run(matmul, { a: dqkv, b: as3d(b, x), out: b.view(this.q.weight.grad, 0, [1, width, d]) }, matmulAttrs(1, width, d, rows, true, false, { accumulate: true, outF32: true }));
+      b.run(matmul, { a: dqkv, b: b.view(this.q.weight.compute, 0, [1, width, d]), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
+      return;
+    }
     // Pre-rope gradients reuse the forward's pre-rope buffers.
     b.run(ropeBackward, { dy: sc.dq, positions, dx: sc.qPre }, this.ropeAttrs(s.heads));
     b.run(ropeBackward, { dy: sc.dk, positions, dx: sc.kPre }, this.ropeAttrs(s.kvHeads));
