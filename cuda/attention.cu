@@ -1285,9 +1285,18 @@ __global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksP
 // with dQ in its own step and one block barrier a step, and the deferred dQ 1.02-1.09× faster
 // again (B8 T2048 H16 bidirectional: 2.168 → 1.913 ms in one run, 1.879 → 1.812 in another;
 // SDPA 1.474).
+//
+// Head dim 64 (MDLM_ATTN_WS_BACKWARD64=1; emulator-checked, not yet timed on a GPU): a tile's dQ
+// has 64 columns, too few to split between the warpgroups (a 32-column operand would start
+// inside a 128-byte swizzle row), so the warpgroups take turns: warpgroup (i mod 2) computes all
+// of tile i's dQ over both warpgroups' 128 keys, a step later as at 128. That sends dQ's atomics
+// once per 128 keys, half as many as bwd_dkdv_wgmma's 64-key blocks, and each warpgroup still
+// does 5 products' work a step on average.
 template <int kD>
 struct WsBwdCfg {
-  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kD / kWG, kdSBufs = 3;
+  // kSplitDq: each warpgroup computes half of every dQ's columns (128); else whole dQs in turn (64)
+  static constexpr bool kSplitDq = kD == 128;
+  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kSplitDq ? kD / kWG : kD, kdSBufs = 3;
   // 128·24 + 256·240 ≤ 64K; launched at 168 registers a thread (65536 / 384; see WsFwdCfg).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -1299,7 +1308,7 @@ struct WsBwdCfg {
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
   static constexpr size_t kSmem = kOffBar + 2 * (kStages + kdSBufs) * 8 + 1024;
-  static_assert(kD == 128, "warp-specialised backward: head dim 128");
+  static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
   static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 && kProducerRegs < 65536 / kThreads &&
                     kConsumerRegs > 65536 / kThreads,
                 "setmaxnreg budget");
@@ -1411,17 +1420,21 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   wg::bar_sync(1, Cfg::kConsumers);  // both warpgroups' K and V rows have landed
 
   int i = 0, prev_hq = 0, prev_q0 = 0;  // the step before's tile, whose dQ a step computes
-  // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows), this warpgroup's columns.
+  // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows): this warpgroup's columns,
+  // or (head dim 64) all of them.
+  const int dq_col = Cfg::kSplitDq ? wgi * kDq : 0;
   auto issue_dq = [&](float (&dq)[kDq / 2], uint32_t buf) {
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)
-      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(buf, kBc, 0, kk), wg::desc_mn_major(aK, kBc, wgi * kDq, kk), kk > 0);
+      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(buf, kBc, 0, kk), wg::desc_mn_major(aK, kBc, dq_col, kk), kk > 0);
     wg::wgmma_commit();
   };
   auto add_dq = [&](const float (&dq)[kDq / 2], int hq, int q0) {
-    add_dq_rows<kDq>(p.dq_accum + q_base(p, b, g * group + hq), qstride, q0 + 16 * warp + gid, dq, wgi * kDq, D, T);
+    add_dq_rows<kDq>(p.dq_accum + q_base(p, b, g * group + hq), qstride, q0 + 16 * warp + gid, dq, dq_col, D, T);
   };
+  // Whether this warpgroup computes step j's dQ (j = -1: the first step's dummy product).
+  auto owns_dq = [&](int j) { return Cfg::kSplitDq || (j & 1) == wgi; };
   for (;; ++i) {
     const int s = i % kS, d = i % Cfg::kdSBufs;
     wg::mbar_wait(full(s), (uint32_t)(i / kS) & 1u);
@@ -1457,8 +1470,9 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     wg::fence_proxy_async();
     wg::mbar_arrive(ds_full(d));
     wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
+    const bool own = owns_dq(i - 1);
     // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
-    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    if (i > 0 && own) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
 
     wg::wgmma_fence();
 #pragma unroll
@@ -1468,8 +1482,10 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     // for each other, and one's softmax can overlap the other's products. (The first step has
     // none: it multiplies the V tile, which no copy rewrites, unread, so every wgmma is on a
     // uniform path: a conditional one made ptxas spill 392 bytes.)
+    // (Head dim 64: the warpgroup whose turn it is not issues none; the other one's arrival below
+    // frees the buffer together with the owner's.)
     float dq[kDq / 2];
-    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
+    if (own) issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
@@ -1477,7 +1493,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
     if (i > 0) {
-      add_dq(dq, prev_hq, prev_q0);
+      if (own) add_dq(dq, prev_hq, prev_q0);
       wg::mbar_arrive(ds_empty((i - 1) % Cfg::kdSBufs));
     }
     prev_hq = hq;
@@ -1485,10 +1501,11 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   }
   {  // the last tile's dQ
     float dq[kDq / 2];
-    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
-    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
+    const bool own = owns_dq(i - 1);
+    if (i > 0 && own) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    if (own) issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
     wg::wgmma_wait<0>();  // and the last step's dK
-    if (i > 0) add_dq(dq, prev_hq, prev_q0);
+    if (i > 0 && own) add_dq(dq, prev_hq, prev_q0);
   }
   wg::fence_operand(dk);
   bwd_store_dkdv<kD>(p, kb, kvstride, krow, dk, dv);
@@ -1966,6 +1983,10 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch_tiles(bwd_dkdv_mma<kD, kBr, kW, kM, true>, p.B * p.G, K::kBc, K::kThreads, K::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
+// MDLM_ATTN_WS_BACKWARD64=1 takes bwd_ws at head dim 64 instead of bwd_dkdv_wgmma (not yet timed
+// on a GPU; the emulator checks it). Read at every call.
+bool ws_backward64() { return env_knob("MDLM_ATTN_WS_BACKWARD64") == "1"; }
+
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
 // accumulator; on wgmma when `wgmma`), then dQ to bf16. Deterministic: dQ in a kernel of its own,
 // then dK and dV.
@@ -1981,7 +2002,12 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
         launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
       } else if constexpr (kD == 64) {
         using W = WgDkvCfg<kD>;
-        launch_tiles(bwd_dkdv_wgmma<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+        using S = WsBwdCfg<kD>;
+        if (ws_backward64()) {
+          launch_tiles(bwd_ws<kD>, p.B * p.G, S::kBc, S::kThreads, S::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+        } else {
+          launch_tiles(bwd_dkdv_wgmma<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma)");
+        }
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
@@ -2039,7 +2065,7 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 bool use_wgmma_backward(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
     case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WsBwdCfg<128>::kSmem);
-    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WgDkvCfg<64>::kSmem);
+    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", std::max(WgDkvCfg<64>::kSmem, WsBwdCfg<64>::kSmem));
     default: return false;
   }
 }

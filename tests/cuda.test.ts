@@ -300,6 +300,36 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
+  it('runs the warp-specialised backward at head dim 64 (MDLM_ATTN_WS_BACKWARD64=1) within tolerance, close to the default kernel', async () => {
+    const b = await cuda();
+    const downloadGrads = async (t: Record<string, Tensor>) => Promise.all(['dq', 'dk', 'dv'].map(async (n) => (await b.download(t[n]!)) as Float32Array));
+    process.env.MDLM_ATTN_WS_BACKWARD64 = '1';
+    try {
+      for (const c of attentionBackward.cases('test')) {
+        const r = await checkParity(b, attentionBackward, c, { seed: freshSeed(), dtype: 'bf16' });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+      }
+      // Many query tiles a key block, so both warpgroups take turns at dQ, and several key blocks a row.
+      const attrs: AttentionAttrs = { batch: 2, seqLen: 700, heads: 4, kvHeads: 2, headDim: 64, causal: false, scale: 0.125 };
+      const t: Record<string, Tensor> = {};
+      expect(uploadBackwardFromForward(b, attentionBackward, attrs, 'bf16', new PhiloxStream(14, RngPurpose.harness), t)).toBe(true);
+      try {
+        b.run(attentionBackward, t, attrs);
+        const ws = await downloadGrads(t);
+        delete process.env.MDLM_ATTN_WS_BACKWARD64;
+        b.run(attentionBackward, t, attrs);
+        const base = await downloadGrads(t);
+        // The same products in other orders and tiles: dQ's atomics, dK's and dV's sums.
+        base.forEach((g, i) => expect(relativeError(ws[i]!, g, false), ['dq', 'dk', 'dv'][i]).toBeLessThanOrEqual(2e-3));
+      } finally {
+        Object.values(t).forEach((x) => b.free(x));
+      }
+    } finally {
+      delete process.env.MDLM_ATTN_WS_BACKWARD64;
+    }
+  });
+
   it('runs on views at any element offset (unaligned pointers take the scalar paths)', async () => {
     const b = await cuda();
     const rng = new PhiloxStream(12, RngPurpose.harness);
