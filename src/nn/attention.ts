@@ -157,7 +157,17 @@ export class SelfAttention {
       this.k.weight.offset === this.q.weight.offset + q * d && this.v.weight.offset === this.k.weight.offset + kv * d;
   }
 
-  /** The q, k and v parts of scratch.qkv: [offset of the part in a row, heads, its rope attributes]. */
+  /** Elements of a fused projection row: (H + 2G)·D. */
+  private get qkvWidth(): number {
+    return (this.s.heads + 2 * this.s.kvHeads) * this.s.headDim;
+  }
+
+  /** Wqkv = [Wq; Wk; Wv] (working copy or gradient) as one [1, (H + 2G)·D, dModel] matrix. */
+  private wqkv(b: Backend, w: Tensor): Tensor {
+    return b.view(w, 0, [1, this.qkvWidth, this.q.inFeatures]);
+  }
+
+  /** The q, k and v parts of a fused projection row: [offset in the row, heads, whether rope turns them]. */
   private qkvParts(): [number, number, boolean][] {
     const s = this.s;
     return [[0, s.heads, true], [s.heads * s.headDim, s.kvHeads, true], [(s.heads + s.kvHeads) * s.headDim, s.kvHeads, false]];
@@ -166,8 +176,7 @@ export class SelfAttention {
   /** Part (offset, heads) of the rows of scratch.qkv, as rope's strided span of them. */
   private qkvSpan(b: Backend, offset: number, heads: number): Tensor {
     const s = this.s;
-    const width = (s.heads + 2 * s.kvHeads) * s.headDim;
-    return b.view(this.scratch.qkv, offset, [(s.batch * s.seqLen - 1) * width + heads * s.headDim]);
+    return b.view(this.scratch.qkv, offset, [(s.batch * s.seqLen - 1) * this.qkvWidth + heads * s.headDim]);
   }
 
   /** out [rows, dModel] from x [rows, dModel]. */
@@ -176,9 +185,9 @@ export class SelfAttention {
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
     if (this.fused) {
-      const width = (s.heads + 2 * s.kvHeads) * s.headDim, d = this.q.inFeatures;
+      const width = this.qkvWidth;
       // [rows, (H + 2G)·D] = x · Wqkvᵀ
-      b.run(matmul, { a: as3d(b, x), b: b.view(this.q.weight.compute, 0, [1, width, d]), out: b.view(sc.qkv, 0, [1, rows, width]) }, matmulAttrs(1, rows, width, d, false, true));
+      b.run(matmul, { a: as3d(b, x), b: this.wqkv(b, this.q.weight.compute), out: b.view(sc.qkv, 0, [1, rows, width]) }, matmulAttrs(1, rows, width, this.q.inFeatures, false, true));
       const saved = [this.savedQ, this.savedK, this.savedV];
       this.qkvParts().forEach(([offset, heads, turn], i) => {
         b.run(rope, { x: this.qkvSpan(b, offset, heads), positions, y: saved[i]! }, this.ropeAttrs(heads, { xStride: width, rotate: turn }));
@@ -213,7 +222,7 @@ export class SelfAttention {
       this.attrs(causal),
     );
     if (this.fused) {
-      const width = (s.heads + 2 * s.kvHeads) * s.headDim, d = this.q.inFeatures;
+      const width = this.qkvWidth, d = this.q.inFeatures;
       // dq, dk (turned back) and dv into the rows of one [rows, (H + 2G)·D] gradient
       const grads = [sc.dq, sc.dk, sc.dv];
       this.qkvParts().forEach(([offset, heads, turn], i) => {
@@ -221,8 +230,8 @@ export class SelfAttention {
       });
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
       // dWqkv [(H + 2G)·D, d] += dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
-      b.run(matmul, { a: dqkv, b: as3d(b, x), out: b.view(this.q.weight.grad, 0, [1, width, d]) }, matmulAttrs(1, width, d, rows, true, false, { accumulate: true, outF32: true }));
-      b.run(matmul, { a: dqkv, b: b.view(this.q.weight.compute, 0, [1, width, d]), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
+      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate: true, outF32: true }));
+      b.run(matmul, { a: dqkv, b: this.wqkv(b, this.q.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
       return;
     }
     // Pre-rope gradients reuse the forward's pre-rope buffers.
