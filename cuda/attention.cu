@@ -901,34 +901,42 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int64_t kb, int6
 // landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
 // which key tiles the block visits: with each K tile it leaves the tile's index and kind and its
 // keys' segment ids in shared memory, so the consumers never read global memory in the loop.
-template <int kD>
+//
+// kBlocks = 2 (head dim 64 only, MDLM_ATTN_FWD_BLOCKS=2; emulator-checked, not yet timed on a GPU):
+// two blocks an SM, so four consumer warpgroups' softmaxes interleave with the products (at head
+// dim 64 the exponentials take about as long as the products), with 64-key tiles to fit 112
+// registers a consumer thread.
+template <int kD, int kBlocks = 1>
 struct WsFwdCfg {
   // Three stages: at head dim 128, two were up to 9% slower on the bench shapes and level on the
   // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
   // 0.485 ms); three fill 227 KB there.
-  static constexpr int kBr = 128, kBc = 128, kStages = 3;
-  // setmaxnreg works on warpgroups: the producer keeps 56 registers a thread, the consumers take
-  // 224 (128·56 + 256·224 ≤ 64K). The consumers' increase comes out of what the producer gives
-  // back, so the kernel must launch with 168 registers a thread (65536 / 384, which ptxas -v
-  // reports): with fewer, the increase would wait forever.
-  static constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+  static constexpr int kBr = 128, kBc = kBlocks == 1 ? 128 : 64, kStages = 3;
+  // setmaxnreg works on warpgroups: with one block an SM the producer keeps 56 registers a thread
+  // and the consumers take 224 (128·56 + 256·224 ≤ 64K); with two, 24 and 112 (≤ 32K). The
+  // consumers' increase comes out of what the producer gives back, so the kernel must launch with
+  // no more than its share (168 or 80 registers a thread, which ptxas -v reports): with more, the
+  // increase would wait forever.
+  static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 112;
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
-  static constexpr uint32_t kTile = kBc * kD * 2;  // bytes of a K or V tile (and of the Q tile)
-  static constexpr uint32_t kOffK = kTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
+  static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
+  static constexpr uint32_t kOffK = kQTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
   // mbarriers: fullK, fullV, emptyK, emptyV, kStages each; then per stage the keys' segment ids
   // and the tile's (index, kind)
   static constexpr uint32_t kOffSeg = kOffBar + 4 * kStages * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
   static constexpr size_t kSmem = kOffInfo + kStages * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
-  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 && kProducerRegs < 65536 / kThreads &&
-                    kConsumerRegs > 65536 / kThreads,
+  static_assert(kBlocks == 1 || (kBlocks == 2 && kD == 64), "two blocks an SM: head dim 64");
+  static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
+  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 / kBlocks &&
+                    kProducerRegs < 65536 / kBlocks / kThreads && kConsumerRegs > 65536 / kBlocks / kThreads,
                 "setmaxnreg budget");
 };
 
-template <int kD>
-__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params p) {
+template <int kD, int kBlocks>
+__global__ void __launch_bounds__(WsFwdCfg<kD, kBlocks>::kThreads, kBlocks) fwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsFwdCfg<kD>;
+  using Cfg = WsFwdCfg<kD, kBlocks>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -965,7 +973,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
     // Producer warpgroup: K (with the tile's segment ids and info) then V of every tile the block
     // visits, into the ring, then an info of n_end that ends the consumers' loop.
     const int pt = threadIdx.x - Cfg::kConsumers;
-    static_assert(Cfg::kProducers == kBc, "one segment id a producer thread");
+    static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
     const TileRowCopy<kBc, kD, Cfg::kProducers> rows(pt, D);
     const bf16* const kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
     const bf16* const vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
@@ -981,7 +989,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, 1) fwd_ws(const Params
         info[2 * s + 1] = kind;
       }
       if (n < n_end) {
-        seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
+        if (pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
         rows.copy(aK + s * Cfg::kTile, kg, kvstride, n * kBc, T);
       }
       wg::mbar_arrive(full_k(s));
@@ -1969,8 +1977,13 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
+      constexpr const char* kName = "attention forward (bf16 wgmma, warp-specialised)";
+      if constexpr (kD == 64) {
+        using W2 = WsFwdCfg<kD, 2>;
+        if (env_knob("MDLM_ATTN_FWD_BLOCKS") == "2") return launch_tiles(fwd_ws<kD, 2>, p.B * p.H, W2::kBr, W2::kThreads, W2::kSmem, p, false, stream, kName);
+      }
       using W = WsFwdCfg<kD>;
-      return launch_tiles(fwd_ws<kD>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
+      return launch_tiles(fwd_ws<kD, 1>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, kName);
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
