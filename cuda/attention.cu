@@ -904,7 +904,7 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int64_t kb, int6
 //
 // kBlocks = 2 (head dim 64 only, MDLM_ATTN_FWD_BLOCKS=2; emulator-checked, not yet timed on a GPU):
 // two blocks an SM, so four consumer warpgroups' softmaxes interleave with the products (at head
-// dim 64 the exponentials take about as long as the products), with 64-key tiles to fit 112
+// dim 64 the exponentials take about as long as the products), with 64-key tiles to fit 104
 // registers a consumer thread.
 template <int kD, int kBlocks = 1>
 struct WsFwdCfg {
@@ -912,12 +912,12 @@ struct WsFwdCfg {
   // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
   // 0.485 ms); three fill 227 KB there.
   static constexpr int kBr = 128, kBc = kBlocks == 1 ? 128 : 64, kStages = 3;
-  // setmaxnreg works on warpgroups: with one block an SM the producer keeps 56 registers a thread
-  // and the consumers take 224 (128·56 + 256·224 ≤ 64K); with two, 24 and 112 (≤ 32K). The
-  // consumers' increase comes out of what the producer gives back, so the kernel must launch with
-  // no more than its share (168 or 80 registers a thread, which ptxas -v reports): with more, the
-  // increase would wait forever.
-  static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 112;
+  // setmaxnreg works on warpgroups: the consumers' increase comes out of what the producer gives
+  // back, within the registers the block launched with (its share of the SM's 64K, in multiples
+  // of 8 a thread: 168 or 80, which ptxas -v reports); asking for more would wait forever. One
+  // block an SM: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two: 24 and 104
+  // (128·24 + 256·104 ≤ 384·80).
+  static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
   static constexpr uint32_t kOffK = kQTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
@@ -928,8 +928,9 @@ struct WsFwdCfg {
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
   static_assert(kBlocks == 1 || (kBlocks == 2 && kD == 64), "two blocks an SM: head dim 64");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
-  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 / kBlocks &&
-                    kProducerRegs < 65536 / kBlocks / kThreads && kConsumerRegs > 65536 / kBlocks / kThreads,
+  static constexpr int kLaunchRegs = 65536 / kBlocks / kThreads / 8 * 8;
+  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= kLaunchRegs * kThreads && kProducerRegs < kLaunchRegs &&
+                    kConsumerRegs > kLaunchRegs,
                 "setmaxnreg budget");
 };
 
