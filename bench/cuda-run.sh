@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-ws wgmma tests train train-1.3b run ncu]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b run ncu]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -83,10 +83,11 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
       done ;;
-    attn-ws)  # the forward against its alternative, fwd_mma (MDLM_ATTN_WS_FORWARD=0)
-      for e in MDLM_ATTN_WS_FORWARD=0; do
-        env $e timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
-          | grep -v Warning | tee "$OUT/attn-$e.txt"
+    attn-fwd-ab)  # the forward by default and with each knob setting in FWD_AB (default: fwd_mma,
+      # MDLM_ATTN_WS_FORWARD=0; e.g. FWD_AB=MDLM_ATTN_FWD_BLOCKS=2), as attn-bwd-ab
+      for e in default ${FWD_AB:-MDLM_ATTN_WS_FORWARD=0}; do
+        env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
+          | grep -v Warning | tee "$OUT/attn-fwd-$e.txt"
       done ;;
     ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL
       # (regex on the demangled name) in bench kernels --ops NCU_OPS --case NCU_CASE at bench scale:
