@@ -57,6 +57,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <string>
 
 namespace mdlm {
@@ -896,6 +897,16 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int64_t kb, int6
 // Forward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two ping-ponging consumers
 // ---------------------------------------------------------------------------------------------
 
+// Whether a warp-specialised block's setmaxnreg split fits: the consumers' increase comes out of
+// what the producer gives back, within the registers the block launched with (its share of the
+// SM's 64K with `blocks` an SM, a multiple of 8 a thread, which ptxas -v reports); asking for more
+// would wait forever.
+constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, int consumer_regs, int blocks) {
+  const int launch = 65536 / blocks / (producers + consumers) / 8 * 8;
+  return producers * producer_regs + consumers * consumer_regs <= launch * (producers + consumers) && producer_regs < launch &&
+         consumer_regs > launch;
+}
+
 // Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; 128-key
 // tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
 // landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
@@ -912,10 +923,8 @@ struct WsFwdCfg {
   // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
   // 0.485 ms); three fill 227 KB there.
   static constexpr int kBr = 128, kBc = kBlocks == 1 ? 128 : 64, kStages = 3;
-  // setmaxnreg works on warpgroups: the consumers' increase comes out of what the producer gives
-  // back, within the registers the block launched with (its share of the SM's 64K, in multiples
-  // of 8 a thread: 168 or 80, which ptxas -v reports); asking for more would wait forever. One
-  // block an SM: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two: 24 and 104
+  // setmaxnreg works on warpgroups (setmaxnreg_fits). One block an SM launches at 168 registers a
+  // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two at 80: 24 and 104
   // (128·24 + 256·104 ≤ 384·80).
   static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -928,10 +937,7 @@ struct WsFwdCfg {
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
   static_assert(kBlocks == 1 || (kBlocks == 2 && kD == 64), "two blocks an SM: head dim 64");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
-  static constexpr int kLaunchRegs = 65536 / kBlocks / kThreads / 8 * 8;
-  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= kLaunchRegs * kThreads && kProducerRegs < kLaunchRegs &&
-                    kConsumerRegs > kLaunchRegs,
-                "setmaxnreg budget");
+  static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
 template <int kD, int kBlocks>
@@ -1306,7 +1312,7 @@ struct WsBwdCfg {
   // kSplitDq: each warpgroup computes half of every dQ's columns (128); else whole dQs in turn (64)
   static constexpr bool kSplitDq = kD == 128;
   static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kSplitDq ? kD / kWG : kD, kdSBufs = 3;
-  // 128·24 + 256·240 ≤ 64K; launched at 168 registers a thread (65536 / 384; see WsFwdCfg).
+  // 128·24 + 256·240 = 384·168, the launch share (setmaxnreg_fits).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kKV = kBc * kD * 2, kQ = kBr * kD * 2, kdS = kBc * kBr * 2;
@@ -1318,9 +1324,7 @@ struct WsBwdCfg {
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
   static constexpr size_t kSmem = kOffBar + 2 * (kStages + kdSBufs) * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
-  static_assert(kProducers * kProducerRegs + kConsumers * kConsumerRegs <= 65536 && kProducerRegs < 65536 / kThreads &&
-                    kConsumerRegs > 65536 / kThreads,
-                "setmaxnreg budget");
+  static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
 template <int kD>
@@ -1932,10 +1936,14 @@ void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_
                   const char* name) {
   int resident = p.sms;
 #ifndef MDLM_ATTN_EMULATE
-  allow_smem(kernel, smem, name);
-  int per_sm = 0;
-  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), name);
-  resident *= std::max(1, per_sm);
+  // Blocks an SM holds, asked of the driver once a kernel (each launches with one configuration).
+  static std::map<const void*, int> per_sm;
+  auto [it, fresh] = per_sm.try_emplace(reinterpret_cast<const void*>(kernel), 0);
+  if (fresh) {
+    allow_smem(kernel, smem, name);
+    check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, threads, smem), name);
+  }
+  resident *= std::max(1, it->second);
 #endif
   p.group_rows = group_rows(p, backward, rows, ceil_div(p.T, rows_per_tile), resident);
   launch(kernel, tile_grid(rows, p.T, rows_per_tile), threads, smem, p, stream, name);
