@@ -84,7 +84,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
           | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
       done ;;
     attn-fwd-ab)  # the forward by default and with each knob setting in FWD_AB (default: fwd_mma,
-      # MDLM_ATTN_WS_FORWARD=0; e.g. FWD_AB=MDLM_ATTN_FWD_BLOCKS=2), as attn-bwd-ab
+      # MDLM_ATTN_WS_FORWARD=0), as attn-bwd-ab
       for e in default ${FWD_AB:-MDLM_ATTN_WS_FORWARD=0}; do
         env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
           | grep -v Warning | tee "$OUT/attn-fwd-$e.txt"

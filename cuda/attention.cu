@@ -15,11 +15,9 @@
 //                          of the GQA group and the query tiles; dV = Σ Pᵀ·dO, dK = scale · Σ dSᵀ·Q
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
-//             bwd_dkdv_wgmma the same on warpgroup MMA (sm_90) at head dim 64: one warpgroup
-//                          of 64 keys a block, 64-query steps, three blocks an SM. dK from the
-//                          shared dSᵀ tile, running while dQ's atomics go out.
-//             bwd_ws       head dim 128 (sm_90): two consumer warpgroups of 64 keys fed by a
-//                          producer warpgroup, each tile's dQ a step later.
+//             bwd_ws       the same on warpgroup MMA (sm_90), head dim 64 and 128: two consumer
+//                          warpgroups of 64 keys fed by a producer warpgroup, each tile's dQ a
+//                          step later.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
@@ -756,26 +754,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward, fused, Hopper (sm_90a): the same algorithm on warpgroup MMA (cuda/wgmma.cuh)
+// Hopper (sm_90a): tile copies and softmax pieces on warpgroup MMA (cuda/wgmma.cuh), the forward
 // ---------------------------------------------------------------------------------------------
-
-// Head dim 64: one warpgroup of 64 keys a block, 64 queries a step, three blocks an SM (168
-// registers a thread, no spills), whose softmaxes and products interleave. Every tile is
-// 128B-swizzled in shared memory, which serves the K-major and the MN-major reads. The query tiles
-// (Q, dO and their row values) are double-buffered: a step's dK product runs on into the next
-// step, which waits for it before it prefetches into that product's buffer. (Head dim 128 has the
-// warp-specialised bwd_ws below.)
-template <int kD>
-struct WgDkvCfg {
-  static constexpr int kBc = 64, kBr = 64, kThreads = 128, kStages = 2, kBlocksPerSM = 3;
-  static constexpr uint32_t kKV = kBc * kD * 2;  // bytes of the K (or V) tile
-  static constexpr uint32_t kQ = kBr * kD * 2;   // bytes of a Q (or dO) tile
-  // K, V, kStages × Q, kStages × dO, the dSᵀ tile [kBc][kBr], then kStages × (lse, Drow, segment id) of kBr.
-  static constexpr uint32_t kOffdS = 2 * kKV + 2 * kStages * kQ, kOffRows = kOffdS + kBc * kBr * 2;
-  static constexpr size_t kSmem = kOffRows + 3 * kStages * kBr * sizeof(float) + 1024;  // + slack to align the base to 1024
-  static_assert(kD == 64, "one-warpgroup wgmma backward: head dim 64");
-  static_assert(kBlocksPerSM * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
-};
 
 // One thread's share of cp.async-copying rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into
 // a swizzled [kRows][kD] tile, kThreads threads in all: thread `tid` copies 16-byte chunk c of rows
@@ -907,18 +887,20 @@ constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, 
          consumer_regs > launch;
 }
 
-// Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; 128-key
+// Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; key
 // tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
 // landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
 // which key tiles the block visits: with each K tile it leaves the tile's index and kind and its
 // keys' segment ids in shared memory, so the consumers never read global memory in the loop.
 //
-// kBlocks = 2 (head dim 64 only, MDLM_ATTN_FWD_BLOCKS=2; emulator-checked, not yet timed on a GPU):
-// two blocks an SM, so four consumer warpgroups' softmaxes interleave with the products (at head
-// dim 64 the exponentials take about as long as the products), with 64-key tiles to fit 104
-// registers a consumer thread.
-template <int kD, int kBlocks = 1>
+// Head dim 128: one block an SM, 128-key tiles. Head dim 64: two blocks an SM, so four consumer
+// warpgroups' softmaxes interleave with the products (at head dim 64 the exponentials take about
+// as long as the products), with 64-key tiles to fit 104 registers a consumer thread. H200,
+// 2026-12-03 (bench/RESULTS.md, thirteenth pass), against one block of 128-key tiles: causal B16
+// T1024 H12 0.122-0.124 vs 0.137-0.141 ms, B8 0.069-0.072 vs 0.071-0.074, the rest level to 2%.
+template <int kD>
 struct WsFwdCfg {
+  static constexpr int kBlocks = kD == 64 ? 2 : 1;
   // Three stages: at head dim 128, two were up to 9% slower on the bench shapes and level on the
   // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
   // 0.485 ms); three fill 227 KB there.
@@ -935,15 +917,14 @@ struct WsFwdCfg {
   static constexpr uint32_t kOffSeg = kOffBar + 4 * kStages * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
   static constexpr size_t kSmem = kOffInfo + kStages * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
-  static_assert(kBlocks == 1 || (kBlocks == 2 && kD == 64), "two blocks an SM: head dim 64");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-template <int kD, int kBlocks>
-__global__ void __launch_bounds__(WsFwdCfg<kD, kBlocks>::kThreads, kBlocks) fwd_ws(const Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsFwdCfg<kD, kBlocks>;
+  using Cfg = WsFwdCfg<kD>;
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1138,175 +1119,36 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kBlocks>::kThreads, kBlocks) fwd_
 #endif
 }
 
-// bwd_dkdv_mma<.., true> on wgmma: per query tile, the warpgroup computes Sᵀ = K·Qᵀ and
-// dPᵀ = V·dOᵀ (64 keys × 64 queries, shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
-// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, then dQ += dS·K (both
-// operands MN-major; after dV, whose registers it needs), added to the f32 accumulator with
-// atomics, and dK += dSᵀ·Q. dK reads dSᵀ from shared memory and is issued after dQ, so it runs
-// while the warpgroup sends dQ's atomics and on into the next step (waited for with that step's
-// Sᵀ). H200, 2026-12-03: 3-7% faster at head dim 128 (then two warpgroups) than dK from registers
-// issued with dV and waited for before the atomics (B8 T2048 H16 bidirectional 2.390 vs 2.532 ms).
-template <int kD>
-__global__ void __launch_bounds__(WgDkvCfg<kD>::kThreads, WgDkvCfg<kD>::kBlocksPerSM) bwd_dkdv_wgmma(const Params p) {
-#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WgDkvCfg<kD>;
-  constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kThreads = Cfg::kThreads, kS = Cfg::kStages;
-  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
-  const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
-  unsigned char* smem = smem_raw + (base - raw);
-  float* sL = reinterpret_cast<float*>(smem + Cfg::kOffRows);  // [kS][kBr] lse
-  float* sDr = sL + kS * kBr;                                   // [kS][kBr] Drow
-  int* sSg = reinterpret_cast<int*>(sDr + kS * kBr);            // [kS][kBr] the queries' segment ids
-  const uint32_t aK = base, aV = aK + Cfg::kKV, aQ = aV + Cfg::kKV, adO = aQ + kS * Cfg::kQ, adS = base + Cfg::kOffdS;
-
-  const int T = p.T, D = p.D, group = p.group;
-  const bool causal = p.causal;
-  const KeyBlock blk = key_block(p, kBc);  // (not a structured binding: the lambdas below capture b and g)
-  const int b = blk.b, g = blk.g, k0 = blk.k0;
-  const int warp = threadIdx.x >> 5, gid = (threadIdx.x & 31) >> 2;
-  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
-  const int64_t kb = kv_base(p, b, g);
-  const int* segb = p.seg + (int64_t)b * T;
-
-  const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
-  int hq, m, kind;
-  walk.start(group, hq, m, kind);
-
-  auto load_tile = [&](int buf_, int hq_, int m_) {
-    const int h = g * group + hq_;
-    const int q0 = m_ * kBr;
-    const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
-    load_rows_sw128<kBr, kD, kThreads>(aQ + buf_ * Cfg::kQ, static_cast<const bf16*>(p.q) + qb, qstride, q0, T, D);
-    load_rows_sw128<kBr, kD, kThreads>(adO + buf_ * Cfg::kQ, static_cast<const bf16*>(p.dout) + qb, qstride, q0, T, D);
-    // the row values: lse, Drow, segment id of each of the kBr queries
-    for (int v = threadIdx.x; v < 3 * kBr; v += kThreads) {
-      const int i = v % kBr, t = q0 + i;
-      if (v < 2 * kBr) {
-        const bool ok = t < T;
-        float* dst = (v < kBr ? sL : sDr) + buf_ * kBr + i;
-        cp_async4(smem_u32(dst), (v < kBr ? p.lse_in : p.dsum) + (ok ? rb + t : 0), ok);
-      } else {
-        cp_async4(smem_u32(sSg + buf_ * kBr + i), segb + min(t, T - 1), true);
-      }
-    }
-  };
-
-  load_rows_sw128<kBc, kD, kThreads>(aK, static_cast<const bf16*>(p.k) + kb, kvstride, k0, T, D);
-  load_rows_sw128<kBc, kD, kThreads>(aV, static_cast<const bf16*>(p.v) + kb, kvstride, k0, T, D);
-  if (hq < group) load_tile(0, hq, m);
-  cp_async_commit();
-
-  int krow[2], kseg[2];
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    krow[hi] = k0 + 16 * warp + gid + 8 * hi;
-    kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
-  }
-
-  float dk[kD / 2], dv[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
-  // Keeps the zeroing here: sunk into both sides of the loop's entry test, it would define dK's
-  // registers on a path that meets the in-flight last dK before the wait below (C7515).
-  wg::fence_operand(dk);
-  wg::fence_operand(dv);
-
-  int buf = 0;
-  while (hq < group) {
-    const int cur_kind = kind;
-    const int q0 = m * kBr;
-    cp_async_wait<0>();
-    wg::fence_proxy_async();  // the tiles just landed are read by wgmma (the async proxy)
-    __syncthreads();  // tile (hq, m) has landed
-    const uint32_t cQ = aQ + buf * Cfg::kQ, cdO = adO + buf * Cfg::kQ;
-    const float* cL = sL + buf * kBr;
-    const float* cDr = sDr + buf * kBr;
-    const int* cSg = sSg + buf * kBr;
-
-    float s[32], dp[32];
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<64, 0, 0>(s, wg::desc_k_major(aK, kBc, 0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
-    wg::wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, 0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
-    wg::wgmma_commit();
-
-    wg::wgmma_wait<2>();  // the previous step's dK, which read the buffer prefetched below
-    // The next (head, query tile): classified and prefetched into the other buffer.
-    int hq_next = hq, m_next = m;
-    walk.advance(hq_next, m_next, kind);
-    const int buf_next = buf ^ 1;
-    if (hq_next < group) load_tile(buf_next, hq_next, m_next);
-    cp_async_commit();
-
-    wg::wgmma_wait<1>();  // the previous step's dK (its dSᵀ rows can be rewritten) and Sᵀ
-    uint32_t pa[4][4];
-    bwd_probs(s, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
-
-    wg::wgmma_wait<0>();  // dPᵀ
-    bwd_store_dst<kBc>(smem + Cfg::kOffdS, dp, s, cDr, 0);
-
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
-    wg::wgmma_commit();
-    wg::fence_proxy_async();
-    __syncthreads();  // every warp's dSᵀ rows are in shared memory
-
-    // dQ's accumulator is the full head dim, so dV finishes first and frees Pᵀ's registers.
-    wg::wgmma_wait<0>();
-    float dq[kD / 2];
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
-      wg::wgmma_ss<kD, 1, 1>(dq, wg::desc_mn_major(adS, kBc, 0, kk), wg::desc_mn_major(aK, kBc, 0, kk), kk > 0);
-    wg::wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q
-      wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS, kBc, 0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
-    wg::wgmma_commit();
-    wg::wgmma_wait<1>();  // dQ; dK runs on
-    float* dqa = p.dq_accum + q_base(p, b, g * group + hq);
-    add_dq_rows<kD>(dqa, qstride, q0 + 16 * warp + gid, dq, 0, D, T);
-    buf = buf_next;
-    hq = hq_next;
-    m = m_next;
-  }
-  cp_async_wait<0>();
-  wg::wgmma_wait<0>();  // the last step's dK
-  wg::fence_operand(dk);
-
-  bwd_store_dkdv<kD>(p, kb, kvstride, krow, dk, dv);
-#endif
-}
-
 // ---------------------------------------------------------------------------------------------
 // Backward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two consumers
 // ---------------------------------------------------------------------------------------------
 
-// Head dim 128: bwd_dkdv_wgmma's products with two consumer warpgroups of 64 keys (64-query
-// steps, each computing half of dQ's columns) and a producer warpgroup that walks the query tiles
+// bwd_dkdv_mma<.., true> on wgmma. Per 64-query tile, each consumer warpgroup computes, for its 64
+// keys, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
+// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and dK += dSᵀ·Q from there;
+// dQ += dS·K goes to the f32 accumulator with atomics.
+//
+// Head dim 128: each warpgroup computes half of dQ's columns. A producer warpgroup walks the query tiles
 // and copies each one's Q, dO, lse, Drow and segment ids into a ring of three stages ("full" and
 // "empty" mbarriers, as fwd_ws). The consumers issue no copies and run no walk, and take the
 // registers the producer gives back (240 a thread). A step's dQ needs both warpgroups' dSᵀ rows,
 // so it is computed a step later, from a ring of three dSᵀ buffers with mbarriers of their own
 // ("written" by both warpgroups, "read" by both dQs): the warpgroups never meet at a barrier and
 // drift apart, so one's softmax can run under the other's products.
-// H200, 2026-12-03 (bench/RESULTS.md, eleventh pass), against the two-warpgroup bwd_dkdv_wgmma it
-// replaced: 1.12-1.20× faster on the head-dim-128 bench shapes save B8 T2048 H16 causal (level)
+// H200, 2026-12-03 (bench/RESULTS.md, eleventh pass), against the two-warpgroup bwd_dkdv_wgmma
+// (one warpgroup a block at 64, the same products without a producer) it replaced: 1.12-1.20× faster on the head-dim-128 bench shapes save B8 T2048 H16 causal (level)
 // with dQ in its own step and one block barrier a step, and the deferred dQ 1.02-1.09× faster
 // again (B8 T2048 H16 bidirectional: 2.168 → 1.913 ms in one run, 1.879 → 1.812 in another;
 // SDPA 1.474).
 //
-// Head dim 64 (MDLM_ATTN_WS_BACKWARD64=1; emulator-checked, not yet timed on a GPU): a tile's dQ
-// has 64 columns, too few to split between the warpgroups (a 32-column operand would start
-// inside a 128-byte swizzle row), so the warpgroups take turns: warpgroup (i mod 2) computes all
-// of tile i's dQ over both warpgroups' 128 keys, a step later as at 128. That sends dQ's atomics
-// once per 128 keys, half as many as bwd_dkdv_wgmma's 64-key blocks, and each warpgroup still
-// does 5 products' work a step on average.
+// Head dim 64: a tile's dQ has 64 columns, too few to split between the warpgroups (a 32-column
+// operand would start inside a 128-byte swizzle row), so the warpgroups take turns: warpgroup
+// (i mod 2) computes all of tile i's dQ over both warpgroups' 128 keys, a step later as at 128.
+// That sends dQ's atomics once per 128 keys, and each warpgroup still does 5 products' work a step
+// on average. H200, 2026-12-03 (bench/RESULTS.md, thirteenth pass), against bwd_dkdv_wgmma (one
+// warpgroup of 64 keys, three blocks an SM, which it replaced): bidirectional B16 T1024 H12
+// 0.485 vs 0.545 ms, B8 0.253-0.256 vs 0.283-0.290, causal B4 T2048 0.262 vs 0.290, causal at
+// T1024 level.
 template <int kD>
 struct WsBwdCfg {
   // kSplitDq: each warpgroup computes half of every dQ's columns (128); else whole dQs in turn (64)
@@ -1426,7 +1268,9 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   float dk[kD / 2], dv[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
-  wg::fence_operand(dk);  // (as in bwd_dkdv_wgmma: C7515)
+  // Keeps the zeroing here: sunk into both sides of the loop's entry test, it would define dK's
+  // registers on a path that meets an in-flight dK product before its wait (C7515).
+  wg::fence_operand(dk);
   wg::fence_operand(dv);
   cp_async_wait<0>();
   wg::fence_proxy_async();
@@ -1986,13 +1830,8 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   using C = Tiles<kD>;
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
-      constexpr const char* kName = "attention forward (bf16 wgmma, warp-specialised)";
-      if constexpr (kD == 64) {
-        using W2 = WsFwdCfg<kD, 2>;
-        if (env_knob("MDLM_ATTN_FWD_BLOCKS") == "2") return launch_tiles(fwd_ws<kD, 2>, p.B * p.H, W2::kBr, W2::kThreads, W2::kSmem, p, false, stream, kName);
-      }
       using W = WsFwdCfg<kD>;
-      return launch_tiles(fwd_ws<kD, 1>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, kName);
+      return launch_tiles(fwd_ws<kD>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
@@ -2005,10 +1844,6 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch_tiles(bwd_dkdv_mma<kD, kBr, kW, kM, true>, p.B * p.G, K::kBc, K::kThreads, K::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
-// MDLM_ATTN_WS_BACKWARD64=1 takes bwd_ws at head dim 64 instead of bwd_dkdv_wgmma (not yet timed
-// on a GPU; the emulator checks it). Read at every call.
-bool ws_backward64() { return env_knob("MDLM_ATTN_WS_BACKWARD64") == "1"; }
-
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
 // accumulator; on wgmma when `wgmma`), then dQ to bf16. Deterministic: dQ in a kernel of its own,
 // then dK and dV.
@@ -2018,18 +1853,10 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
-    if (wgmma) {
-      if constexpr (kD == 128) {
+    if constexpr (kD == 64 || kD == 128) {
+      if (wgmma) {
         using W = WsBwdCfg<kD>;
         launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
-      } else if constexpr (kD == 64) {
-        using W = WgDkvCfg<kD>;
-        using S = WsBwdCfg<kD>;
-        if (ws_backward64()) {
-          launch_tiles(bwd_ws<kD>, p.B * p.G, S::kBc, S::kThreads, S::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
-        } else {
-          launch_tiles(bwd_dkdv_wgmma<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma)");
-        }
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
@@ -2074,12 +1901,11 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 #endif
 }
 
-// The wgmma backward where it has a kernel for the head dim: bwd_ws at 128 (1.5-1.9× the
-// mma.sync kernel's speed on the H200, bench/RESULTS.md eleventh pass), bwd_dkdv_wgmma at 64.
-// H200, 2026-12-03 (ninth pass), one warpgroup at 64 against mma.sync: causal B8 T1024 H12 0.205 vs 0.227 ms, B4 T2048 0.336 vs 0.374;
-// bidirectional B8 T1024 0.341 vs 0.348, B16 T1024 0.655 vs 0.663. (Before its wgmmas stopped
-// being serialised, C7515, it was 5% slower than mma.sync on the bidirectional shapes; an earlier
-// two-warpgroup kernel at 64 was no faster than mma.sync on any shape.) A wgmma forward (two
+// The wgmma backward, bwd_ws, at padded head dim 64 and 128: 1.5-1.9× the mma.sync kernel's speed
+// at 128 on the H200 (bench/RESULTS.md eleventh pass), and at 64 1.37× on B16 T1024 H12
+// bidirectional (0.485 ms, thirteenth pass, against 0.663 in the ninth). (The one-warpgroup
+// bwd_dkdv_wgmma it replaced at 64 was only 1-10% faster than mma.sync; before its wgmmas stopped
+// being serialised, C7515, it was 5% slower.) A wgmma forward (two
 // 64-row warpgroups, 128-key tiles, the previous tile's P·V in flight during the softmax; commit
 // b578bf6) timed no faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and
 // slower at 64 (0.273 vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the
@@ -2087,7 +1913,7 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 bool use_wgmma_backward(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
     case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WsBwdCfg<128>::kSmem);
-    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", std::max(WgDkvCfg<64>::kSmem, WsBwdCfg<64>::kSmem));
+    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WsBwdCfg<64>::kSmem);
     default: return false;
   }
 }
