@@ -909,6 +909,10 @@ struct WsFwdCfg {
   // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two at 80: 24 and 104
   // (128·24 + 256·104 ≤ 384·80).
   static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
+  // Whether a tile's P·V stays in flight during the next tile's softmax (S, O and P all held at
+  // once). At 104 registers that made ptxas serialise every wgmma (C7512); with two blocks an SM
+  // the other block's warpgroups fill the tensor pipe instead.
+  static constexpr bool kOverlapPV = kBlocks == 1;
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
   static constexpr uint32_t kOffK = kQTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
@@ -1028,7 +1032,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     wg::mbar_wait(full_k(s), phase);
     const int n = info[2 * s], cur_kind = info[2 * s + 1], k0 = n * kBc;
     if (n >= n_end) break;
-    if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+    if (Cfg::kOverlapPV && i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
     wg::fence_proxy_async();
     wg::bar_sync(1 + wgi, 256);
     float sc[kBc / 2];
@@ -1037,11 +1041,13 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     for (int kk = 0; kk < kD / 16; ++kk)
       wg::wgmma_ss<kBc, 0, 0>(sc, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
     wg::wgmma_commit();
+    if constexpr (Cfg::kOverlapPV) {
 #pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
-    wg::wgmma_commit();
+      for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
+      wg::wgmma_commit();
+    }
     wg::bar_arrive(2 - wgi, 256);
-    wg::wgmma_wait<1>();  // S(n); the previous P·V may still run
+    wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); the previous P·V may still run
 
     if (cur_kind == kPartial) {
 #pragma unroll
@@ -1077,8 +1083,10 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         }
       lrow[hi] = lrow[hi] * alpha[hi] + sum;
     }
-    wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
-    if (i > 0) wg::mbar_arrive(empty_v((i - 1) % kS));
+    if constexpr (Cfg::kOverlapPV) {
+      wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
+      if (i > 0) wg::mbar_arrive(empty_v((i - 1) % kS));
+    }
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j)
 #pragma unroll
@@ -1091,16 +1099,27 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 #pragma unroll
       for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
     prev_v = aV + s * Cfg::kTile;
+    if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
+      wg::mbar_wait(full_v(s), phase);
+      wg::fence_proxy_async();
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
+      wg::wgmma_commit();
+      wg::wgmma_wait<0>();
+      wg::mbar_arrive(empty_v(s));
+    }
   }
   if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
-  // The last tile's P·V.
-  if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
-  wg::fence_proxy_async();
-  wg::wgmma_fence();
+  if constexpr (Cfg::kOverlapPV) {  // the last tile's P·V
+    if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+    wg::fence_proxy_async();
+    wg::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
-  wg::wgmma_commit();
-  wg::wgmma_wait<0>();
+    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
+    wg::wgmma_commit();
+    wg::wgmma_wait<0>();
+  }
 
   bf16* og = static_cast<bf16*>(p.out) + q_base(p, b, h);
 #pragma unroll
