@@ -910,8 +910,10 @@ struct WsFwdCfg {
   // (128·24 + 256·104 ≤ 384·80).
   static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
   // Whether a tile's P·V stays in flight during the next tile's softmax (S, O and P all held at
-  // once). At 104 registers that made ptxas serialise every wgmma (C7512); with two blocks an SM
-  // the other block's warpgroups fill the tensor pipe instead.
+  // once). At 104 registers that made ptxas serialise every wgmma of the kernel (C7512); with two
+  // blocks an SM the other block's warpgroups fill the tensor pipe instead. H200, 2026-12-03
+  // (bench/RESULTS.md, thirteenth pass): 5% less time over the head-dim-64 bench shapes (B16 T1024
+  // H12 bidirectional 0.165 vs 0.175 ms), and waiting for P·V only before the next S was 1% slower.
   static constexpr bool kOverlapPV = kBlocks == 1;
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
