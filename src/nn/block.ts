@@ -1,7 +1,9 @@
 /**
- * A pre-norm decoder block: h2 = h + attn(norm1(h)); out = h2 + mlp(norm2(h2)). The first
- * residual add is fused into norm2. Backward writes the block input's gradient in place of the
- * output gradient (the stream gradient buffer is updated block by block).
+ * A pre-norm decoder block: h2 = h + attn(norm1(h)); out = h2 + mlp(norm2(h2)). Both residual
+ * adds are fused into the norm that reads their sum: the first into norm2, the second into the
+ * next block's norm1 (or the model's final norm), so a block leaves its output as the two terms
+ * h2 and mlp(·) (`output`). Backward writes the block input's gradient in place of the output
+ * gradient (the stream gradient buffer is updated block by block).
  */
 import type { Backend } from '../backend/backend.js';
 import { add } from '../ops/add.js';
@@ -39,7 +41,7 @@ export class DecoderBlock {
   readonly mlp: SwiGluMlp;
   private readonly n1: Tensor;
   private readonly rstd1: Tensor;
-  private readonly mid: Tensor;
+  private readonly mid: Tensor; // h2
   private readonly n2: Tensor;
   private readonly rstd2: Tensor;
   private readonly rows: number;
@@ -62,14 +64,30 @@ export class DecoderBlock {
     this.rstd2 = arena.alloc([this.rows], 'f32');
   }
 
-  /** out = block(h); h must stay untouched until backward (the model keeps every block input). */
-  forward(b: Backend, h: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+  /**
+   * The block on input h: the previous block's output, which norm1 sums into h, or (prev null, the
+   * first block) h as it is. h must stay untouched until backward (the model keeps every block
+   * input); the block's own output is left in `output`.
+   */
+  forward(b: Backend, h: Tensor, segIds: Tensor, positions: Tensor, causal: boolean, prev: DecoderBlock | null): void {
     const sc = this.scratch;
-    this.norm1.forward(b, h, this.n1, this.rstd1, this.rows);
+    if (prev) {
+      const [mid, branch] = prev.output;
+      this.norm1.forwardAdd(b, mid, branch, h, this.n1, this.rstd1, this.rows);
+    } else {
+      this.norm1.forward(b, h, this.n1, this.rstd1, this.rows);
+    }
     this.attn.forward(b, this.n1, sc.branch, segIds, positions, causal);
     this.norm2.forwardAdd(b, h, sc.branch, this.mid, this.n2, this.rstd2, this.rows);
     this.mlp.forward(b, this.n2, sc.branch);
-    b.run(add, { a: flat(b, this.mid), b: flat(b, sc.branch), out: flat(b, out) }, { n: out.size });
+  }
+
+  /**
+   * The last forward's output as its two residual terms, h2 and the MLP's output; their sum is the
+   * output. The second is shared scratch: valid until the next block's attention writes it.
+   */
+  get output(): readonly [Tensor, Tensor] {
+    return [this.mid, this.scratch.branch];
   }
 
   /**
