@@ -1016,7 +1016,8 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
   float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-  // P of the previous tile as bf16 A fragments; the first step's product multiplies these zeros
+  // P of the previous tile as bf16 A fragments (of this tile's without kOverlapPV); with
+  // kOverlapPV the first step's product multiplies these zeros
   // by the Q tiles (finite, and never rewritten: a K or V buffer could be refilled while that
   // product is in flight), so every wgmma is on a uniform path.
   uint32_t pa[kKT][4];
@@ -1049,7 +1050,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       wg::wgmma_commit();
     }
     wg::bar_arrive(2 - wgi, 256);
-    wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); the previous P·V may still run
+    wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
     if (cur_kind == kPartial) {
 #pragma unroll
