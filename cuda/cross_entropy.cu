@@ -6,6 +6,10 @@
 // where ignored; one pass, one exp per element (expm1 at the target, where exp ≈ 1 would cancel).
 // dlogits may be logits itself (in place): each thread reads an element before it writes it and
 // no other thread touches it, so logits and dlogits are not __restrict__.
+// cross_entropy_fused: both in one block a row, the loss pass then the gradient pass, which finds
+// the row in L2 (1024 threads a block keep at most two rows an SM in flight: 26 MB of a GPT-2
+// vocabulary's bf16 rows on an H100/H200, half the L2), so the logits are read from memory once.
+// In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
 // Targets ≥ vocab are a data error the kernels cannot throw: they write a NaN loss (forward) and
@@ -19,7 +23,7 @@
 
 namespace mdlm {
 
-constexpr int kCeMaxThreads = 512;
+constexpr int kCeMaxThreads = 512, kCeFusedThreads = 1024;
 constexpr int kCeUnroll = 4;  // vectors a thread loads before using them (bytes in flight)
 
 // Spreads the elements [0, n) of a row over the block: a scalar head of `head` elements (up to the
@@ -94,48 +98,63 @@ __device__ __forceinline__ Online warp_merge(Online a) {
   return a;
 }
 
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kCeMaxThreads)
-    cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
-                         float* __restrict__ loss, float* __restrict__ lse, int vocab) {
-  __shared__ float warp_m[kCeMaxThreads / 32], warp_s[kCeMaxThreads / 32];
-  const int row = blockIdx.x;
-  const T* p = logits + static_cast<int64_t>(row) * vocab;
-  Online acc;
-  sweep_row<VEC>(row_head<VEC>(p, vocab), vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int, const auto& v) { acc.push(v); });
-  // Warps in a butterfly, then warp 0 over the warps in the same way: a fixed order.
+// The row's (max, Σ exp(x − max)) in every thread: warps in a butterfly, then warp 0 over the
+// warps in the same way (a fixed order), shared through `red`. Ends with a block barrier, so
+// every thread's reads of the row come before any thread's writes after it.
+template <int kThreads>
+__device__ __forceinline__ Online block_online(Online acc) {
+  __shared__ float red[2][kThreads / 32];
   acc = warp_merge(acc);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) {
-    warp_m[warp] = acc.m;
-    warp_s[warp] = acc.s;
+    red[0][warp] = acc.m;
+    red[1][warp] = acc.s;
   }
   __syncthreads();
-  if (warp != 0) return;
-  acc = Online{};
-  if (lane < static_cast<int>(blockDim.x >> 5)) acc = Online{warp_m[lane], warp_s[lane]};
-  acc = warp_merge(acc);
-  if (lane != 0) return;
-  const float log_s = logf(acc.s);
-  lse[row] = acc.m + log_s;
-  const int t = targets[row];
-  float l = 0.0f;
-  if (t >= vocab) l = CUDART_NAN_F;
-  // (m − logit) + log s: two non-negative terms, no cancellation when the target dominates.
-  else if (t >= 0) l = weights[row] * ((acc.m - load1(p + t)) + log_s);
-  loss[row] = l;
+  if (warp == 0) {
+    acc = Online{};
+    if (lane < static_cast<int>(blockDim.x >> 5)) acc = Online{red[0][lane], red[1][lane]};
+    acc = warp_merge(acc);  // its shuffles follow every lane's read of red, so lane 0 may overwrite it
+  }
+  if (threadIdx.x == 0) {
+    red[0][0] = acc.m;
+    red[1][0] = acc.s;
+  }
+  __syncthreads();
+  return Online{red[0][0], red[1][0]};
 }
 
+// The loss pass over row `row`: lse, and the loss from the target's logit `xt` (read by thread 0
+// before the pass). Returns the row's lse.
+template <int kThreads, typename T, int VEC>
+__device__ __forceinline__ float loss_row(const T* p, int row, int t, float xt, const float* weights, float* loss, float* lse, int vocab) {
+  Online acc;
+  sweep_row<VEC>(row_head<VEC>(p, vocab), vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int, const auto& v) { acc.push(v); });
+  acc = block_online<kThreads>(acc);
+  const float log_s = logf(acc.s);
+  if (threadIdx.x == 0) {
+    lse[row] = acc.m + log_s;
+    float l = 0.0f;
+    if (t >= vocab) l = CUDART_NAN_F;
+    // (m − logit) + log s: two non-negative terms, no cancellation when the target dominates.
+    else if (t >= 0) l = weights[row] * ((acc.m - xt) + log_s);
+    loss[row] = l;
+  }
+  return acc.m + log_s;
+}
+
+// The target's logit, read by thread 0 before a pass may overwrite it (0 for other threads).
+template <typename T>
+__device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
+  return threadIdx.x == 0 && t >= 0 && t < vocab ? load1(p + t) : 0.0f;
+}
+
+// The gradient pass over a row: q = scale · (exp(p − lse) − onehot(t)); an ignored row (t < 0)
+// gets zeros without reading p, a bad target (t ≥ vocab) NaNs.
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kCeMaxThreads)
-    cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
-                                  const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
-  const int row = blockIdx.x;
-  const T* p = logits + static_cast<int64_t>(row) * vocab;
-  T* q = dlogits + static_cast<int64_t>(row) * vocab;  // as aligned as p (the launcher checks)
+__device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, float l, int vocab) {
   const int head = row_head<VEC>(p, vocab);
-  const int t = targets[row];
-  if (t < 0 || t >= vocab) {  // ignored: zeros, without reading the logits; bad target: NaN
+  if (t < 0 || t >= vocab) {
     const float fill = t < 0 ? 0.0f : CUDART_NAN_F;
     sweep_row<VEC>(head, vocab, [](int, auto&) {}, [&](int j, const auto& v) {
       float g[sizeof(v) / sizeof(float)];
@@ -144,8 +163,6 @@ __global__ void __launch_bounds__(kCeMaxThreads)
     });
     return;
   }
-  const float scale = dloss[row] * weights[row];
-  const float l = lse[row];
   sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int j, const auto& v) {
     constexpr int N = sizeof(v) / sizeof(float);
     float g[N];
@@ -161,10 +178,41 @@ __global__ void __launch_bounds__(kCeMaxThreads)
   });
 }
 
-// One block per row, as many threads as the row has vectors up to kCeMaxThreads.
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kCeMaxThreads)
+    cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
+                         float* __restrict__ loss, float* __restrict__ lse, int vocab) {
+  const int row = blockIdx.x, t = targets[row];
+  const T* p = logits + static_cast<int64_t>(row) * vocab;
+  loss_row<kCeMaxThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kCeMaxThreads)
+    cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
+                                  const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
+  const int row = blockIdx.x, t = targets[row];
+  const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
+  const float scale = t < 0 || t >= vocab ? 0.0f : dloss[row] * weights[row];
+  gradient_row<T, VEC>(logits + start, dlogits + start, t, scale, t < 0 || t >= vocab ? 0.0f : lse[row], vocab);
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kCeFusedThreads)
+    cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
+                               const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
+  const int row = blockIdx.x, t = targets[row];
+  const int64_t start = static_cast<int64_t>(row) * vocab;
+  const T* p = logits + start;
+  const float l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
+  const float scale = t < 0 || t >= vocab ? 0.0f : dloss[row] * weights[row];
+  gradient_row<T, VEC>(p, dlogits + start, t, scale, l, vocab);
+}
+
+// One block per row, as many threads as the row has vectors up to `most`.
 template <int VEC>
-int ce_threads(int vocab) {
-  return std::min(kCeMaxThreads, round_up((vocab + VEC - 1) / VEC, 32));
+int ce_threads(int vocab, int most = kCeMaxThreads) {
+  return std::min(most, round_up((vocab + VEC - 1) / VEC, 32));
 }
 
 }  // namespace mdlm
@@ -185,23 +233,46 @@ MDLM_OP(cross_entropy) {
   });
 }
 
-MDLM_OP(cross_entropy_backward) {
-  using namespace mdlm;
+namespace mdlm {
+
+// f(T, VEC) for an op with logits and dlogits: vectors need each logits row and its dlogits row to
+// share their offset from a 16-byte boundary.
+template <typename F>
+void with_gradient_types(const OpCall& call, F&& f) {
   const DType dtype = float_dtype_of(call, {"logits", "dlogits"});
-  const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  const void* logits = call.arg("logits").ptr;
-  void* dlogits = call.arg("dlogits").ptr;
-  // Vectors need each logits row and its dlogits row to share their offset from a 16-byte boundary.
-  const bool same_phase = reinterpret_cast<uintptr_t>(logits) % 16 == reinterpret_cast<uintptr_t>(dlogits) % 16;
+  const bool same_phase = reinterpret_cast<uintptr_t>(call.arg("logits").ptr) % 16 == reinterpret_cast<uintptr_t>(call.arg("dlogits").ptr) % 16;
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_vec<T>(same_phase, [&](auto vec) {
-      constexpr int VEC = decltype(vec)::value;
-      cross_entropy_backward_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
-          static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
-          static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
-          static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(dlogits), vocab);
-      check_launch(call.op.c_str());
-    });
+    with_vec<T>(same_phase, [&](auto vec) { f(tag, vec); });
+  });
+}
+
+}  // namespace mdlm
+
+MDLM_OP(cross_entropy_backward) {
+  using namespace mdlm;
+  const int rows = call.i32("rows"), vocab = call.i32("vocab");
+  with_gradient_types(call, [&](auto tag, auto vec) {
+    using T = typename decltype(tag)::type;
+    constexpr int VEC = decltype(vec)::value;
+    cross_entropy_backward_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
+        static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
+        static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
+        static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab);
+    check_launch(call.op.c_str());
+  });
+}
+
+MDLM_OP(cross_entropy_fused) {
+  using namespace mdlm;
+  const int rows = call.i32("rows"), vocab = call.i32("vocab");
+  with_gradient_types(call, [&](auto tag, auto vec) {
+    using T = typename decltype(tag)::type;
+    constexpr int VEC = decltype(vec)::value;
+    cross_entropy_fused_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream>>>(
+        static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
+        static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("dloss").ptr),
+        static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab);
+    check_launch(call.op.c_str());
   });
 }

@@ -153,6 +153,34 @@ describe('LlamaModel', () => {
     });
   }
 
+  it('forwardBackward (loss and its gradient in one op) gives the same losses and gradients as forward() then backward()', async () => {
+    const b = new CpuBackend();
+    const B = 2, T = 8, N = B * T;
+    const m = new LlamaModel(b, cfg.model, B, 4);
+    const inputs = Int32Array.from({ length: N }, (_, i) => (i * 37 + 11) % 256);
+    const targets = Int32Array.from({ length: N }, (_, i) => (i % 5 === 0 ? -1 : (i * 53 + 7) % 256));
+    m.setBatch({ inputs, targets, segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % T) }, false);
+    m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)));
+    const pass = async (run: () => void) => {
+      m.store.zeroGrads();
+      run();
+      return { loss: await m.loss(), tokens: await m.tokenLosses(), grad: (await b.download(m.store.grad)) as Float32Array };
+    };
+    const split = await pass(() => {
+      m.forward();
+      m.backward();
+    });
+    const fused = await pass(() => m.forwardBackward());
+    expect(split.grad.some((g) => g !== 0)).toBe(true);
+    expect(fused.loss).toBe(split.loss);
+    expect(fused.tokens).toEqual(split.tokens);
+    // The same arithmetic, save that the fused op's gradient uses the lse before its rounding to
+    // f32 storage: equal to a few f32 ulps.
+    const scale = Math.max(...split.grad.map(Math.abs));
+    for (let i = 0; i < split.grad.length; i++) expect(Math.abs(fused.grad[i]! - split.grad[i]!), `grad ${i}`).toBeLessThanOrEqual(1e-6 * scale);
+    m.destroy();
+  });
+
   for (const causal of [true, false]) {
     it(`modelLogits: short rows padded into the model get the logits of the unpadded rows (${causal ? 'causal' : 'bidirectional'})`, async () => {
       const b = new CpuBackend();

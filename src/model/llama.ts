@@ -6,7 +6,7 @@
  */
 import type { Backend, Recording } from '../backend/backend.js';
 import { fail } from '../errors.js';
-import { crossEntropy, crossEntropyBackward } from '../ops/cross_entropy.js';
+import { crossEntropy, crossEntropyBackward, crossEntropyFused } from '../ops/cross_entropy.js';
 import { reduce } from '../ops/reduce.js';
 import type { FloatDType, Tensor } from '../tensor.js';
 import { Arena } from '../nn/arena.js';
@@ -181,6 +181,13 @@ export class LlamaModel {
     const cfg = this.cfg;
     this.forwardLogits();
     b.run(crossEntropy, { logits: this.logits, targets: this.targets, weights: this.weights, loss: this.tokenLoss, lse: this.lse }, { rows: N, vocab: cfg.vocabSize });
+    this.sumLoss();
+  }
+
+  /** lossSum = Σ tokenLoss. */
+  private sumLoss(): void {
+    const b = this.backend;
+    const N = this.rows;
     b.run(reduce, { x: b.view(this.tokenLoss, 0, [1, N]), out: this.lossSum }, { rows: 1, cols: N, kind: 'sum' });
   }
 
@@ -197,12 +204,18 @@ export class LlamaModel {
 
   /** Accumulate parameter gradients of the mean loss of the last forward. */
   backward(): void {
+    // In place: the logits' gradient overwrites the logits (one [tokens, vocab] buffer, not two).
+    const args = { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: this.logits };
+    this.backend.run(crossEntropyBackward, args, { rows: this.rows, vocab: this.cfg.vocabSize });
+    this.backwardFromLogits();
+  }
+
+  /** backward() below the loss: from the logits' gradient (in the logits buffer) down. */
+  private backwardFromLogits(): void {
     const b = this.backend;
     const N = this.rows;
     const cfg = this.cfg;
-    // In place: the logits' gradient overwrites the logits (one [tokens, vocab] buffer, not two).
     const dLogits = this.logits;
-    b.run(crossEntropyBackward, { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: dLogits }, { rows: N, vocab: cfg.vocabSize });
     this.head.backward(b, this.normed, dLogits, this.dNormed, 'write', N);
     this.finalNorm.backward(b, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
     for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
@@ -217,9 +230,14 @@ export class LlamaModel {
    * put there.
    */
   forwardBackward(): void {
+    // forward() then backward() with the loss and its gradient in one op (cross_entropy_fused): the
+    // loss gradient dLoss is known before the forward, and each row of logits is read once.
     const run = (): void => {
-      this.forward();
-      this.backward();
+      this.forwardLogits();
+      const args = { logits: this.logits, targets: this.targets, weights: this.weights, dloss: this.dLoss, loss: this.tokenLoss, lse: this.lse, dlogits: this.logits };
+      this.backend.run(crossEntropyFused, args, { rows: this.rows, vocab: this.cfg.vocabSize });
+      this.sumLoss();
+      this.backwardFromLogits();
     };
     if (!this.recordSteps) return run();
     const rec = this.recordings.get(this.causal);

@@ -6,6 +6,10 @@
  * cross_entropy_backward: dlogits = dloss · weight · (softmax(logits) − onehot(target)), 0 rows
  * where ignored; it takes the forward's lse so the softmax is one exp per element. dlogits may be
  * the logits tensor itself (in place: the model keeps one [tokens, vocab] buffer, not two).
+ * cross_entropy_fused: both in one, for a training step whose loss gradient dloss is known before
+ * the forward: loss and lse as cross_entropy, dlogits as cross_entropy_backward from that lse. A
+ * kernel can then read each row of logits once from memory (the second pass over a row finds it
+ * in cache) instead of twice.
  *
  * lse is f32 whatever the float dtype: the backward subtracts it from every logit before the exp,
  * and a bf16 lse (~11 ± 0.03) would skew every softmax entry of the row by up to 3%. The per-row
@@ -41,6 +45,24 @@ function logSumExp(logits: RefArray, start: number, vocab: number): number {
   let s = 0;
   for (let j = 0; j < vocab; j++) s += Math.exp(logits[start + j]! - m);
   return m + Math.log(s);
+}
+
+/** Row r of cross_entropy: its lse and loss. */
+function lossRow(op: string, { logits, targets, weights, loss, lse }: Record<string, RefArray | undefined>, r: number, vocab: number): void {
+  const t = targetOf(op, targets!, r, vocab);
+  const l = logSumExp(logits!, r * vocab, vocab);
+  lse![r] = l;
+  loss![r] = t < 0 ? 0 : weights![r]! * (l - logits![r * vocab + t]!);
+}
+
+/** Row r of cross_entropy_backward, from the row's lse; reads each logit before writing its gradient (in place). */
+function gradientRow(op: string, { logits, targets, weights, lse, dloss, dlogits }: Record<string, RefArray | undefined>, r: number, vocab: number): void {
+  const t = targetOf(op, targets!, r, vocab);
+  const scale = t < 0 ? 0 : dloss![r]! * weights![r]!;
+  for (let j = 0; j < vocab; j++) {
+    const i = r * vocab + j;
+    dlogits![i] = scale * (Math.exp(logits![i]! - lse![r]!) - (j === t ? 1 : 0));
+  }
 }
 
 const validate = (op: string) => (attrs: CrossEntropyAttrs) => requireDims(op, attrs, ['rows', 'vocab']);
@@ -110,13 +132,8 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
   floatDtypes: ['f32', 'bf16'],
   validate: validate('cross_entropy'),
   shapes: ({ rows, vocab }) => ({ logits: [rows, vocab], targets: [rows], weights: [rows], loss: [rows], lse: [rows] }),
-  reference({ logits, targets, weights, loss, lse }, { rows, vocab }) {
-    for (let r = 0; r < rows; r++) {
-      const t = targetOf('cross_entropy', targets!, r, vocab);
-      const l = logSumExp(logits!, r * vocab, vocab);
-      lse![r] = l;
-      loss![r] = t < 0 ? 0 : weights![r]! * (l - logits![r * vocab + t]!);
-    }
+  reference(args, { rows, vocab }) {
+    for (let r = 0; r < rows; r++) lossRow('cross_entropy', args, r, vocab);
   },
   cases: forwardCases,
   sample: sampleInputs,
@@ -141,15 +158,8 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
   shapes: ({ rows, vocab }) => ({
     logits: [rows, vocab], targets: [rows], weights: [rows], lse: [rows], dloss: [rows], dlogits: [rows, vocab],
   }),
-  reference({ logits, targets, weights, lse, dloss, dlogits }, { rows, vocab }) {
-    for (let r = 0; r < rows; r++) {
-      const t = targetOf('cross_entropy_backward', targets!, r, vocab);
-      const scale = t < 0 ? 0 : dloss![r]! * weights![r]!;
-      for (let j = 0; j < vocab; j++) {
-        const i = r * vocab + j;
-        dlogits![i] = scale * (Math.exp(logits![i]! - lse![r]!) - (j === t ? 1 : 0));
-      }
-    }
+  reference(args, { rows, vocab }) {
+    for (let r = 0; r < rows; r++) gradientRow('cross_entropy_backward', args, r, vocab);
   },
   cases: backwardCases,
   sample(rng, attrs) {
@@ -159,6 +169,46 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
     return { ...inputs, lse: saved.lse, dloss: randn(rng, attrs.rows) };
   },
   // One exp per element against a given lse.
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
+  gradient: gradientOf({
+    forward: crossEntropy,
+    forwardAttrs: (a: CrossEntropyAttrs) => a,
+    inputs: { logits: 'logits', targets: 'targets', weights: 'weights' },
+    cotangents: { loss: 'dloss' },
+    grads: { dlogits: 'logits' },
+  }),
+});
+
+export const crossEntropyFused = defineOp<CrossEntropyAttrs>({
+  name: 'cross_entropy_fused',
+  summary: 'cross_entropy then cross_entropy_backward from its lse, in one: loss, lse and dlogits (which may be the logits)',
+  args: [
+    { name: 'logits', role: 'in', dtype: 'float' },
+    { name: 'targets', role: 'in', dtype: 'i32' },
+    { name: 'weights', role: 'in', dtype: 'f32' },
+    { name: 'dloss', role: 'in', dtype: 'f32' },
+    { name: 'loss', role: 'out', dtype: 'f32' },
+    { name: 'lse', role: 'out', dtype: 'f32' },
+    { name: 'dlogits', role: 'out', dtype: 'float' },
+  ],
+  floatDtypes: ['f32', 'bf16'],
+  inPlace: { dlogits: 'logits' },
+  validate: validate('cross_entropy_fused'),
+  shapes: ({ rows, vocab }) => ({
+    logits: [rows, vocab], targets: [rows], weights: [rows], dloss: [rows], loss: [rows], lse: [rows], dlogits: [rows, vocab],
+  }),
+  // Row by row, the row's loss and lse before its gradient: correct in place too.
+  reference(args, { rows, vocab }) {
+    for (let r = 0; r < rows; r++) {
+      lossRow('cross_entropy_fused', args, r, vocab);
+      gradientRow('cross_entropy_fused', args, r, vocab);
+    }
+  },
+  cases: backwardCases,
+  sample(rng, attrs) {
+    return { ...sampleInputs(rng, attrs), dloss: randn(rng, attrs.rows) };
+  },
+  // The forward's row sums, then one exp per element against them.
   tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
   gradient: gradientOf({
     forward: crossEntropy,

@@ -14,7 +14,7 @@ import { attention, attentionBackward } from './attention.js';
 import { attentionDecode } from './attention_decode.js';
 import { swiglu, swigluBackward } from './swiglu.js';
 import { gelu, geluBackward } from './gelu.js';
-import { crossEntropy, crossEntropyBackward } from './cross_entropy.js';
+import { crossEntropy, crossEntropyBackward, crossEntropyFused } from './cross_entropy.js';
 import { philox } from './philox.js';
 import { diffusionMask } from './diffusion_mask.js';
 import { gradNorm } from './grad_norm.js';
@@ -45,6 +45,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   geluBackward,
   crossEntropy,
   crossEntropyBackward,
+  crossEntropyFused,
   philox,
   diffusionMask,
   gradNorm,

@@ -14,7 +14,7 @@ import { attentionKernel, attentionBackwardKernel } from './attention.js';
 import { attentionDecodeKernel } from './attention_decode.js';
 import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
 import { geluKernel, geluBackwardKernel } from './gelu.js';
-import { crossEntropyKernel, crossEntropyBackwardKernel } from './cross_entropy.js';
+import { crossEntropyKernel, crossEntropyBackwardKernel, crossEntropyFusedKernel } from './cross_entropy.js';
 import { philoxKernel } from './philox.js';
 import { diffusionMaskKernel } from './diffusion_mask.js';
 import { gradNormKernel } from './grad_norm.js';
@@ -45,6 +45,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   geluBackwardKernel,
   crossEntropyKernel,
   crossEntropyBackwardKernel,
+  crossEntropyFusedKernel,
   philoxKernel,
   diffusionMaskKernel,
   gradNormKernel,
