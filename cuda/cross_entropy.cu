@@ -7,8 +7,9 @@
 // dlogits may be logits itself (in place): each thread reads an element before it writes it and
 // no other thread touches it, so logits and dlogits are not __restrict__.
 // cross_entropy_fused: both in one block a row, the loss pass then the gradient pass, which finds
-// the row in L2 (1024 threads a block keep at most two rows an SM in flight: 26 MB of a GPT-2
-// vocabulary's bf16 rows on an H100/H200, half the L2), so the logits are read from memory once.
+// the row in L2 (1024 threads a block keep one row an SM in flight at 63 registers, two at most:
+// 13-26 MB of a GPT-2 vocabulary's bf16 rows on an H100/H200, within the 50 MB L2), so the logits
+// are read from memory once.
 // In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
