@@ -49,7 +49,7 @@ describe('mdlm bench train', () => {
     expect(r.code, r.stderr).toBe(0);
     const rows = (JSON.parse(r.stdout) as { profile: { op: string; calls_per_step: number; ms_per_step: number; share: number }[] }).profile;
     const ops = new Set(rows.map((x) => x.op));
-    for (const op of ['matmul', 'attention', 'attention_backward', 'embedding_backward', 'rmsnorm_backward', 'cross_entropy', 'diffusion_mask', 'grad_norm', 'adamw']) {
+    for (const op of ['matmul', 'attention', 'attention_backward', 'embedding_backward', 'rmsnorm_backward', 'cross_entropy_fused', 'diffusion_mask', 'grad_norm', 'adamw']) {
       expect(ops.has(op), op).toBe(true);
     }
     expect(rows.reduce((a, x) => a + x.share, 0)).toBeCloseTo(1, 9);
