@@ -15,6 +15,7 @@ import { checkParity, freshSeed, parityDtypes, relativeError, uploadBackwardFrom
 import { type AttentionAttrs, attention, attentionBackward } from '../src/ops/attention.js';
 import { add } from '../src/ops/add.js';
 import { CAST_DTYPES, type CastAttrs, cast } from '../src/ops/cast.js';
+import { type CrossEntropyAttrs, crossEntropyFused } from '../src/ops/cross_entropy.js';
 import { embeddingBackward } from '../src/ops/embedding.js';
 import { gradNorm } from '../src/ops/grad_norm.js';
 import { OPS } from '../src/ops/index.js';
@@ -340,6 +341,18 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     matmul.reference({ a: Float64Array.from(host.subarray(1, 1 + m * k), r), b: Float64Array.from(host.subarray(1 + m * k), r), out: ref }, attrs);
     expect(relativeError((await b.download(mo)) as Float32Array, ref, false)).toBeLessThanOrEqual(matmul.tolerance.bf16!);
     [base, mat, mo].forEach((t) => b.free(t));
+  });
+
+  it('runs cross_entropy_fused at GPT-2 vocabularies (1024 threads a row, vectors with a head and a tail) within tolerance', async () => {
+    const b = await cuda();
+    for (const vocab of [50304, 50257]) {
+      for (const dtype of ['bf16', 'f32'] as const) {
+        const c = { label: `6x${vocab}`, attrs: { rows: 6, vocab } };
+        const r = await checkParity(b, crossEntropyFused as OpDef<CrossEntropyAttrs>, c, { seed: freshSeed(), dtype });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+      }
+    }
   });
 
   it('runs cross_entropy_backward in place with the out-of-place bits (bf16 and f32)', async () => {
