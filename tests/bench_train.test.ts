@@ -71,6 +71,31 @@ describe('mdlm bench train', () => {
     expect(args).toContain('--tie-embeddings');
   });
 
+  it('--rounds alternates mdlm windows with peer runs and reports medians, each round kept', () => {
+    // The peer's three runs report 10, 30 and 20 tokens/s.
+    const counter = join(dir, 'peer-rounds.n');
+    const python = fakePython('peer-rounds', [
+      `n=$(cat ${counter} 2>/dev/null || echo 0); n=$((n + 1)); echo $n > ${counter}`,
+      'case $n in 1) t=10;; 2) t=30;; *) t=20;; esac',
+      `echo "{\\"tokens_per_s\\": $t, \\"mfu\\": null, \\"ms_step\\": 1, \\"peak_mem_gib\\": 1, \\"impl\\": \\"torch fake eager\\", \\"device\\": \\"cpu\\", \\"precision\\": \\"bf16\\", \\"steps\\": 2, \\"loss\\": 5.5}"`,
+    ].join('\n'));
+    const r = run([...SMALL, '--objective', 'ar', '--peer', 'eager', '--rounds', '3', '--json'], { PYTHON: python });
+    expect(r.code, r.stderr).toBe(0);
+    const rep = JSON.parse(r.stdout) as {
+      tokens_per_s: number; peers: Record<string, { tokens_per_s: number }>; speedup: Record<string, number>;
+      rounds: { mdlm_tokens_per_s: number; peers: Record<string, number>; speedup: Record<string, number> }[];
+    };
+    expect(rep.rounds.map((x) => x.peers.eager)).toEqual([10, 30, 20]);
+    for (const x of rep.rounds) expect(x.speedup.eager).toBeCloseTo(x.mdlm_tokens_per_s / x.peers.eager!, 12);
+    const mid = (xs: number[]) => [...xs].sort((a, b) => a - b)[1]!;
+    expect(rep.peers.eager!.tokens_per_s).toBe(20);
+    expect(rep.speedup.eager).toBeCloseTo(mid(rep.rounds.map((x) => x.speedup.eager!)), 12);
+    expect(rep.tokens_per_s).toBeCloseTo(mid(rep.rounds.map((x) => x.mdlm_tokens_per_s)), 6);
+    // Alternating: each peer run follows an mdlm window.
+    const order = r.stderr.split('\n').filter((l) => /^(mdlm round|PyTorch eager: \d+ warmup)/.test(l)).map((l) => (l.startsWith('mdlm') ? 'm' : 'p'));
+    expect(order.join('')).toBe('mpmpmp');
+  });
+
   it('fails with the exit code and the last lines of a peer that fails, or names a missing interpreter', () => {
     const python = fakePython('peer-bad', `echo "ModuleNotFoundError: No module named 'torch'" >&2; exit 3`);
     const r = run([...SMALL, '--peer', 'compile'], { PYTHON: python });

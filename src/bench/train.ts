@@ -5,6 +5,9 @@
  * MFU ((6·N + attention) FLOPs per token × tokens/s over the GPU's dense bf16 peak) and the
  * device memory the backend's pool holds. The PyTorch peer (bench/peers/train_torch.py: the same
  * model, objective, shapes and FLOP count) runs in the same command, eager and torch.compile.
+ * With rounds > 1, mdlm's timed steps and the peers' runs alternate, and the figures are medians
+ * over the rounds: one sample of the ratio moves by about ±3% on an H200 (bench/RESULTS.md,
+ * thirteenth pass), a median of alternating samples less.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -42,6 +45,11 @@ export interface BenchTrainOptions {
   readonly peakTflops?: number;
   /** Steps to run op by op after the timed ones, for the per-op breakdown (0: none). */
   readonly profileSteps?: number;
+  /**
+   * Rounds of `steps` timed mdlm steps, each followed by one run of every peer (default 1: mdlm,
+   * then the peers once its memory is freed; with more, both hold device memory at once).
+   */
+  readonly rounds?: number;
   /** Config overrides (dotted keys), applied last. */
   readonly overrides?: Readonly<Record<string, string>>;
   readonly log?: (line: string) => void;
@@ -141,7 +149,8 @@ export interface OpProfileRow {
  */
 export async function benchTrainMdlm(
   cfg: TrainConfig, setup: BenchTrainSetup, backend: Backend, steps: number, warmup: number, profileSteps = 0,
-): Promise<TrainThroughput & { profile?: OpProfileRow[] }> {
+  rounds = 1, afterRound: (round: number, msStep: number) => void = () => {},
+): Promise<TrainThroughput & { profile?: OpProfileRow[]; rounds_ms_step: number[] }> {
   const t = cfg.train;
   const maskId = cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
   const dtype = computeDtype(t.precision, backend);
@@ -156,17 +165,22 @@ export async function benchTrainMdlm(
     for (let s = 0; s < warmup; s++) await optimizerStep(parts, next, s, 1, t.lr, 'skip');
     await backend.sync();
     let loss = 0;
-    const started = performance.now();
-    for (let s = 0; s < steps; s++) loss += (await optimizerStep(parts, next, warmup + s, 1, t.lr, 'skip')).loss;
-    await backend.sync();
-    const msStep = (performance.now() - started) / steps;
+    const windows: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const started = performance.now();
+      for (let s = 0; s < steps; s++) loss += (await optimizerStep(parts, next, warmup + r * steps + s, 1, t.lr, 'skip')).loss;
+      await backend.sync();
+      windows.push((performance.now() - started) / steps);
+      afterRound(r, windows[r]!);
+    }
+    const msStep = median(windows);
     const tokensPerS = (t.batchSize * cfg.model.seqLen) / (msStep / 1000);
     const pool = backend.poolStats();
     let profile: OpProfileRow[] | undefined;
     if (profiler) {
       model.stopRecording();
       profiler.timing = true;
-      for (let s = 0; s < profileSteps; s++) await optimizerStep(parts, next, warmup + steps + s, 1, t.lr, 'skip');
+      for (let s = 0; s < profileSteps; s++) await optimizerStep(parts, next, warmup + rounds * steps + s, 1, t.lr, 'skip');
       profiler.timing = false;
       const rows = profiler.report();
       const total = rows.reduce((a, r) => a + r.ms, 0);
@@ -181,7 +195,8 @@ export async function benchTrainMdlm(
       device: backend.description,
       precision: dtype,
       steps,
-      loss: loss / steps,
+      loss: loss / (rounds * steps),
+      rounds_ms_step: windows,
       ...(profile ? { profile } : {}),
     };
   } finally {
@@ -221,8 +236,23 @@ export interface BenchTrainReport extends TrainThroughput {
   readonly profile?: OpProfileRow[];
   /** The PyTorch peer's runs, by mode. */
   readonly peers: Partial<Record<PeerMode, TrainThroughput>>;
-  /** mdlm tokens/s over each peer's. */
+  /** mdlm tokens/s over each peer's (with rounds: the median of the rounds' ratios). */
   readonly speedup: Partial<Record<PeerMode, number>>;
+  /** With rounds > 1, each round's tokens/s, mdlm's and each peer's, and their ratio. */
+  readonly rounds?: readonly BenchRound[];
+}
+
+export interface BenchRound {
+  readonly mdlm_tokens_per_s: number;
+  readonly peers: Partial<Record<PeerMode, number>>;
+  readonly speedup: Partial<Record<PeerMode, number>>;
+}
+
+/** The median (the mean of the middle two for an even count). */
+export function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const h = Math.floor(s.length / 2);
+  return s.length % 2 ? s[h]! : (s[h - 1]! + s[h]!) / 2;
 }
 
 /**
@@ -234,30 +264,56 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
   const cfg = benchConfig(opts);
   const backend = await createBackend(opts.backend);
   const peerModes = peerChoice === 'auto' ? (backend.name === 'cuda' ? PEER_MODES : []) : peerChoice;
-  let mine: TrainThroughput & { profile?: OpProfileRow[] };
-  let setup: BenchTrainSetup;
+  const rounds = opts.rounds ?? 1;
+  // With rounds, the peers run between mdlm's timed windows; else after mdlm has freed its memory.
+  const interleave = rounds > 1 && peerModes.length > 0;
+  const runs: Partial<Record<PeerMode, TrainThroughput[]>> = {};
+  const runPeers = (): void => {
+    for (const mode of peerModes) {
+      log(`PyTorch ${mode}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
+      const theirs = benchTrainTorch(setup, cfg, mode, opts.steps, opts.warmup);
+      (runs[mode] ??= []).push(theirs);
+      log(describeThroughput(theirs));
+    }
+  };
+  let mine: TrainThroughput & { profile?: OpProfileRow[]; rounds_ms_step: number[] };
+  let setup!: BenchTrainSetup;
   try {
     if (peerModes.length > 0 && cfg.objective.kind === 'mdlm' && cfg.objective.schedule !== 'linear') {
       fail('BAD_CONFIG', `bench train: the PyTorch peer implements the linear schedule only; objective.schedule is ${cfg.objective.schedule}`);
     }
     setup = benchSetup(cfg, opts.preset, opts.peakTflops ?? bf16PeakTflops(backend.description));
     log(`bench train: ${opts.preset} ${setup.objective}, batch ${setup.batch} × ${setup.seq_len}, ${(setup.params / 1e6).toFixed(1)}M parameters, ${(setup.flops_per_token / 1e9).toFixed(3)} GFLOP/token (${setup.flops_convention})`);
-    log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
-    mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup, opts.profileSteps ?? 0);
+    log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${rounds > 1 ? `${rounds} rounds of ` : ''}${opts.steps} timed steps`);
+    mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup, opts.profileSteps ?? 0, rounds, (r, ms) => {
+      if (rounds > 1) log(`mdlm round ${r + 1} of ${rounds}: ${ms.toFixed(2)} ms/step`);
+      if (interleave) runPeers();
+    });
   } finally {
     backend.destroy();
   }
   log(describeThroughput(mine));
+  if (!interleave) for (let r = 0; r < rounds; r++) runPeers();
+  const tokens = setup.batch * setup.seq_len;
+  const mineRound = mine.rounds_ms_step.map((ms) => tokens / (ms / 1000));
   const peers: Partial<Record<PeerMode, TrainThroughput>> = {};
   const speedup: Partial<Record<PeerMode, number>> = {};
   for (const mode of peerModes) {
-    log(`PyTorch ${mode}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
-    const theirs = benchTrainTorch(setup, cfg, mode, opts.steps, opts.warmup);
-    peers[mode] = theirs;
-    speedup[mode] = mine.tokens_per_s / theirs.tokens_per_s;
-    log(`${describeThroughput(theirs)}; mdlm is ${speedup[mode]!.toFixed(2)}× its tokens/s`);
+    const list = runs[mode]!;
+    // The peer's run at its median tokens/s (the lower middle one for an even count): a real run.
+    peers[mode] = [...list].sort((a, b) => a.tokens_per_s - b.tokens_per_s)[Math.floor((list.length - 1) / 2)]!;
+    speedup[mode] = median(list.map((p, r) => mineRound[r]! / p.tokens_per_s));
+    log(`PyTorch ${mode}: mdlm is ${speedup[mode]!.toFixed(2)}× its tokens/s${rounds > 1 ? ` (median of ${rounds} rounds)` : ''}`);
   }
-  return { ...mine, setup, peers, speedup };
+  const { rounds_ms_step: _, ...report } = mine;
+  const perRound: BenchRound[] | undefined = rounds > 1
+    ? mineRound.map((m, r) => ({
+        mdlm_tokens_per_s: m,
+        peers: Object.fromEntries(peerModes.map((mode) => [mode, runs[mode]![r]!.tokens_per_s])),
+        speedup: Object.fromEntries(peerModes.map((mode) => [mode, m / runs[mode]![r]!.tokens_per_s])),
+      }))
+    : undefined;
+  return { ...report, setup, peers, speedup, ...(perRound ? { rounds: perRound } : {}) };
 }
 
 /** The breakdown as a table: ms and share per step for the ops above `minShare`, then the rest summed. */

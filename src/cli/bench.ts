@@ -169,14 +169,15 @@ export function benchCommand(): Command {
     .option('--recompute <what>', `train.recompute: ${RECOMPUTE.join(' or ')}`, choiceOption('--recompute', RECOMPUTE), 'none')
     .option('--peer <list>', `PyTorch peer modes, comma-separated: ${PEER_MODES.join(', ')}, or none (default: both on cuda, none elsewhere)`)
     .option('--peak-tflops <x>', "the device's dense bf16 peak for MFU (default: known GPUs, e.g. 989 for H100/H200)", numberOption('--peak-tflops', 0, Infinity, true))
+    .option('--rounds <n>', "alternate mdlm's timed steps with a run of each peer n times and report medians (both hold device memory at once)", intOption('--rounds', 1), 1)
     .option('--profile <steps>', 'then run this many steps op by op and print where the time goes (cpu, cuda)', intOption('--profile', 1))
     .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers, the speedups (and the profile)')
-    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; recompute: Recompute; peer?: string; peakTflops?: number; profile?: number; json?: boolean }) => {
+    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; recompute: Recompute; peer?: string; peakTflops?: number; rounds: number; profile?: number; json?: boolean }) => {
       const backend: BackendChoice = parseBackendChoice(o.backend);
       const peers = parsePeers(o.peer);
       const report = await benchTrain(
         {
-          preset: o.preset, objective: o.objective, backend, steps: o.steps, warmup: o.warmup, precision: o.precision,
+          preset: o.preset, objective: o.objective, backend, steps: o.steps, warmup: o.warmup, precision: o.precision, rounds: o.rounds,
           ...(o.batch !== undefined ? { batch: o.batch } : {}), ...(o.seqLen !== undefined ? { seqLen: o.seqLen } : {}),
           ...(o.peakTflops !== undefined ? { peakTflops: o.peakTflops } : {}),
           ...(o.profile !== undefined ? { profileSteps: o.profile } : {}),
@@ -191,7 +192,8 @@ export function benchCommand(): Command {
       }
       console.log(describeThroughput(report));
       if (report.profile) console.log(`\nwhere a step's time goes (${o.profile} steps, each op waited for):\n${formatProfile(report.profile)}`);
-      for (const mode of Object.keys(report.peers) as PeerMode[]) console.log(`${describeThroughput(report.peers[mode]!)}  → mdlm ${report.speedup[mode]!.toFixed(2)}×`);
+      const median = report.rounds ? ` (median of ${report.rounds.length} alternating rounds)` : '';
+      for (const mode of Object.keys(report.peers) as PeerMode[]) console.log(`${describeThroughput(report.peers[mode]!)}  → mdlm ${report.speedup[mode]!.toFixed(2)}×${median}`);
     });
   return bench;
 }
