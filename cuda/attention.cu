@@ -1028,6 +1028,11 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   // barriers 1 and 2), so one's softmax runs while the other's products do.
   if (wgi == 1) wg::bar_arrive(1, 256);
   uint32_t prev_v = aQ;  // the previous tile's V (see pa)
+  auto issue_pv = [&] {  // O += P·V of prev_v's tile, one commit group
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
+    wg::wgmma_commit();
+  };
   int i = 0;
   for (;; ++i) {
     const int s = i % kS;
@@ -1044,11 +1049,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     for (int kk = 0; kk < kD / 16; ++kk)
       wg::wgmma_ss<kBc, 0, 0>(sc, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
     wg::wgmma_commit();
-    if constexpr (Cfg::kOverlapPV) {
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
-      wg::wgmma_commit();
-    }
+    if constexpr (Cfg::kOverlapPV) issue_pv();
     wg::bar_arrive(2 - wgi, 256);
     wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
@@ -1106,9 +1107,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       wg::mbar_wait(full_v(s), phase);
       wg::fence_proxy_async();
       wg::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
-      wg::wgmma_commit();
+      issue_pv();
       wg::wgmma_wait<0>();
       wg::mbar_arrive(empty_v(s));
     }
@@ -1118,9 +1117,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
     wg::fence_proxy_async();
     wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
-    wg::wgmma_commit();
+    issue_pv();
     wg::wgmma_wait<0>();
   }
 

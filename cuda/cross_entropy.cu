@@ -151,7 +151,7 @@ __device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
 }
 
 // The gradient pass over a row: q = scale · (exp(p − lse) − onehot(t)); an ignored row (t < 0)
-// gets zeros without reading p, a bad target (t ≥ vocab) NaNs.
+// gets zeros without reading p, a bad target (t ≥ vocab) NaNs; neither uses scale or l.
 template <typename T, int VEC>
 __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, float l, int vocab) {
   const int head = row_head<VEC>(p, vocab);
@@ -194,8 +194,7 @@ __global__ void __launch_bounds__(kCeMaxThreads)
                                   const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
-  const float scale = t < 0 || t >= vocab ? 0.0f : dloss[row] * weights[row];
-  gradient_row<T, VEC>(logits + start, dlogits + start, t, scale, t < 0 || t >= vocab ? 0.0f : lse[row], vocab);
+  gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
 }
 
 template <typename T, int VEC>
@@ -206,8 +205,7 @@ __global__ void __launch_bounds__(kCeFusedThreads)
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
   const float l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
-  const float scale = t < 0 || t >= vocab ? 0.0f : dloss[row] * weights[row];
-  gradient_row<T, VEC>(p, dlogits + start, t, scale, l, vocab);
+  gradient_row<T, VEC>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
 }
 
 // One block per row, as many threads as the row has vectors up to `most`.

@@ -141,6 +141,15 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
   tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
 });
 
+/** dlogits against finite differences of cross_entropy's loss, for both gradient ops. */
+const lossGradient = gradientOf({
+  forward: crossEntropy,
+  forwardAttrs: (a: CrossEntropyAttrs) => a,
+  inputs: { logits: 'logits', targets: 'targets', weights: 'weights' },
+  cotangents: { loss: 'dloss' },
+  grads: { dlogits: 'logits' },
+});
+
 export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
   name: 'cross_entropy_backward',
   summary: 'dlogits = dloss * weight * (softmax(logits) - onehot(target)), 0 rows where target < 0',
@@ -170,13 +179,7 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
   },
   // One exp per element against a given lse.
   tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
-  gradient: gradientOf({
-    forward: crossEntropy,
-    forwardAttrs: (a: CrossEntropyAttrs) => a,
-    inputs: { logits: 'logits', targets: 'targets', weights: 'weights' },
-    cotangents: { loss: 'dloss' },
-    grads: { dlogits: 'logits' },
-  }),
+  gradient: lossGradient,
 });
 
 export const crossEntropyFused = defineOp<CrossEntropyAttrs>({
@@ -210,11 +213,5 @@ export const crossEntropyFused = defineOp<CrossEntropyAttrs>({
   },
   // The forward's row sums, then one exp per element against them.
   tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
-  gradient: gradientOf({
-    forward: crossEntropy,
-    forwardAttrs: (a: CrossEntropyAttrs) => a,
-    inputs: { logits: 'logits', targets: 'targets', weights: 'weights' },
-    cotangents: { loss: 'dloss' },
-    grads: { dlogits: 'logits' },
-  }),
+  gradient: lossGradient,
 });
