@@ -7,9 +7,14 @@
 // dlogits may be logits itself (in place): each thread reads an element before it writes it and
 // no other thread touches it, so logits and dlogits are not __restrict__.
 // cross_entropy_fused: both in one block a row, the loss pass then the gradient pass, which finds
-// the row in L2 (1024 threads a block keep one row an SM in flight at 63 registers, two at most:
-// 13-26 MB of a GPT-2 vocabulary's bf16 rows on an H100/H200, within the 50 MB L2), so the logits
-// are read from memory once.
+// the row in L2 (two blocks of 512 threads an SM keep two rows an SM in flight: 26 MB of a GPT-2
+// vocabulary's bf16 rows on an H100/H200, within the 50 MB L2), so the logits are read from memory
+// once. Rows in flight are the lever: one block of 1024 threads an SM left each SM idle through
+// every row's reduction and launch (1.44 ms a 124M step on the H200, 16384 × 50304 bf16); two of
+// 512 took 1.16 ms, and four of 256 about as long; three of 512 or six of 256 (40-80 MB of rows,
+// and spills at 42 registers) made the step 0.7 ms slower than one of 1024; the row staged in
+// shared memory (cp.async, two blocks an SM) was level with one of 1024 (bench/RESULTS.md,
+// fourteenth pass).
 // In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
@@ -24,7 +29,7 @@
 
 namespace mdlm {
 
-constexpr int kCeMaxThreads = 512, kCeFusedThreads = 1024;
+constexpr int kCeMaxThreads = 512, kCeFusedThreads = 512, kCeFusedBlocks = 2;
 constexpr int kCeUnroll = 4;  // vectors a thread loads before using them (bytes in flight)
 
 // Spreads the elements [0, n) of a row over the block: a scalar head of `head` elements (up to the
@@ -198,7 +203,7 @@ __global__ void __launch_bounds__(kCeMaxThreads)
 }
 
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kCeFusedThreads)
+__global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
     cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
   const int row = blockIdx.x, t = targets[row];
