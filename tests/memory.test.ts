@@ -1,35 +1,38 @@
 /** The training-memory arithmetic against what a model really allocates, and the setup error it feeds. */
 import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
+import type { Backend } from '../src/backend/backend.js';
 import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { MdlmError } from '../src/errors.js';
 import { checkTrainingFits, withMemoryEstimate } from '../src/train/memory.js';
 import { expectMdlmError } from './support/contracts.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
+import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 import { resolveConfig } from '../src/config/load.js';
-import { flatParamElements, paramCount, trainingMemory } from '../src/config/model-size.js';
+import { type ActivationSaving, flatParamElements, logitRows, paramCount, trainingMemory } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
 import type { Recompute } from '../src/config/schema.js';
 
-const variants: [string, Record<string, string>, Recompute][] = [
-  ['tied, multi-head', {}, 'none'],
-  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }, 'none'],
-  ['q/k/v biases', { 'model.qkvBias': 'true' }, 'none'],
-  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, 'none'],
-  ['SwiGLU product recomputed', {}, 'swiglu'],
+const variants: [string, Record<string, string>, ActivationSaving][] = [
+  ['tied, multi-head', {}, {}],
+  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }, {}],
+  ['q/k/v biases', { 'model.qkvBias': 'true' }, {}],
+  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, {}],
+  ['SwiGLU product recomputed', {}, { recompute: 'swiglu' }],
+  ['logits in blocks', { 'model.seqLen': '48' }, { logitChunks: 2 }],
 ];
 
 const smallModel = (over: Record<string, string> = {}) =>
   resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '24', ...over } });
 
 describe('trainingMemory', () => {
-  for (const [label, over, recompute] of variants) {
+  for (const [label, over, saving] of variants) {
     for (const dtype of ['f32', 'bf16'] as const) {
       it(`matches the model's allocations exactly: ${label}, ${dtype}`, () => {
         const cfg = smallModel(over);
         const batch = 3;
-        const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype, recompute });
-        const est = trainingMemory(cfg.model, batch, dtype, recompute);
+        const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype, ...saving });
+        const est = trainingMemory(cfg.model, batch, dtype, saving);
         expect(est.activations).toBe(model.activationBytes);
         expect(est.weights).toBe(model.store.value.byteSize);
         expect(flatParamElements(cfg.model)).toBe(model.store.value.size);
@@ -45,7 +48,7 @@ describe('trainingMemory', () => {
     const cfg = smallModel();
     const batch = 2, N = batch * cfg.model.seqLen;
     const kept = trainingMemory(cfg.model, batch, 'f32');
-    const recomputed = trainingMemory(cfg.model, batch, 'f32', 'swiglu');
+    const recomputed = trainingMemory(cfg.model, batch, 'f32', { recompute: 'swiglu' });
     expect(kept.activations - recomputed.activations).toBe(cfg.model.nLayers * N * cfg.model.ffnHidden * 4);
     const run = async (recompute: Recompute) => {
       const b = new CpuBackend();
@@ -61,6 +64,47 @@ describe('trainingMemory', () => {
     expect(r.loss).toBe(a.loss);
     expect(a.grad.some((x) => x !== 0)).toBe(true);
     expect(Buffer.from(r.grad.buffer).equals(Buffer.from(a.grad.buffer))).toBe(true);
+  });
+
+  const backends: [string, () => Promise<Backend>][] = [['cpu', async () => new CpuBackend()]];
+  if (hasWebGpu) backends.push(['webgpu', async () => (await webgpuBackend())!]);
+  for (const [bname, get] of backends) it(`train.logitChunks (${bname}): one block of logits held; the same losses, and gradients equal to rounding, by forwardBackward and by forward() then backward()`, async () => {
+    // 3 × 48 = 144 rows: blocks of 128 and 16 rows at 2 chunks, 64, 64 and 16 at 3
+    const cfg = smallModel({ 'model.seqLen': '48' });
+    const batch = 3, N = batch * 48, V = cfg.model.vocabSize;
+    expect([1, 2, 3, 100].map((k) => logitRows(N, k))).toEqual([144, 128, 64, 64]);
+    expect(logitRows(50, 2)).toBe(50);
+    const whole = trainingMemory(cfg.model, batch, 'f32');
+    expect(whole.activations - trainingMemory(cfg.model, batch, 'f32', { logitChunks: 3 }).activations).toBe((N - 64) * V * 4);
+    const b = await get();
+    const run = async (logitChunks: number, split: boolean) => {
+      const m = new LlamaModel(b, cfg.model, batch, 5, { logitChunks });
+      expect(m.logitRows).toBe(logitRows(N, logitChunks));
+      const targets = Int32Array.from({ length: N }, (_, i) => (i % 7 === 0 ? -1 : (i * 31 + 2) % 256));
+      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets, segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 48) }, false);
+      m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)));
+      if (split) {
+        m.forward();
+        m.backward();
+      } else {
+        m.forwardBackward();
+      }
+      const out = { loss: await m.loss(), tokens: await m.tokenLosses(), grad: (await b.download(m.store.grad)) as Float32Array };
+      expect(out.tokens.some((t) => t > 0)).toBe(true);
+      if (logitChunks > 1) expect(() => m.forwardLogits()).toThrow(/holds the logits of \d+ of its 144 rows/);
+      m.destroy();
+      return out;
+    };
+    const ref = await run(1, false);
+    const scale = Math.max(...ref.grad.map(Math.abs));
+    expect(scale).toBeGreaterThan(0);
+    for (const [chunks, split] of [[3, false], [3, true], [2, false]] as const) {
+      const r = await run(chunks, split);
+      expect(r.tokens).toEqual(ref.tokens);
+      expect(r.loss).toBe(ref.loss);
+      for (let i = 0; i < r.grad.length; i++) expect(Math.abs(r.grad[i]! - ref.grad[i]!), `${chunks} blocks${split ? ', split' : ''}: grad ${i}`).toBeLessThanOrEqual(1e-6 * scale);
+    }
+    expect(() => new LlamaModel(b, cfg.model, batch, 5, { logitChunks: 0 })).toThrow(/train.logitChunks: 0 is not a whole number >= 1/);
   });
 
   it('charges llama-1.3b in bf16 18 bytes a parameter (f32 weights, gradients, two moments; bf16 copy) within the padding', () => {

@@ -78,8 +78,9 @@ export interface BenchTrainSetup {
   readonly flops_per_token: number;
   readonly flops_convention: string;
   readonly peak_tflops: number | null;
-  /** mdlm's train.recompute (the peers keep what autograd keeps). */
+  /** mdlm's train.recompute and train.logitChunks (the peers keep what autograd keeps). */
   readonly recompute: TrainConfig['train']['recompute'];
+  readonly logit_chunks: number;
   /** The model fields the PyTorch peer is built from. */
   readonly model: TrainConfig['model'];
 }
@@ -110,7 +111,7 @@ export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number 
   const f = flopsBreakdown(cfg.model, cfg.model.seqLen, cfg.objective.kind);
   return {
     preset, objective: cfg.objective.kind, batch: cfg.train.batchSize, seq_len: cfg.model.seqLen, params: paramCount(cfg.model),
-    flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute, model: cfg.model,
+    flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute, logit_chunks: cfg.train.logitChunks, model: cfg.model,
   };
 }
 
@@ -155,8 +156,9 @@ export async function benchTrainMdlm(
   const maskId = cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
   const dtype = computeDtype(t.precision, backend);
   const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
-  const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype, t.recompute);
-  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda', fill: parallelFiller(), recompute: t.recompute }));
+  const saving = { recompute: t.recompute, logitChunks: t.logitChunks };
+  const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype, saving);
+  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda', fill: parallelFiller(), ...saving }));
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
   try {

@@ -107,6 +107,22 @@ export function flatParamElements(m: ModelConfig): number {
   return Math.max(PARAM_ALIGN, paramSizes(m).reduce((n, s) => n + Math.ceil(s / PARAM_ALIGN) * PARAM_ALIGN, 0));
 }
 
+/** What a training model trades compute for memory with (train.recompute, train.logitChunks). */
+export interface ActivationSaving {
+  readonly recompute?: Recompute;
+  readonly logitChunks?: number;
+}
+
+/**
+ * Rows of logits a model holds at once when the LM head and the loss run over `chunks` blocks of
+ * its `tokens` rows in turn: all of them for one block, else ⌈tokens / chunks⌉ rounded up to 64 (so
+ * each block's views of the per-token buffers start on a 256-byte boundary, as WebGPU binds them;
+ * hence at most `chunks` blocks, fewer on a short batch).
+ */
+export function logitRows(tokens: number, chunks: number): number {
+  return chunks <= 1 ? tokens : Math.min(tokens, Math.ceil(tokens / chunks / 64) * 64);
+}
+
 export interface MemoryBreakdown {
   /** f32 master weights, their f32 gradients, AdamW's two f32 moments (flat, padded). */
   readonly weights: number;
@@ -125,7 +141,8 @@ export interface MemoryBreakdown {
  * rounds each buffer up to 256 bytes, and kernels keep some scratch of their own (CUDA: the
  * arena and cuBLASLt's 32 MiB workspace), so the device needs a little more.
  */
-export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf16', recompute: Recompute = 'none'): MemoryBreakdown {
+export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf16', saving: ActivationSaving = {}): MemoryBreakdown {
+  const { recompute = 'none', logitChunks = 1 } = saving;
   const f = dtype === 'bf16' ? 2 : 4; // bytes of an activation
   const N = batch * m.seqLen;
   const d = m.dModel;
@@ -145,8 +162,9 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
     f * (recompute === 'swiglu' ? 2 : 3) * N * F;
   // The model: ids, targets, segment ids, positions (i32), loss weights, rstd, per-token loss,
   // lse, loss gradient (f32), the loss sum; the residual streams, the final norm's output, the
-  // logits (their gradient overwrites them), the stream gradients and the zero residual gradient.
-  const model = 4 * 4 * N + 4 * 5 * N + 4 + f * ((m.nLayers + 1) * N * d + N * d + N * m.vocabSize + 3 * N * d);
+  // logits of one block of rows (their gradient overwrites them), the stream gradients and the
+  // zero residual gradient.
+  const model = 4 * 4 * N + 4 * 5 * N + 4 + f * ((m.nLayers + 1) * N * d + N * d + logitRows(N, logitChunks) * m.vocabSize + 3 * N * d);
   const flat = flatParamElements(m);
   const weights = 4 * flat;
   const workingCopy = dtype === 'f32' ? 0 : f * flat;

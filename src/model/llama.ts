@@ -17,7 +17,20 @@ import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
 import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
-import type { ModelConfig, Recompute } from '../config/schema.js';
+import type { ModelConfig } from '../config/schema.js';
+import { type ActivationSaving, logitRows } from '../config/model-size.js';
+
+/** One block of rows of the LM head and the loss: views of the per-token buffers. */
+interface LogitBlock {
+  readonly normed: Tensor;
+  readonly dNormed: Tensor;
+  readonly logits: Tensor;
+  readonly targets: Tensor;
+  readonly weights: Tensor;
+  readonly dloss: Tensor;
+  readonly loss: Tensor;
+  readonly lse: Tensor;
+}
 
 /** One batch as the model consumes it (host arrays of batch·seqLen entries). */
 export interface ModelBatch {
@@ -45,7 +58,9 @@ export class LlamaModel {
   private readonly streams: Tensor[];
   private readonly normed: Tensor;
   private readonly rstdFinal: Tensor;
+  /** The logits of one block of rows (logitRows of them); their gradient overwrites them. */
   private readonly logits: Tensor;
+  readonly logitRows: number;
   private readonly tokenLoss: Tensor;
   private readonly lse: Tensor;
   private readonly lossSum: Tensor;
@@ -67,10 +82,12 @@ export class LlamaModel {
    * `record`: `forwardBackward` records the pass (a CUDA graph on CUDA) and replays it. `fill`
    * computes the initial values (default: on this thread; src/runtime/parallel_init.ts: workers).
    * `recompute`: activations recomputed in backward instead of kept (train.recompute).
+   * `logitChunks`: the LM head and the loss run over that many blocks of rows in turn, holding one
+   * block's logits (train.logitChunks).
    */
   constructor(
     readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
-    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller; recompute?: Recompute } = {},
+    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller } & ActivationSaving = {},
   ) {
     validateModel(cfg);
     const dtype = opts.dtype ?? 'f32';
@@ -111,7 +128,9 @@ export class LlamaModel {
     this.streams = Array.from({ length: cfg.nLayers + 1 }, () => a.alloc([N, cfg.dModel]));
     this.normed = a.alloc([N, cfg.dModel]);
     this.rstdFinal = a.alloc([N], 'f32');
-    this.logits = a.alloc([N, cfg.vocabSize]);
+    if (!(Number.isInteger(opts.logitChunks ?? 1) && (opts.logitChunks ?? 1) >= 1)) fail('BAD_CONFIG', `train.logitChunks: ${opts.logitChunks} is not a whole number >= 1`);
+    this.logitRows = logitRows(N, opts.logitChunks ?? 1);
+    this.logits = a.alloc([this.logitRows, cfg.vocabSize]);
     this.tokenLoss = a.alloc([N], 'f32');
     this.lse = a.alloc([N], 'f32');
     this.lossSum = a.alloc([1], 'f32');
@@ -159,6 +178,13 @@ export class LlamaModel {
 
   /** Forward pass to the logits only (inference: sampling, `mdlm eval --save-logits`). */
   forwardLogits(): void {
+    if (this.logitRows < this.rows) fail('BAD_CONFIG', `forwardLogits: this model holds the logits of ${this.logitRows} of its ${this.rows} rows at a time (logitChunks); build it without logitChunks to read all of them`);
+    this.forwardHidden();
+    this.head.forward(this.backend, this.normed, this.logits, this.rows);
+  }
+
+  /** Forward pass to the final norm's output, the LM head's input. */
+  private forwardHidden(): void {
     const b = this.backend;
     const N = this.rows;
     this.embed.forward(b, this.ids, this.streams[0]!, N);
@@ -166,7 +192,37 @@ export class LlamaModel {
     // The last block's residual add, fused into the final norm (as each block's is into the next's norm1).
     const [mid, branch] = this.blocks[this.cfg.nLayers - 1]!.output;
     this.finalNorm.forwardAdd(b, mid, branch, this.streams[this.cfg.nLayers]!, this.normed, this.rstdFinal, N);
-    this.head.forward(b, this.normed, this.logits, N);
+  }
+
+  /**
+   * The LM head and the loss, one block of logitRows rows at a time: `block(rows, views)` runs
+   * after the block's logits are in `views.logits` (the head's forward), `views` holding that
+   * block's rows of every per-token buffer.
+   */
+  private eachLogitBlock(block: (rows: number, v: LogitBlock) => void): void {
+    for (let r0 = 0; r0 < this.rows; r0 += this.logitRows) {
+      const n = Math.min(this.logitRows, this.rows - r0);
+      const v = this.logitBlock(r0, n);
+      this.head.forward(this.backend, v.normed, v.logits, n);
+      block(n, v);
+    }
+  }
+
+  /** Rows [r0, r0 + n) of the per-token buffers, and the logits buffer's first n rows. */
+  private logitBlock(r0: number, n: number): LogitBlock {
+    const b = this.backend;
+    const d = this.cfg.dModel;
+    const rows = (t: Tensor) => b.view(t, r0, [n]);
+    return {
+      normed: b.view(this.normed, r0 * d, [n, d]), dNormed: b.view(this.dNormed, r0 * d, [n, d]),
+      logits: b.view(this.logits, 0, [n, this.cfg.vocabSize]),
+      targets: rows(this.targets), weights: rows(this.weights), dloss: rows(this.dLoss), loss: rows(this.tokenLoss), lse: rows(this.lse),
+    };
+  }
+
+  /** The head's backward for one block: dNormed of its rows, and its share of the head's weight gradient. */
+  private headBackward(n: number, v: LogitBlock): void {
+    this.head.backward(this.backend, v.normed, v.logits, v.dNormed, 'write', n);
   }
 
   /** The [batch·seqLen, vocab] logits of the last forward (waits for the device); a backward overwrites them with their gradient. */
@@ -177,10 +233,10 @@ export class LlamaModel {
   /** Forward pass to the per-token weighted losses; their sum lands in `lossSum`. */
   forward(): void {
     const b = this.backend;
-    const N = this.rows;
-    const cfg = this.cfg;
-    this.forwardLogits();
-    b.run(crossEntropy, { logits: this.logits, targets: this.targets, weights: this.weights, loss: this.tokenLoss, lse: this.lse }, { rows: N, vocab: cfg.vocabSize });
+    this.forwardHidden();
+    this.eachLogitBlock((rows, v) => {
+      b.run(crossEntropy, { logits: v.logits, targets: v.targets, weights: v.weights, loss: v.loss, lse: v.lse }, { rows, vocab: this.cfg.vocabSize });
+    });
     this.sumLoss();
   }
 
@@ -204,19 +260,23 @@ export class LlamaModel {
 
   /** Accumulate parameter gradients of the mean loss of the last forward. */
   backward(): void {
-    // In place: the logits' gradient overwrites the logits (one [tokens, vocab] buffer, not two).
-    const args = { logits: this.logits, targets: this.targets, weights: this.weights, lse: this.lse, dloss: this.dLoss, dlogits: this.logits };
-    this.backend.run(crossEntropyBackward, args, { rows: this.rows, vocab: this.cfg.vocabSize });
-    this.backwardFromLogits();
+    // In place: the logits' gradient overwrites the logits (one buffer, not two).
+    const vocab = this.cfg.vocabSize;
+    const gradient = (rows: number, v: LogitBlock) => {
+      this.backend.run(crossEntropyBackward, { logits: v.logits, targets: v.targets, weights: v.weights, lse: v.lse, dloss: v.dloss, dlogits: v.logits }, { rows, vocab });
+      this.headBackward(rows, v);
+    };
+    // In blocks the forward kept only the last block's logits, so each block's are computed again.
+    if (this.logitRows < this.rows) this.eachLogitBlock(gradient);
+    else gradient(this.rows, this.logitBlock(0, this.rows));
+    this.backwardBelowHead();
   }
 
-  /** backward() below the loss: from the logits' gradient (in the logits buffer) down. */
-  private backwardFromLogits(): void {
+  /** backward() below the LM head: from dNormed down. */
+  private backwardBelowHead(): void {
     const b = this.backend;
     const N = this.rows;
     const cfg = this.cfg;
-    const dLogits = this.logits;
-    this.head.backward(b, this.normed, dLogits, this.dNormed, 'write', N);
     this.finalNorm.backward(b, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
     for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
     this.embed.backward(b, this.ids, this.dStream, N);
@@ -233,11 +293,14 @@ export class LlamaModel {
     // forward() then backward() with the loss and its gradient in one op (cross_entropy_fused): the
     // loss gradient dLoss is known before the forward, and each row of logits is read once.
     const run = (): void => {
-      this.forwardLogits();
-      const args = { logits: this.logits, targets: this.targets, weights: this.weights, dloss: this.dLoss, loss: this.tokenLoss, lse: this.lse, dlogits: this.logits };
-      this.backend.run(crossEntropyFused, args, { rows: this.rows, vocab: this.cfg.vocabSize });
+      this.forwardHidden();
+      this.eachLogitBlock((rows, v) => {
+        const args = { logits: v.logits, targets: v.targets, weights: v.weights, dloss: v.dloss, loss: v.loss, lse: v.lse, dlogits: v.logits };
+        this.backend.run(crossEntropyFused, args, { rows, vocab: this.cfg.vocabSize });
+        this.headBackward(rows, v);
+      });
       this.sumLoss();
-      this.backwardFromLogits();
+      this.backwardBelowHead();
     };
     if (!this.recordSteps) return run();
     const rec = this.recordings.get(this.causal);

@@ -4,8 +4,8 @@
  * and the same breakdown on any allocation that fails while the run is being set up.
  */
 import type { Backend } from '../backend/backend.js';
-import { type MemoryBreakdown, trainingMemory } from '../config/model-size.js';
-import type { ModelConfig, Recompute } from '../config/schema.js';
+import { type ActivationSaving, type MemoryBreakdown, trainingMemory } from '../config/model-size.js';
+import type { ModelConfig } from '../config/schema.js';
 import { MdlmError, fail } from '../errors.js';
 import type { FloatDType } from '../tensor.js';
 
@@ -22,11 +22,11 @@ export function describeMemory(e: MemoryBreakdown): string {
   return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}`;
 }
 
-const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16 or train.recompute swiglu';
+const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';
 
 /** The estimate for this run; an OUT_OF_MEMORY error now if the device is known to be too small. */
-export function checkTrainingFits(backend: Backend, m: ModelConfig, batch: number, dtype: FloatDType, recompute: Recompute = 'none'): MemoryBreakdown {
-  const est = trainingMemory(m, batch, dtype === 'bf16' ? 'bf16' : 'f32', recompute);
+export function checkTrainingFits(backend: Backend, m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}): MemoryBreakdown {
+  const est = trainingMemory(m, batch, dtype === 'bf16' ? 'bf16' : 'f32', saving);
   const have = backend.memoryBytes;
   if (have !== undefined && est.total + deviceReserve(have) > have) {
     fail('OUT_OF_MEMORY', `this run needs about ${describeMemory(est)}, plus ~${gib(deviceReserve(have))} for the runtime, but ${backend.description} has ${gib(have)}; ${ADVICE}`);

@@ -100,10 +100,11 @@ export class Trainer {
     // after the training it would cost.
     if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize });
     const dtype = computeDtype(cfg.train.precision, opts.backend);
-    const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype, cfg.train.recompute);
+    const saving = { recompute: cfg.train.recompute, logitChunks: cfg.train.logitChunks };
+    const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype, saving);
     this.memory = memory;
     this.model = withMemoryEstimate(memory, () => new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
-      dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda', recompute: cfg.train.recompute, ...(opts.fill ? { fill: opts.fill } : {}),
+      dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda', ...saving, ...(opts.fill ? { fill: opts.fill } : {}),
     }));
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     this.optimizer = withMemoryEstimate(memory, () => new AdamW(this.model.store, {
