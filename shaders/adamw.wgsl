@@ -1,5 +1,7 @@
 // adamw: one fused AdamW step over flat fp32 buffers; one vec4 per thread, the last vec4 masked
 // lane by lane. Bias corrections and the decay factor arrive precomputed (float64 on the host).
+// adamw_cast (entry main_cast): the same step, the updated values also stored into `work` (the
+// working copy; f32 here, as WebGPU computes in f32).
 struct Params {
   n: u32,
   beta1: f32,
@@ -16,16 +18,19 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> m: array<vec4f>;
 @group(0) @binding(4) var<storage, read_write> v: array<vec4f>;
 @group(0) @binding(5) var<storage, read> clip: array<f32>; // grad_norm's [norm, scale]
+@group(0) @binding(6) var<storage, read_write> work: array<vec4f>;
 
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
-  let i = gid.x + gid.y * nwg.x * 256u;
-  let first = 4u * i;
-  if (first >= params.n) { return; }
+fn group_index(gid: vec3u, nwg: vec3u) -> u32 {
+  return gid.x + gid.y * nwg.x * 256u;
+}
+
+// The step on vec4 i (in range), stored; returns the updated parameters.
+fn update(i: u32) -> vec4f {
   let g = grad[i] * clip[1];
   let m1 = params.beta1 * m[i] + (1.0 - params.beta1) * g;
   let v1 = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
   let p1 = params.decay * param[i] - params.stepSize * m1 / (sqrt(v1) * params.invSqrtBc2 + params.eps);
+  let first = 4u * i;
   if (first + 4u <= params.n) {
     m[i] = m1;
     v[i] = v1;
@@ -36,5 +41,26 @@ fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg:
       v[i][c] = v1[c];
       param[i][c] = p1[c];
     }
+  }
+  return p1;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = group_index(gid, nwg);
+  if (4u * i >= params.n) { return; }
+  update(i);
+}
+
+@compute @workgroup_size(256)
+fn main_cast(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = group_index(gid, nwg);
+  let first = 4u * i;
+  if (first >= params.n) { return; }
+  let p1 = update(i);
+  if (first + 4u <= params.n) {
+    work[i] = p1;
+  } else {
+    for (var c = 0u; c < params.n - first; c++) { work[i][c] = p1[c]; }
   }
 }

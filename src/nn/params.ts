@@ -2,7 +2,8 @@
  * Parameters, their gradients and optimizer state live in flat device buffers; layers hold views.
  * Master values and gradients are f32. Under a narrower compute dtype (bf16) a working copy of the
  * values in that dtype, same layout, is what the layers read; `refreshCompute` re-derives it with
- * one cast after every change of the masters (init, load, optimizer step).
+ * one cast after the masters are set (init, load), and the optimizer step writes it as it updates
+ * them (adamw_cast).
  * Views start on 64-element (256-byte) boundaries, as WebGPU storage bindings require. Decayed
  * parameters come first and the rest (norms) after, so AdamW runs on two ranges without a mask
  * and the global gradient norm is one reduction over the whole gradient buffer.
@@ -113,6 +114,12 @@ export class ParamStore {
   get list(): readonly Param[] {
     if (!this.params) throw new Error('ParamStore: not materialized');
     return this.params;
+  }
+
+  /** The flat working copy in the compute dtype; null under f32, where the layers read the masters. */
+  get workingCopy(): Tensor | null {
+    if (!this.flatValue) throw new Error('ParamStore: not materialized');
+    return this.flatCompute;
   }
 
   get value(): Tensor {

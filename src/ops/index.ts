@@ -18,7 +18,7 @@ import { crossEntropy, crossEntropyBackward, crossEntropyFused } from './cross_e
 import { philox } from './philox.js';
 import { diffusionMask } from './diffusion_mask.js';
 import { gradNorm } from './grad_norm.js';
-import { adamw } from './adamw.js';
+import { adamw, adamwCast } from './adamw.js';
 
 export const OPS: readonly OpDef<unknown>[] = [
   add,
@@ -50,6 +50,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   diffusionMask,
   gradNorm,
   adamw,
+  adamwCast,
 ] as OpDef<unknown>[];
 
 export function findOp(name: string): OpDef<unknown> | undefined {

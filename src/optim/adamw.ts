@@ -1,11 +1,12 @@
 /**
  * AdamW over the flat parameter buffers: one global gradient norm (with the clip coefficient
  * computed on the device, so clipping needs no host round-trip), then the fused update on the
- * decayed range and on the rest with weight decay 0.
+ * decayed range and on the rest with weight decay 0. Under mixed precision the update also writes
+ * the working copy (adamw_cast), so it needs no cast pass of its own.
  */
 import type { Backend } from '../backend/backend.js';
 import type { ParamRange, ParamStore } from '../nn/params.js';
-import { adamw } from '../ops/adamw.js';
+import { adamw, adamwCast } from '../ops/adamw.js';
 import { gradNorm } from '../ops/grad_norm.js';
 import type { Tensor } from '../tensor.js';
 
@@ -46,18 +47,17 @@ export class AdamW {
   update(lr: number, step: number): void {
     this.updateRange(this.store.decayRange, lr, step, this.opts.weightDecay);
     this.updateRange(this.store.noDecayRange, lr, step, 0);
-    this.store.refreshCompute();
   }
 
   private updateRange(r: ParamRange, lr: number, step: number, weightDecay: number): void {
     if (r.size === 0) return;
     const b = this.backend;
     const { beta1, beta2, eps } = this.opts;
-    b.run(
-      adamw,
-      { param: r.value, grad: r.grad, m: b.view(this.m, r.offset, [r.size]), v: b.view(this.v, r.offset, [r.size]), clip: this.normOut },
-      { n: r.size, lr, beta1, beta2, eps, weightDecay, step },
-    );
+    const args = { param: r.value, grad: r.grad, m: b.view(this.m, r.offset, [r.size]), v: b.view(this.v, r.offset, [r.size]), clip: this.normOut };
+    const attrs = { n: r.size, lr, beta1, beta2, eps, weightDecay, step };
+    const work = this.store.workingCopy;
+    if (work) b.run(adamwCast, { ...args, work: b.view(work, r.offset, [r.size]) }, attrs);
+    else b.run(adamw, args, attrs);
   }
 
   destroy(): void {

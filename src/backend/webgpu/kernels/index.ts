@@ -18,7 +18,7 @@ import { crossEntropyKernel, crossEntropyBackwardKernel, crossEntropyFusedKernel
 import { philoxKernel } from './philox.js';
 import { diffusionMaskKernel } from './diffusion_mask.js';
 import { gradNormKernel } from './grad_norm.js';
-import { adamwKernel } from './adamw.js';
+import { adamwCastKernel, adamwKernel } from './adamw.js';
 
 export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   addKernel,
@@ -50,4 +50,5 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   diffusionMaskKernel,
   gradNormKernel,
   adamwKernel,
+  adamwCastKernel,
 ];
