@@ -128,8 +128,9 @@ export class LlamaModel {
     this.streams = Array.from({ length: cfg.nLayers + 1 }, () => a.alloc([N, cfg.dModel]));
     this.normed = a.alloc([N, cfg.dModel]);
     this.rstdFinal = a.alloc([N], 'f32');
-    if (!(Number.isInteger(opts.logitChunks ?? 1) && (opts.logitChunks ?? 1) >= 1)) fail('BAD_CONFIG', `train.logitChunks: ${opts.logitChunks} is not a whole number >= 1`);
-    this.logitRows = logitRows(N, opts.logitChunks ?? 1);
+    const chunks = opts.logitChunks ?? 1;
+    if (!(Number.isInteger(chunks) && chunks >= 1)) fail('BAD_CONFIG', `train.logitChunks: ${chunks} is not a whole number >= 1`);
+    this.logitRows = logitRows(N, chunks);
     this.logits = a.alloc([this.logitRows, cfg.vocabSize]);
     this.tokenLoss = a.alloc([N], 'f32');
     this.lse = a.alloc([N], 'f32');
@@ -225,7 +226,7 @@ export class LlamaModel {
     this.head.backward(this.backend, v.normed, v.logits, v.dNormed, 'write', n);
   }
 
-  /** The [batch·seqLen, vocab] logits of the last forward (waits for the device); a backward overwrites them with their gradient. */
+  /** The [batch·seqLen, vocab] logits of the last forwardLogits (waits for the device); a backward overwrites them with their gradient. */
   async downloadLogits(): Promise<Float32Array> {
     return (await this.backend.download(this.logits)) as Float32Array;
   }

@@ -56,7 +56,7 @@ function validate(op: string) {
 }
 
 /** The step in float64, in place on param, m and v. */
-function step({ param, grad, m, v, clip }: RefArgs, attrs: AdamwAttrs): void {
+function adamwStep({ param, grad, m, v, clip }: RefArgs, attrs: AdamwAttrs): void {
   const { lr, beta1, beta2, eps, weightDecay, step } = attrs;
   const bc1 = 1 - beta1 ** step;
   const bc2 = 1 - beta2 ** step;
@@ -98,7 +98,7 @@ export const adamw = defineOp<AdamwAttrs>({
   args: ARGS,
   validate: validate('adamw'),
   shapes: ({ n }) => ({ param: [n], grad: [n], m: [n], v: [n], clip: [2] }),
-  reference: step,
+  reference: adamwStep,
   cases,
   sample,
   // f32 state and arithmetic against float64; each output is one short expression per element.
@@ -114,7 +114,7 @@ export const adamwCast = defineOp<AdamwAttrs>({
   validate: validate('adamw_cast'),
   shapes: ({ n }) => ({ param: [n], grad: [n], m: [n], v: [n], clip: [2], work: [n] }),
   reference(args, attrs) {
-    step(args, attrs);
+    adamwStep(args, attrs);
     // From the f32 parameters, as a cast of the stored masters would: one rounding to f32, then
     // one to the working dtype (not straight from float64, which can differ at a tie).
     const { param, work } = args;
