@@ -28,8 +28,9 @@ describe('timing-only backward inputs', () => {
       const ref = want[name]!;
       for (let i = 0; i < ref.length; i++) expect(got[i]).toBeCloseTo(ref[i]!, 5);
     }
-    // outputs are poisoned, cotangents random and not all zero
-    expect(Array.from((await cpu.download(tensors.dq!)) as Float32Array).every(Number.isNaN)).toBe(true);
+    // outputs are allocated at their shapes (not filled: this is for timing), cotangents random and not all zero
+    const shapes = attentionBackward.shapes(c.attrs);
+    for (const name of ['dq', 'dk', 'dv']) expect(tensors[name]!.shape).toEqual(shapes[name]);
     expect(Array.from((await cpu.download(tensors.dout!)) as Float32Array).some((v) => v !== 0)).toBe(true);
     for (const t of Object.values(tensors)) cpu.free(t);
   });

@@ -140,15 +140,27 @@ function poison(dtype: DType, n: number): HostArray {
   return new Float32Array(n).fill(NaN);
 }
 
-/** Allocate and fill the tensors of one call: sampled inputs, poisoned outputs. */
-function uploadCall<A>(backend: Backend, op: OpDef<A>, attrs: A, dtype: DType, inputs: RefArgs, into: Record<string, Tensor>): void {
+/**
+ * Allocate and fill the tensors of one call: sampled inputs, and outputs poisoned for a check (a
+ * timing-only run leaves them as allocated: at bench sizes, filling and uploading hundreds of
+ * millions of NaNs took longer than the timing).
+ */
+function uploadCall<A>(backend: Backend, op: OpDef<A>, attrs: A, dtype: DType, inputs: RefArgs, into: Record<string, Tensor>, checked = true): void {
   const shapes = op.shapes(attrs);
   for (const a of op.args) {
     const d = resolveArgDtype(op, a, attrs, dtype);
     const t = backend.alloc(shapes[a.name]!, d);
     into[a.name] = t;
-    backend.upload(t, a.role === 'out' ? poison(d, t.size) : toHost(inputs[a.name]!, d));
+    if (a.role !== 'out') backend.upload(t, toHost(inputs[a.name]!, d));
+    else if (checked) backend.upload(t, poison(d, t.size));
   }
+}
+
+/** n standard normals as f32. */
+function normals(rng: PhiloxStream, n: number): Float32Array {
+  const out = new Float32Array(n);
+  for (let i = 0; i < n; i++) out[i] = rng.normal();
+  return out;
 }
 
 /**
@@ -174,7 +186,7 @@ export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, att
   }
   const fwd: Record<string, Tensor> = {};
   try {
-    uploadCall(backend, forward, fattrs, dtype, roundInputs(forward, forward.sample(rng, fattrs), fattrs, dtype), fwd);
+    uploadCall(backend, forward, fattrs, dtype, forward.sample(rng, fattrs), fwd, false);
     backend.run(forward, fwd, fattrs);
     const shapes = op.shapes(attrs);
     for (const a of op.args) {
@@ -187,7 +199,7 @@ export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, att
       const d = resolveArgDtype(op, a, attrs, dtype);
       const t = backend.alloc(shapes[a.name]!, d);
       into[a.name] = t;
-      backend.upload(t, a.role === 'out' ? poison(d, t.size) : Float32Array.from({ length: t.size }, () => rng.normal()));
+      if (a.role !== 'out') backend.upload(t, normals(rng, t.size));
     }
   } finally {
     for (const t of Object.values(fwd)) backend.free(t);
@@ -205,9 +217,12 @@ export async function checkParity<A>(backend: Backend, op: OpDef<A>, c: OpCase<A
   let want: RefArgs | null = null;
   try {
     if (!opts.skipReference || !uploadBackwardFromForward(backend, op, c.attrs, dtype, rng, tensors)) {
-      const inputs = roundInputs(op, op.sample(rng, c.attrs), c.attrs, dtype);
+      // Timing alone needs no inputs rounded to the dtype first (the upload rounds them) and no
+      // poisoned outputs.
+      const sampled = op.sample(rng, c.attrs);
+      const inputs = opts.skipReference ? sampled : roundInputs(op, sampled, c.attrs, dtype);
       if (!opts.skipReference) want = runReference(op, inputs, c.attrs, dtype);
-      uploadCall(backend, op, c.attrs, dtype, inputs, tensors);
+      uploadCall(backend, op, c.attrs, dtype, inputs, tensors, !opts.skipReference);
     }
     backend.run(op, tensors, c.attrs);
     let relErr = want ? 0 : NaN;
