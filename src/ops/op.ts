@@ -6,6 +6,7 @@
  */
 import { fail } from '../errors.js';
 import { type DType, type Shape, type Tensor, isFloat, sameShape, shapeStr } from '../tensor.js';
+import { normals } from '../rng/normals.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
 /** in: read only; out: written (poisoned before a parity run); inout: read and updated in place. */
@@ -192,10 +193,9 @@ export function isFloatArg(op: OpDef<unknown>, a: ArgSpec, attrs: unknown): bool
 }
 
 /** Helpers for op declarations' random inputs. */
+/** n normals × scale, as n calls of rng.normal() (over worker threads when n is large: ../rng/normals.ts). */
 export function randn(rng: PhiloxStream, n: number, scale = 1): Float64Array {
-  const out = new Float64Array(n);
-  for (let i = 0; i < n; i++) out[i] = rng.normal() * scale;
-  return out;
+  return normals(rng, n, scale);
 }
 
 export function randu(rng: PhiloxStream, n: number, lo: number, hi: number): Float64Array {

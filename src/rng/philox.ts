@@ -42,6 +42,17 @@ export function uniform01(u: number): number {
   return (u >>> 8) * 5.9604644775390625e-8;
 }
 
+/**
+ * Box-Muller from two stream words: the pair of standard normals is radius(w1)·cos(angle(w2)),
+ * returned first, and radius(w1)·sin(angle(w2)).
+ */
+export function boxMullerRadius(w1: number): number {
+  return Math.sqrt(-2 * Math.log(uniform01(w1) + 5.9604644775390625e-8)); // (0, 1]: log is finite
+}
+export function boxMullerAngle(w2: number): number {
+  return 2 * Math.PI * uniform01(w2);
+}
+
 /** What a random draw is for: part of the counter, so streams for different uses never overlap. */
 export const RngPurpose = {
   harness: 0,
@@ -73,9 +84,21 @@ export class PhiloxStream {
   private index = 0;
   private spare: number | null = null;
 
-  constructor(seed: number, purpose: RngPurpose, step = 0, rank = 0) {
+  constructor(readonly seed: number, readonly purpose: RngPurpose, readonly step = 0, readonly rank = 0) {
     this.key = seedKey(seed);
     this.ctr = [0, step >>> 0, rank >>> 0, purpose];
+  }
+
+  /** The next word's index in the stream, and the second value of a normal pair not yet returned. */
+  get position(): { readonly word: number; readonly spare: number | null } {
+    return { word: this.index * 4 - (4 - this.used), spare: this.spare };
+  }
+
+  /** Continue from any word of the stream with the given spare normal (as `position` gave them). */
+  seekPosition(word: number, spare: number | null): void {
+    this.seekWord(word - (word % 4));
+    for (let r = word % 4; r > 0; r--) this.nextU32();
+    this.spare = spare;
   }
 
   /** Continue from word `word` of the stream (a multiple of 4: a block boundary), as a fresh stream there. */
@@ -112,10 +135,9 @@ export class PhiloxStream {
       this.spare = null;
       return s;
     }
-    const u1 = this.uniform() + 5.9604644775390625e-8; // (0, 1]: log is finite
-    const u2 = this.uniform();
-    const r = Math.sqrt(-2 * Math.log(u1));
-    this.spare = r * Math.sin(2 * Math.PI * u2);
-    return r * Math.cos(2 * Math.PI * u2);
+    const r = boxMullerRadius(this.nextU32());
+    const a = boxMullerAngle(this.nextU32());
+    this.spare = r * Math.sin(a);
+    return r * Math.cos(a);
   }
 }

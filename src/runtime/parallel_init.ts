@@ -2,15 +2,15 @@
  * Parameter initialisation over worker threads, for models whose single-threaded init takes long
  * (llama-1.3b: 1.3 billion Box-Muller draws, ~80 s on one core). The values are fillInit's, the
  * same bits as fillSequential: each parameter draws from its own Philox stream, and a large one is
- * cut into pieces at stream-block boundaries. The main thread blocks (Atomics.wait) until the
- * workers are done, so ParamStore.materialize stays synchronous.
+ * cut into pieces at stream-block boundaries. The main thread blocks until the workers are done
+ * (runBlocking), so ParamStore.materialize stays synchronous.
  */
 import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { type InitJob, type ParamFiller, fillInit, fillSequential } from '../nn/params.js';
 import { PACKAGE_ROOT } from './backends.js';
+import { runBlocking } from './blocking_workers.js';
 
 /** The compiled worker (dist/ is what runs; tests run after `npm run build` too). */
 export const INIT_WORKER = join(PACKAGE_ROOT, 'dist', 'runtime', 'init_worker.js');
@@ -37,25 +37,7 @@ export function parallelFiller(opts: { threads?: number; minValues?: number } = 
       for (let from = 0; from < job.n; from += PIECE) shares[next++ % threads]!.push({ job, from, to: Math.min(job.n, from + PIECE) });
     }
     const busy = shares.filter((s) => s.length > 0);
-    const pieces = busy.reduce((n, s) => n + s.length, 0);
-    const done = new SharedArrayBuffer(4);
-    const counter = new Int32Array(done);
-    const workers = busy.map((share) => new Worker(INIT_WORKER, { workerData: { values: shared, done, pieces: share, seed } }));
-    try {
-      // The workers count finished pieces. One that dies stops counting (its error event cannot be
-      // delivered while this thread waits): give up after a minute without progress.
-      let seen = 0;
-      let idle = 0;
-      while (seen < pieces && idle < 600) {
-        Atomics.wait(counter, 0, seen, 100);
-        const now = Atomics.load(counter, 0);
-        idle = now === seen ? idle + 1 : 0;
-        seen = now;
-      }
-      if (seen < pieces) throw new Error(`parameter init: the workers stopped after ${seen} of ${pieces} pieces (${INIT_WORKER})`);
-    } finally {
-      for (const w of workers) void w.terminate();
-    }
+    runBlocking(INIT_WORKER, busy.map((pieces) => ({ values: shared, pieces, seed })), busy.reduce((n, s) => n + s.length, 0), 'parameter init');
     // Backends take ordinary Float32Arrays (native addons may not accept shared memory).
     return values.slice();
   };
