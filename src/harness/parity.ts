@@ -6,6 +6,7 @@
 import type { Backend, BackendName } from '../backend/backend.js';
 import { roundTo } from '../convert.js';
 import { type OpCase, type OpDef, type RefArgs, type RefArray, refArrayFor, resolveArgDtype } from '../ops/op.js';
+import { normals } from '../rng/normals.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type DType, type HostArray, type Tensor, isFloat, shapeStr } from '../tensor.js';
 import { medianCallMs, warmUp } from './timing.js';
@@ -156,12 +157,6 @@ function uploadCall<A>(backend: Backend, op: OpDef<A>, attrs: A, dtype: DType, i
   }
 }
 
-/** n standard normals as f32. */
-function normals(rng: PhiloxStream, n: number): Float32Array {
-  const out = new Float32Array(n);
-  for (let i = 0; i < n; i++) out[i] = rng.normal();
-  return out;
-}
 
 /**
  * A backward op's tensors for a timing-only run, made on the backend under test: its forward op's
@@ -199,7 +194,7 @@ export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, att
       const d = resolveArgDtype(op, a, attrs, dtype);
       const t = backend.alloc(shapes[a.name]!, d);
       into[a.name] = t;
-      if (a.role !== 'out') backend.upload(t, normals(rng, t.size));
+      if (a.role !== 'out') backend.upload(t, Float32Array.from(normals(rng, t.size)));
     }
   } finally {
     for (const t of Object.values(fwd)) backend.free(t);
