@@ -22,6 +22,7 @@ import { type ActivationSaving, logitRows } from '../config/model-size.js';
 
 /** One block of rows of the LM head and the loss: views of the per-token buffers. */
 interface LogitBlock {
+  readonly rows: number;
   readonly normed: Tensor;
   readonly dNormed: Tensor;
   readonly logits: Tensor;
@@ -61,6 +62,8 @@ export class LlamaModel {
   /** The logits of one block of rows (logitRows of them); their gradient overwrites them. */
   private readonly logits: Tensor;
   readonly logitRows: number;
+  /** The blocks of rows the head and the loss run over in turn (one without logitChunks). */
+  private readonly logitBlocks: readonly LogitBlock[];
   private readonly tokenLoss: Tensor;
   private readonly lse: Tensor;
   private readonly lossSum: Tensor;
@@ -140,6 +143,7 @@ export class LlamaModel {
     this.dStream = a.alloc([N, cfg.dModel]);
     this.zeros = a.alloc([N, cfg.dModel]);
     b.zero(this.zeros);
+    this.logitBlocks = Array.from({ length: Math.ceil(N / this.logitRows) }, (_, i) => this.logitBlock(i * this.logitRows, Math.min(this.logitRows, N - i * this.logitRows)));
     // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
     this.store.materialize(seed, opts.fill);
@@ -179,7 +183,7 @@ export class LlamaModel {
 
   /** Forward pass to the logits only (inference: sampling, `mdlm eval --save-logits`). */
   forwardLogits(): void {
-    if (this.logitRows < this.rows) fail('BAD_CONFIG', `forwardLogits: this model holds the logits of ${this.logitRows} of its ${this.rows} rows at a time (logitChunks); build it without logitChunks to read all of them`);
+    if (this.logitBlocks.length > 1) fail('BAD_CONFIG', `forwardLogits: this model holds the logits of ${this.logitRows} of its ${this.rows} rows at a time (logitChunks); build it without logitChunks to read all of them`);
     this.forwardHidden();
     this.head.forward(this.backend, this.normed, this.logits, this.rows);
   }
@@ -196,16 +200,14 @@ export class LlamaModel {
   }
 
   /**
-   * The LM head and the loss, one block of logitRows rows at a time: `block(rows, views)` runs
-   * after the block's logits are in `views.logits` (the head's forward), `views` holding that
-   * block's rows of every per-token buffer.
+   * The LM head and the loss, one block of logitRows rows at a time: `block(v)` runs after the
+   * block's logits are in `v.logits` (the head's forward), `v` holding that block's rows of every
+   * per-token buffer.
    */
-  private eachLogitBlock(block: (rows: number, v: LogitBlock) => void): void {
-    for (let r0 = 0; r0 < this.rows; r0 += this.logitRows) {
-      const n = Math.min(this.logitRows, this.rows - r0);
-      const v = this.logitBlock(r0, n);
-      this.head.forward(this.backend, v.normed, v.logits, n);
-      block(n, v);
+  private eachLogitBlock(block: (v: LogitBlock) => void): void {
+    for (const v of this.logitBlocks) {
+      this.head.forward(this.backend, v.normed, v.logits, v.rows);
+      block(v);
     }
   }
 
@@ -215,6 +217,7 @@ export class LlamaModel {
     const d = this.cfg.dModel;
     const rows = (t: Tensor) => b.view(t, r0, [n]);
     return {
+      rows: n,
       normed: b.view(this.normed, r0 * d, [n, d]), dNormed: b.view(this.dNormed, r0 * d, [n, d]),
       logits: b.view(this.logits, 0, [n, this.cfg.vocabSize]),
       targets: rows(this.targets), weights: rows(this.weights), dloss: rows(this.dLoss), loss: rows(this.tokenLoss), lse: rows(this.lse),
@@ -222,8 +225,8 @@ export class LlamaModel {
   }
 
   /** The head's backward for one block: dNormed of its rows, and its share of the head's weight gradient. */
-  private headBackward(n: number, v: LogitBlock): void {
-    this.head.backward(this.backend, v.normed, v.logits, v.dNormed, 'write', n);
+  private headBackward(v: LogitBlock): void {
+    this.head.backward(this.backend, v.normed, v.logits, v.dNormed, 'write', v.rows);
   }
 
   /** The [batch·seqLen, vocab] logits of the last forwardLogits (waits for the device); a backward overwrites them with their gradient. */
@@ -235,8 +238,8 @@ export class LlamaModel {
   forward(): void {
     const b = this.backend;
     this.forwardHidden();
-    this.eachLogitBlock((rows, v) => {
-      b.run(crossEntropy, { logits: v.logits, targets: v.targets, weights: v.weights, loss: v.loss, lse: v.lse }, { rows, vocab: this.cfg.vocabSize });
+    this.eachLogitBlock((v) => {
+      b.run(crossEntropy, { logits: v.logits, targets: v.targets, weights: v.weights, loss: v.loss, lse: v.lse }, { rows: v.rows, vocab: this.cfg.vocabSize });
     });
     this.sumLoss();
   }
@@ -263,13 +266,13 @@ export class LlamaModel {
   backward(): void {
     // In place: the logits' gradient overwrites the logits (one buffer, not two).
     const vocab = this.cfg.vocabSize;
-    const gradient = (rows: number, v: LogitBlock) => {
-      this.backend.run(crossEntropyBackward, { logits: v.logits, targets: v.targets, weights: v.weights, lse: v.lse, dloss: v.dloss, dlogits: v.logits }, { rows, vocab });
-      this.headBackward(rows, v);
+    const gradient = (v: LogitBlock) => {
+      this.backend.run(crossEntropyBackward, { logits: v.logits, targets: v.targets, weights: v.weights, lse: v.lse, dloss: v.dloss, dlogits: v.logits }, { rows: v.rows, vocab });
+      this.headBackward(v);
     };
     // In blocks the forward kept only the last block's logits, so each block's are computed again.
-    if (this.logitRows < this.rows) this.eachLogitBlock(gradient);
-    else gradient(this.rows, this.logitBlock(0, this.rows));
+    if (this.logitBlocks.length > 1) this.eachLogitBlock(gradient);
+    else gradient(this.logitBlocks[0]!);
     this.backwardBelowHead();
   }
 
@@ -295,10 +298,10 @@ export class LlamaModel {
     // loss gradient dLoss is known before the forward, and each row of logits is read once.
     const run = (): void => {
       this.forwardHidden();
-      this.eachLogitBlock((rows, v) => {
+      this.eachLogitBlock((v) => {
         const args = { logits: v.logits, targets: v.targets, weights: v.weights, dloss: v.dloss, loss: v.loss, lse: v.lse, dlogits: v.logits };
-        this.backend.run(crossEntropyFused, args, { rows, vocab: this.cfg.vocabSize });
-        this.headBackward(rows, v);
+        this.backend.run(crossEntropyFused, args, { rows: v.rows, vocab: this.cfg.vocabSize });
+        this.headBackward(v);
       });
       this.sumLoss();
       this.backwardBelowHead();

@@ -57,17 +57,9 @@ export function normals(rng: PhiloxStream, n: number, scale = 1, opts: { threads
   } else {
     fillPairs(id, word, 0, pairs, out, at, scale);
   }
-  // An odd count ends on the first value of one more pair; its second is the stream's spare.
-  let end = word + 2 * pairs;
-  let left: number | null = null;
-  if ((n - at) % 2 === 1) {
-    rng.seekPosition(end, null);
-    const r = boxMullerRadius(rng.nextU32());
-    const a = boxMullerAngle(rng.nextU32());
-    out[n - 1] = r * Math.cos(a) * scale;
-    left = r * Math.sin(a);
-    end += 2;
-  }
-  rng.seekPosition(end, n > 0 ? left : spare);
+  // The stream after the pairs (the spare, if any, was out[0]); an odd count ends on a normal()
+  // of its own, which leaves the pair's second value as the stream's spare.
+  rng.seekPosition(word + 2 * pairs, n > 0 ? null : spare);
+  if ((n - at) % 2 === 1) out[n - 1] = rng.normal() * scale;
   return out;
 }
