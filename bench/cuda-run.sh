@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b run ncu]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b run ncu ncu-train]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -101,6 +101,16 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>&1
       ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
+    ncu-train)  # every kernel of llama-124m and llama-1.3b mdlm training steps (graph-replayed), timed one
+      # by one by Nsight Compute, summed by kernel (bench/kernel-times.mjs): the step's GPU time
+      # without the per-op waits of --profile
+      for preset in llama-124m llama-1.3b; do
+        shape=$([ $preset = llama-124m ] && echo "--batch 16 --seq-len 1024" || echo "--batch 8 --seq-len 2048")
+        timeout 280 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --kernel-name-base demangled --csv --print-units base \
+          --log-file "$OUT/ncu-train-$preset.csv" node bin/mdlm.js bench train --preset $preset --objective ${NCU_OBJECTIVE:-mdlm} --backend cuda $shape \
+          --steps 2 --warmup 0 --peer none > "$OUT/ncu-train-$preset.log" 2>&1; tail -n 2 "$OUT/ncu-train-$preset.log"
+        node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" 2 | tee "$OUT/kernel-times-$preset.txt" | head -n 45
+      done ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done

@@ -1,5 +1,6 @@
 // adamw: one fused AdamW step over flat f32 buffers (param, m, v updated in place), the gradient
-// scaled by clip[1] (grad_norm's output, read on the device). The bias corrections and decay
+// scaled by clip[1] (grad_norm's output, read on the device); a non-finite norm clip[0] makes the
+// step the identity (the host queues the update without reading the norm first). The bias corrections and decay
 // factor are computed once in float64 on the host, as adamwScalars in src/ops/adamw.ts.
 // adamw_cast: the same step, the updated values also stored into `work` in the compute dtype
 // (the bf16 working copy), so no cast pass reads the f32 masters again: 30 bytes a parameter
@@ -16,6 +17,11 @@ struct AdamwStep {
 
   // in: param, grad, m, v; out: param, m, v
   __device__ void operator()(const float (&in)[4], float (&out)[3]) const {
+    // All exponent bits set: NaN or ±Inf (a bit test, whatever the compiler assumes of NaNs).
+    if ((__float_as_uint(__ldg(clip)) & 0x7f800000u) == 0x7f800000u) {
+      out[0] = in[0], out[1] = in[2], out[2] = in[3];
+      return;
+    }
     const float g = in[1] * __ldg(clip + 1);
     const float m1 = beta1 * in[2] + (1.0f - beta1) * g;
     const float v1 = beta2 * in[3] + (1.0f - beta2) * g * g;

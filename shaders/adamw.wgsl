@@ -1,5 +1,5 @@
 // adamw: one fused AdamW step over flat fp32 buffers; one vec4 per thread, the last vec4 masked
-// lane by lane. Bias corrections and the decay factor arrive precomputed (float64 on the host).
+// lane by lane. A non-finite norm clip[0] makes the step the identity (a skipped step). Bias corrections and the decay factor arrive precomputed (float64 on the host).
 // adamw_cast (entry main_cast): the same step, the updated values also stored into `work` (the
 // working copy; f32 here, as WebGPU computes in f32).
 struct Params {
@@ -26,10 +26,12 @@ fn group_index(gid: vec3u, nwg: vec3u) -> u32 {
 
 // The step on vec4 i (in range), stored; returns the updated parameters.
 fn update(i: u32) -> vec4f {
+  // All exponent bits set: NaN or ±Inf (a bit test: WGSL gives no isnan, and may assume no NaNs).
+  let skip = (bitcast<u32>(clip[0]) & 0x7f800000u) == 0x7f800000u;
   let g = grad[i] * clip[1];
-  let m1 = params.beta1 * m[i] + (1.0 - params.beta1) * g;
-  let v1 = params.beta2 * v[i] + (1.0 - params.beta2) * g * g;
-  let p1 = params.decay * param[i] - params.stepSize * m1 / (sqrt(v1) * params.invSqrtBc2 + params.eps);
+  let m1 = select(params.beta1 * m[i] + (1.0 - params.beta1) * g, m[i], skip);
+  let v1 = select(params.beta2 * v[i] + (1.0 - params.beta2) * g * g, v[i], skip);
+  let p1 = select(params.decay * param[i] - params.stepSize * m1 / (sqrt(v1) * params.invSqrtBc2 + params.eps), param[i], skip);
   let first = 4u * i;
   if (first + 4u <= params.n) {
     m[i] = m1;

@@ -25,7 +25,7 @@ import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
 import { checkTrainingFits, withMemoryEstimate } from '../train/memory.js';
-import { computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
+import { Lookahead, computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
 
 export const PEER_MODES = ['eager', 'compile'] as const;
 export type PeerMode = (typeof PEER_MODES)[number];
@@ -162,7 +162,7 @@ export async function benchTrainMdlm(
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
   try {
-    const next = syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed);
+    const next = new Lookahead(syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed), () => undefined);
     const parts = { model, objective, optimizer };
     for (let s = 0; s < warmup; s++) await optimizerStep(parts, next, s, 1, t.lr, 'skip');
     await backend.sync();

@@ -2,6 +2,9 @@
  * adamw: one fused AdamW step over flat fp32 buffers (Loshchilov & Hutter, decoupled weight
  * decay, PyTorch's formulation). The gradient is multiplied by clip[1] first: `clip` is
  * grad_norm's output [norm, scale], left on the device, so clipping needs no host round-trip.
+ * A non-finite norm (clip[0] NaN or ±Inf) makes the step the identity: param, m and v keep their
+ * values. So a step with overflowed gradients is skipped on the device, and the host can queue
+ * the update without waiting to read the norm first.
  * adamw_cast: the same step, the updated values also stored into `work` in the compute dtype
  * (mixed precision's working copy), so no separate cast pass reads the masters again.
  */
@@ -17,6 +20,8 @@ export interface AdamwAttrs {
   readonly weightDecay: number;
   /** 1-based step count, for bias correction. */
   readonly step: number;
+  /** Sampling only: inputs for parity checks get this non-finite norm in clip[0] (a skipped step). */
+  readonly sampledNorm?: number;
 }
 
 /** The per-call scalars of the update, computed once in float64 (the kernel gets them as is). */
@@ -57,6 +62,7 @@ function validate(op: string) {
 
 /** The step in float64, in place on param, m and v. */
 function adamwStep({ param, grad, m, v, clip }: RefArgs, attrs: AdamwAttrs): void {
+  if (!Number.isFinite(clip![0]!)) return;
   const { lr, beta1, beta2, eps, weightDecay, step } = attrs;
   const bc1 = 1 - beta1 ** step;
   const bc2 = 1 - beta2 ** step;
@@ -80,17 +86,17 @@ function cases(s: 'test' | 'bench') {
         // above 1e-6 (simulated; n = 18 stays below 2e-7 in 200k draws).
         { label: 'n=18 step 7 no decay', attrs: { ...base, n: 18, step: 7, weightDecay: 0 } },
         { label: 'n%4=0 step 1000', attrs: { ...base, n: 4096, step: 1000, beta2: 0.999 } },
+        { label: 'n%4=3 NaN norm: no step', attrs: { ...base, n: 1027, step: 3, sampledNorm: NaN } },
+        { label: 'n%4=3 infinite norm: no step', attrs: { ...base, n: 1027, step: 3, sampledNorm: Infinity } },
       ]
     : [{ label: '134M', attrs: { ...base, n: 1 << 27, lr: 3e-4, step: 100 } }];
 }
 
-const sample = (rng: PhiloxStream, { n }: AdamwAttrs) => ({
-  param: randn(rng, n),
-  grad: randn(rng, n, 0.1),
-  m: randn(rng, n, 0.01),
-  v: randu(rng, n, 0, 1e-3),
-  clip: randu(rng, 2, 0.25, 1),
-});
+function sample(rng: PhiloxStream, { n, sampledNorm }: AdamwAttrs) {
+  const args = { param: randn(rng, n), grad: randn(rng, n, 0.1), m: randn(rng, n, 0.01), v: randu(rng, n, 0, 1e-3), clip: randu(rng, 2, 0.25, 1) };
+  if (sampledNorm !== undefined) args.clip[0] = sampledNorm;
+  return args;
+}
 
 export const adamw = defineOp<AdamwAttrs>({
   name: 'adamw',

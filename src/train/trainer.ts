@@ -82,6 +82,7 @@ export class Trainer {
   readonly objective: Objective;
   readonly optimizer: AdamW;
   private readonly loader: BatchLoader;
+  private readonly batches: Lookahead<LoaderState>;
   private readonly cfg: TrainConfig;
   private readonly metricsPath: string;
   private step = 0;
@@ -111,6 +112,7 @@ export class Trainer {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
     }));
     this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
+    this.batches = new Lookahead(() => this.loader.next(), () => this.loader.state());
     mkdirSync(cfg.out, { recursive: true });
     this.metricsPath = join(cfg.out, 'metrics.jsonl');
   }
@@ -156,6 +158,7 @@ export class Trainer {
     this.step = state.step;
     this.tokens = state.tokens;
     this.loader.restore(state.loader);
+    this.batches.reset();
     this.opts.log(`resumed from ${latest.dir} at step ${this.step}`);
     return true;
   }
@@ -175,7 +178,7 @@ export class Trainer {
     for (const p of this.model.store.list) tensors[p.name] = values.slice(p.offset, p.offset + p.value.size);
     const m = (await b.download(this.optimizer.m)) as Float32Array;
     const v = (await b.download(this.optimizer.v)) as Float32Array;
-    const trainerState: SavedTrainerState = { step: this.step, loader: this.loader.state(), tokens: this.tokens, seed: this.cfg.train.seed, config: this.cfg };
+    const trainerState: SavedTrainerState = { step: this.step, loader: this.batches.state(), tokens: this.tokens, seed: this.cfg.train.seed, config: this.cfg };
     return saveCheckpoint(
       this.cfg.out,
       { config: this.cfg, tensors, optimizer: { m, v }, trainerState, tokenizerFiles: this.opts.tokenizer.files() },
@@ -209,7 +212,7 @@ export class Trainer {
     while (this.step < end) {
       const started = performance.now();
       const lr = learningRate(schedule, this.step);
-      const { loss, gradNorm, finite } = await optimizerStep(this, () => this.loader.next(), this.step, t.gradAccum, lr, t.nonFinite);
+      const { loss, gradNorm, finite } = await optimizerStep(this, this.batches, this.step, t.gradAccum, lr, t.nonFinite);
       this.step++;
       this.tokens += tokensPerStep;
       losses.push(loss);
@@ -249,28 +252,68 @@ export interface StepParts {
 }
 
 /**
+ * Batches one ahead: `prefetch` makes the next batch while the device still runs the current
+ * step, so the host's batch work (sampling, tokens) leaves the device no idle time; `take` hands
+ * it over. `state` is the source's position before any batch made ahead and not yet taken, so a
+ * checkpoint resumes at the first batch not trained on.
+ */
+export class Lookahead<S> {
+  private ahead: { batch: TokenBatch; before: S } | undefined;
+
+  constructor(private readonly make: () => TokenBatch, private readonly position: () => S) {}
+
+  take(): TokenBatch {
+    const batch = this.ahead?.batch ?? this.make();
+    this.ahead = undefined;
+    return batch;
+  }
+
+  prefetch(): void {
+    if (this.ahead) return;
+    const before = structuredClone(this.position());
+    this.ahead = { batch: this.make(), before };
+  }
+
+  state(): S {
+    return this.ahead ? this.ahead.before : this.position();
+  }
+
+  /** Drop a batch made ahead (the source was moved: a resume). */
+  reset(): void {
+    this.ahead = undefined;
+  }
+}
+
+/**
  * One optimizer step at 0-based `step`: zero the gradients, `gradAccum` micro-batches of
- * (prepare, forward, backward), the global gradient norm, then AdamW at `lr` unless the loss or
- * the norm is not finite (an error under nonFinite 'stop', a skipped update under 'skip').
+ * (prepare, forward, backward), the global gradient norm, then AdamW at `lr`, skipped where the
+ * loss or the norm is not finite (an error under nonFinite 'stop', a skipped update under 'skip').
+ * The update is queued without reading the norm first: a non-finite norm makes the device's AdamW
+ * step the identity (src/ops/adamw.ts), and a non-finite loss comes from non-finite logits, so
+ * with a non-finite norm. The loss and the norm are read once, after the whole step, so the
+ * device waits for the host only between steps; the next batch is made while it runs this one.
  */
 export async function optimizerStep(
-  parts: StepParts, next: () => TokenBatch, step: number, gradAccum: number, lr: number, nonFinite: TrainConfig['train']['nonFinite'],
+  parts: StepParts, batches: Lookahead<unknown>, step: number, gradAccum: number, lr: number, nonFinite: TrainConfig['train']['nonFinite'],
 ): Promise<{ loss: number; gradNorm: number; finite: boolean }> {
   const { model, objective, optimizer } = parts;
   model.store.zeroGrads();
   let loss = 0;
   for (let micro = 0; micro < gradAccum; micro++) {
-    await objective.prepare(model, next(), step * gradAccum + micro, 0);
+    await objective.prepare(model, batches.take(), step * gradAccum + micro, 0);
     model.forwardBackward();
-    loss += (await model.loss()) / gradAccum;
+    batches.prefetch();
+    // The loss buffer holds one micro-batch's: read each but the last before the next overwrites it.
+    if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
   }
   optimizer.measure();
+  optimizer.update(lr, step + 1);
+  loss += (await model.loss()) / gradAccum;
   const [gradNorm] = (await model.backend.download(optimizer.normOut)) as Float32Array;
   const finite = Number.isFinite(loss) && Number.isFinite(gradNorm!);
   if (!finite && nonFinite === 'stop') {
-    throw new MdlmError('BAD_CONFIG', `non-finite ${Number.isFinite(loss) ? 'gradient norm' : 'loss'} at step ${step} (loss ${loss}, grad norm ${gradNorm}); nothing was saved. Lower train.lr, or set train.nonFinite skip`);
+    throw new MdlmError('BAD_CONFIG', `non-finite ${Number.isFinite(loss) ? 'gradient norm' : 'loss'} at step ${step} (loss ${loss}, grad norm ${gradNorm}); the update was skipped and nothing was saved. Lower train.lr, or set train.nonFinite skip`);
   }
-  if (finite) optimizer.update(lr, step + 1);
   return { loss, gradNorm: gradNorm!, finite };
 }
 

@@ -115,6 +115,32 @@ describe('training', () => {
     expect(existsSync(join(cfg.out, 'metrics.jsonl'))).toBe(false);
   });
 
+  // The update is queued without reading the norm: the device's AdamW must itself leave the
+  // parameters and moments alone when the norm is not finite.
+  it('a step with non-finite gradients changes no parameter or moment (skip), or stops the run (stop)', async () => {
+    for (const mode of ['skip', 'stop'] as const) {
+      const cfg = tinyConfig(`nonfinite-${mode}`, { 'train.steps': '1', 'train.nonFinite': mode });
+      const cpu = new CpuBackend();
+      const t = await trainer(cfg, cpu);
+      const poisoned = (await cpu.download(t.model.store.value)) as Float32Array;
+      poisoned[0] = NaN;
+      cpu.upload(t.model.store.value, poisoned);
+      if (mode === 'stop') {
+        await expect(t.run()).rejects.toThrow(/non-finite (loss|gradient norm) at step 0/);
+      } else {
+        const steps: boolean[] = [];
+        await t.run();
+        const lines = readFileSync(join(cfg.out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { skipped?: boolean; step?: number });
+        for (const l of lines) if (l.step === 1 && 'loss' in l) steps.push(l.skipped === true);
+        expect(steps).toEqual([true]);
+      }
+      expect(await cpu.download(t.model.store.value)).toEqual(poisoned);
+      expect(Array.from((await cpu.download(t.optimizer.m)) as Float32Array).every((x) => x === 0)).toBe(true);
+      expect(Array.from((await cpu.download(t.optimizer.v)) as Float32Array).every((x) => x === 0)).toBe(true);
+      t.destroy();
+    }
+  });
+
   it('a checkpoint round-trips parameters and optimizer state bit-exactly', async () => {
     const cfg = tinyConfig('roundtrip', { 'train.steps': '2' });
     const cpu = new CpuBackend();
