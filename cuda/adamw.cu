@@ -1,7 +1,8 @@
 // adamw: one fused AdamW step over flat f32 buffers (param, m, v updated in place), the gradient
 // scaled by clip[1] (grad_norm's output, read on the device); a non-finite norm clip[0] makes the
-// step the identity (the host queues the update without reading the norm first). The bias corrections and decay
-// factor are computed once in float64 on the host, as adamwScalars in src/ops/adamw.ts.
+// step the identity (the host queues the update without reading the norm first). The bias
+// corrections and decay factor are computed once in float64 on the host, as adamwScalars in
+// src/ops/adamw.ts.
 // adamw_cast: the same step, the updated values also stored into `work` in the compute dtype
 // (the bf16 working copy), so no cast pass reads the f32 masters again: 30 bytes a parameter
 // moved instead of 28 + 6.

@@ -1,5 +1,6 @@
 // adamw: one fused AdamW step over flat fp32 buffers; one vec4 per thread, the last vec4 masked
-// lane by lane. A non-finite norm clip[0] makes the step the identity (a skipped step). Bias corrections and the decay factor arrive precomputed (float64 on the host).
+// lane by lane. A non-finite norm clip[0] makes the step the identity (a skipped step). Bias
+// corrections and the decay factor arrive precomputed (float64 on the host).
 // adamw_cast (entry main_cast): the same step, the updated values also stored into `work` (the
 // working copy; f32 here, as WebGPU computes in f32).
 struct Params {

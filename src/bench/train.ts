@@ -162,15 +162,15 @@ export async function benchTrainMdlm(
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
   try {
-    const next = new Lookahead(syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed), () => undefined);
+    const batches = new Lookahead(syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed), () => undefined);
     const parts = { model, objective, optimizer };
-    for (let s = 0; s < warmup; s++) await optimizerStep(parts, next, s, 1, t.lr, 'skip');
+    for (let s = 0; s < warmup; s++) await optimizerStep(parts, batches, s, 1, t.lr, 'skip');
     await backend.sync();
     let loss = 0;
     const windows: number[] = [];
     for (let r = 0; r < rounds; r++) {
       const started = performance.now();
-      for (let s = 0; s < steps; s++) loss += (await optimizerStep(parts, next, warmup + r * steps + s, 1, t.lr, 'skip')).loss;
+      for (let s = 0; s < steps; s++) loss += (await optimizerStep(parts, batches, warmup + r * steps + s, 1, t.lr, 'skip')).loss;
       await backend.sync();
       windows.push((performance.now() - started) / steps);
       afterRound(r, windows[r]!);
@@ -182,7 +182,7 @@ export async function benchTrainMdlm(
     if (profiler) {
       model.stopRecording();
       profiler.timing = true;
-      for (let s = 0; s < profileSteps; s++) await optimizerStep(parts, next, warmup + rounds * steps + s, 1, t.lr, 'skip');
+      for (let s = 0; s < profileSteps; s++) await optimizerStep(parts, batches, warmup + rounds * steps + s, 1, t.lr, 'skip');
       profiler.timing = false;
       const rows = profiler.report();
       const total = rows.reduce((a, r) => a + r.ms, 0);
