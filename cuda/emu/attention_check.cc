@@ -41,6 +41,7 @@ struct Case {
   bool causal;
   bool random_ids = false;  // unsorted document ids
   int cut = 0;              // > 0: every row two documents, the second from row `cut`
+  double q_scale = 1;       // q's values times this: scores whose row maxima move far between key tiles
 };
 
 using Vec = std::vector<double>;
@@ -229,7 +230,9 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
   std::mt19937_64 rng(seed);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.D));
   const size_t nq = size_t(c.B) * c.T * c.H * c.D, nk = size_t(c.B) * c.T * c.G * c.D, nr = size_t(c.B) * c.H * c.T;
-  Vec q = rounded(randn(rng, nq), dt), k = rounded(randn(rng, nk), dt), v = rounded(randn(rng, nk), dt);
+  Vec q = randn(rng, nq), k = rounded(randn(rng, nk), dt), v = rounded(randn(rng, nk), dt);
+  for (auto& x : q) x *= c.q_scale;
+  q = rounded(q, dt);
   std::vector<int> seg = seg_ids(rng, c);
   Ref ref{c, scale, seg};
   Result r{};
@@ -328,6 +331,8 @@ int main(int argc, char** argv) {
       {"multi D=80 (pad 96) bidir T=150", 3, 150, 2, 2, 80, false},
       {"multi D=56 (pad 64) bidir gqa T=130", 2, 130, 2, 1, 56, false},
       {"multi D=32 causal T=290", 3, 290, 2, 2, 32, true},
+      {"wide scores D=64 bidir T=200", 2, 200, 2, 2, 64, false, false, 0, 6},
+      {"wide scores D=128 causal T=260", 2, 260, 2, 1, 128, true, false, 0, 6},
       {"multi D=24 (pad 32) causal T=140", 2, 140, 2, 2, 24, true},
       {"multi D=44 (simt) causal T=90", 2, 90, 2, 1, 44, true},
       {"random ids D=64 causal T=200", 2, 200, 2, 1, 64, true, true},
