@@ -887,6 +887,12 @@ constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, 
          consumer_regs > launch;
 }
 
+// Slack of fwd_ws's running max (log2 units of the scaled scores): probabilities up to 2^8 keep
+// bf16's relative precision and are far from overflow in the f32 sums. H200, 2026-12-04
+// (bench/RESULTS.md, sixteenth pass), against rescaling at every new max: 2-4% faster at head dim
+// 64 (B16 T1024 H12 bidirectional 0.162-0.166 vs 0.168-0.169 ms), level at 128.
+constexpr float kMaxSlack = 8.f;
+
 // Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; key
 // tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
 // landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
@@ -898,12 +904,6 @@ constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, 
 // as long as the products), with 64-key tiles to fit 104 registers a consumer thread. H200,
 // 2026-12-03 (bench/RESULTS.md, thirteenth pass), against one block of 128-key tiles: causal B16
 // T1024 H12 0.122-0.124 vs 0.137-0.141 ms, B8 0.069-0.072 vs 0.071-0.074, the rest level to 2%.
-// Slack of fwd_ws's running max (log2 units of the scaled scores): probabilities up to 2^8 keep
-// bf16's relative precision and are far from overflow in the f32 sums. H200, 2026-12-04
-// (bench/RESULTS.md, sixteenth pass), against rescaling at every new max: 2-4% faster at head dim
-// 64 (B16 T1024 H12 bidirectional 0.162-0.166 vs 0.168-0.169 ms), level at 128.
-constexpr float kMaxSlack = 8.f;
-
 template <int kD>
 struct WsFwdCfg {
   static constexpr int kBlocks = kD == 64 ? 2 : 1;
