@@ -39,9 +39,8 @@ for (let round = 0; round < 3; round++) {
   const readBack = (performance.now() - started) / steps;
   started = performance.now();
   for (let i = 0; i < steps; i++) {
-    model.store.zeroGrads();
     await objective.prepare(model, batches.take(), step, 0);
-    model.forwardBackward();
+    model.forwardBackward(true);
     batches.prefetch();
     optimizer.measure();
     optimizer.update(t.lr, ++step);

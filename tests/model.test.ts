@@ -181,6 +181,54 @@ describe('LlamaModel', () => {
     m.destroy();
   });
 
+  const overwriteVariants = [
+    ['tied embeddings, two logit blocks', cfg.model, 2],
+    ['untied embeddings', { ...cfg.model, tieEmbeddings: false }, 1],
+    ['q/k/v biases and q/k norms', qwenish, 1],
+    ['q/k/v in one GEMM', fusedQkv, 1],
+  ] as const;
+  for (const [variant, model, logitChunks] of overwriteVariants) {
+    it(`forwardBackward(true) overwrites every gradient, whatever the buffer held, and a second micro-batch adds to it (${variant})`, async () => {
+      const b = new CpuBackend();
+      const B = 2, T = 8, N = B * T;
+      const m = new LlamaModel(b, model, B, 5, { logitChunks });
+      await randomizeBiasesAndNorms(m, 3);
+      const batch = (k: number) => ({
+        inputs: Int32Array.from({ length: N }, (_, i) => (i * 37 + 11 * k) % 256),
+        targets: Int32Array.from({ length: N }, (_, i) => (i % 5 === k ? -1 : (i * 53 + 7 * k) % 256)),
+        segIds: Int32Array.from({ length: N }, (_, i) => (i % T < 3 ? 0 : 1)),
+        positions: Int32Array.from({ length: N }, (_, i) => (i % T < 3 ? i % T : (i % T) - 3)),
+      });
+      const grads = async () => (await b.download(m.store.grad)) as Float32Array;
+      const run = (k: number, overwrite: boolean) => {
+        m.setBatch(batch(k), k === 1);
+        m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + ((i + k) % 3)));
+        m.forwardBackward(overwrite);
+      };
+      // Reference: zeroed, then two micro-batches added.
+      m.store.zeroGrads();
+      run(1, false);
+      const first = await grads();
+      run(2, false);
+      const both = await grads();
+      // Overwriting: over a buffer of garbage (in the padding between parameters too, which nothing writes).
+      const garbage = Float32Array.from({ length: first.length }, (_, i) => (i % 7) - 3.5);
+      b.upload(m.store.grad, garbage);
+      run(1, true);
+      const over = await grads();
+      for (const p of m.store.list) {
+        for (let i = p.offset; i < p.offset + p.value.size; i++) expect(over[i], `${p.name}[${i - p.offset}]`).toBe(first[i]);
+      }
+      run(2, false);
+      const overBoth = await grads();
+      for (const p of m.store.list) {
+        for (let i = p.offset; i < p.offset + p.value.size; i++) expect(overBoth[i], `${p.name}[${i - p.offset}]`).toBe(both[i]);
+      }
+      expect(first.some((g) => g !== 0)).toBe(true);
+      m.destroy();
+    });
+  }
+
   for (const causal of [true, false]) {
     it(`modelLogits: short rows padded into the model get the logits of the unpadded rows (${causal ? 'causal' : 'bidirectional'})`, async () => {
       const b = new CpuBackend();

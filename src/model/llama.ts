@@ -75,9 +75,9 @@ export class LlamaModel {
   private causal = true;
   readonly dtype: FloatDType;
   private recordSteps: boolean;
-  /** forward + backward recorded per attention kind, and the kinds run once unrecorded. */
-  private readonly recordings = new Map<boolean, Recording>();
-  private readonly warmed = new Set<boolean>();
+  /** forward + backward recorded per (attention kind, overwriteGrads), and those run once unrecorded. */
+  private readonly recordings = new Map<string, Recording>();
+  private readonly warmed = new Set<string>();
 
   /**
    * `dtype` is the compute dtype of activations and of the weights' working copy (bf16 for
@@ -291,12 +291,15 @@ export class LlamaModel {
    * (sizing the kernels' scratch, caching GEMM plans), the second records them and every call
    * replays the recording: on CUDA one graph launch instead of hundreds of kernel launches. The
    * inputs live in fixed device buffers, so a replay reads whatever setBatch and the objective
-   * put there.
+   * put there. `overwriteGrads`: the pass's gradients replace what the gradient buffer holds, so
+   * it needs no zeroing first (a step's first micro-batch; ParamStore.beginGradients); else they
+   * add to it. Each setting records its own pass.
    */
-  forwardBackward(): void {
+  forwardBackward(overwriteGrads = false): void {
     // forward() then backward() with the loss and its gradient in one op (cross_entropy_fused): the
     // loss gradient dLoss is known before the forward, and each row of logits is read once.
     const run = (): void => {
+      this.store.beginGradients(overwriteGrads);
       this.forwardHidden();
       this.eachLogitBlock((v) => {
         const args = { logits: v.logits, targets: v.targets, weights: v.weights, dloss: v.dloss, loss: v.loss, lse: v.lse, dlogits: v.logits };
@@ -305,16 +308,18 @@ export class LlamaModel {
       });
       this.sumLoss();
       this.backwardBelowHead();
+      this.store.endGradients();
     };
     if (!this.recordSteps) return run();
-    const rec = this.recordings.get(this.causal);
+    const key = `${this.causal} ${overwriteGrads}`;
+    const rec = this.recordings.get(key);
     if (rec) return rec.replay();
-    if (!this.warmed.has(this.causal)) {
-      this.warmed.add(this.causal);
+    if (!this.warmed.has(key)) {
+      this.warmed.add(key);
       return run();
     }
     const recorded = this.backend.record(run);
-    this.recordings.set(this.causal, recorded);
+    this.recordings.set(key, recorded);
     recorded.replay();
   }
 

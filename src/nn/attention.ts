@@ -229,8 +229,9 @@ export class SelfAttention {
         b.run(ropeBackward, { dy: grads[i]!, positions, dx: this.qkvSpan(b, offset, heads) }, this.ropeAttrs(heads, { yStride: width, rotate: turn }));
       });
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
-      // dWqkv [(H + 2G)·D, d] += dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
-      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate: true, outF32: true }));
+      // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
+      const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
+      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }));
       b.run(matmul, { a: dqkv, b: this.wqkv(b, this.q.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
       return;
     }

@@ -15,9 +15,9 @@ export class Embedding {
     b.run(embedding, { ids, table: this.table.compute, out }, { tokens, vocab: this.vocab, dim: this.dim });
   }
 
-  /** The table's f32 gradient += the scatter-add of dout, in one kernel whatever dout's dtype. */
+  /** The table's f32 gradient += (or = : ParamStore.accumulates) the scatter-add of dout, in one kernel whatever dout's dtype. */
   backward(b: Backend, ids: Tensor, dout: Tensor, tokens: number): void {
-    const attrs = { tokens, vocab: this.vocab, dim: this.dim, accumulate: true, outF32: true };
+    const attrs = { tokens, vocab: this.vocab, dim: this.dim, accumulate: this.table.store.accumulates(this.table), outF32: true };
     b.run(embeddingBackward, { ids, dout, dtable: this.table.grad }, attrs);
   }
 }

@@ -28,9 +28,10 @@ export class Linear {
     b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.compute), out: as3d(b, y) }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
   }
 
-  /** dW += dyᵀ · x (f32); dx = or += dy · W (per `mode`). */
+  /** dW += dyᵀ · x (f32; or = on the pass's first write: ParamStore.accumulates); dx = or += dy · W (per `mode`). */
   backward(b: Backend, x: Tensor, dy: Tensor, dx: Tensor | null, mode: GradMode, rows: number): void {
-    b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate: true, outF32: true }));
+    const accumulate = this.weight.store.accumulates(this.weight);
+    b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate, outF32: true }));
     if (mode === 'none' || !dx) return;
     b.run(matmul, { a: as3d(b, dy), b: as3d(b, this.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, this.inFeatures, this.outFeatures, false, false, { accumulate: mode === 'add' }));
   }
@@ -51,8 +52,9 @@ export function addRowBias(b: Backend, y: Tensor, bias: Param, ones: Tensor, row
   b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: b.view(bias.compute, 0, [1, 1, n]), out: as3d(b, y) }, matmulAttrs(1, rows, n, 1, false, false, { accumulate: true }));
 }
 
-/** bias.grad += Σ_rows dy (f32): onesᵀ [1, rows] · dy [rows, n]. */
+/** bias.grad += Σ_rows dy (f32; or = on the pass's first write): onesᵀ [1, rows] · dy [rows, n]. */
 export function accumulateBiasGrad(b: Backend, dy: Tensor, bias: Param, ones: Tensor, rows: number): void {
   const n = bias.value.size;
-  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: b.view(bias.grad, 0, [1, 1, n]) }, matmulAttrs(1, 1, n, rows, true, false, { accumulate: true, outF32: true }));
+  const accumulate = bias.store.accumulates(bias);
+  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: b.view(bias.grad, 0, [1, 1, n]) }, matmulAttrs(1, 1, n, rows, true, false, { accumulate, outF32: true }));
 }

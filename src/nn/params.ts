@@ -26,6 +26,8 @@ export interface ParamSpec {
 
 export interface Param extends ParamSpec {
   readonly offset: number; // elements into the flat buffers
+  /** The store it lives in (whose pass decides whether a gradient write adds: `accumulates`). */
+  readonly store: ParamStore;
   /** The f32 master value. */
   value: Tensor;
   /** The f32 gradient. */
@@ -49,6 +51,8 @@ export class ParamStore {
   private flatGrad: Tensor | null = null;
   private flatCompute: Tensor | null = null;
   private ranges: { decay: ParamRange; noDecay: ParamRange } | null = null;
+  /** The parameters whose gradient the current overwriting pass has written (beginGradients). */
+  private written: Set<Param> | null = null;
 
   constructor(readonly backend: Backend, readonly computeDtype: FloatDType = 'f32') {}
 
@@ -90,7 +94,7 @@ export class ParamStore {
     this.params = this.specs.map((spec, index) => {
       const offset = offsets.get(spec)!;
       const p = spec as Param;
-      Object.assign(p, { offset, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape), compute: b.view(work, offset, spec.shape) });
+      Object.assign(p, { offset, store: this, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape), compute: b.view(work, offset, spec.shape) });
       jobs.push({ offset, n: numel(spec.shape), init: spec.init, index });
       return p;
     });
@@ -154,6 +158,36 @@ export class ParamStore {
   /** Zero the gradient buffer (start of an accumulation window). */
   zeroGrads(): void {
     this.backend.zero(this.grad);
+  }
+
+  /**
+   * Start a backward pass. Without `overwrite` every gradient write adds to the buffer (zeroed, or
+   * holding earlier micro-batches'). With it, the first write of each parameter's gradient
+   * replaces what the buffer holds and later ones add: a step's first micro-batch then needs no
+   * zeroing beforehand, and its weight-gradient GEMMs do not read the buffer back (β = 0), as
+   * PyTorch's gradients set to None.
+   */
+  beginGradients(overwrite: boolean): void {
+    this.written = overwrite ? new Set() : null;
+  }
+
+  /** Whether this write of the gradient of `params` (written by one op) adds to the buffer; else it replaces it. */
+  accumulates(...params: Param[]): boolean {
+    const written = this.written;
+    if (!written) return true;
+    const first = params.filter((p) => !written.has(p));
+    if (first.length > 0 && first.length < params.length) {
+      throw new Error(`ParamStore: one op writes the gradients of ${params.map((p) => p.name).join(', ')}, some of them for the first time in this pass and some not`);
+    }
+    for (const p of first) written.add(p);
+    return first.length === 0;
+  }
+
+  /** End the pass begun by beginGradients: under overwrite, the gradients it did not write are zeroed (not left from the last step). */
+  endGradients(): void {
+    const written = this.written;
+    this.written = null;
+    if (written) for (const p of this.list) if (!written.has(p)) this.backend.zero(p.grad);
   }
 
   destroy(): void {

@@ -20,9 +20,9 @@ export class RMSNorm {
     b.run(addRmsnorm, { x, residual, weight: this.weight.compute, sum, y, rstd }, { rows, dim: this.dim, eps: this.eps });
   }
 
-  /** dx = dresidual + ∂y/∂x · dy; weight gradient accumulated. `x` is the normalised input. */
+  /** dx = dresidual + ∂y/∂x · dy; weight gradient accumulated (ParamStore.accumulates). `x` is the normalised input. */
   backward(b: Backend, dy: Tensor, x: Tensor, rstd: Tensor, dresidual: Tensor, dx: Tensor, rows: number): void {
-    const attrs = { rows, dim: this.dim, eps: this.eps, accumulate: true, outF32: true };
+    const attrs = { rows, dim: this.dim, eps: this.eps, accumulate: this.weight.store.accumulates(this.weight), outF32: true };
     b.run(rmsnormBackward, { dy, x, weight: this.weight.compute, rstd, dresidual, dx, dweight: this.weight.grad }, attrs);
   }
 }

@@ -147,7 +147,11 @@ export const rmsnormBackward = defineOp<RmsnormBackwardAttrs>({
   cases: (scale) => [
     ...rowNormCases(scale).map((c) => ({ ...c, attrs: { ...c.attrs, accumulate: false, outF32: false } })),
     ...(scale === 'test'
-      ? [{ label: 'f32 dweight += 7x100', attrs: { rows: 7, dim: 100, eps: 1e-5, accumulate: true, outF32: true } }]
+      ? [
+          { label: 'f32 dweight += 7x100', attrs: { rows: 7, dim: 100, eps: 1e-5, accumulate: true, outF32: true } },
+          // a bf16 model's first gradient write of a step (ParamStore.beginGradients)
+          { label: 'f32 dweight = 7x100', attrs: { rows: 7, dim: 100, eps: 1e-5, accumulate: false, outF32: true } },
+        ]
       : [{ label: 'f32 dweight += 8192x2048', attrs: { rows: 8192, dim: 2048, eps: 1e-5, accumulate: true, outF32: true } }]),
   ],
   sample(rng, attrs) {

@@ -285,9 +285,10 @@ export class Lookahead<S> {
 }
 
 /**
- * One optimizer step at 0-based `step`: zero the gradients, `gradAccum` micro-batches of
- * (prepare, forward, backward), the global gradient norm, then AdamW at `lr`, skipped where the
- * loss or the norm is not finite (an error under nonFinite 'stop', a skipped update under 'skip').
+ * One optimizer step at 0-based `step`: `gradAccum` micro-batches of (prepare, forward, backward;
+ * the first one's gradients overwrite the last step's), the global gradient norm, then AdamW at
+ * `lr`, skipped where the loss or the norm is not finite (an error under nonFinite 'stop', a
+ * skipped update under 'skip').
  * The update is queued without reading the norm first: a non-finite norm makes the device's AdamW
  * step the identity (src/ops/adamw.ts), and a non-finite loss comes from non-finite logits, so
  * with a non-finite norm. The loss and the norm are read once, after the whole step, so the
@@ -297,11 +298,11 @@ export async function optimizerStep(
   parts: StepParts, batches: Lookahead<unknown>, step: number, gradAccum: number, lr: number, nonFinite: TrainConfig['train']['nonFinite'],
 ): Promise<{ loss: number; gradNorm: number; finite: boolean }> {
   const { model, objective, optimizer } = parts;
-  model.store.zeroGrads();
   let loss = 0;
   for (let micro = 0; micro < gradAccum; micro++) {
     await objective.prepare(model, batches.take(), step * gradAccum + micro, 0);
-    model.forwardBackward();
+    // The first micro-batch's gradients replace the last step's: no zeroing, no read-back in the GEMMs.
+    model.forwardBackward(micro === 0);
     batches.prefetch();
     // The loss buffer holds one micro-batch's: read each but the last before the next overwrites it.
     if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
