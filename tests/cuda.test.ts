@@ -102,9 +102,9 @@ describe('cuda backend on a simulated device', () => {
         const perStep: number[] = [];
         const { losses: l } = await (async () => {
           const original = t.model.forwardBackward.bind(t.model);
-          t.model.forwardBackward = () => {
+          t.model.forwardBackward = (overwriteGrads?: boolean) => {
             const before = count;
-            original();
+            original(overwriteGrads);
             perStep.push(count - before);
           };
           return t.run();
