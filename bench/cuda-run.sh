@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b run ncu ncu-train]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab run ncu ncu-train]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -111,6 +111,9 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
           --steps 2 --warmup 0 --peer none > "$OUT/ncu-train-$preset.log" 2>&1; tail -n 2 "$OUT/ncu-train-$preset.log"
         node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" 2 | tee "$OUT/kernel-times-$preset.txt" | head -n 45
       done ;;
+    train-ab)  # this tree's dist/ against .device/dist-base.tar.xz (bash bench/pack-device.sh <commit>),
+      # alternating, on one addon: bench/train-ab.sh (AB_CASES, AB_RUNS, AB_ARGS)
+      bash bench/train-ab.sh 2>&1 | tee "$OUT/train-ab.txt" ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done

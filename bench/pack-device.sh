@@ -3,6 +3,8 @@
 # bench/cuda-run.sh unpack on the GPU machine, which has no Node.js and no network: Node itself,
 # node_modules (less TypeScript: dist/ is built here), dist/, and Node's headers for the CUDA
 # addon's build. Then carry ".device" with the run.
+# With a commit (bash bench/pack-device.sh <commit>), also that commit's dist/, built in a
+# temporary worktree, as .device/dist-base.tar.xz: the other side of bench/train-ab.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npx tsc -p tsconfig.json
@@ -17,4 +19,12 @@ tar -cJf .device/dist.tar.xz dist
 include=$(dirname "$(dirname "$(realpath "$node_bin")")")/include/node
 [ -f "$include/node_api.h" ] || include=/usr/include/node
 tar -C "$(dirname "$include")" -cJf .device/node-include.tar.xz node
+if [ -n "${1:-}" ]; then
+  wt=$(mktemp -d)
+  git worktree add -q --detach "$wt" "$1"
+  ln -s "$nm" "$wt/node_modules"
+  (cd "$wt" && npx tsc -p tsconfig.json)
+  tar -C "$wt" --exclude='*.map' -cJf .device/dist-base.tar.xz dist
+  git worktree remove --force "$wt"
+fi
 ls -l .device
