@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // How long a training step waits for the host: times rounds of `steps` optimizer steps as training
 // runs them (src/train/trainer.ts optimizerStep: one read-back of the loss and the gradient norm
-// at the end of each), then as many steps queued with no read-back at all (prepare, forward and
-// backward, gradient norm, AdamW), ended by one sync. The difference is what a deeper queue (the
+// at the end of each), then as many steps queued with no read-back at all (queueStep: prepare,
+// forward and backward, gradient norm, AdamW), ended by one sync. The difference is what a deeper queue (the
 // next step queued before the last one's metrics are read) could win.
 // Usage (after npx tsc): node bench/host-gap.mjs [preset] [ar|mdlm] [steps] [backend]
 //   defaults: llama-124m mdlm 20 cuda
@@ -10,7 +10,7 @@ import { benchConfig, syntheticBatches } from '../dist/bench/train.js';
 import { LlamaModel } from '../dist/model/llama.js';
 import { AdamW } from '../dist/optim/adamw.js';
 import { createBackend } from '../dist/runtime/backends.js';
-import { Lookahead, computeDtype, createObjective, optimizerStep } from '../dist/train/trainer.js';
+import { Lookahead, computeDtype, createObjective, optimizerStep, queueStep } from '../dist/train/trainer.js';
 
 const [preset = 'llama-124m', objectiveKind = 'mdlm', stepsArg = '20', backendName = 'cuda'] = process.argv.slice(2);
 const steps = Number(stepsArg);
@@ -38,13 +38,7 @@ for (let round = 0; round < 3; round++) {
   await backend.sync();
   const readBack = (performance.now() - started) / steps;
   started = performance.now();
-  for (let i = 0; i < steps; i++) {
-    await objective.prepare(model, batches.take(), step, 0);
-    model.forwardBackward(true);
-    batches.prefetch();
-    optimizer.measure();
-    optimizer.update(t.lr, ++step);
-  }
+  for (let i = 0; i < steps; i++) await queueStep(parts, batches, step++, 1, t.lr);
   await backend.sync();
   const queued = (performance.now() - started) / steps;
   console.log(`${preset} ${objectiveKind} round ${round + 1}: ${readBack.toFixed(3)} ms a step with one read-back, ${queued.toFixed(3)} ms queued, difference ${(readBack - queued).toFixed(3)} ms`);

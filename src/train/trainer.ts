@@ -297,18 +297,8 @@ export class Lookahead<S> {
 export async function optimizerStep(
   parts: StepParts, batches: Lookahead<unknown>, step: number, gradAccum: number, lr: number, nonFinite: TrainConfig['train']['nonFinite'],
 ): Promise<{ loss: number; gradNorm: number; finite: boolean }> {
-  const { model, objective, optimizer } = parts;
-  let loss = 0;
-  for (let micro = 0; micro < gradAccum; micro++) {
-    await objective.prepare(model, batches.take(), step * gradAccum + micro, 0);
-    // The first micro-batch's gradients replace the last step's: no zeroing, no read-back in the GEMMs.
-    model.forwardBackward(micro === 0);
-    batches.prefetch();
-    // The loss buffer holds one micro-batch's: read each but the last before the next overwrites it.
-    if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
-  }
-  optimizer.measure();
-  optimizer.update(lr, step + 1);
+  const { model, optimizer } = parts;
+  let loss = await queueStep(parts, batches, step, gradAccum, lr);
   loss += (await model.loss()) / gradAccum;
   const [gradNorm] = (await model.backend.download(optimizer.normOut)) as Float32Array;
   const finite = Number.isFinite(loss) && Number.isFinite(gradNorm!);
@@ -316,6 +306,26 @@ export async function optimizerStep(
     throw new MdlmError('BAD_CONFIG', `non-finite ${Number.isFinite(loss) ? 'gradient norm' : 'loss'} at step ${step} (loss ${loss}, grad norm ${gradNorm}); the update was skipped and nothing was saved. Lower train.lr, or set train.nonFinite skip`);
   }
   return { loss, gradNorm: gradNorm!, finite };
+}
+
+/**
+ * optimizerStep's work without its read-back: the micro-batches, the gradient norm and AdamW, queued.
+ * Returns the loss of the micro-batches before the last (read before the next overwrites it; 0
+ * with one), as a share of the step's mean; the last one's is in the model's loss buffer.
+ */
+export async function queueStep(parts: StepParts, batches: Lookahead<unknown>, step: number, gradAccum: number, lr: number): Promise<number> {
+  const { model, objective, optimizer } = parts;
+  let loss = 0;
+  for (let micro = 0; micro < gradAccum; micro++) {
+    await objective.prepare(model, batches.take(), step * gradAccum + micro, 0);
+    // The first micro-batch's gradients replace the last step's: no zeroing, no read-back in the GEMMs.
+    model.forwardBackward(micro === 0);
+    batches.prefetch();
+    if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
+  }
+  optimizer.measure();
+  optimizer.update(lr, step + 1);
+  return loss;
 }
 
 /** train.precision on a backend: the compute dtype (auto: bf16 where the kernels are bf16 tensor-core kernels, CUDA). */
