@@ -891,7 +891,7 @@ constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, 
 // bf16's relative precision and are far from overflow in the f32 sums. H200, 2026-12-04
 // (bench/RESULTS.md, sixteenth pass), against rescaling at every new max: 2-4% faster at head dim
 // 64 (B16 T1024 H12 bidirectional 0.162-0.166 vs 0.168-0.169 ms), level at 128.
-constexpr float kMaxSlack = 8.f;
+constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 
 // Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; key
 // tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
@@ -933,7 +933,7 @@ struct WsFwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-template <int kD>
+template <int kD, bool kOptimistic>
 __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
@@ -1059,7 +1059,9 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     wg::bar_arrive(2 - wgi, 256);
     wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
-    if (cur_kind == kPartial) {
+    // Scores the mask hides (a partial tile's, by this stage's segment ids) to -inf.
+    auto mask = [&](float (&x)[kBc / 2]) {
+      if (cur_kind != kPartial) return;
 #pragma unroll
       for (int j = 0; j < kBc / 8; ++j)
 #pragma unroll
@@ -1067,53 +1069,92 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           const int col = 8 * j + 2 * tig + e, kseg = seg_smem[s * kBc + col];
 #pragma unroll
           for (int hi = 0; hi < 2; ++hi)
-            if (!visible(qrow[hi], qseg[hi], k0 + col, kseg, T, causal)) sc[4 * j + 2 * hi + e] = -INFINITY;
+            if (!visible(qrow[hi], qseg[hi], k0 + col, kseg, T, causal)) x[4 * j + 2 * hi + e] = -INFINITY;
         }
-    }
-    wg::mbar_arrive(empty_k(s));  // S(n) is in registers and the segment ids are read
-    float alpha[2];
-    bool grow = false;
+    };
+    // The probabilities of scores x into P's fragments, the row sums into lrow, O rescaled where
+    // the running max moves; that happens only when the tile's max exceeds it by more than
+    // kMaxSlack, so rarely after the first tiles, and the probabilities stay below 2^kMaxSlack.
+    auto exact_softmax = [&](float (&x)[kBc / 2]) {
+      float alpha[2];
+      bool grow = false;
 #pragma unroll
-    for (int hi = 0; hi < 2; ++hi) {
-      float mx = -INFINITY;
+      for (int hi = 0; hi < 2; ++hi) {
+        float mx = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < kBc / 8; ++j) mx = fmaxf(mx, fmaxf(sc[4 * j + 2 * hi], sc[4 * j + 2 * hi + 1]));
-      mx = quad_max(mx) * p.scale_log2;
-      // The running max moves only when the tile's exceeds it by more than kMaxSlack, so O is
-      // rescaled only then (rarely after the first tiles) and the probabilities stay below 2^kMaxSlack.
-      const float m_new = mx > mrow[hi] + kMaxSlack ? mx : mrow[hi];
-      grow |= m_new != mrow[hi];
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
-      alpha[hi] = fast_exp2(mrow[hi] - m_use);
-      mrow[hi] = m_new;
-      float sum = 0.f;
+        for (int j = 0; j < kBc / 8; ++j) mx = fmaxf(mx, fmaxf(x[4 * j + 2 * hi], x[4 * j + 2 * hi + 1]));
+        mx = quad_max(mx) * p.scale_log2;
+        const float m_new = mx > mrow[hi] + kMaxSlack ? mx : mrow[hi];
+        grow |= m_new != mrow[hi];
+        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
+        alpha[hi] = fast_exp2(mrow[hi] - m_use);
+        mrow[hi] = m_new;
+        float sum = 0.f;
 #pragma unroll
-      for (int j = 0; j < kBc / 8; ++j)
+        for (int j = 0; j < kBc / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pv = fast_exp2(fmaf(sc[4 * j + 2 * hi + e], p.scale_log2, -m_use));
-          sc[4 * j + 2 * hi + e] = pv;
-          sum += pv;
+          for (int e = 0; e < 2; ++e) {
+            const float pv = fast_exp2(fmaf(x[4 * j + 2 * hi + e], p.scale_log2, -m_use));
+            x[4 * j + 2 * hi + e] = pv;
+            sum += pv;
+          }
+        lrow[hi] = lrow[hi] * alpha[hi] + sum;
+      }
+      if constexpr (Cfg::kOverlapPV) {
+        wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
+        if (i > 0) wg::mbar_arrive(empty_v((i - 1) % kS));
+      }
+      if (__any_sync(kFull32, grow)) {
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+          for (int hi = 0; hi < 2; ++hi) {
+            o[4 * j + 2 * hi] *= alpha[hi];
+            o[4 * j + 2 * hi + 1] *= alpha[hi];
+          }
+      }
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+    };
+    mask(sc);
+    if constexpr (kOptimistic && !Cfg::kOverlapPV) {
+      // First against the running max as it stands, with no max taken: kept unless a row's sum
+      // over some thread's keys exceeds 2^kMaxSlack (then a probability might) or is not finite
+      // (no running max yet); the warpgroup decides together. Else the exact pass, on the scores
+      // computed again (the K tile and its segment ids stay until then; keeping the first ones
+      // took the registers that keep the wgmmas in flight).
+      float psum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {  // register r: row r & 1 (accumulator elements 8·kk + 2·r, + 1)
+          const float neg_m = -mrow[r & 1];
+          const float p0 = fast_exp2(fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m));
+          const float p1 = fast_exp2(fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m));
+          psum[r & 1] += p0 + p1;
+          pa[kk][r] = pack_bf16(p0, p1);
         }
-      lrow[hi] = lrow[hi] * alpha[hi] + sum;
+      if (wg::bar_any(4 + wgi, 128, !(psum[0] <= kMaxP && psum[1] <= kMaxP))) {
+        float again[kBc / 2];
+        wg::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk)
+          wg::wgmma_ss<kBc, 0, 0>(again, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
+        wg::wgmma_commit();
+        wg::wgmma_wait<0>();
+        mask(again);
+        exact_softmax(again);
+      } else {
+        lrow[0] += psum[0];
+        lrow[1] += psum[1];
+      }
+      wg::mbar_arrive(empty_k(s));
+    } else {
+      wg::mbar_arrive(empty_k(s));  // S(n) is in registers and the segment ids are read
+      exact_softmax(sc);
     }
-    if constexpr (Cfg::kOverlapPV) {
-      wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
-      if (i > 0) wg::mbar_arrive(empty_v((i - 1) % kS));
-    }
-    if (__any_sync(kFull32, grow)) {
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j)
-#pragma unroll
-        for (int hi = 0; hi < 2; ++hi) {
-          o[4 * j + 2 * hi] *= alpha[hi];
-          o[4 * j + 2 * hi + 1] *= alpha[hi];
-        }
-    }
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(sc[8 * kk + 2 * r], sc[8 * kk + 2 * r + 1]);
     prev_v = aV + s * Cfg::kTile;
     if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
       wg::mbar_wait(full_v(s), phase);
@@ -1862,7 +1903,9 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      return launch_tiles(fwd_ws<kD>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
+      static const bool opt = std::getenv("MDLM_ATTN_FWD_OPT") && std::getenv("MDLM_ATTN_FWD_OPT")[0] == '1';
+      if (opt) return launch_tiles(fwd_ws<kD, true>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
+      return launch_tiles(fwd_ws<kD, false>, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);

@@ -61,6 +61,7 @@ __host__ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t base, int ro
 #ifdef MDLM_ATTN_EMULATE
 __device__ __forceinline__ void bar_sync(int id, int count) { ::emu::named_barrier(id, count, false); }
 __device__ __forceinline__ void bar_arrive(int id, int count) { ::emu::named_barrier(id, count, true); }
+__device__ __forceinline__ bool bar_any(int id, int count, bool pred) { return ::emu::named_barrier(id, count, false, pred); }
 __device__ __forceinline__ void mbar_init(uint32_t addr, int count) { ::emu::mbarrier_init(addr, count); }
 __device__ __forceinline__ void mbar_arrive(uint32_t addr) { ::emu::mbarrier_arrive(addr); }
 __device__ __forceinline__ void mbar_wait(uint32_t addr, uint32_t parity) { ::emu::mbarrier_wait(addr, parity); }
@@ -68,6 +69,16 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) { ::emu::cp_
 #else
 __device__ __forceinline__ void bar_sync(int id, int count) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
 __device__ __forceinline__ void bar_arrive(int id, int count) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory"); }
+// bar.sync that also returns whether any of the `count` threads passed pred = true.
+__device__ __forceinline__ bool bar_any(int id, int count, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 q, %1, 0;\n bar.red.or.pred p, %2, %3, q;\n selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(any)
+      : "r"((uint32_t)pred), "r"(id), "r"(count)
+      : "memory");
+  return any != 0;
+}
 __device__ __forceinline__ void mbar_init(uint32_t addr, int count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
 }

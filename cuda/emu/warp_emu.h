@@ -92,6 +92,7 @@ struct GroupSlot {
 struct NamedBarrier {
   int count = 0;
   uint64_t gen = 0;
+  bool any = false, result = false;  // bar.red.or: the predicates so far, and the last round's OR
 };
 
 // An mbarrier in shared memory, by its address: arrivals still expected in the current phase.
@@ -257,21 +258,27 @@ inline void syncthreads() {
 }
 
 // bar.sync id, count (arrive = false) and bar.arrive id, count: the barrier completes when
-// `count` threads have arrived either way; only bar.sync waits for it.
-inline void named_barrier(int id, int count, bool arrive) {
+// `count` threads have arrived either way; only bar.sync waits for it. Returns the OR of the
+// arrivals' predicates (bar.red.or.pred; plain arrivals bring false). A round's waiters read its
+// result before the next round can complete (that needs their own arrivals).
+inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
   Block& b = *block_ptr();
   if (id <= 0 || id >= 16) fail("named barrier id out of range (1..15; 0 is __syncthreads)");
   NamedBarrier& nb = b.named[id];
   const uint64_t g = nb.gen;
+  nb.any = nb.any || pred;
   if (++nb.count == count) {
+    nb.result = nb.any;
+    nb.any = false;
     nb.count = 0;
     ++nb.gen;
     ++b.events;
-    return;
+    return nb.result;
   }
   if (nb.count > count) fail("named barrier: more arrivals than its count");
-  if (!arrive)
-    while (nb.gen == g) yield();
+  if (arrive) return false;
+  while (nb.gen == g) yield();
+  return nb.result;
 }
 
 inline MBarrier& mbarrier_at(uint32_t addr) {
