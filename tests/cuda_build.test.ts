@@ -174,6 +174,8 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
     await expectCasesPass('128', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 7);
     await expectCasesPass('D=64', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 6);
+    // And the head-dim-64 forward without its optimistic softmax (the exact pass on every tile).
+    await expectCasesPass('D=64', { MDLM_ATTN_FWD_OPT: '0', DTYPE: 'bf16' }, 6);
   }, EMU_TIMEOUT);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
