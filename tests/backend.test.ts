@@ -1,16 +1,27 @@
 /** Backend contracts: validation errors, dtype support, pooling, shader errors, device loss. */
-import { describe, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { defineKernel, grid1d } from '../src/backend/webgpu/kernel.js';
 import { WEBGPU_KERNELS } from '../src/backend/webgpu/kernels/index.js';
 import { compileShader } from '../src/backend/webgpu/shaders.js';
 import { WebGpuBackend } from '../src/backend/webgpu/webgpu.js';
 import { add } from '../src/ops/add.js';
-import { loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
+import { dawnFlags, loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 
 contracts('cpu', async () => new CpuBackend(), true);
+
+describe('MDLM_DAWN_FLAGS', () => {
+  it('splits on whitespace into dawn.node flags, none when unset or blank', () => {
+    expect(dawnFlags(' enable-dawn-features=disable_robustness,skip_validation\n backend=vulkan ')).toEqual([
+      'enable-dawn-features=disable_robustness,skip_validation',
+      'backend=vulkan',
+    ]);
+    expect(dawnFlags(undefined)).toEqual([]);
+    expect(dawnFlags('  ')).toEqual([]);
+  });
+});
 contracts('webgpu', webgpuBackend, hasWebGpu);
 
 describe('webgpu specifics', () => {

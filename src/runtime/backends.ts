@@ -33,6 +33,14 @@ export interface BackendProbe {
 
 let gpuInstance: GPU | null | undefined;
 
+/**
+ * dawn.node's flags from MDLM_DAWN_FLAGS, whitespace-separated, e.g.
+ * `enable-dawn-features=disable_robustness,skip_validation` (Dawn's toggles: src/dawn/native/Toggles.cpp).
+ */
+export function dawnFlags(value: string | undefined = process.env.MDLM_DAWN_FLAGS): string[] {
+  return (value ?? '').split(/\s+/).filter((f) => f.length > 0);
+}
+
 /** Dawn's GPU object, or null with the reason the npm `webgpu` package could not load. */
 export async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {
   if (gpuInstance !== undefined) return gpuInstance ? { gpu: gpuInstance } : { gpu: null, reason: 'the webgpu package failed to load' };
@@ -41,7 +49,7 @@ export async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {
   try {
     const mod = (await import('webgpu')) as { create: (flags: string[]) => GPU; globals: Record<string, unknown> };
     Object.assign(globalThis, mod.globals);
-    gpuInstance = mod.create([]);
+    gpuInstance = mod.create(dawnFlags());
     return { gpu: gpuInstance };
   } catch (e) {
     gpuInstance = null;
