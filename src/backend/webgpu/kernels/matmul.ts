@@ -17,6 +17,8 @@ export const MATMUL_VARIANTS = {
   default: { GROUP_M: 16 },
   /** Workgroup (x, y) computes column block x of row block y. */
   natural: { GROUP_M: 0 },
+  /** `default` with 64-row blocks (4 rows of out a thread) at every size, not only for small grids. */
+  rows4: { GROUP_M: 16, TM: 4 },
 } as const satisfies Record<string, Readonly<Record<string, number>>>;
 
 export type MatmulVariantName = keyof typeof MATMUL_VARIANTS;
@@ -44,7 +46,8 @@ export const matmulKernel = defineKernel({
   shaders: ['matmul'],
   run(k, { a, b, out }, { batch, m, n, k: depth, transA, transB, accumulate }) {
     const bigBlocks = batch * ceilDiv(m, 128) * ceilDiv(n, BLOCK_N);
-    const rowsPerThread = bigBlocks >= MIN_BIG_BLOCKS ? 8 : 4;
+    const variant: Readonly<Record<string, number>> = MATMUL_VARIANTS[matmulVariant()];
+    const rowsPerThread = variant.TM ?? (bigBlocks >= MIN_BIG_BLOCKS ? 8 : 4);
     const blockM = 16 * rowsPerThread;
     k.dispatch({
       shader: 'matmul',
@@ -56,7 +59,7 @@ export const matmulKernel = defineKernel({
         out: out!,
       },
       workgroups: [ceilDiv(n, BLOCK_N), ceilDiv(m, blockM), batch],
-      constants: { ...MATMUL_VARIANTS[matmulVariant()], TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0, TM: rowsPerThread },
+      constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0, TM: rowsPerThread },
     });
   },
 });
