@@ -2,7 +2,7 @@
 // ACCUMULATE the product is added to what out holds (GEMM beta = 1).
 //
 // - Blocks: one workgroup of 256 threads (16 x 16) computes a BM x 128 block of out, BM = 16·TM
-//   (128, or 64 for grids too small to fill the GPU). A thread owns rows 4·ty + 64·h + i (h < TM/4,
+//   (64 by default, 128 in the `rows8` variant). A thread owns rows 4·ty + 64·h + i (h < TM/4,
 //   i < 4) and vec4 columns 4·tx + 64·q (q < 2), so a warp's vec4 reads of the shared tiles hit
 //   consecutive words and each vec4 of A and B feeds 16 FMAs.
 // - Loads: each thread moves groups of 4 consecutive values of an operand's contiguous global
@@ -20,7 +20,7 @@
 //   step s multiplies one buffer while the next tile, loaded into registers at the step's start
 //   (its latency hidden by the FMAs), is stored into the other; one barrier a step. The step loop
 //   is unrolled by two so the buffer index is a constant in each half. 32 KiB of workgroup memory
-//   at 128 x 128.
+//   at 128 x 128, 24 KiB at 64 x 128.
 // Measured on the H200 against the kernel this replaced (scalar loads, padded single-buffered
 // tiles, two barriers a step) and three other variants: bench/RESULTS.md, 2026-12-03.
 
@@ -43,8 +43,9 @@ struct Params {
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
 override ACCUMULATE: bool = false;
-// rows of out per thread: 8 (128 x 128 block) or 4 (64 x 128 block, for grids too small to fill the GPU)
-override TM: u32 = 8u;
+// rows of out per thread: 4 (64 x 128 block) or 8 (128 x 128). On the H200 4 is faster even at
+// 4096³ (src/backend/webgpu/kernels/matmul.ts), though 8 needs fewer shared-memory reads a FMA.
+override TM: u32 = 4u;
 // 0: workgroup (x, y) computes column block x of row block y. G > 0: workgroups are taken in
 // groups of G row blocks, column by column within a group, so the blocks in flight at one time
 // share G row blocks of A and a few column blocks of B (L2 reuse on large matrices).

@@ -74,8 +74,7 @@ export const matmul = defineOp<MatmulAttrs>({
       }
     }
   },
-  // Sizes off the 128/64-row, 128-column and 8-deep tiles; batch large enough for the 128-row
-  // tile choice (see kernels/matmul.ts) and small enough for the 64-row one.
+  // Sizes off the 128/64-row, 128-column and 8-deep tiles; large batches and single products.
   cases: (scale) =>
     scale === 'test'
       ? [
@@ -88,8 +87,8 @@ export const matmul = defineOp<MatmulAttrs>({
           { label: 'a·b batch 2 130x260x20 (two tiles each way)', attrs: mm(2, 130, 260, 20) },
           // every extent a multiple of 4: the WebGPU kernel takes vec4 loads on interior tiles
           { label: 'aᵀ·bᵀ batch 2 132x260x40 (vec4 interior, ragged edges)', attrs: mm(2, 132, 260, 40, true, true) },
-          { label: '128-row tiles: batch 600 20x21x9 a·bᵀ', attrs: mm(600, 20, 21, 9, false, true) },
-          { label: '128-row tiles: batch 600 20x21x9 aᵀ·b', attrs: mm(600, 20, 21, 9, true, false) },
+          { label: 'batch 600 20x21x9 a·bᵀ', attrs: mm(600, 20, 21, 9, false, true) },
+          { label: 'batch 600 20x21x9 aᵀ·b', attrs: mm(600, 20, 21, 9, true, false) },
           { label: 'out += a·bᵀ 67x45x33', attrs: mm(1, 67, 45, 33, false, true, { accumulate: true }) },
           { label: 'f32 out += aᵀ·b batch 2 70x130x19 (weight gradient)', attrs: mm(2, 70, 130, 19, true, false, { accumulate: true, outF32: true }) },
           { label: 'f32 out = a·b 67x45x33', attrs: mm(1, 67, 45, 33, false, false, { outF32: true }) },

@@ -129,10 +129,9 @@ describe('matmul webgpu variants', () => {
   });
 
   // Odd extents (scalar loads everywhere) and extents that are multiples of 4 with ragged edges
-  // (vec4 interior tiles, scalar edge tiles, a partial last k-step), both in 64-row blocks and
-  // accumulating; 18 64-row blocks (the default's second group of 16 is partial); then a batch large
-  // enough for 128-row blocks, overwriting. Few distinct pipelines: lavapipe takes seconds to
-  // compile each.
+  // (vec4 interior tiles, scalar edge tiles, a partial last k-step), accumulating; 18 64-row blocks
+  // (the default's second group of 16 is partial); then a large batch, overwriting. `rows8` runs
+  // them all in 128-row blocks. Few distinct pipelines: lavapipe takes seconds to compile each.
   const transposes = [[false, false], [false, true], [true, false], [true, true]] as const;
   const cases = [
     ...[[37, 70, 45], [132, 260, 40]].flatMap(([m, n, k]) => transposes.map(([tA, tB]) => attrs(2, m!, n!, k!, tA, tB, { accumulate: true }))),

@@ -9,16 +9,17 @@ import { ceilDiv, defineKernel } from '../kernel.js';
  */
 export const MATMUL_VARIANTS = {
   /**
-   * Workgroups taken in groups of 16 row blocks, column by column (L2 reuse on large matrices):
-   * the workgroups in flight cover about 16 × 16 blocks of a 4096² product instead of 8 whole rows
-   * of 32. On the H200 through Vulkan, 14.6 / 28.7 / 26.4 TFLOP/s at 1024 / 2048 / 4096 against
-   * `natural`'s 14.1 / 28.5 / 25.9 in the same call (bench/RESULTS.md, 2026-12-03).
+   * 64 x 128 blocks (4 rows of out a thread), workgroups taken in groups of 16 row blocks, column
+   * by column (L2 reuse on large matrices). On the H200 through Vulkan at 4096³, 32.4-32.6 TFLOP/s
+   * against 26.2-28.9 for `rows8` in the same call; the group order against `natural`: 14.6 / 28.7
+   * / 26.4 TFLOP/s at 1024 / 2048 / 4096 against 14.1 / 28.5 / 25.9 (bench/RESULTS.md, 2026-12-03
+   * and 2026-12-04).
    */
-  default: { GROUP_M: 16 },
-  /** Workgroup (x, y) computes column block x of row block y. */
-  natural: { GROUP_M: 0 },
-  /** `default` with 64-row blocks (4 rows of out a thread) at every size, not only for small grids. */
-  rows4: { GROUP_M: 16, TM: 4 },
+  default: { GROUP_M: 16, TM: 4 },
+  /** `default` with workgroup (x, y) computing column block x of row block y. */
+  natural: { GROUP_M: 0, TM: 4 },
+  /** `default` with 128 x 128 blocks (8 rows of out a thread): more FMAs a shared-memory read, but slower. */
+  rows8: { GROUP_M: 16, TM: 8 },
 } as const satisfies Record<string, Readonly<Record<string, number>>>;
 
 export type MatmulVariantName = keyof typeof MATMUL_VARIANTS;
@@ -32,23 +33,15 @@ export function matmulVariant(name: string | undefined = process.env.MDLM_MATMUL
   return name as MatmulVariantName;
 }
 
-/**
- * Below this many 128 x 128 blocks' worth of output (about two waves of two blocks per SM on a
- * 132-SM H200) the grid leaves much of a large GPU idle, so use 64-row blocks: twice the
- * workgroups, half the work.
- */
-const MIN_BIG_BLOCKS = 512;
-/** Columns of out per workgroup (BN in the shader); rows are 128, or 64 for small grids. */
+/** Columns of out per workgroup (BN in the shader); rows are 16 · TM. */
 const BLOCK_N = 128;
 
 export const matmulKernel = defineKernel({
   op: matmul,
   shaders: ['matmul'],
   run(k, { a, b, out }, { batch, m, n, k: depth, transA, transB, accumulate }) {
-    const bigBlocks = batch * ceilDiv(m, 128) * ceilDiv(n, BLOCK_N);
-    const variant: Readonly<Record<string, number>> = MATMUL_VARIANTS[matmulVariant()];
-    const rowsPerThread = variant.TM ?? (bigBlocks >= MIN_BIG_BLOCKS ? 8 : 4);
-    const blockM = 16 * rowsPerThread;
+    const variant = MATMUL_VARIANTS[matmulVariant()];
+    const blockM = 16 * variant.TM;
     k.dispatch({
       shader: 'matmul',
       entry: 'main',
@@ -59,7 +52,7 @@ export const matmulKernel = defineKernel({
         out: out!,
       },
       workgroups: [ceilDiv(n, BLOCK_N), ceilDiv(m, blockM), batch],
-      constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0, TM: rowsPerThread },
+      constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0 },
     });
   },
 });
