@@ -1,8 +1,8 @@
 // matmul: out[b] (+)= op(A[b]) · op(B[b]) with op = identity or transpose, f32 accumulate; with
 // ACCUMULATE the product is added to what out holds (GEMM beta = 1).
 //
-// - Blocks: one workgroup of THREADS threads (16 x TY, TY = THREADS / 16) computes a BM x 128
-//   block of out, BM = TY·TM (64 by default). A thread owns rows 4·ty + 4·TY·h + i (h < TM/4,
+// - Blocks: one workgroup of 256 threads (16 x 16) computes a BM x 128 block of out, BM = 16·TM
+//   (64 by default, 128 in the `rows8` variant). A thread owns rows 4·ty + 64·h + i (h < TM/4,
 //   i < 4) and vec4 columns 4·tx + 64·q (q < 2), so a warp's vec4 reads of the shared tiles hit
 //   consecutive words and each vec4 of A and B feeds 16 FMAs.
 // - Loads: each thread moves groups of 4 consecutive values of an operand's contiguous global
@@ -51,25 +51,23 @@ override TM: u32 = 4u;
 // share G row blocks of A and a few column blocks of B (L2 reuse on large matrices).
 override GROUP_M: u32 = 0u;
 
-// threads a workgroup: 256, or 128 (fewer registers a workgroup at TM = 8)
-override THREADS: u32 = 256u;
-override TY = THREADS / 16u;
+const THREADS = 256u;
 const BK = 16u;
 const BN = 128u;
-override BM = TY * TM;
+override BM = 16u * TM;
 // vec4s of one buffer of each tile
 override TILE_A = BK * BM / 4u;
-override TILE_B = BK * BN / 4u;
+const TILE_B = BK * BN / 4u;
 // 64-value rows of each tile, both buffers
 override ROWS_A = 2u * BK * BM / 64u;
 const ROWS_B = 2u * BK * BN / 64u;
 var<workgroup> tile_a: array<array<vec4f, 16>, ROWS_A>;
 var<workgroup> tile_b: array<array<vec4f, 16>, ROWS_B>;
 
-// 4-value groups per thread and tile: up to 4 (B at 128 threads)
-const GROUPS_MAX = 4u;
+// 4-value groups per thread and tile: 2 (1 for A in 64-row blocks)
+const GROUPS_MAX = 2u;
 override GROUPS_A = TILE_A / THREADS;
-override GROUPS_B = TILE_B / THREADS;
+const GROUPS_B = TILE_B / THREADS;
 
 // This thread's groups: global element offset of the first value at k0 = 0, and the values in
 // flight between the global load and the shared store.
@@ -196,9 +194,7 @@ fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<functio
       bv[q] = tile_b[(buf * BK + kk) * (BN / 64u) + q][tx ^ swizzle(kk, TRANS_B)];
     }
     for (var h = 0u; h < TM / 4u; h++) {
-      // rows 4·ty + 4·TY·h + (0..3): one vec4 of a 64-value row of the tile
-      let m = 4u * ty + 4u * TY * h;
-      let av = tile_a[(buf * BK + kk) * (BM / 64u) + m / 64u][((m % 64u) / 4u) ^ swizzle(kk, !TRANS_A)];
+      let av = tile_a[(buf * BK + kk) * (BM / 64u) + h][ty ^ swizzle(kk, !TRANS_A)];
       for (var i = 0u; i < 4u; i++) {
         for (var q = 0u; q < 2u; q++) {
           let r = (4u * h + i) * 2u + q;
@@ -223,7 +219,7 @@ fn block_of(wid: vec3u, nwg: vec3u) -> vec2u {
   return vec2u(r / rows, first_m + r % rows);
 }
 
-@compute @workgroup_size(THREADS)
+@compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) t: u32) {
   let tx = t % 16u;
   let ty = t / 16u;
@@ -232,7 +228,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   let n0 = blk.x * BN;
   init_offsets(t, m0, n0, wid.z * params.batch_stride_a, wid.z * params.batch_stride_b);
 
-  // acc[(4·h + i)·2 + q]: row 4·ty + 4·TY·h + i, vec4 column q
+  // acc[(4·h + i)·2 + q]: row 4·ty + 64·h + i, vec4 column q
   var acc = array<vec4f, 16>();
 
   let steps = (params.k + BK - 1u) / BK;
@@ -250,7 +246,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   let base_out = wid.z * params.batch_stride_out;
   for (var h = 0u; h < TM / 4u; h++) {
     for (var i = 0u; i < 4u; i++) {
-      let row = m0 + 4u * TY * h + 4u * ty + i;
+      let row = m0 + 64u * h + 4u * ty + i;
       if (row >= params.m) { continue; }
       for (var q = 0u; q < 2u; q++) {
         let v = acc[(4u * h + i) * 2u + q];

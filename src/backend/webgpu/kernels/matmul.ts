@@ -20,8 +20,6 @@ export const MATMUL_VARIANTS = {
   natural: { GROUP_M: 0, TM: 4 },
   /** `default` with 128 x 128 blocks (8 rows of out a thread): more FMAs a shared-memory read, but slower. */
   rows8: { GROUP_M: 16, TM: 8 },
-  /** `rows8` in workgroups of 128 threads (64 x 128 blocks): 8 × 8 outputs a thread, and more workgroups an SM. */
-  t128: { GROUP_M: 16, TM: 8, THREADS: 128 },
 } as const satisfies Record<string, Readonly<Record<string, number>>>;
 
 export type MatmulVariantName = keyof typeof MATMUL_VARIANTS;
@@ -35,15 +33,15 @@ export function matmulVariant(name: string | undefined = process.env.MDLM_MATMUL
   return name as MatmulVariantName;
 }
 
-/** Columns of out per workgroup (BN in the shader); rows are THREADS / 16 · TM. */
+/** Columns of out per workgroup (BN in the shader); rows are 16 · TM. */
 const BLOCK_N = 128;
 
 export const matmulKernel = defineKernel({
   op: matmul,
   shaders: ['matmul'],
   run(k, { a, b, out }, { batch, m, n, k: depth, transA, transB, accumulate }) {
-    const variant: Readonly<Record<string, number>> = MATMUL_VARIANTS[matmulVariant()];
-    const blockM = ((variant.THREADS ?? 256) / 16) * variant.TM!;
+    const variant = MATMUL_VARIANTS[matmulVariant()];
+    const blockM = 16 * variant.TM;
     k.dispatch({
       shader: 'matmul',
       entry: 'main',
