@@ -1,7 +1,7 @@
 /** The CLI as a user runs it: bin/mdlm.js over the compiled dist/ (npm test builds it first). */
 import { describe, expect, it } from 'vitest';
 import { attention } from '../src/ops/attention.js';
-import { mdlm } from './support/cli.js';
+import { mdlm, mdlmWithEnv } from './support/cli.js';
 import { hasWebGpu } from './support/webgpu.js';
 
 describe('mdlm CLI', () => {
@@ -18,6 +18,15 @@ describe('mdlm CLI', () => {
       expect(webgpu.detail).toHaveProperty('limits.maxStorageBufferBindingSize');
       expect(webgpu.detail).toHaveProperty('keyFeatures');
     }
+  });
+
+  it('probe reports flags Dawn rejects in MDLM_DAWN_FLAGS as the reason WebGPU is unavailable', () => {
+    const r = mdlmWithEnv({ MDLM_DAWN_FLAGS: 'backend=no-such-backend' }, 'probe', '--json');
+    expect(r.code, r.stderr).toBe(0);
+    const webgpu = (JSON.parse(r.stdout) as { name: string; available: boolean; reason?: string }[]).find((p) => p.name === 'webgpu')!;
+    expect(webgpu.available).toBe(false);
+    expect(webgpu.reason).toMatch(/no-such-backend/);
+    expect(webgpu.reason).toContain("MDLM_DAWN_FLAGS='backend=no-such-backend'");
   });
 
   it('bench kernels --json emits passing records for the chosen ops', () => {

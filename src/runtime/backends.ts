@@ -11,8 +11,8 @@ import { BACKEND_NAMES, type Backend, type BackendName } from '../backend/backen
 import { CpuBackend } from '../backend/cpu/cpu.js';
 import { type CudaAddon, CudaBackend } from '../backend/cuda/cuda.js';
 import { WEBGPU_KERNELS } from '../backend/webgpu/kernels/index.js';
-import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter } from '../backend/webgpu/webgpu.js';
-import { fail } from '../errors.js';
+import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter, requestAdapter } from '../backend/webgpu/webgpu.js';
+import { MdlmError, fail } from '../errors.js';
 
 export const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const SHADER_DIR = join(PACKAGE_ROOT, 'shaders');
@@ -64,7 +64,13 @@ const NO_ADAPTER =
 export async function probeWebGpu(): Promise<BackendProbe> {
   const { gpu, reason } = await nodeGpu();
   if (!gpu) return { name: 'webgpu', available: false, reason: reason! };
-  const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  let adapter: GPUAdapter | null;
+  try {
+    adapter = await requestAdapter(gpu);
+  } catch (e) {
+    if (e instanceof MdlmError) return { name: 'webgpu', available: false, reason: e.message };
+    throw e;
+  }
   if (!adapter) return { name: 'webgpu', available: false, reason: NO_ADAPTER };
   return { name: 'webgpu', available: true, detail: describeAdapter(adapter) };
 }

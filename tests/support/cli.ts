@@ -8,6 +8,11 @@ export interface CliResult {
 }
 
 export function mdlm(...args: string[]): CliResult {
-  const r = spawnSync(process.execPath, ['bin/mdlm.js', ...args], { encoding: 'utf8', timeout: 120_000 });
+  return mdlmWithEnv({}, ...args);
+}
+
+/** mdlm(...args) with more environment variables. */
+export function mdlmWithEnv(env: Readonly<Record<string, string>>, ...args: string[]): CliResult {
+  const r = spawnSync(process.execPath, ['bin/mdlm.js', ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, ...env } });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }

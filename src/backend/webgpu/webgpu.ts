@@ -62,6 +62,19 @@ export function describeAdapter(adapter: GPUAdapter): WebGpuAdapterDescription {
   };
 }
 
+/**
+ * gpu.requestAdapter, with Dawn's exceptions (e.g. an unknown `backend=` flag in MDLM_DAWN_FLAGS)
+ * as a BACKEND_UNAVAILABLE error that says so; null when there is no adapter.
+ */
+export async function requestAdapter(gpu: GPU, powerPreference: GPUPowerPreference = 'high-performance'): Promise<GPUAdapter | null> {
+  try {
+    return await gpu.requestAdapter({ powerPreference });
+  } catch (e) {
+    const flags = process.env.MDLM_DAWN_FLAGS?.trim();
+    return fail('BACKEND_UNAVAILABLE', `webgpu: Dawn could not request an adapter: ${(e as Error).message}${flags ? ` (check MDLM_DAWN_FLAGS='${flags}')` : ''}`);
+  }
+}
+
 export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly name = 'webgpu' as const;
   readonly dtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'f16', 'bf16', 'i32', 'u32']);
@@ -86,7 +99,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   private readonly errors: string[] = [];
 
   static async create(opts: WebGpuOptions): Promise<WebGpuBackend> {
-    const adapter = await opts.gpu.requestAdapter({ powerPreference: opts.powerPreference ?? 'high-performance' });
+    const adapter = await requestAdapter(opts.gpu, opts.powerPreference);
     if (!adapter) fail('BACKEND_UNAVAILABLE', 'webgpu: no WebGPU adapter found (on Linux without a GPU install Mesa lavapipe; see README)');
     const requiredFeatures = WANTED_FEATURES.filter((f) => adapter.features.has(f));
     const requiredLimits: Record<string, number> = {};
