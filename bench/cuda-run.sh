@@ -91,7 +91,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
           | grep -v Warning | tee "$OUT/attn-fwd-$e.txt"
       done ;;
     ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL
-      # (regex on the demangled name) in bench kernels --ops NCU_OPS --case NCU_CASE at bench scale:
+      # (regex on the demangled name, whose template arguments read like fwd_ws<(int)64, (bool)1, (int)0>) in bench kernels --ops NCU_OPS --case NCU_CASE at bench scale:
       # details page, raw metrics and per-instruction SASS stall samples, as $OUT/ncu-$NCU_TAG*
       rep="$OUT/ncu-${NCU_TAG:-bwd}"
       timeout 280 ncu --clock-control none --set full --kernel-name-base demangled -k "regex:${NCU_KERNEL:-bwd_ws<.*128}" -c 1 \
@@ -112,7 +112,8 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" 2 | tee "$OUT/kernel-times-$preset.txt" | head -n 45
       done ;;
     train-ab)  # this tree's dist/ against .device/dist-base.tar.xz (bash bench/pack-device.sh <commit>),
-      # alternating, on one addon: bench/train-ab.sh (AB_CASES, AB_RUNS, AB_ARGS)
+      # or environment settings against each other (AB_SIDES="K=0 K=1"), alternating, on one addon:
+      # bench/train-ab.sh (AB_SIDES, AB_CASES, AB_RUNS, AB_ARGS)
       bash bench/train-ab.sh 2>&1 | tee "$OUT/train-ab.txt" ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
