@@ -75,6 +75,7 @@ struct Params {
   void* dq;
   void* dk;
   void* dv;
+  int64_t dv_stride;  // backward: elements between tokens of dv (G·D, or a fused q/k/v gradient's row)
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int B, T, H, G, D, group;
@@ -90,6 +91,7 @@ constexpr unsigned kFull32 = 0xffffffffu;
 __device__ __forceinline__ int64_t q_base(const Params& p, int b, int h) { return ((int64_t)b * p.T * p.H + h) * p.D; }
 __device__ __forceinline__ int64_t kv_base(const Params& p, int b, int g) { return ((int64_t)b * p.T * p.G + g) * p.D; }
 __device__ __forceinline__ int64_t row_base(const Params& p, int b, int h) { return ((int64_t)b * p.H + h) * p.T; }
+__device__ __forceinline__ int64_t dv_base(const Params& p, int b, int g) { return (int64_t)b * p.T * p.dv_stride + (int64_t)g * p.D; }
 
 // A block's place in the query-tile grid (tile_grid(B·H, T, rows), block_tile's order): batch, q
 // head, its kv head and first query; the last (causal: heaviest) query tiles first.
@@ -750,7 +752,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   __syncthreads();
 
   store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dk) + kb, kvstride, sK + wrow * kS, dk, p.scale, k0 + wrow, T, D);
-  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dv) + kb, kvstride, sV + wrow * kS, dv, 1.f, k0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dv) + dv_base(p, b, g), p.dv_stride, sV + wrow * kS, dv, 1.f, k0 + wrow, T, D);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -854,15 +856,15 @@ __device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[32
 
 // dK (× scale) and dV of keys krow[0..1] straight from the accumulators: 4 bytes a lane, once a block.
 template <int kD>
-__device__ __forceinline__ void bwd_store_dkdv(const Params& p, int64_t kb, int64_t kvstride, const int (&krow)[2], const float (&dk)[kD / 2],
+__device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, int64_t kvstride, const int (&krow)[2], const float (&dk)[kD / 2],
                                                const float (&dv)[kD / 2]) {
   const int tig = threadIdx.x & 3;
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int t = krow[hi];
     if (t >= p.T) continue;
-    bf16* gk = static_cast<bf16*>(p.dk) + kb + (int64_t)t * kvstride;
-    bf16* gv = static_cast<bf16*>(p.dv) + kb + (int64_t)t * kvstride;
+    bf16* gk = static_cast<bf16*>(p.dk) + kv_base(p, b, g) + (int64_t)t * kvstride;
+    bf16* gv = static_cast<bf16*>(p.dv) + dv_base(p, b, g) + (int64_t)t * p.dv_stride;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       const int col = 8 * j + 2 * tig;
@@ -1440,7 +1442,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     if (i > 0 && own) add_dq(dq, prev_hq, prev_q0);
   }
   wg::fence_operand(dk);
-  bwd_store_dkdv<kD>(p, kb, kvstride, krow, dk, dv);
+  bwd_store_dkdv<kD>(p, b, g, kvstride, krow, dk, dv);
 #endif
 }
 
@@ -1788,7 +1790,7 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
     }
   }
   TS* dkg = static_cast<TS*>(p.dk) + kb;
-  TS* dvg = static_cast<TS*>(p.dv) + kb;
+  TS* dvg = static_cast<TS*>(p.dv) + dv_base(p, b, g);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = k0 + warp * 4 + i;
@@ -1798,7 +1800,7 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
         const int d = lane + 32 * c;
         if (d < D) {
           dkg[(int64_t)t * kvstride + d] = from_float<TS>(dk[i][c] * p.scale);
-          dvg[(int64_t)t * kvstride + d] = from_float<TS>(dv[i][c]);
+          dvg[(int64_t)t * p.dv_stride + d] = from_float<TS>(dv[i][c]);
         }
       }
     }
@@ -2041,6 +2043,8 @@ Params make_params(const OpCall& call, const char* const* float_args, DType dt) 
     throw OpError("BAD_ARGUMENT", call.op + ": unsupported shape (heads a multiple of kvHeads, headDim a multiple of 4 up to 128)");
   }
   p.group = p.H / p.G;
+  p.dv_stride = call.has("dvStride") ? call.i32("dvStride") : (int64_t)p.G * p.D;
+  if (p.dv_stride < (int64_t)p.G * p.D) throw OpError("BAD_ARGUMENT", call.op + ": dvStride below kvHeads · headDim");
   p.sms = call.device ? call.device->multiProcessorCount : 132;
   p.scale_log2 = p.scale * kLog2e;
   for (const char* const* a = float_args; *a; ++a) {
@@ -2054,7 +2058,7 @@ Params make_params(const OpCall& call, const char* const* float_args, DType dt) 
 // The tensor-core path: bf16, head dim a multiple of 8, every bf16 tensor 16-byte aligned, and the
 // tile fits the device's shared memory.
 bool use_mma(const OpCall& call, const Params& p, const char* const* float_args, bool backward) {
-  if (p.D % 8 != 0) return false;
+  if (p.D % 8 != 0 || (backward && p.dv_stride % 8 != 0)) return false;  // dV's rows 16-byte aligned too
   for (const char* const* a = float_args; *a; ++a)
     if (reinterpret_cast<uintptr_t>(call.arg(*a).ptr) % 16 != 0) return false;
   size_t smem = 0;

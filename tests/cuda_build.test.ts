@@ -176,6 +176,10 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('D=64', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 6);
     // And the head-dim-64 forward without its optimistic softmax (the exact pass on every tile).
     await expectCasesPass('D=64', { MDLM_ATTN_FWD_OPT: '0', DTYPE: 'bf16' }, 6);
+    // And dV written with its tokens further apart (dvStride), its gaps left alone: 16-byte rows
+    // through the tensor-core kernels, then rows the SIMT kernels take (bf16) and f32.
+    await expectCasesPass('multi', { DV_STRIDE_EXTRA: '72', DTYPE: 'bf16' }, 11);
+    await expectCasesPass('D=64', { DV_STRIDE_EXTRA: '4' }, 12);
   }, EMU_TIMEOUT);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {

@@ -11,9 +11,11 @@
 // Exits non-zero when any error is over the registry's tolerance (tests/cuda_build.test.ts runs
 // it in CI, again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces, and
 // with EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager, which expose shared-memory races; warp_emu.h).
+// DV_STRIDE_EXTRA=n writes dV with its tokens G·D + n elements apart (the op's dvStride).
 #include "../attention.cu"
 
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -265,10 +267,15 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
     ref.backward(q, k, v, out, lse, dout, dq_ref, dk_ref, dv_ref);
     Buf bq = Buf::of(dt, q), bk = Buf::of(dt, k), bv = Buf::of(dt, v), bo = Buf::of(dt, out), bl = Buf::of(DType::f32, lse),
         bdo = Buf::of(dt, dout);
+    // DV_STRIDE_EXTRA=n: dv's tokens n elements apart beyond G·D (dvStride, as the v part of a
+    // fused q/k/v gradient), the gaps left poisoned
+    const int64_t gd = (int64_t)c.G * c.D, dv_stride = gd + (getenv("DV_STRIDE_EXTRA") ? std::atoi(getenv("DV_STRIDE_EXTRA")) : 0);
+    const size_t tokens = size_t(c.B) * c.T, ndv = (tokens - 1) * dv_stride + gd;
     for (bool det : {false, true}) {
       setenv("MDLM_ATTN_DETERMINISTIC", det ? "1" : "0", 1);
-      Buf bdq(dt, nq, true), bdk(dt, nk, true), bdv(dt, nk, true);
+      Buf bdq(dt, nq, true), bdk(dt, nk, true), bdv(dt, ndv, true);
       mdlm::OpCall call = make_call("attention_backward", c, scale);
+      if (dv_stride != gd) call.nums["dvStride"] = static_cast<double>(dv_stride);
       call.args["q"] = {bq.ptr(), dt, (int64_t)nq};
       call.args["k"] = {bk.ptr(), dt, (int64_t)nk};
       call.args["v"] = {bv.ptr(), dt, (int64_t)nk};
@@ -278,7 +285,7 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
       call.args["dout"] = {bdo.ptr(), dt, (int64_t)nq};
       call.args["dq"] = {bdq.ptr(), dt, (int64_t)nq};
       call.args["dk"] = {bdk.ptr(), dt, (int64_t)nk};
-      call.args["dv"] = {bdv.ptr(), dt, (int64_t)nk};
+      call.args["dv"] = {bdv.ptr(), dt, (int64_t)ndv};
       HostScratch scratch;
       call.scratch = &scratch;
       mdlm::find_launcher("attention_backward")(call);
@@ -294,7 +301,16 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
             }
         std::printf("   Drow max abs err %.3e\n", worst);
     }
-    const double eq = rel_err(bdq.read(), dq_ref), ek = rel_err(bdk.read(), dk_ref), ev = rel_err(bdv.read(), dv_ref);
+    // dV's rows out of the strided buffer; a written gap is an error (infinite)
+    const Vec dv_all = bdv.read();
+    Vec dv_got(nk);
+    bool gaps_kept = true;
+    for (size_t n = 0; n < tokens; ++n) {
+      for (int64_t e = 0; e < gd; ++e) dv_got[n * gd + e] = dv_all[n * dv_stride + e];
+      for (int64_t e = gd; e < dv_stride && n + 1 < tokens; ++e) gaps_kept = gaps_kept && std::isnan(dv_all[n * dv_stride + e]);
+    }
+    const double eq = rel_err(bdq.read(), dq_ref), ek = rel_err(bdk.read(), dk_ref),
+                 ev = gaps_kept ? rel_err(dv_got, dv_ref) : std::numeric_limits<double>::infinity();
     (det ? r.bwd_det : r.bwd) = std::max({eq, ek, ev});
     if (getenv("VERBOSE")) std::printf("   %s dq %.3e dk %.3e dv %.3e\n", det ? "deterministic" : "fused", eq, ek, ev);
     (det ? r.worst_bwd_det : r.worst_bwd) = eq >= ek && eq >= ev ? "dq" : ek >= ev ? "dk" : "dv";

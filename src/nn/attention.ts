@@ -8,7 +8,8 @@
  * to back in the parameter store, so Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix and
  * x · Wqkvᵀ one [rows, (H + 2G)·D] product, whose rows rope reads a part at a time (its token
  * stride) into the contiguous q, k and v attention takes (v by rope's copy). Backward writes the
- * three gradients into one such matrix the same way, so dWqkv and dx are one GEMM each: three
+ * three gradients into one such matrix: attention's backward dv straight into its part (dvStride),
+ * rope's backward dq and dk into theirs, so dWqkv and dx are one GEMM each: three
  * GEMMs of three times the size instead of nine, which at llama-124m's [16384, 768] × [768, 768]
  * ran far below the larger GEMMs' rate (bench/RESULTS.md, twelfth pass).
  */
@@ -216,18 +217,21 @@ export class SelfAttention {
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
     this.o.backward(b, as2d(b, this.savedOut), dout, as2d(b, sc.dAttn), 'write', rows);
+    const fused = this.fused, width = this.qkvWidth;
+    const [qPart, kPart, vPart] = this.qkvParts();
+    // Fused: dv straight into its part of the rows of one [rows, (H + 2G)·D] gradient (no copy)
     b.run(
       attentionBackward,
-      { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, dq: sc.dq, dk: sc.dk, dv: sc.dv },
-      this.attrs(causal),
+      { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, dq: sc.dq, dk: sc.dk,
+        dv: fused ? this.qkvSpan(b, vPart[0], vPart[1]) : sc.dv },
+      fused ? { ...this.attrs(causal), dvStride: width } : this.attrs(causal),
     );
-    if (this.fused) {
-      const width = this.qkvWidth, d = this.q.inFeatures;
-      // dq, dk (turned back) and dv into the rows of one [rows, (H + 2G)·D] gradient
-      const grads = [sc.dq, sc.dk, sc.dv];
-      this.qkvParts().forEach(([offset, heads, turn], i) => {
-        b.run(ropeBackward, { dy: grads[i]!, positions, dx: this.qkvSpan(b, offset, heads) }, this.ropeAttrs(heads, { yStride: width, rotate: turn }));
-      });
+    if (fused) {
+      const d = this.q.inFeatures;
+      // dq and dk, turned back, into theirs
+      for (const [[offset, heads], grad] of [[qPart, sc.dq], [kPart, sc.dk]] as const) {
+        b.run(ropeBackward, { dy: grad, positions, dx: this.qkvSpan(b, offset, heads) }, this.ropeAttrs(heads, { yStride: width }));
+      }
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);

@@ -22,6 +22,11 @@ export interface AttentionAttrs {
    * mask from segIds.
    */
   readonly documents?: number;
+  /**
+   * attention_backward: elements between consecutive tokens of dv (default kvHeads · headDim), so
+   * dv can be the v part of a fused q/k/v gradient's rows; what lies between is left alone.
+   */
+  readonly dvStride?: number;
 }
 
 /** The largest head dimension the kernels hold in workgroup memory. */
@@ -34,7 +39,14 @@ function validateAttention(op: string, attrs: AttentionAttrs): void {
   if (headDim > MAX_HEAD_DIM || headDim % 4 !== 0) badAttr(op, 'headDim', headDim, `expected a multiple of 4 up to ${MAX_HEAD_DIM}`);
   requireFlags(op, attrs, ['causal']);
   if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) badAttr(op, 'scale', scale, 'expected a finite positive number');
+  const { dvStride } = attrs;
+  if (dvStride !== undefined && (!Number.isInteger(dvStride) || dvStride < kvHeads * headDim || dvStride % 4 !== 0)) {
+    badAttr(op, 'dvStride', dvStride, `expected a multiple of 4 of at least kvHeads · headDim (${kvHeads * headDim})`);
+  }
 }
+
+/** Elements between tokens of dv. */
+const dvStrideOf = (a: AttentionAttrs) => a.dvStride ?? a.kvHeads * a.headDim;
 
 function attentionShapes({ batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D }: AttentionAttrs) {
   return { q: [B, T, H, D], k: [B, T, G, D], v: [B, T, G, D], segIds: [B, T], out: [B, T, H, D], lse: [B, H, T] };
@@ -107,9 +119,11 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
   const { batch: B, seqLen: T, heads: H, headDim: D, scale } = a;
   const qAt = btIndex(a, H);
   const kAt = btIndex(a, a.kvHeads);
+  const dvStride = dvStrideOf(a);
+  const dvAt = (kIndex: number) => Math.floor(kIndex / (a.kvHeads * D)) * dvStride + (kIndex % (a.kvHeads * D));
   dq.fill(0);
   dk.fill(0);
-  dv.fill(0);
+  for (let n = 0; n < B * T; n++) dv.fill(0, n * dvStride, n * dvStride + a.kvHeads * D);
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const kvh = Math.floor(h / (H / a.kvHeads));
@@ -129,7 +143,7 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
           for (let d = 0; d < D; d++) {
             dq[qi + d] += ds * k[kj + d]! * scale;
             dk[kj + d] += ds * q[qi + d]! * scale;
-            dv[kj + d] += p * dout[qi + d]!;
+            dv[dvAt(kj + d)] += p * dout[qi + d]!;
           }
         }
       }
@@ -199,6 +213,18 @@ function attentionCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
   ];
 }
 
+/**
+ * attention_backward writing dv as the v part of a fused q/k/v gradient ([rows, (H + 2G)·D]), as
+ * the fused model does: GQA at test size; llama-124m's at bench size.
+ */
+function dvStridedCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
+  const [label, attrs]: [string, AttentionAttrs] =
+    scale === 'test'
+      ? ['gqa 4/2 causal T=45 D=32, dv of a fused qkv', { batch: 2, seqLen: 45, heads: 4, kvHeads: 2, headDim: 32, causal: true, scale: 1 / Math.sqrt(32), dvStride: 256 }]
+      : ['B16 T1024 H12 D64 bidirectional, dv of a fused qkv', { batch: 16, seqLen: 1024, heads: 12, kvHeads: 12, headDim: 64, causal: false, scale: 1 / 8, documents: 1, dvStride: 2304 }];
+  return [{ label, attrs }];
+}
+
 /** Matmul flops of the forward, QKᵀ and PV, 2 flops per multiply-add: 4·B·H·T²·D, halved for causal. */
 function forwardFlops({ batch, seqLen, heads, headDim, causal }: AttentionAttrs): number {
   return (4 * batch * heads * seqLen * seqLen * headDim) / (causal ? 2 : 1);
@@ -250,10 +276,12 @@ export const attentionBackward = defineOp<AttentionAttrs>({
   validate: (attrs) => validateAttention('attention_backward', attrs),
   shapes: (attrs) => {
     const s = attentionShapes(attrs);
-    return { ...s, dout: s.out, dq: s.q, dk: s.k, dv: s.v };
+    const dv = attrs.dvStride === undefined ? s.v : [(attrs.batch * attrs.seqLen - 1) * attrs.dvStride + attrs.kvHeads * attrs.headDim];
+    return { ...s, dout: s.out, dq: s.q, dk: s.k, dv };
   },
+  partialOutputs: (attrs) => dvStrideOf(attrs) > attrs.kvHeads * attrs.headDim,
   reference: attentionBackwardReference,
-  cases: attentionCases,
+  cases: (scale) => [...attentionCases(scale), ...dvStridedCases(scale)],
   sample(rng, attrs) {
     const inputs = sampleForward(rng, attrs);
     const s = attentionShapes(attrs);
@@ -273,5 +301,7 @@ export const attentionBackward = defineOp<AttentionAttrs>({
     inputs: { q: 'q', k: 'k', v: 'v', segIds: 'segIds' },
     cotangents: { out: 'dout' },
     grads: { dq: 'q', dk: 'k', dv: 'v' },
+    // the finite differences sum over whole outputs: dv dense (the stride changes no math)
+    checkAttrs: ({ dvStride: _dv, ...dense }) => dense,
   }),
 });

@@ -52,7 +52,8 @@ function constants({ D4P, TM, STREAM }: TileConfig): Record<string, number> {
 }
 
 function uniformParams(a: AttentionAttrs) {
-  return { batch: a.batch, seq_len: a.seqLen, heads: a.heads, kv_heads: a.kvHeads, d4: a.headDim / 4, causal: a.causal ? 1 : 0, scale: a.scale };
+  const dvStride = a.dvStride ?? a.kvHeads * a.headDim;
+  return { batch: a.batch, seq_len: a.seqLen, heads: a.heads, kv_heads: a.kvHeads, d4: a.headDim / 4, causal: a.causal ? 1 : 0, scale: a.scale, dv_stride4: dvStride / 4 };
 }
 
 export const attentionKernel = defineKernel({
