@@ -1052,12 +1052,17 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     if (Cfg::kOverlapPV && i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
     wg::fence_proxy_async();
     wg::bar_sync(1 + wgi, 256);
-    float sc[kBc / 2];
-    wg::wgmma_fence();
+    // S = Q·Kᵀ of this stage's key tile into x, issued and committed (the optimistic softmax's
+    // exact pass issues it again)
+    auto issue_s = [&](float (&x)[kBc / 2]) {
+      wg::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<kBc, 0, 0>(sc, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
-    wg::wgmma_commit();
+      for (int kk = 0; kk < kD / 16; ++kk)
+        wg::wgmma_ss<kBc, 0, 0>(x, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
+      wg::wgmma_commit();
+    };
+    float sc[kBc / 2];
+    issue_s(sc);
     if constexpr (Cfg::kOverlapPV) issue_pv();
     wg::bar_arrive(2 - wgi, 256);
     wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
@@ -1143,11 +1148,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         }
       if (wg::bar_any(4 + wgi, 128, !(psum[0] <= kMaxP && psum[1] <= kMaxP))) {
         float again[kBc / 2];
-        wg::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk)
-          wg::wgmma_ss<kBc, 0, 0>(again, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
-        wg::wgmma_commit();
+        issue_s(again);
         wg::wgmma_wait<0>();
         mask(again);
         exact_softmax(again);

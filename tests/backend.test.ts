@@ -4,9 +4,9 @@ import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { defineKernel, grid1d } from '../src/backend/webgpu/kernel.js';
 import { WEBGPU_KERNELS } from '../src/backend/webgpu/kernels/index.js';
 import { compileShader } from '../src/backend/webgpu/shaders.js';
-import { WebGpuBackend } from '../src/backend/webgpu/webgpu.js';
+import { WebGpuBackend, dawnFlags } from '../src/backend/webgpu/webgpu.js';
 import { add } from '../src/ops/add.js';
-import { dawnFlags, loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
+import { loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 

@@ -6,12 +6,13 @@
  * timing; src/harness/timing.ts), and their results are compared once. TensorFlow.js is a dev dependency, loaded only here.
  */
 import type { Backend } from '../backend/backend.js';
+import { dawnFlags } from '../backend/webgpu/webgpu.js';
 import { fail } from '../errors.js';
 import { relativeError } from '../harness/parity.js';
 import { medianCallMs, warmUp } from '../harness/timing.js';
 import { type MatmulAttrs, matmul, matmulAttrs } from '../ops/matmul.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
-import { createBackend, dawnFlags } from '../runtime/backends.js';
+import { createBackend } from '../runtime/backends.js';
 import { numel } from '../tensor.js';
 
 export interface MatmulBenchOptions {

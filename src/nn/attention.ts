@@ -15,6 +15,7 @@
  */
 import type { Backend } from '../backend/backend.js';
 import { attention, attentionBackward } from '../ops/attention.js';
+import { stridedRows } from '../ops/op.js';
 import { attentionDecode } from '../ops/attention_decode.js';
 import { rope, ropeBackward } from '../ops/rope.js';
 import type { Tensor } from '../tensor.js';
@@ -177,7 +178,7 @@ export class SelfAttention {
   /** Part (offset, heads) of the rows of scratch.qkv, as rope's strided span of them. */
   private qkvSpan(b: Backend, offset: number, heads: number): Tensor {
     const s = this.s;
-    return b.view(this.scratch.qkv, offset, [(s.batch * s.seqLen - 1) * this.qkvWidth + heads * s.headDim]);
+    return b.view(this.scratch.qkv, offset, stridedRows(s.batch * s.seqLen, this.qkvWidth, heads * s.headDim));
   }
 
   /** out [rows, dModel] from x [rows, dModel]. */

@@ -4,7 +4,7 @@
  * heads (q head h reads kv head floor(h / (heads / kvHeads))). The forward saves the log-sum-exp
  * of each query row's scaled scores so the backward can recompute the probabilities.
  */
-import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags } from './op.js';
+import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags, stridedRows } from './op.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
 export interface AttentionAttrs {
@@ -46,7 +46,7 @@ function validateAttention(op: string, attrs: AttentionAttrs): void {
 }
 
 /** Elements between tokens of dv. */
-const dvStrideOf = (a: AttentionAttrs) => a.dvStride ?? a.kvHeads * a.headDim;
+export const dvStrideOf = (a: AttentionAttrs) => a.dvStride ?? a.kvHeads * a.headDim;
 
 function attentionShapes({ batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D }: AttentionAttrs) {
   return { q: [B, T, H, D], k: [B, T, G, D], v: [B, T, G, D], segIds: [B, T], out: [B, T, H, D], lse: [B, H, T] };
@@ -276,7 +276,7 @@ export const attentionBackward = defineOp<AttentionAttrs>({
   validate: (attrs) => validateAttention('attention_backward', attrs),
   shapes: (attrs) => {
     const s = attentionShapes(attrs);
-    const dv = attrs.dvStride === undefined ? s.v : [(attrs.batch * attrs.seqLen - 1) * attrs.dvStride + attrs.kvHeads * attrs.headDim];
+    const dv = attrs.dvStride === undefined ? s.v : stridedRows(attrs.batch * attrs.seqLen, attrs.dvStride, attrs.kvHeads * attrs.headDim);
     return { ...s, dout: s.out, dq: s.q, dk: s.k, dv };
   },
   partialOutputs: (attrs) => dvStrideOf(attrs) > attrs.kvHeads * attrs.headDim,

@@ -182,6 +182,14 @@ function overlaps(a: Tensor, b: Tensor): boolean {
   return a.offset < b.offset + b.size && b.offset < a.offset + a.size;
 }
 
+/**
+ * The shape of `rows` rows of `width` elements, `stride` apart, as one flat span (a strided
+ * operand: the last row ends where its own elements do).
+ */
+export function stridedRows(rows: number, stride: number, width: number): number[] {
+  return [(rows - 1) * stride + width];
+}
+
 export function refArrayFor(dtype: DType, n: number): RefArray {
   if (dtype === 'i32') return new Int32Array(n);
   if (dtype === 'u32') return new Uint32Array(n);

@@ -15,7 +15,7 @@
  */
 import type { PhiloxStream } from '../rng/philox.js';
 import { numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, requireDims, stridedRows } from './op.js';
 
 export interface RopeAttrs {
   readonly batch: number;
@@ -63,7 +63,7 @@ export function ropeStrides(a: RopeAttrs): { x: number; y: number } {
 function ropeShapes(a: RopeAttrs): { x: number[]; y: number[]; positions: number[] } {
   const { batch, seqLen, heads, headDim } = a;
   const act = [batch, seqLen, heads, headDim];
-  const span = (stride: number | undefined) => (stride === undefined ? act : [(batch * seqLen - 1) * stride + heads * headDim]);
+  const span = (stride: number | undefined) => (stride === undefined ? act : stridedRows(batch * seqLen, stride, heads * headDim));
   return { x: span(a.xStride), y: span(a.yStride), positions: [batch, seqLen] };
 }
 

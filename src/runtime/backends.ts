@@ -11,7 +11,7 @@ import { BACKEND_NAMES, type Backend, type BackendName } from '../backend/backen
 import { CpuBackend } from '../backend/cpu/cpu.js';
 import { type CudaAddon, CudaBackend } from '../backend/cuda/cuda.js';
 import { WEBGPU_KERNELS } from '../backend/webgpu/kernels/index.js';
-import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter, requestAdapter } from '../backend/webgpu/webgpu.js';
+import { type WebGpuAdapterDescription, WebGpuBackend, dawnFlags, describeAdapter, requestAdapter } from '../backend/webgpu/webgpu.js';
 import { MdlmError, fail } from '../errors.js';
 
 export const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -32,14 +32,6 @@ export interface BackendProbe {
 }
 
 let gpuInstance: GPU | null | undefined;
-
-/**
- * dawn.node's flags from MDLM_DAWN_FLAGS, whitespace-separated, e.g.
- * `enable-dawn-features=disable_robustness,skip_validation` (Dawn's toggles: src/dawn/native/Toggles.cpp).
- */
-export function dawnFlags(value: string | undefined = process.env.MDLM_DAWN_FLAGS): string[] {
-  return (value ?? '').split(/\s+/).filter((f) => f.length > 0);
-}
 
 /** Dawn's GPU object, or null with the reason the npm `webgpu` package could not load. */
 export async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {

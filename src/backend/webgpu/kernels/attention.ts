@@ -1,4 +1,4 @@
-import { type AttentionAttrs, attention, attentionBackward } from '../../../ops/attention.js';
+import { type AttentionAttrs, attention, attentionBackward, dvStrideOf } from '../../../ops/attention.js';
 import { ceilDiv, defineKernel, grid1d, type KernelContext } from '../kernel.js';
 
 /** Threads per workgroup in shaders/attention.wgsl (WG). */
@@ -52,8 +52,7 @@ function constants({ D4P, TM, STREAM }: TileConfig): Record<string, number> {
 }
 
 function uniformParams(a: AttentionAttrs) {
-  const dvStride = a.dvStride ?? a.kvHeads * a.headDim;
-  return { batch: a.batch, seq_len: a.seqLen, heads: a.heads, kv_heads: a.kvHeads, d4: a.headDim / 4, causal: a.causal ? 1 : 0, scale: a.scale, dv_stride4: dvStride / 4 };
+  return { batch: a.batch, seq_len: a.seqLen, heads: a.heads, kv_heads: a.kvHeads, d4: a.headDim / 4, causal: a.causal ? 1 : 0, scale: a.scale, dv_stride4: dvStrideOf(a) / 4 };
 }
 
 export const attentionKernel = defineKernel({
