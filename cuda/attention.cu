@@ -75,7 +75,13 @@ struct Params {
   void* dq;
   void* dk;
   void* dv;
-  int64_t dv_stride;  // backward: elements between tokens of dv (G·D, or a fused q/k/v gradient's row)
+  // backward: elements between tokens of dq (H·D) and of dk and dv (G·D), or a fused q/k/v
+  // gradient's row for all three (gradStride)
+  int64_t dq_stride, dkv_stride;
+  // backward with ropeBase: the positions [B, T] rope turned q and k by, and its inv_freq table
+  // (base^(−2i/D), i < D/2, as rope's kernel has it); dq and dk come out turned back. Else null.
+  const int* positions;
+  float inv_freq[64];
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int B, T, H, G, D, group;
@@ -91,7 +97,8 @@ constexpr unsigned kFull32 = 0xffffffffu;
 __device__ __forceinline__ int64_t q_base(const Params& p, int b, int h) { return ((int64_t)b * p.T * p.H + h) * p.D; }
 __device__ __forceinline__ int64_t kv_base(const Params& p, int b, int g) { return ((int64_t)b * p.T * p.G + g) * p.D; }
 __device__ __forceinline__ int64_t row_base(const Params& p, int b, int h) { return ((int64_t)b * p.H + h) * p.T; }
-__device__ __forceinline__ int64_t dv_base(const Params& p, int b, int g) { return (int64_t)b * p.T * p.dv_stride + (int64_t)g * p.D; }
+__device__ __forceinline__ int64_t dq_base(const Params& p, int b, int h) { return (int64_t)b * p.T * p.dq_stride + (int64_t)h * p.D; }
+__device__ __forceinline__ int64_t dkv_base(const Params& p, int b, int g) { return (int64_t)b * p.T * p.dkv_stride + (int64_t)g * p.D; }
 
 // A block's place in the query-tile grid (tile_grid(B·H, T, rows), block_tile's order): batch, q
 // head, its kv head and first query; the last (causal: heaviest) query tiles first.
@@ -549,7 +556,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
   cp_async_wait<0>();
   __syncthreads();
 
-  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dq) + qb, qstride, sQ + wrow * kS, acc, p.scale, q0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dq) + dq_base(p, b, h), p.dq_stride, sQ + wrow * kS, acc, p.scale, q0 + wrow, T, D);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -751,8 +758,8 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
   cp_async_wait<0>();
   __syncthreads();
 
-  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dk) + kb, kvstride, sK + wrow * kS, dk, p.scale, k0 + wrow, T, D);
-  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dv) + dv_base(p, b, g), p.dv_stride, sV + wrow * kS, dv, 1.f, k0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dk) + dkv_base(p, b, g), p.dkv_stride, sK + wrow * kS, dk, p.scale, k0 + wrow, T, D);
+  store_warp_rows<kD, kMT>(static_cast<bf16*>(p.dv) + dkv_base(p, b, g), p.dkv_stride, sV + wrow * kS, dv, 1.f, k0 + wrow, T, D);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -854,17 +861,48 @@ __device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[32
     }
 }
 
-// dK (× scale) and dV of keys krow[0..1] straight from the accumulators: 4 bytes a lane, once a block.
+// Whether bwd_ws turns dK back through rope itself: the accumulator's columns c and c + D/2 are
+// then in one thread (register j and j + kD/16), which takes D = kD. Else a pass of its own does.
 template <int kD>
-__device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, int64_t kvstride, const int (&krow)[2], const float (&dk)[kD / 2],
-                                               const float (&dv)[kD / 2]) {
+__host__ __device__ __forceinline__ bool ws_turns_dk(const Params& p) { return p.positions && p.D == kD; }
+
+// (cos, −sin) of rope's angle for position `pos` and pair i: the backward's turn by −θ, with θ
+// computed as rope's kernel does (f32(pos) · inv_freq[i] in f32).
+__device__ __forceinline__ float2 rope_back_turn(const Params& p, int pos, int i) {
+  float s, c;
+  sincosf(static_cast<float>(pos) * p.inv_freq[i], &s, &c);
+  return make_float2(c, -s);
+}
+
+// dK (× scale) and dV of keys krow[0..1] straight from the accumulators: 4 bytes a lane, once a
+// block; dK turned back through rope first (ws_turns_dk: column 8j + 2·tig + e of register j
+// pairs with register j + kD/16's).
+template <int kD>
+__device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, const int (&krow)[2], float (&dk)[kD / 2], const float (&dv)[kD / 2]) {
   const int tig = threadIdx.x & 3;
+  if (ws_turns_dk<kD>(p)) {
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      const int pos = krow[hi] < p.T ? p.positions[(int64_t)b * p.T + krow[hi]] : 0;
+#pragma unroll
+      for (int j = 0; j < kD / 16; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float2 cs = rope_back_turn(p, pos, 8 * j + 2 * tig + e);
+          float& lo = dk[4 * j + 2 * hi + e];
+          float& up = dk[4 * (j + kD / 16) + 2 * hi + e];
+          const float x1 = lo, x2 = up;
+          lo = x1 * cs.x - x2 * cs.y;
+          up = x2 * cs.x + x1 * cs.y;
+        }
+    }
+  }
 #pragma unroll
   for (int hi = 0; hi < 2; ++hi) {
     const int t = krow[hi];
     if (t >= p.T) continue;
-    bf16* gk = static_cast<bf16*>(p.dk) + kv_base(p, b, g) + (int64_t)t * kvstride;
-    bf16* gv = static_cast<bf16*>(p.dv) + dv_base(p, b, g) + (int64_t)t * p.dv_stride;
+    bf16* gk = static_cast<bf16*>(p.dk) + dkv_base(p, b, g) + (int64_t)t * p.dkv_stride;
+    bf16* gv = static_cast<bf16*>(p.dv) + dkv_base(p, b, g) + (int64_t)t * p.dkv_stride;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       const int col = 8 * j + 2 * tig;
@@ -1443,7 +1481,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     if (i > 0 && own) add_dq(dq, prev_hq, prev_q0);
   }
   wg::fence_operand(dk);
-  bwd_store_dkdv<kD>(p, b, g, kvstride, krow, dk, dv);
+  bwd_store_dkdv<kD>(p, b, g, krow, dk, dv);
 #endif
 }
 
@@ -1479,15 +1517,50 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   }
 }
 
-// dq = bf16(scale · dQ accumulator), 8 elements a thread.
+// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions): a thread takes
+// elements i..i+3 of a head and their rope partners i + D/2.. (D a multiple of 8).
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
-  const int64_t e = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) * 8;
-  if (e >= (int64_t)p.B * p.T * p.H * p.D) return;
-  const float4* a = reinterpret_cast<const float4*>(p.dq_accum + e);
-  const float4 x = a[0], y = a[1];
+  const int half = p.D / 2, quads = half / 4;
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, row = item / quads;  // row: (b·T + t)·H + h
+  if (row >= (int64_t)p.B * p.T * p.H) return;
+  const int i = (int)(item - row * quads) * 4, h = (int)(row % p.H);
+  const int64_t token = row / p.H;
+  const float* a = p.dq_accum + row * p.D + i;
+  float lo[4], up[4];
+  *reinterpret_cast<float4*>(lo) = *reinterpret_cast<const float4*>(a);
+  *reinterpret_cast<float4*>(up) = *reinterpret_cast<const float4*>(a + half);
+  if (p.positions) {
+    const int pos = p.positions[token];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float2 cs = rope_back_turn(p, pos, i + e);
+      const float x1 = lo[e], x2 = up[e];
+      lo[e] = x1 * cs.x - x2 * cs.y;
+      up[e] = x2 * cs.x + x1 * cs.y;
+    }
+  }
   const float s = p.scale;
-  *reinterpret_cast<uint4*>(static_cast<bf16*>(p.dq) + e) =
-      make_uint4(pack_bf16(x.x * s, x.y * s), pack_bf16(x.z * s, x.w * s), pack_bf16(y.x * s, y.y * s), pack_bf16(y.z * s, y.w * s));
+  bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
+  *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0] * s, lo[1] * s), pack_bf16(lo[2] * s, lo[3] * s));
+  *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0] * s, up[1] * s), pack_bf16(up[2] * s, up[3] * s));
+}
+
+// dq or dk turned back through rope where it lies, after kernels that store it unturned: a
+// thread per (token, head, pair).
+template <typename TS, bool kDk>
+__global__ void __launch_bounds__(256) bwd_rope_pass(const Params p) {
+  TS* const g = static_cast<TS*>(kDk ? p.dk : p.dq);
+  const int heads = kDk ? p.G : p.H, half = p.D / 2;
+  const int64_t stride = kDk ? p.dkv_stride : p.dq_stride;
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, row = item / half;  // row: (b·T + t)·heads + h
+  if (row >= (int64_t)p.B * p.T * heads) return;
+  const int i = (int)(item - row * half);
+  const int64_t token = row / heads;
+  TS* x = g + token * stride + (row % heads) * p.D + i;
+  const float2 cs = rope_back_turn(p, p.positions[token], i);
+  const float x1 = to_float(x[0]), x2 = to_float(x[half]);
+  x[0] = from_float<TS>(x1 * cs.x - x2 * cs.y);
+  x[half] = from_float<TS>(x2 * cs.x + x1 * cs.y);
 }
 
 // =============================================================================================
@@ -1689,7 +1762,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
       }
     }
   }
-  TS* dqg = static_cast<TS*>(p.dq) + qb;
+  TS* dqg = static_cast<TS*>(p.dq) + dq_base(p, b, h);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = q0 + warp * 4 + i;
@@ -1697,7 +1770,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int d = lane + 32 * c;
-        if (d < D) dqg[(int64_t)t * qstride + d] = from_float<TS>(acc[i][c] * p.scale);
+        if (d < D) dqg[(int64_t)t * p.dq_stride + d] = from_float<TS>(acc[i][c] * p.scale);
       }
     }
   }
@@ -1790,8 +1863,8 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
       }
     }
   }
-  TS* dkg = static_cast<TS*>(p.dk) + kb;
-  TS* dvg = static_cast<TS*>(p.dv) + dv_base(p, b, g);
+  TS* dkg = static_cast<TS*>(p.dk) + dkv_base(p, b, g);
+  TS* dvg = static_cast<TS*>(p.dv) + dkv_base(p, b, g);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int t = k0 + warp * 4 + i;
@@ -1800,8 +1873,8 @@ __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
       for (int c = 0; c < 4; ++c) {
         const int d = lane + 32 * c;
         if (d < D) {
-          dkg[(int64_t)t * kvstride + d] = from_float<TS>(dk[i][c] * p.scale);
-          dvg[(int64_t)t * p.dv_stride + d] = from_float<TS>(dv[i][c]);
+          dkg[(int64_t)t * p.dkv_stride + d] = from_float<TS>(dk[i][c] * p.scale);
+          dvg[(int64_t)t * p.dkv_stride + d] = from_float<TS>(dv[i][c]);
         }
       }
     }
@@ -1926,6 +1999,16 @@ void launch_fused(const Params& p, cudaStream_t stream) {
   launch_tiles(bwd_dkdv_mma<kD, kBr, kW, kM, true>, p.B * p.G, K::kBc, K::kThreads, K::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 mma)");
 }
 
+// With ropeBase, dq and dk turned back by a pass of their own where the kernels that stored them
+// did not turn them (bwd_dq_store and bwd_ws's dK store do).
+template <typename TS>
+void rope_passes(const Params& p, bool dq_turned, bool dk_turned, cudaStream_t stream) {
+  if (!p.positions) return;
+  const int64_t pairs = (int64_t)p.B * p.T * (p.D / 2);
+  if (!dq_turned) launch(bwd_rope_pass<TS, false>, dim3((unsigned)ceil_div64(pairs * p.H, 256)), 256, 0, p, stream, "attention backward dq rope");
+  if (!dk_turned) launch(bwd_rope_pass<TS, true>, dim3((unsigned)ceil_div64(pairs * p.G, 256)), 256, 0, p, stream, "attention backward dk rope");
+}
+
 // Drow first. Fused (p.dq_accum set): one kernel for dK, dV and dQ (atomics into the f32
 // accumulator; on wgmma when `wgmma`), then dQ to bf16. Deterministic: dQ in a kernel of its own,
 // then dK and dV.
@@ -1935,20 +2018,23 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
   launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
+    bool dk_turned = false;
     if constexpr (kD == 64 || kD == 128) {
       if (wgmma) {
         using W = WsBwdCfg<kD>;
         launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
+        dk_turned = ws_turns_dk<kD>(p);
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
-    return;
+    return rope_passes<bf16>(p, true, dk_turned, stream);
   }
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM, false>;
   launch_tiles(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, p.B * p.H, Q::kBr, Q::kThreads, Q::kSmem, p, true, stream, "attention backward dq (bf16 mma)");
   launch_tiles(bwd_dkdv_mma<kD, C::kBr, C::kW, C::kM, false>, p.B * p.G, K::kBc, K::kThreads, K::kSmem, p, true, stream, "attention backward dk/dv (bf16 mma)");
+  rope_passes<bf16>(p, false, false, stream);
 }
 
 template <typename TS>
@@ -1960,6 +2046,7 @@ template <typename TS>
 void backward_simt(const Params& p, cudaStream_t stream) {
   launch_tiles(bwd_dq_simt<TS>, p.B * p.H, 16, 128, kDqSimtSmem, p, true, stream, "attention backward dq (simt)");
   launch_tiles(bwd_dkdv_simt<TS>, p.B * p.G, 16, 128, kDkvSimtSmem, p, true, stream, "attention backward dk/dv (simt)");
+  rope_passes<TS>(p, false, false, stream);
 }
 
 // MDLM_ATTN_DETERMINISTIC=1: the backward that gives the same bits on every run (dQ in its own
@@ -2044,8 +2131,6 @@ Params make_params(const OpCall& call, const char* const* float_args, DType dt) 
     throw OpError("BAD_ARGUMENT", call.op + ": unsupported shape (heads a multiple of kvHeads, headDim a multiple of 4 up to 128)");
   }
   p.group = p.H / p.G;
-  p.dv_stride = call.has("dvStride") ? call.i32("dvStride") : (int64_t)p.G * p.D;
-  if (p.dv_stride < (int64_t)p.G * p.D) throw OpError("BAD_ARGUMENT", call.op + ": dvStride below kvHeads · headDim");
   p.sms = call.device ? call.device->multiProcessorCount : 132;
   p.scale_log2 = p.scale * kLog2e;
   for (const char* const* a = float_args; *a; ++a) {
@@ -2059,7 +2144,7 @@ Params make_params(const OpCall& call, const char* const* float_args, DType dt) 
 // The tensor-core path: bf16, head dim a multiple of 8, every bf16 tensor 16-byte aligned, and the
 // tile fits the device's shared memory.
 bool use_mma(const OpCall& call, const Params& p, const char* const* float_args, bool backward) {
-  if (p.D % 8 != 0 || (backward && p.dv_stride % 8 != 0)) return false;  // dV's rows 16-byte aligned too
+  if (p.D % 8 != 0 || (backward && (p.dq_stride % 8 != 0 || p.dkv_stride % 8 != 0))) return false;  // the gradients' rows 16-byte aligned too
   for (const char* const* a = float_args; *a; ++a)
     if (reinterpret_cast<uintptr_t>(call.arg(*a).ptr) % 16 != 0) return false;
   size_t smem = 0;
@@ -2117,6 +2202,19 @@ MDLM_OP(attention_backward) {
   p.dq = call.arg("dq").ptr;
   p.dk = call.arg("dk").ptr;
   p.dv = call.arg("dv").ptr;
+  p.dq_stride = (int64_t)p.H * p.D;
+  p.dkv_stride = (int64_t)p.G * p.D;
+  if (call.has("gradStride")) {
+    p.dq_stride = p.dkv_stride = call.i32("gradStride");
+    if (p.dq_stride < (int64_t)p.H * p.D) throw mdlm::OpError("BAD_ARGUMENT", call.op + ": gradStride below heads · headDim");
+  }
+  if (call.has("ropeBase")) {
+    if (p.D % 8 != 0) throw mdlm::OpError("BAD_ARGUMENT", call.op + ": ropeBase needs a head dim that is a multiple of 8");
+    if (call.arg("positions").dtype != DType::i32) throw mdlm::OpError("UNSUPPORTED_DTYPE", call.op + ": positions must be i32");
+    p.positions = static_cast<const int*>(call.arg("positions").ptr);
+    const double base = call.num("ropeBase");
+    for (int i = 0; i < p.D / 2; ++i) p.inv_freq[i] = static_cast<float>(std::pow(base, -2.0 * i / p.D));
+  }
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
   // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).

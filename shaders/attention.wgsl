@@ -26,8 +26,6 @@ struct Params {
   d4: u32,
   causal: u32,
   scale: f32,
-  // backward: vec4s between tokens of dv (kv_heads · d4, or the row of a fused q/k/v gradient)
-  dv_stride4: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -313,7 +311,7 @@ fn backward_kv(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id)
     let t = k0 + rg + i * RG;
     if (t < T && cg < params.d4) {
       dk[kv_index(b, t, kvh) + cg] = dk_acc[i] * params.scale;
-      dv[(b * params.seq_len + t) * params.dv_stride4 + kvh * params.d4 + cg] = dv_acc[i];
+      dv[kv_index(b, t, kvh) + cg] = dv_acc[i];
     }
   }
 }

@@ -176,10 +176,14 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('D=64', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 6);
     // And the head-dim-64 forward without its optimistic softmax (the exact pass on every tile).
     await expectCasesPass('D=64', { MDLM_ATTN_FWD_OPT: '0', DTYPE: 'bf16' }, 6);
-    // And dV written with its tokens further apart (dvStride), its gaps left alone: 16-byte rows
-    // through the tensor-core kernels, then rows the SIMT kernels take (bf16) and f32.
-    await expectCasesPass('multi', { DV_STRIDE_EXTRA: '72', DTYPE: 'bf16' }, 11);
-    await expectCasesPass('D=64', { DV_STRIDE_EXTRA: '4' }, 12);
+    // And the gradients written with their tokens further apart (gradStride), their gaps left
+    // alone, and dq and dk turned back through rope (ropeBase): 16-byte rows through the
+    // tensor-core kernels, then rows the SIMT kernels take (bf16) and f32; the turn in registers
+    // (bwd_ws's dK at head dim 64 and 128, bwd_dq_store's dQ) and in a pass of its own (the other
+    // head dims, the mma.sync and deterministic kernels).
+    await expectCasesPass('multi', { GRAD_STRIDE_EXTRA: '72', ROPE: '10000', DTYPE: 'bf16' }, 11);
+    await expectCasesPass('D=64', { GRAD_STRIDE_EXTRA: '4', ROPE: '500' }, 12);
+    await expectCasesPass('D=64', { ROPE: '10000', MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }, 6);
   }, EMU_TIMEOUT);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {

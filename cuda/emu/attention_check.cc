@@ -11,7 +11,10 @@
 // Exits non-zero when any error is over the registry's tolerance (tests/cuda_build.test.ts runs
 // it in CI, again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces, and
 // with EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager, which expose shared-memory races; warp_emu.h).
-// DV_STRIDE_EXTRA=n writes dV with its tokens G·D + n elements apart (the op's dvStride).
+// GRAD_STRIDE_EXTRA=n writes dQ, dK and dV with their tokens H·D + n elements apart (the op's
+// gradStride), the gaps checked to stay poisoned; ROPE=base turns dQ and dK back through rope at
+// random packed positions (the op's ropeBase; cases whose head dim is a multiple of 8), checked
+// against the reference's turn.
 #include "../attention.cu"
 
 #include <cstdio>
@@ -265,17 +268,42 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
     Vec out = rounded(out_ref, dt), lse = rounded(lse_ref, DType::f32), dout = rounded(randn(rng, nq), dt);
     Vec dq_ref, dk_ref, dv_ref;
     ref.backward(q, k, v, out, lse, dout, dq_ref, dk_ref, dv_ref);
+    // ROPE=base: q and k came from rope at packed positions (restarting with probability 1/32);
+    // the gradients of rope's inputs are dq and dk turned by −θ, θ as rope computes it
+    const double rope_base = getenv("ROPE") && c.D % 8 == 0 ? std::atof(getenv("ROPE")) : 0;  // (rope: head dims of 8s)
+    std::vector<int> positions(size_t(c.B) * c.T);
+    for (int b = 0; b < c.B; ++b) {
+      int pos = static_cast<int>(rng() % 4096);
+      for (int t = 0; t < c.T; ++t) positions[size_t(b) * c.T + t] = pos = t == 0 ? pos : rng() % 32 == 0 ? 0 : pos + 1;
+    }
+    if (rope_base > 0) {
+      for (auto [g, heads] : {std::pair<Vec*, int>{&dq_ref, c.H}, {&dk_ref, c.G}})
+        for (size_t n = 0; n < positions.size(); ++n)
+          for (int h = 0; h < heads; ++h)
+            for (int i = 0; i < c.D / 2; ++i) {
+              const float angle = static_cast<float>(positions[n]) * static_cast<float>(std::pow(rope_base, -2.0 * i / c.D));
+              double& lo = (*g)[(n * heads + h) * c.D + i];
+              double& up = (*g)[(n * heads + h) * c.D + i + c.D / 2];
+              const double x1 = lo, x2 = up, co = std::cos(angle), si = std::sin(angle);
+              lo = x1 * co + x2 * si;
+              up = x2 * co - x1 * si;
+            }
+    }
     Buf bq = Buf::of(dt, q), bk = Buf::of(dt, k), bv = Buf::of(dt, v), bo = Buf::of(dt, out), bl = Buf::of(DType::f32, lse),
         bdo = Buf::of(dt, dout);
-    // DV_STRIDE_EXTRA=n: dv's tokens n elements apart beyond G·D (dvStride, as the v part of a
-    // fused q/k/v gradient), the gaps left poisoned
-    const int64_t gd = (int64_t)c.G * c.D, dv_stride = gd + (getenv("DV_STRIDE_EXTRA") ? std::atoi(getenv("DV_STRIDE_EXTRA")) : 0);
-    const size_t tokens = size_t(c.B) * c.T, ndv = (tokens - 1) * dv_stride + gd;
+    // GRAD_STRIDE_EXTRA=n: the gradients' tokens H·D + n elements apart (gradStride, as the parts
+    // of a fused q/k/v gradient), the gaps left poisoned
+    const int64_t hd = (int64_t)c.H * c.D, gd = (int64_t)c.G * c.D;
+    const int64_t stride = getenv("GRAD_STRIDE_EXTRA") ? hd + std::atoi(getenv("GRAD_STRIDE_EXTRA")) : 0;
+    const size_t tokens = size_t(c.B) * c.T;
+    const auto span = [&](int64_t width) { return stride ? (tokens - 1) * stride + width : tokens * width; };
     for (bool det : {false, true}) {
       setenv("MDLM_ATTN_DETERMINISTIC", det ? "1" : "0", 1);
-      Buf bdq(dt, nq, true), bdk(dt, nk, true), bdv(dt, ndv, true);
+      Buf bdq(dt, span(hd), true), bdk(dt, span(gd), true), bdv(dt, span(gd), true);
       mdlm::OpCall call = make_call("attention_backward", c, scale);
-      if (dv_stride != gd) call.nums["dvStride"] = static_cast<double>(dv_stride);
+      if (stride) call.nums["gradStride"] = static_cast<double>(stride);
+      if (rope_base > 0) call.nums["ropeBase"] = rope_base;
+      call.args["positions"] = {positions.data(), DType::i32, (int64_t)positions.size()};
       call.args["q"] = {bq.ptr(), dt, (int64_t)nq};
       call.args["k"] = {bk.ptr(), dt, (int64_t)nk};
       call.args["v"] = {bv.ptr(), dt, (int64_t)nk};
@@ -283,9 +311,9 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
       call.args["out"] = {bo.ptr(), dt, (int64_t)nq};
       call.args["lse"] = {bl.ptr(), DType::f32, (int64_t)nr};
       call.args["dout"] = {bdo.ptr(), dt, (int64_t)nq};
-      call.args["dq"] = {bdq.ptr(), dt, (int64_t)nq};
-      call.args["dk"] = {bdk.ptr(), dt, (int64_t)nk};
-      call.args["dv"] = {bdv.ptr(), dt, (int64_t)ndv};
+      call.args["dq"] = {bdq.ptr(), dt, (int64_t)span(hd)};
+      call.args["dk"] = {bdk.ptr(), dt, (int64_t)span(gd)};
+      call.args["dv"] = {bdv.ptr(), dt, (int64_t)span(gd)};
       HostScratch scratch;
       call.scratch = &scratch;
       mdlm::find_launcher("attention_backward")(call);
@@ -301,16 +329,19 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
             }
         std::printf("   Drow max abs err %.3e\n", worst);
     }
-    // dV's rows out of the strided buffer; a written gap is an error (infinite)
-    const Vec dv_all = bdv.read();
-    Vec dv_got(nk);
-    bool gaps_kept = true;
-    for (size_t n = 0; n < tokens; ++n) {
-      for (int64_t e = 0; e < gd; ++e) dv_got[n * gd + e] = dv_all[n * dv_stride + e];
-      for (int64_t e = gd; e < dv_stride && n + 1 < tokens; ++e) gaps_kept = gaps_kept && std::isnan(dv_all[n * dv_stride + e]);
-    }
-    const double eq = rel_err(bdq.read(), dq_ref), ek = rel_err(bdk.read(), dk_ref),
-                 ev = gaps_kept ? rel_err(dv_got, dv_ref) : std::numeric_limits<double>::infinity();
+    // A gradient's rows out of its strided buffer, and its error; a written gap is an error (infinite)
+    const auto err = [&](const Buf& buf, const Vec& want, int64_t width) {
+      if (!stride) return rel_err(buf.read(), want);
+      const Vec all = buf.read();
+      Vec got(tokens * width);
+      bool gaps_kept = true;
+      for (size_t n = 0; n < tokens; ++n) {
+        for (int64_t e = 0; e < width; ++e) got[n * width + e] = all[n * stride + e];
+        for (int64_t e = width; e < stride && n + 1 < tokens; ++e) gaps_kept = gaps_kept && std::isnan(all[n * stride + e]);
+      }
+      return gaps_kept ? rel_err(got, want) : std::numeric_limits<double>::infinity();
+    };
+    const double eq = err(bdq, dq_ref, hd), ek = err(bdk, dk_ref, gd), ev = err(bdv, dv_ref, gd);
     (det ? r.bwd_det : r.bwd) = std::max({eq, ek, ev});
     if (getenv("VERBOSE")) std::printf("   %s dq %.3e dk %.3e dv %.3e\n", det ? "deterministic" : "fused", eq, ek, ev);
     (det ? r.worst_bwd_det : r.worst_bwd) = eq >= ek && eq >= ev ? "dq" : ek >= ev ? "dk" : "dv";

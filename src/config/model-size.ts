@@ -150,9 +150,10 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
   const q = N * m.nHeads * hd;
   const kv = N * m.nKvHeads * hd;
   const F = m.ffnHidden;
-  // Shared scratch: the block's three [N, d], attention's fused q/k/v projection (pre-rope q and k
-  // otherwise) and gradients (+ ones for biases, zeros for q/k norms), the MLP's three [N, F].
-  const scratch = f * (3 * N * d + (q + 2 * kv + q + q + kv + kv) + (m.qkvBias ? N : 0) + (m.qkNorm ? q : 0) + 3 * N * F);
+  // Shared scratch: the block's three [N, d], attention's q/k/v projection and its gradient (one
+  // buffer) and the output's gradient (+ ones for biases; zeros and a norm's input gradient for
+  // q/k norms), the MLP's three [N, F].
+  const scratch = f * (3 * N * d + (q + 2 * kv + q) + (m.qkvBias ? N : 0) + (m.qkNorm ? 2 * q : 0) + 3 * N * F);
   // Per layer: n1, mid, n2 and their two rstd; q/k before their norms and the norms' rstd; saved
   // q, k, v, out and lse; the MLP's gate, up and (unless recomputed) product.
   const perLayer =

@@ -5,7 +5,7 @@
  */
 import type { Backend, BackendName } from '../backend/backend.js';
 import { roundTo } from '../convert.js';
-import { type OpCase, type OpDef, type RefArgs, type RefArray, refArrayFor, resolveArgDtype } from '../ops/op.js';
+import { type OpCase, type OpDef, type RefArgs, type RefArray, hasGaps, refArrayFor, resolveArgDtype } from '../ops/op.js';
 import { normals } from '../rng/normals.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type DType, type HostArray, type Tensor, isFloat, shapeStr } from '../tensor.js';
@@ -86,13 +86,14 @@ function roundInputs<A>(op: OpDef<A>, args: RefArgs, attrs: A, dtype: DType): Re
 /** The reference on a case: inputs as sampled, outputs preallocated, run in float64. */
 export function runReference<A>(op: OpDef<A>, inputs: RefArgs, attrs: A, dtype: DType): RefArgs {
   const shapes = op.shapes(attrs);
+  const rows = op.rowLayout?.(attrs) ?? {};
   const args: RefArgs = {};
   for (const a of op.args) {
     const n = shapes[a.name]!.reduce((x, y) => x * y, 1);
     if (a.role === 'out') {
       const out = refArrayFor(resolveArgDtype(op, a, attrs, dtype), n);
       // what the op leaves alone stays poisoned (NaN), as on the backend under test
-      if (out instanceof Float64Array && op.partialOutputs?.(attrs)) out.fill(NaN);
+      if (out instanceof Float64Array && hasGaps(rows[a.name])) out.fill(NaN);
       args[a.name] = out;
     }
     else {
@@ -117,7 +118,7 @@ export function relativeError(got: ArrayLike<number>, want: ArrayLike<number>, i
   for (let i = 0; i < want.length; i++) {
     const g = got[i]!;
     const w = want[i]!;
-    // A reference NaN is an element the op must leave alone (partialOutputs): the poison stays.
+    // A reference NaN is an element the op must leave alone (rowLayout's gaps): the poison stays.
     if (Number.isNaN(w)) {
       if (!Number.isNaN(g)) return Infinity;
       continue;

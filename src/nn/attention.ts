@@ -8,16 +8,17 @@
  * to back in the parameter store, so Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix and
  * x · Wqkvᵀ one [rows, (H + 2G)·D] product, whose rows rope reads a part at a time (its token
  * stride) into the contiguous q, k and v attention takes (v by rope's copy). Backward writes the
- * three gradients into one such matrix: attention's backward dv straight into its part (dvStride),
- * rope's backward dq and dk into theirs, so dWqkv and dx are one GEMM each: three
+ * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
+ * their parts (gradStride), dq and dk turned back through rope (ropeBase), so dWqkv and dx are one
+ * GEMM each: three
  * GEMMs of three times the size instead of nine, which at llama-124m's [16384, 768] × [768, 768]
  * ran far below the larger GEMMs' rate (bench/RESULTS.md, twelfth pass).
  */
 import type { Backend } from '../backend/backend.js';
-import { attention, attentionBackward } from '../ops/attention.js';
+import { type AttentionAttrs, attention, attentionBackward } from '../ops/attention.js';
 import { stridedRows } from '../ops/op.js';
 import { attentionDecode } from '../ops/attention_decode.js';
-import { rope, ropeBackward } from '../ops/rope.js';
+import { rope } from '../ops/rope.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { PARAM_ALIGN } from '../config/model-size.js';
@@ -52,17 +53,18 @@ export interface AttentionShape {
 
 /** Temporaries shared by every attention layer (only one layer runs at a time). */
 export class AttentionScratch {
-  /**
-   * [rows, (H + 2G)·D]: the fused projection (forward) and its gradient (backward); its first
-   * rows·(H + G)·D elements serve as qPre and kPre otherwise.
-   */
+  /** [rows, (H + 2G)·D]: the fused projection (forward) and its gradient (backward). */
   readonly qkv: Tensor;
+  /**
+   * Unfused, qkv as three dense [B, T, heads, D] parts one after another: q and k before rope in
+   * the forward; dq, dk (rope's inputs') and dv in the backward.
+   */
   readonly qPre: Tensor;
   readonly kPre: Tensor;
+  readonly vPre: Tensor;
   readonly dAttn: Tensor;
-  readonly dq: Tensor;
-  readonly dk: Tensor;
-  readonly dv: Tensor;
+  /** The q or k norm's input gradient, one at a time (qkNorm). */
+  readonly normGrad: Tensor | null;
   /** 1 per row: broadcasts a bias over rows, and sums rows into its gradient (qkvBias). */
   readonly ones: Tensor | null;
   /** The zero residual gradient of the q/k norms (qkNorm). */
@@ -75,10 +77,9 @@ export class AttentionScratch {
     this.qkv = arena.alloc([rows * (s.heads + 2 * s.kvHeads) * s.headDim]);
     this.qPre = arena.backend.view(this.qkv, 0, q);
     this.kPre = arena.backend.view(this.qkv, rows * s.heads * s.headDim, kv);
+    this.vPre = arena.backend.view(this.qkv, rows * (s.heads + s.kvHeads) * s.headDim, kv);
     this.dAttn = arena.alloc(q);
-    this.dq = arena.alloc(q);
-    this.dk = arena.alloc(kv);
-    this.dv = arena.alloc(kv);
+    this.normGrad = s.qkNorm ? arena.alloc(q) : null;
     this.ones = s.qkvBias ? arena.alloc([rows]) : null;
     if (this.ones) arena.backend.upload(this.ones, new Float32Array(rows).fill(1));
     this.zeros = s.qkNorm ? arena.alloc([rows * s.heads * s.headDim]) : null;
@@ -137,7 +138,7 @@ export class SelfAttention {
     this.savedLse = arena.alloc([s.batch, s.heads, s.seqLen], 'f32');
   }
 
-  private attrs(causal: boolean) {
+  private attrs(causal: boolean): AttentionAttrs {
     const s = this.s;
     return { batch: s.batch, seqLen: s.seqLen, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, causal, scale: 1 / Math.sqrt(s.headDim) };
   }
@@ -219,20 +220,16 @@ export class SelfAttention {
     const sc = this.scratch;
     this.o.backward(b, as2d(b, this.savedOut), dout, as2d(b, sc.dAttn), 'write', rows);
     const fused = this.fused, width = this.qkvWidth;
-    const [qPart, kPart, vPart] = this.qkvParts();
-    // Fused: dv straight into its part of the rows of one [rows, (H + 2G)·D] gradient (no copy)
+    // dq, dk (turned back through rope) and dv into qkv: fused, into their parts of the rows of
+    // one [rows, (H + 2G)·D] gradient; else into its three dense parts
+    const [dq, dk, dv] = fused ? this.qkvParts().map(([offset, heads]) => this.qkvSpan(b, offset, heads)) : [sc.qPre, sc.kPre, sc.vPre];
     b.run(
       attentionBackward,
-      { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, dq: sc.dq, dk: sc.dk,
-        dv: fused ? this.qkvSpan(b, vPart[0], vPart[1]) : sc.dv },
-      fused ? { ...this.attrs(causal), dvStride: width } : this.attrs(causal),
+      { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, positions, dq: dq!, dk: dk!, dv: dv! },
+      { ...this.attrs(causal), ropeBase: s.ropeBase, ...(fused ? { gradStride: width } : {}) },
     );
     if (fused) {
       const d = this.q.inFeatures;
-      // dq and dk, turned back, into theirs
-      for (const [[offset, heads], grad] of [[qPart, sc.dq], [kPart, sc.dk]] as const) {
-        b.run(ropeBackward, { dy: grad, positions, dx: this.qkvSpan(b, offset, heads) }, this.ropeAttrs(heads, { yStride: width }));
-      }
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
@@ -240,13 +237,9 @@ export class SelfAttention {
       b.run(matmul, { a: dqkv, b: this.wqkv(b, this.q.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
       return;
     }
-    // Pre-rope gradients reuse the forward's pre-rope buffers.
-    b.run(ropeBackward, { dy: sc.dq, positions, dx: sc.qPre }, this.ropeAttrs(s.heads));
-    b.run(ropeBackward, { dy: sc.dk, positions, dx: sc.kPre }, this.ropeAttrs(s.kvHeads));
-    // Through the norms, the rope outputs' gradient buffers (read already) take the result.
-    this.projectBackward(b, this.proj.q, x, sc.qPre, sc.dq, dx, 'write');
-    this.projectBackward(b, this.proj.k, x, sc.kPre, sc.dk, dx, 'add');
-    this.projectBackward(b, this.proj.v, x, sc.dv, sc.dv, dx, 'add');
+    this.projectBackward(b, this.proj.q, x, sc.qPre, dx, 'write');
+    this.projectBackward(b, this.proj.k, x, sc.kPre, dx, 'add');
+    this.projectBackward(b, this.proj.v, x, sc.vPre, dx, 'add');
   }
 
   /**
@@ -283,11 +276,12 @@ export class SelfAttention {
     if (p.norm) p.norm.forward(b, perHead(b, lin), perHead(b, y), b.view(p.rstd!, 0, [rows * p.heads]), rows * p.heads);
   }
 
-  /** Gradients of `project` from dy; `spare` (same shape, free) takes the pre-norm gradient. */
-  private projectBackward(b: Backend, p: Projection, x: Tensor, dy: Tensor, spare: Tensor, dx: Tensor, mode: 'write' | 'add'): void {
+  /** Gradients of `project` from dy; the norm's input gradient goes through scratch.normGrad. */
+  private projectBackward(b: Backend, p: Projection, x: Tensor, dy: Tensor, dx: Tensor, mode: 'write' | 'add'): void {
     const rows = this.s.batch * this.s.seqLen;
     let dlin = dy;
     if (p.norm) {
+      const spare = b.view(this.scratch.normGrad!, 0, dy.shape);
       p.norm.backward(b, perHead(b, dy), perHead(b, p.raw!), p.rstd!, b.view(this.scratch.zeros!, 0, [spare.size / this.s.headDim, this.s.headDim]), perHead(b, spare), rows * p.heads);
       dlin = spare;
     }

@@ -5,6 +5,7 @@
  * of each query row's scaled scores so the backward can recompute the probabilities.
  */
 import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags, stridedRows } from './op.js';
+import { type RopeAttrs, ropeRotate, samplePositions } from './rope.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
 export interface AttentionAttrs {
@@ -23,10 +24,17 @@ export interface AttentionAttrs {
    */
   readonly documents?: number;
   /**
-   * attention_backward: elements between consecutive tokens of dv (default kvHeads · headDim), so
-   * dv can be the v part of a fused q/k/v gradient's rows; what lies between is left alone.
+   * attention_backward: elements between consecutive tokens of dq, dk and dv (default: their own
+   * widths, heads · headDim and kvHeads · headDim), so the three can be the parts of one fused
+   * q/k/v gradient's rows; what lies between is left alone.
    */
-  readonly dvStride?: number;
+  readonly gradStride?: number;
+  /**
+   * attention_backward: q and k are rope's outputs (src/ops/rope.ts) at `positions` with this
+   * base, and dq and dk come out turned back (rope_backward's), the gradients of rope's inputs.
+   * Without it `positions` is not read.
+   */
+  readonly ropeBase?: number;
 }
 
 /** The largest head dimension the kernels hold in workgroup memory. */
@@ -39,14 +47,26 @@ function validateAttention(op: string, attrs: AttentionAttrs): void {
   if (headDim > MAX_HEAD_DIM || headDim % 4 !== 0) badAttr(op, 'headDim', headDim, `expected a multiple of 4 up to ${MAX_HEAD_DIM}`);
   requireFlags(op, attrs, ['causal']);
   if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) badAttr(op, 'scale', scale, 'expected a finite positive number');
-  const { dvStride } = attrs;
-  if (dvStride !== undefined && (!Number.isInteger(dvStride) || dvStride < kvHeads * headDim || dvStride % 4 !== 0)) {
-    badAttr(op, 'dvStride', dvStride, `expected a multiple of 4 of at least kvHeads · headDim (${kvHeads * headDim})`);
+  const { gradStride, ropeBase } = attrs;
+  if (gradStride !== undefined && (!Number.isInteger(gradStride) || gradStride < attrs.heads * headDim || gradStride % 4 !== 0)) {
+    badAttr(op, 'gradStride', gradStride, `expected a multiple of 4 of at least heads · headDim (${attrs.heads * headDim})`);
   }
+  if (ropeBase !== undefined && (typeof ropeBase !== 'number' || !Number.isFinite(ropeBase) || !(ropeBase > 1))) {
+    badAttr(op, 'ropeBase', ropeBase, 'expected a finite number > 1');
+  }
+  // (rope's kernels, which place and turn the gradients on WebGPU, take head dims of 8s)
+  if ((gradStride !== undefined || ropeBase !== undefined) && headDim % 8 !== 0) badAttr(op, 'headDim', headDim, 'expected a multiple of 8 with gradStride or ropeBase');
 }
 
-/** Elements between tokens of dv. */
-export const dvStrideOf = (a: AttentionAttrs) => a.dvStride ?? a.kvHeads * a.headDim;
+/** Elements between tokens of dq and of dk and dv. */
+export function gradStrides(a: AttentionAttrs): { q: number; kv: number } {
+  return { q: a.gradStride ?? a.heads * a.headDim, kv: a.gradStride ?? a.kvHeads * a.headDim };
+}
+
+/** The rope that turned q (heads) or k (kvHeads), as rope_backward's attributes over dq or dk. */
+function gradRope(a: AttentionAttrs, heads: number): RopeAttrs {
+  return { batch: a.batch, seqLen: a.seqLen, heads, headDim: a.headDim, base: a.ropeBase!, xStride: a.gradStride, yStride: a.gradStride };
+}
 
 function attentionShapes({ batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D }: AttentionAttrs) {
   return { q: [B, T, H, D], k: [B, T, G, D], v: [B, T, G, D], segIds: [B, T], out: [B, T, H, D], lse: [B, H, T] };
@@ -119,11 +139,15 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
   const { batch: B, seqLen: T, heads: H, headDim: D, scale } = a;
   const qAt = btIndex(a, H);
   const kAt = btIndex(a, a.kvHeads);
-  const dvStride = dvStrideOf(a);
-  const dvAt = (kIndex: number) => Math.floor(kIndex / (a.kvHeads * D)) * dvStride + (kIndex % (a.kvHeads * D));
-  dq.fill(0);
-  dk.fill(0);
-  for (let n = 0; n < B * T; n++) dv.fill(0, n * dvStride, n * dvStride + a.kvHeads * D);
+  const stride = gradStrides(a);
+  // dense [B, T, heads, D] index -> the gradient's element
+  const strided = (width: number, s: number) => (i: number) => Math.floor(i / width) * s + (i % width);
+  const dqAt = strided(H * D, stride.q), dkvAt = strided(a.kvHeads * D, stride.kv);
+  for (let n = 0; n < B * T; n++) {
+    dq.fill(0, n * stride.q, n * stride.q + H * D);
+    dk.fill(0, n * stride.kv, n * stride.kv + a.kvHeads * D);
+    dv.fill(0, n * stride.kv, n * stride.kv + a.kvHeads * D);
+  }
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
       const kvh = Math.floor(h / (H / a.kvHeads));
@@ -141,14 +165,18 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
           for (let d = 0; d < D; d++) dp += dout[qi + d]! * v[kj + d]!;
           const ds = p * (dp - drow);
           for (let d = 0; d < D; d++) {
-            dq[qi + d] += ds * k[kj + d]! * scale;
-            dk[kj + d] += ds * q[qi + d]! * scale;
-            dv[dvAt(kj + d)] += p * dout[qi + d]!;
+            dq[dqAt(qi + d)] += ds * k[kj + d]! * scale;
+            dk[dkvAt(kj + d)] += ds * q[qi + d]! * scale;
+            dv[dkvAt(kj + d)] += p * dout[qi + d]!;
           }
         }
       }
     }
   }
+  if (a.ropeBase === undefined) return;
+  const positions = args.positions as Int32Array;
+  ropeRotate(dq.slice(), positions, dq, gradRope(a, H), -1);
+  ropeRotate(dk.slice(), positions, dk, gradRope(a, a.kvHeads), -1);
 }
 
 /**
@@ -214,15 +242,24 @@ function attentionCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
 }
 
 /**
- * attention_backward writing dv as the v part of a fused q/k/v gradient ([rows, (H + 2G)·D]), as
- * the fused model does: GQA at test size; llama-124m's at bench size.
+ * attention_backward as the fused model calls it: dq, dk and dv the parts of one q/k/v gradient's
+ * rows ([rows, (H + 2G)·D]), dq and dk turned back through rope; at test size also rope alone,
+ * and at head dims the CUDA kernels turn in registers (64) and in a pass of their own (40).
  */
-function dvStridedCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
-  const [label, attrs]: [string, AttentionAttrs] =
-    scale === 'test'
-      ? ['gqa 4/2 causal T=45 D=32, dv of a fused qkv', { batch: 2, seqLen: 45, heads: 4, kvHeads: 2, headDim: 32, causal: true, scale: 1 / Math.sqrt(32), dvStride: 256 }]
-      : ['B16 T1024 H12 D64 bidirectional, dv of a fused qkv', { batch: 16, seqLen: 1024, heads: 12, kvHeads: 12, headDim: 64, causal: false, scale: 1 / 8, documents: 1, dvStride: 2304 }];
-  return [{ label, attrs }];
+function fusedGradCases(scale: 'test' | 'bench'): OpCase<AttentionAttrs>[] {
+  const c = (label: string, batch: number, seqLen: number, heads: number, kvHeads: number, headDim: number, causal: boolean, extra: Partial<AttentionAttrs>) => ({
+    label,
+    attrs: { batch, seqLen, heads, kvHeads, headDim, causal, scale: 1 / Math.sqrt(headDim), ...extra },
+  });
+  const fused = (heads: number, kvHeads: number, headDim: number) => ({ gradStride: (heads + 2 * kvHeads) * headDim, ropeBase: 10000 });
+  if (scale === 'test') {
+    return [
+      c('gqa 4/2 causal T=45 D=32, fused qkv gradient, rope', 2, 45, 4, 2, 32, true, fused(4, 2, 32)),
+      c('documents causal T=50 D=64, fused qkv gradient, rope', 3, 50, 2, 1, 64, true, fused(2, 1, 64)),
+      c('bidirectional T=19 D=40, rope', 2, 19, 2, 2, 40, false, { ropeBase: 500 }),
+    ];
+  }
+  return [c('B16 T1024 H12 D64 bidirectional, fused qkv gradient, rope', 16, 1024, 12, 12, 64, false, { documents: 1, ...fused(12, 12, 64) })];
 }
 
 /** Matmul flops of the forward, QKᵀ and PV, 2 flops per multiply-add: 4·B·H·T²·D, halved for causal. */
@@ -268,6 +305,7 @@ export const attentionBackward = defineOp<AttentionAttrs>({
     { name: 'out', role: 'in', dtype: 'float' },
     { name: 'lse', role: 'in', dtype: 'f32' },
     { name: 'dout', role: 'in', dtype: 'float' },
+    { name: 'positions', role: 'in', dtype: 'i32' },
     { name: 'dq', role: 'out', dtype: 'float' },
     { name: 'dk', role: 'out', dtype: 'float' },
     { name: 'dv', role: 'out', dtype: 'float' },
@@ -276,18 +314,23 @@ export const attentionBackward = defineOp<AttentionAttrs>({
   validate: (attrs) => validateAttention('attention_backward', attrs),
   shapes: (attrs) => {
     const s = attentionShapes(attrs);
-    const dv = attrs.dvStride === undefined ? s.v : stridedRows(attrs.batch * attrs.seqLen, attrs.dvStride, attrs.kvHeads * attrs.headDim);
-    return { ...s, dout: s.out, dq: s.q, dk: s.k, dv };
+    const { gradStride, batch, seqLen, heads, kvHeads, headDim } = attrs;
+    const grad = (dense: number[], width: number) => (gradStride === undefined ? dense : stridedRows(batch * seqLen, gradStride, width));
+    const dkv = grad(s.k, kvHeads * headDim);
+    return { ...s, dout: s.out, positions: s.segIds, dq: grad(s.q, heads * headDim), dk: dkv, dv: dkv };
   },
-  partialOutputs: (attrs) => dvStrideOf(attrs) > attrs.kvHeads * attrs.headDim,
+  rowLayout: (attrs) => {
+    const stride = gradStrides(attrs), q = attrs.heads * attrs.headDim, kv = attrs.kvHeads * attrs.headDim;
+    return { dq: { stride: stride.q, width: q }, dk: { stride: stride.kv, width: kv }, dv: { stride: stride.kv, width: kv } };
+  },
   reference: attentionBackwardReference,
-  cases: (scale) => [...attentionCases(scale), ...dvStridedCases(scale)],
+  cases: (scale) => [...attentionCases(scale), ...fusedGradCases(scale)],
   sample(rng, attrs) {
     const inputs = sampleForward(rng, attrs);
     const s = attentionShapes(attrs);
     const fwd: RefArgs = { ...inputs, out: new Float64Array(s.out.reduce((x, y) => x * y, 1)), lse: new Float64Array(s.lse.reduce((x, y) => x * y, 1)) };
     attentionReference(fwd, attrs);
-    return { ...fwd, dout: randn(rng, fwd.out!.length) };
+    return { ...fwd, dout: randn(rng, fwd.out!.length), positions: samplePositions(rng, attrs) };
   },
   // dk/dv sum over T queries and the q heads of a group; dq over T keys.
   // bf16: output rounding ~1.7e-3 (CPU backend in bf16), plus P and dS rounded to bf16 before the
@@ -301,7 +344,8 @@ export const attentionBackward = defineOp<AttentionAttrs>({
     inputs: { q: 'q', k: 'k', v: 'v', segIds: 'segIds' },
     cotangents: { out: 'dout' },
     grads: { dq: 'q', dk: 'k', dv: 'v' },
-    // the finite differences sum over whole outputs: dv dense (the stride changes no math)
-    checkAttrs: ({ dvStride: _dv, ...dense }) => dense,
+    // attention's own gradient: dense (the stride changes no math), without rope's turn (rope's
+    // backward has its own check)
+    checkAttrs: ({ gradStride: _stride, ropeBase: _rope, ...plain }) => plain,
   }),
 });

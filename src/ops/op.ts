@@ -21,6 +21,12 @@ export interface ArgSpec {
   readonly dtype: ArgDType;
 }
 
+/** A strided span's rows: `width` elements each, `stride` apart. */
+export interface RowLayout {
+  readonly stride: number;
+  readonly width: number;
+}
+
 /** Host arrays the reference reads and writes: floats in float64, integers as they are. */
 export type RefArray = Float64Array | Int32Array | Uint32Array;
 export type RefArgs = Record<string, RefArray>;
@@ -74,11 +80,13 @@ export interface OpDef<A = Record<string, never>> {
    */
   readonly inPlace?: Readonly<Record<string, string>>;
   /**
-   * Whether, for these attributes, the 'out' args have elements the op leaves alone (the gaps
-   * between the rows of a strided output): the CPU backend then keeps what is there, and the
-   * parity harness checks that the poison survives in them (the reference sees NaN there).
+   * The args that are strided spans of rows (stridedRows) for these attributes: rows `width`
+   * elements wide, `stride` apart. An output's gaps between its rows are left alone: the CPU
+   * backend writes its rows only, and the parity harness checks that the poison survives there
+   * (the reference sees NaN). Outputs whose rows interleave in one buffer (a fused q/k/v
+   * gradient's parts) do not overlap.
    */
-  partialOutputs?(attrs: A): boolean;
+  rowLayout?(attrs: A): Readonly<Record<string, RowLayout>>;
   /** Relative-error tolerance per float dtype of the outputs (integer outputs must match exactly). */
   readonly tolerance: Partial<Record<DType, number>>;
   /** Floating-point operations of one call, for TFLOP/s in benchmarks. */
@@ -158,6 +166,7 @@ export function validateCall<A>(op: OpDef<A>, tensors: Readonly<Record<string, T
       fail('BAD_SHAPE', `${op.name}: argument '${a.name}' expected shape ${shapeStr(shape)}, got ${shapeStr(t.shape)}`);
     }
   }
+  const rows = op.rowLayout?.(attrs) ?? {};
   for (const a of op.args) {
     if (a.role === 'in') continue;
     const t = tensors[a.name]!;
@@ -165,7 +174,7 @@ export function validateCall<A>(op: OpDef<A>, tensors: Readonly<Record<string, T
       if (b === a) continue;
       const u = tensors[b.name]!;
       if (op.inPlace?.[a.name] === b.name && sameView(t, u)) continue;
-      if (u.handle === t.handle && overlaps(t, u)) {
+      if (u.handle === t.handle && overlaps(t, u, rows[a.name], rows[b.name])) {
         fail('BAD_ARGUMENT', `${op.name}: output '${a.name}' overlaps argument '${b.name}'; give it its own buffer`);
       }
     }
@@ -178,8 +187,19 @@ export function sameView(a: Tensor, b: Tensor): boolean {
   return a.handle === b.handle && a.offset === b.offset && a.size === b.size && a.dtype === b.dtype;
 }
 
-function overlaps(a: Tensor, b: Tensor): boolean {
-  return a.offset < b.offset + b.size && b.offset < a.offset + a.size;
+/** Whether two views of one buffer share an element; strided spans of one stride may interleave. */
+function overlaps(a: Tensor, b: Tensor, ra?: RowLayout, rb?: RowLayout): boolean {
+  if (!(a.offset < b.offset + b.size && b.offset < a.offset + a.size)) return false;
+  if (!ra || !rb || ra.stride !== rb.stride) return true;
+  // b's first column in the frame of a's rows: apart when it starts after a's row and ends
+  // before a's next one
+  const d = (((b.offset - a.offset) % ra.stride) + ra.stride) % ra.stride;
+  return !(d >= ra.width && d + rb.width <= ra.stride);
+}
+
+/** Whether an arg is a strided span with gaps between its rows. */
+export function hasGaps(layout: RowLayout | undefined): boolean {
+  return layout !== undefined && layout.stride > layout.width;
 }
 
 /**

@@ -15,7 +15,7 @@
  */
 import type { PhiloxStream } from '../rng/philox.js';
 import { numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, requireDims, stridedRows } from './op.js';
+import { BF16_ROUNDED_OUTPUT, type RowLayout, badAttr, defineOp, gradientOf, randn, requireDims, stridedRows } from './op.js';
 
 export interface RopeAttrs {
   readonly batch: number;
@@ -67,11 +67,17 @@ function ropeShapes(a: RopeAttrs): { x: number[]; y: number[]; positions: number
   return { x: span(a.xStride), y: span(a.yStride), positions: [batch, seqLen] };
 }
 
-/** y has elements rope leaves alone: the gaps between its tokens. */
-const ropeGaps = (a: RopeAttrs) => ropeStrides(a).y > a.heads * a.headDim;
+/** x's and y's rows, a token's heads each. */
+function ropeRows(a: RopeAttrs): { x: RowLayout; y: RowLayout } {
+  const width = a.heads * a.headDim, stride = ropeStrides(a);
+  return { x: { stride: stride.x, width }, y: { stride: stride.y, width } };
+}
 
-/** The reference rotation by sign · θ (sign −1: the transpose), or the copy (rotate false). */
-function rotate(x: ArrayLike<number>, positions: ArrayLike<number>, y: Float64Array, a: RopeAttrs, sign: 1 | -1): void {
+/**
+ * The reference rotation by sign · θ (sign −1: the transpose), or the copy (rotate false). x and y
+ * must not overlap.
+ */
+export function ropeRotate(x: ArrayLike<number>, positions: ArrayLike<number>, y: Float64Array, a: RopeAttrs, sign: 1 | -1): void {
   const { batch, seqLen, heads, headDim: d, base } = a;
   const half = d / 2;
   const stride = ropeStrides(a);
@@ -94,7 +100,7 @@ function rotate(x: ArrayLike<number>, positions: ArrayLike<number>, y: Float64Ar
 
 /** Packed documents: each row starts inside a document (position up to 4095) and a new document,
  * restarting at 0, begins at any later token with probability 1/32. */
-export function samplePositions(rng: PhiloxStream, { batch, seqLen }: RopeAttrs): Int32Array {
+export function samplePositions(rng: PhiloxStream, { batch, seqLen }: { readonly batch: number; readonly seqLen: number }): Int32Array {
   const positions = new Int32Array(batch * seqLen);
   for (let b = 0; b < batch; b++) {
     let pos = rng.int(4096);
@@ -149,8 +155,8 @@ export const rope = defineOp<RopeAttrs>({
     const { x, y, positions } = ropeShapes(attrs);
     return { x, positions, y };
   },
-  partialOutputs: ropeGaps,
-  reference: ({ x, positions, y }, attrs) => rotate(x!, positions!, y as Float64Array, attrs, 1),
+  rowLayout: ropeRows,
+  reference: ({ x, positions, y }, attrs) => ropeRotate(x!, positions!, y as Float64Array, attrs, 1),
   cases: ropeCases,
   sample: (rng, attrs) => ({ x: randn(rng, numel(ropeShapes(attrs).x)), positions: samplePositions(rng, attrs) }),
   tolerance: ROPE_TOLERANCE,
@@ -171,8 +177,11 @@ export const ropeBackward = defineOp<RopeAttrs>({
     const { x, y, positions } = ropeShapes(attrs);
     return { dy: x, positions, dx: y };
   },
-  partialOutputs: ropeGaps,
-  reference: ({ dy, positions, dx }, attrs) => rotate(dy!, positions!, dx as Float64Array, attrs, -1),
+  rowLayout: (attrs) => {
+    const { x, y } = ropeRows(attrs);
+    return { dy: x, dx: y };
+  },
+  reference: ({ dy, positions, dx }, attrs) => ropeRotate(dy!, positions!, dx as Float64Array, attrs, -1),
   cases: ropeCases,
   sample: (rng, attrs) => ({ dy: randn(rng, numel(ropeShapes(attrs).x)), positions: samplePositions(rng, attrs) }),
   tolerance: ROPE_TOLERANCE,

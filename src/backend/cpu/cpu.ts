@@ -5,7 +5,7 @@
 import { type Backend, BufferPool, PooledBackend, type PooledHandle, type Recording, TensorStore, checkUpload, rerun } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { fail } from '../../errors.js';
-import { type OpDef, type RefArgs, refArrayFor, resolveArgDtype, validateCall } from '../../ops/op.js';
+import { type OpDef, type RefArgs, hasGaps, refArrayFor, resolveArgDtype, validateCall } from '../../ops/op.js';
 import { DTYPE_BYTES, DTYPES, type DType, type HostArray, Tensor, isFloat } from '../../tensor.js';
 
 export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
@@ -42,7 +42,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       const t = args[a.name]!;
       if (t.backend !== this.name) fail('BAD_ARGUMENT', `${op.name}: argument '${a.name}' lives on ${t.backend}, not cpu`);
       const dtype = resolveArgDtype(op, a, attrs, floatDtype);
-      if (a.role === 'out' && !op.partialOutputs?.(attrs)) {
+      if (a.role === 'out') {
         ref[a.name] = refArrayFor(dtype, t.size);
         continue;
       }
@@ -50,13 +50,21 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
       ref[a.name] = host instanceof Float32Array ? Float64Array.from(host) : host;
     }
     op.reference(ref, attrs);
+    const rows = op.rowLayout?.(attrs) ?? {};
     for (const a of op.args) {
       if (a.role === 'in') continue;
       const t = args[a.name]!;
       const r = ref[a.name]!;
       const s = storage(t, this.store.handleOf(t));
-      if (t.dtype === 'f32' || t.dtype === 'i32' || t.dtype === 'u32') s.set(r);
-      else s.set(encodeFloats(t.dtype, r));
+      const put = (from: number, to: number) => {
+        const part = r.subarray(from, to);
+        if (t.dtype === 'f32' || t.dtype === 'i32' || t.dtype === 'u32') s.set(part, from);
+        else s.set(encodeFloats(t.dtype, part), from);
+      };
+      // a strided output's rows only: its gaps may be other outputs' rows
+      const layout = rows[a.name];
+      if (hasGaps(layout)) for (let o = 0; o < r.length; o += layout!.stride) put(o, o + layout!.width);
+      else put(0, r.length);
     }
   }
 

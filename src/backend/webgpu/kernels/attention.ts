@@ -1,5 +1,7 @@
-import { type AttentionAttrs, attention, attentionBackward, dvStrideOf } from '../../../ops/attention.js';
+import { type AttentionAttrs, attention, attentionBackward } from '../../../ops/attention.js';
+import type { Tensor } from '../../../tensor.js';
 import { ceilDiv, defineKernel, grid1d, type KernelContext } from '../kernel.js';
+import { dispatchRope } from './rope.js';
 
 /** Threads per workgroup in shaders/attention.wgsl (WG). */
 const WG = 128;
@@ -52,7 +54,7 @@ function constants({ D4P, TM, STREAM }: TileConfig): Record<string, number> {
 }
 
 function uniformParams(a: AttentionAttrs) {
-  return { batch: a.batch, seq_len: a.seqLen, heads: a.heads, kv_heads: a.kvHeads, d4: a.headDim / 4, causal: a.causal ? 1 : 0, scale: a.scale, dv_stride4: dvStrideOf(a) / 4 };
+  return { batch: a.batch, seq_len: a.seqLen, heads: a.heads, kv_heads: a.kvHeads, d4: a.headDim / 4, causal: a.causal ? 1 : 0, scale: a.scale };
 }
 
 export const attentionKernel = defineKernel({
@@ -72,10 +74,16 @@ export const attentionKernel = defineKernel({
 
 export const attentionBackwardKernel = defineKernel({
   op: attentionBackward,
-  shaders: ['attention'],
-  run(ctx: KernelContext, { q, k, v, segIds, out, lse, dout, dq, dk, dv }, a) {
+  shaders: ['attention', 'rope'],
+  run(ctx: KernelContext, { q, k, v, segIds, out, lse, dout, positions, dq, dk, dv }, a) {
     const params = uniformParams(a);
     const rows = a.batch * a.seqLen * a.heads;
+    // With gradStride or ropeBase the gradients are computed dense in scratch, then placed (dq and
+    // dk turned back) by rope's kernel: dk and dv interleaved in one buffer's rows cannot be two
+    // writable bindings of one dispatch.
+    const placed = a.gradStride !== undefined || a.ropeBase !== undefined;
+    const dense = (t: Tensor, heads: number) => (placed ? ctx.scratch([a.batch, a.seqLen, heads, a.headDim], t.dtype) : t);
+    const g = { dq: dense(dq!, a.heads), dk: dense(dk!, a.kvHeads), dv: dense(dv!, a.kvHeads) };
     // (lse, Drow) per query row, interleaved.
     const rowStats = ctx.scratch([a.batch, a.heads, a.seqLen, 2], 'f32');
     ctx.dispatch({
@@ -89,7 +97,7 @@ export const attentionBackwardKernel = defineKernel({
     ctx.dispatch({
       shader: 'attention',
       entry: 'backward_kv',
-      bindings: { ...inputs, dk: dk!, dv: dv! },
+      bindings: { ...inputs, dk: g.dk, dv: g.dv },
       workgroups: [ceilDiv(a.seqLen, kv.rows), a.kvHeads, a.batch],
       constants: constants(kv),
     });
@@ -97,9 +105,19 @@ export const attentionBackwardKernel = defineKernel({
     ctx.dispatch({
       shader: 'attention',
       entry: 'backward_q',
-      bindings: { ...inputs, dq: dq! },
+      bindings: { ...inputs, dq: g.dq },
       workgroups: [ceilDiv(a.seqLen, qc.rows), a.heads, a.batch],
       constants: constants(qc),
     });
+    if (!placed) return;
+    // rope_backward's turn, or its copy (rotate false; the base is then unused)
+    const place = (src: Tensor, dst: Tensor, heads: number, turn: boolean) =>
+      dispatchRope(ctx, 'rope_backward', src, positions!, dst, {
+        batch: a.batch, seqLen: a.seqLen, heads, headDim: a.headDim, base: a.ropeBase ?? 10000, yStride: a.gradStride, rotate: turn,
+      });
+    const turn = a.ropeBase !== undefined;
+    place(g.dq, dq!, a.heads, turn);
+    place(g.dk, dk!, a.kvHeads, turn);
+    place(g.dv, dv!, a.kvHeads, false);
   },
 });

@@ -10,7 +10,7 @@ export function ropeExponent(base: number, headDim: number): { exp_hi: number; e
   return { exp_hi: hi, exp_lo: Math.fround(c - hi) };
 }
 
-function dispatchRope(k: KernelContext, entry: string, src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs): void {
+export function dispatchRope(k: KernelContext, entry: 'rope' | 'rope_backward', src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs): void {
   const tokens = a.batch * a.seqLen;
   const halfDim = a.headDim / 2;
   const strides = ropeStrides(a);
