@@ -111,7 +111,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
           --steps 2 --warmup 0 --peer none > "$OUT/ncu-train-$preset.log" 2>&1; tail -n 2 "$OUT/ncu-train-$preset.log"
         node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" 2 | tee "$OUT/kernel-times-$preset.txt" | head -n 45
       done ;;
-    train-ab)  # this tree's dist/ against .device/dist-base.tar.xz (bash bench/pack-device.sh <commit>),
+    train-ab)  # this tree's dist/ and addon against another commit's (bash bench/pack-device.sh <commit>),
       # or environment settings against each other (AB_SIDES="K=0 K=1"), alternating, on one addon:
       # bench/train-ab.sh (AB_SIDES, AB_CASES, AB_RUNS, AB_ARGS)
       bash bench/train-ab.sh 2>&1 | tee "$OUT/train-ab.txt" ;;

@@ -4,7 +4,8 @@
 # node_modules (less TypeScript: dist/ is built here), dist/, and Node's headers for the CUDA
 # addon's build. Then carry ".device" with the run.
 # With a commit (bash bench/pack-device.sh <commit>), also that commit's dist/, built in a
-# temporary worktree, as .device/dist-base.tar.xz: the other side of bench/train-ab.sh.
+# temporary worktree, as .device/dist-base.tar.xz, and its cuda/ sources as
+# .device/cuda-base.tar.xz: the other side of bench/train-ab.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 npx tsc -p tsconfig.json
@@ -25,6 +26,7 @@ if [ -n "${1:-}" ]; then
   ln -s "$nm" "$wt/node_modules"
   (cd "$wt" && npx tsc -p tsconfig.json)
   tar -C "$wt" --exclude='*.map' -cJf .device/dist-base.tar.xz dist
+  git archive "$1" cuda | xz > .device/cuda-base.tar.xz
   git worktree remove --force "$wt"
 fi
 ls -l .device

@@ -3,9 +3,10 @@
 # run (A, B, A, B, ...) so that clock and power drift fall on all of them. Prints each run's
 # ms/step and each side's median against the first side's.
 # Sides are either
-#   - two builds of the TypeScript side (dist/) on one addon (the default): this tree's dist/
-#     ("head") and the dist/ packed from another commit ("base", .device/dist-base.tar.xz:
-#     `bash bench/pack-device.sh <commit>`); changes to cuda/ are not A/B'd this way;
+#   - two commits (the default): this tree's dist/ and addon ("head") and the dist/ packed from
+#     another commit ("base", .device/dist-base.tar.xz: `bash bench/pack-device.sh <commit>`), with
+#     that commit's addon built from its cuda/ (.device/cuda-base.tar.xz, packed beside it) when
+#     AB_BACKEND is cuda;
 #   - or environment settings on this tree (AB_SIDES, space-separated, a side's variables joined by
 #     '+'): e.g. AB_SIDES="MDLM_ATTN_POLY_EXP=0 MDLM_ATTN_POLY_EXP=2" for a kernel knob.
 # Usage: bash bench/train-ab.sh   (env: AB_SIDES, AB_RUNS=3 rounds, AB_CASES="llama-124m:mdlm
@@ -15,15 +16,25 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sides=${AB_SIDES:-head base}
+rm -f /tmp/ab-head-addon.node
 if [ -z "${AB_SIDES:-}" ]; then
   base_tar=${AB_BASE:-.device/dist-base.tar.xz}
   [ -f "$base_tar" ] || { echo "train-ab: no $base_tar (make it with: bash bench/pack-device.sh <commit>)"; exit 2; }
   rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar -xJf "$base_tar" -C /tmp/ab-base || exit 2
   [ -d /tmp/ab-base/dist ] || { echo "train-ab: $base_tar holds no dist/"; exit 2; }
+  # The base addon, built under .device/ (so its build finds this tree's node_modules)
+  addon=cuda/build/Release/mdlm_cuda.node base_addon=.device/ab-base/cuda/build/Release/mdlm_cuda.node
+  if [ "${AB_BACKEND:-cuda}" = cuda ]; then
+    [ -f .device/cuda-base.tar.xz ] || { echo "train-ab: no .device/cuda-base.tar.xz (bash bench/pack-device.sh <commit>)"; exit 2; }
+    rm -rf .device/ab-base && mkdir -p .device/ab-base && tar -xJf .device/cuda-base.tar.xz -C .device/ab-base || exit 2
+    node .device/ab-base/cuda/build.mjs > "$OUT/ab-base-build.log" 2>&1 || { tail -n 20 "$OUT/ab-base-build.log"; echo "train-ab: the base addon did not build"; exit 2; }
+    cp "$addon" /tmp/ab-head-addon.node
+  fi
 fi
-# Puts side $1's dist/ in place (head's is kept in /tmp/ab-head while base runs).
+# Puts side $1's dist/ (and addon) in place (head's dist/ is kept in /tmp/ab-head while base runs).
 use() {
   if [ "$1" = base ]; then mv dist /tmp/ab-head && cp -r /tmp/ab-base/dist dist; else rm -rf dist && mv /tmp/ab-head dist; fi
+  if [ -f /tmp/ab-head-addon.node ]; then cp "$([ "$1" = base ] && echo "$base_addon" || echo /tmp/ab-head-addon.node)" "$addon"; fi
 }
 trap '[ -d /tmp/ab-head ] && use head' EXIT
 label() { echo "$1" | tr '=+' '_-'; }
