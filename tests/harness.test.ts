@@ -32,6 +32,9 @@ describe('timing-only backward inputs', () => {
     const shapes = attentionBackward.shapes(c.attrs);
     for (const name of ['dq', 'dk', 'dv']) expect(tensors[name]!.shape).toEqual(shapes[name]);
     expect(Array.from((await cpu.download(tensors.dout!)) as Float32Array).some((v) => v !== 0)).toBe(true);
+    // positions (no forward source) sampled as rope's are: packed documents' token positions
+    const positions = Array.from((await cpu.download(tensors.positions!)) as Int32Array);
+    expect(positions.every((p) => Number.isInteger(p) && p >= 0) && positions.some((p) => p > 0)).toBe(true);
     for (const t of Object.values(tensors)) cpu.free(t);
   });
 

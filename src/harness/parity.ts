@@ -176,13 +176,15 @@ export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, att
   const source = new Map<string, string>(Object.entries(g.inputs).map(([f, b]) => [b, f]));
   for (const a of op.args) if (!source.has(a.name) && forwardArgs.has(a.name)) source.set(a.name, a.name);
   const random = new Set([...Object.values(g.cotangents), ...Object.values(g.passthrough ?? {})]);
+  const forwardInputs = forward.sample(rng, fattrs);
+  const rest = g.sampleRest?.(rng, attrs) ?? {};
   for (const a of op.args) {
-    // Pure inputs need a forward source or random values; inout args start random.
-    if (a.role === 'in' && !source.has(a.name) && !(random.has(a.name) && isFloat(resolveArgDtype(op, a, attrs, dtype)))) return false;
+    // Pure inputs need a forward source, random values or a sample of their own; inout args start random.
+    if (a.role === 'in' && !source.has(a.name) && !(a.name in rest) && !(random.has(a.name) && isFloat(resolveArgDtype(op, a, attrs, dtype)))) return false;
   }
   const fwd: Record<string, Tensor> = {};
   try {
-    uploadCall(backend, forward, fattrs, dtype, forward.sample(rng, fattrs), fwd, false);
+    uploadCall(backend, forward, fattrs, dtype, forwardInputs, fwd, false);
     backend.run(forward, fwd, fattrs);
     const shapes = op.shapes(attrs);
     for (const a of op.args) {
@@ -195,7 +197,9 @@ export function uploadBackwardFromForward<A>(backend: Backend, op: OpDef<A>, att
       const d = resolveArgDtype(op, a, attrs, dtype);
       const t = backend.alloc(shapes[a.name]!, d);
       into[a.name] = t;
-      if (a.role !== 'out') backend.upload(t, Float32Array.from(normals(rng, t.size)));
+      const own = rest[a.name];
+      if (own) backend.upload(t, toHost(own, d));
+      else if (a.role !== 'out') backend.upload(t, Float32Array.from(normals(rng, t.size)));
     }
   } finally {
     for (const t of Object.values(fwd)) backend.free(t);

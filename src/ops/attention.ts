@@ -347,5 +347,6 @@ export const attentionBackward = defineOp<AttentionAttrs>({
     // attention's own gradient: dense (the stride changes no math), without rope's turn (rope's
     // backward has its own check)
     checkAttrs: ({ gradStride: _stride, ropeBase: _rope, ...plain }) => plain,
+    sampleRest: (rng, attrs) => ({ positions: samplePositions(rng, attrs) }),
   }),
 });

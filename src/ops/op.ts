@@ -51,6 +51,11 @@ export interface GradientCheck<A, F> {
   readonly passthrough?: Readonly<Record<string, string>>;
   /** The backward attributes the finite-difference check runs with (default: the case's). */
   checkAttrs?(attrs: A): A;
+  /**
+   * Backward inputs that neither the forward nor the cotangents give (attention_backward's
+   * positions), sampled on their own: what a timing-only run at bench size uploads for them.
+   */
+  sampleRest?(rng: PhiloxStream, attrs: A): RefArgs;
 }
 
 export interface OpDef<A = Record<string, never>> {

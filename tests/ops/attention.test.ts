@@ -21,6 +21,7 @@ function randomInputs(a: AttentionAttrs, seed: number, segIds?: Int32Array): Ref
     v: randn(rng, B * T * G * D),
     segIds: segIds ?? new Int32Array(B * T),
     dout: randn(rng, B * T * H * D),
+    positions: new Int32Array(B * T),
   };
 }
 
@@ -141,7 +142,7 @@ describe('attention reference', () => {
         const one = { ...a, seqLen: n };
         const xd: RefArgs = {
           q: sliceRows(x.q!, t0, n, qw), k: sliceRows(x.k!, t0, n, kw), v: sliceRows(x.v!, t0, n, kw),
-          segIds: new Int32Array(n), dout: sliceRows(x.dout!, t0, n, qw),
+          segIds: new Int32Array(n), positions: new Int32Array(n), dout: sliceRows(x.dout!, t0, n, qw),
         };
         const fd = forward(one, xd), gd = backward(one, xd);
         expectClose(sliceRows(f.out!, t0, n, qw), fd.out!);
@@ -202,6 +203,24 @@ describe('attention argument checks', () => {
       expect(errorOf(() => attention.validate!(a)).message).toMatch(msg);
     }
     expect(errorOf(() => attentionBackward.validate!({ ...good, kvHeads: 3 })).message).toMatch(/^attention_backward: attribute 'kvHeads'/);
+    expect(errorOf(() => attentionBackward.validate!({ ...good, gradStride: 28 })).message).toMatch(/^attention_backward: attribute 'gradStride' is 28; expected a multiple of 4 of at least heads · headDim \(32\)/);
+    expect(errorOf(() => attentionBackward.validate!({ ...good, ropeBase: 1 })).message).toMatch(/^attention_backward: attribute 'ropeBase' is 1/);
+    expect(errorOf(() => attentionBackward.validate!({ ...good, headDim: 12, ropeBase: 1e4 })).message).toMatch(/attribute 'headDim' is 12; expected a multiple of 8 with gradStride or ropeBase/);
+  });
+
+  it('lets dq, dk and dv interleave in the rows of one fused q/k/v gradient, but not overlap', () => {
+    // rows of [q heads | k heads | v heads]: 4·8, 2·8 and 2·8 elements, 64 a row
+    const a = { ...good, gradStride: 64, ropeBase: 1e4 };
+    const rows = a.batch * a.seqLen, grad = cpu.alloc([rows * 64], 'f32');
+    const part = (offset: number, width: number) => cpu.view(grad, offset, [(rows - 1) * 64 + width]);
+    const shapes = attentionBackward.shapes(a);
+    const inputs = {
+      ...tensorsFor(a), out: cpu.alloc(shapes.out!, 'f32'), dout: cpu.alloc(shapes.dout!, 'f32'), positions: cpu.alloc(shapes.positions!, 'i32'),
+    };
+    expect(() => validateCall(attentionBackward, { ...inputs, dq: part(0, 32), dk: part(32, 16), dv: part(48, 16) }, a)).not.toThrow();
+    // dk starting inside dq's columns, and dv on dk's
+    expect(errorOf(() => validateCall(attentionBackward, { ...inputs, dq: part(0, 32), dk: part(24, 16), dv: part(48, 16) }, a)).message).toMatch(/output 'dq' overlaps argument 'dk'/);
+    expect(errorOf(() => validateCall(attentionBackward, { ...inputs, dq: part(0, 32), dk: part(32, 16), dv: part(40, 16) }, a)).message).toMatch(/output 'dk' overlaps argument 'dv'/);
   });
 });
 
