@@ -973,9 +973,7 @@ struct WsFwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-// kPolyExp: of the optimistic pass's exponentials, none (0), a quarter (1) or half (2) by
-// poly_exp2 on the FMA pipe, the rest by ex2 on the XU pipe (MDLM_ATTN_POLY_EXP).
-template <int kD, bool kOptimistic, int kPolyExp = 0>
+template <int kD, bool kOptimistic>
 __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
@@ -1182,8 +1180,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         for (int r = 0; r < 4; ++r) {  // register r: row r & 1 (accumulator elements 8·kk + 2·r, + 1)
           const float neg_m = -mrow[r & 1];
           const float p0 = fast_exp2(fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m));
-          const float x1 = fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m);
-          const float p1 = (kPolyExp == 2 || (kPolyExp == 1 && (r & 1) == 0)) ? poly_exp2(x1) : fast_exp2(x1);
+          const float p1 = fast_exp2(fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m));
           psum[r & 1] += p0 + p1;
           pa[kk][r] = pack_bf16(p0, p1);
         }
@@ -1986,13 +1983,9 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
       // The optimistic softmax where P·V is not overlapped (head dim 64; see fwd_ws) unless
-      // MDLM_ATTN_FWD_OPT=0, with MDLM_ATTN_POLY_EXP's share of its exponentials by polynomial;
-      // both read at every call.
-      auto kernel = fwd_ws<kD, false>;
-      if constexpr (!W::kOverlapPV) {
-        const std::string poly = env_knob("MDLM_ATTN_POLY_EXP");
-        if (env_knob("MDLM_ATTN_FWD_OPT") != "0") kernel = poly == "1" ? fwd_ws<kD, true, 1> : poly == "2" ? fwd_ws<kD, true, 2> : fwd_ws<kD, true>;
-      }
+      // MDLM_ATTN_FWD_OPT=0, read at every call.
+      auto kernel = fwd_ws<kD, !W::kOverlapPV>;
+      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
       return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
     }
   }

@@ -12,7 +12,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #ifdef MDLM_ATTN_EMULATE
 #include "emu/warp_emu.h"
@@ -348,31 +347,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 #endif
-}
-
-// 2^x on the FMA and integer pipes instead of the XU pipe's ex2 (FlashAttention-4's trick for
-// softmaxes bound by the exponentials): 2^floor(x) by adding floor(x) to the exponent bits, 2^frac
-// by a degree-3 polynomial (relative error 8.8e-5, far below bf16's 3.9e-3). floor(x) comes from
-// adding 1.5·2^23 rounding down, whose low mantissa bits then hold it. x is clamped to
-// [−127, 127] with NaN kept (max.NaN/min.NaN): 2^−127 is a zero as good as ex2's, and +inf gives
-// 2^127, as far beyond the optimistic softmax's 2^8 as ex2's inf.
-__device__ __forceinline__ float poly_exp2(float x) {
-#ifdef MDLM_ATTN_EMULATE
-  x = std::isnan(x) ? x : std::min(std::max(x, -127.f), 127.f);
-  const float t = std::floor(x) + 12582912.f;  // what add.rm gives: exact below 2^22
-#else
-  asm("max.NaN.f32 %0, %0, 0fC2FE0000;\n\tmin.NaN.f32 %0, %0, 0f42FE0000;" : "+f"(x));  // ±127
-  const float t = __fadd_rd(x, 12582912.f);
-#endif
-  const float f = x - (t - 12582912.f);  // [0, 1)
-  const float p = fmaf(fmaf(fmaf(0.077119089663028717041015625f, f, 0.227564394474029541015625f), f, 0.695146143436431884765625f), f, 1.f);
-  uint32_t bits, tb;
-  std::memcpy(&bits, &p, 4);
-  std::memcpy(&tb, &t, 4);
-  bits += tb << 23;
-  float y;
-  std::memcpy(&y, &bits, 4);
-  return y;
 }
 
 }  // namespace attn
