@@ -867,10 +867,16 @@ template <int kD>
 __host__ __device__ __forceinline__ bool ws_turns_dk(const Params& p) { return p.positions && p.D == kD; }
 
 // (cos, −sin) of rope's angle for position `pos` and pair i: the backward's turn by −θ, with θ
-// computed as rope's kernel does (f32(pos) · inv_freq[i] in f32).
+// computed as rope's kernel does (f32(pos) · inv_freq[i] in f32), reduced to [−π, π] in three
+// steps (2π split so that k · each part is exact for |k| < 2^15), then the SFU's sin and cos
+// (absolute error ~1e-6 there, far below bf16's rounding). sincosf took ~40 instructions a pair:
+// at llama-1.3b's shape that ate the saved rope_backward launches.
 __device__ __forceinline__ float2 rope_back_turn(const Params& p, int pos, int i) {
+  const float a = static_cast<float>(pos) * p.inv_freq[i];
+  const float k = rintf(a * 0.15915494309189535f);
+  const float r = fmaf(-k, 1.2556658930407139e-6f, fmaf(-k, 0.001934051513671875f, fmaf(-k, 6.28125f, a)));
   float s, c;
-  sincosf(static_cast<float>(pos) * p.inv_freq[i], &s, &c);
+  __sincosf(r, &s, &c);
   return make_float2(c, -s);
 }
 
@@ -1517,32 +1523,36 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   }
 }
 
+// Heads of a token bwd_dq_store turns with one set of angles (as rope's kernel, kRopeHeads).
+constexpr int kDqStoreHeads = 4;
+
 // dq = bf16(scale · dQ accumulator), turned back through rope (p.positions): a thread takes
-// elements i..i+3 of a head and their rope partners i + D/2.. (D a multiple of 8).
+// elements i..i+3 and their rope partners i + D/2.. (D a multiple of 8) of up to kDqStoreHeads
+// heads of a token, with the angles once.
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
-  const int half = p.D / 2, quads = half / 4;
-  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, row = item / quads;  // row: (b·T + t)·H + h
-  if (row >= (int64_t)p.B * p.T * p.H) return;
-  const int i = (int)(item - row * quads) * 4, h = (int)(row % p.H);
-  const int64_t token = row / p.H;
-  const float* a = p.dq_accum + row * p.D + i;
-  float lo[4], up[4];
-  *reinterpret_cast<float4*>(lo) = *reinterpret_cast<const float4*>(a);
-  *reinterpret_cast<float4*>(up) = *reinterpret_cast<const float4*>(a + half);
-  if (p.positions) {
-    const int pos = p.positions[token];
+  const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
+  if (token >= (int64_t)p.B * p.T) return;
+  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
+  float2 cs[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
+  const float s = p.scale;
+  for (int h = h0; h < min(h0 + kDqStoreHeads, p.H); ++h) {
+    const float* a = p.dq_accum + (token * p.H + h) * p.D + i;
+    float lo[4], up[4];
+    *reinterpret_cast<float4*>(lo) = *reinterpret_cast<const float4*>(a);
+    *reinterpret_cast<float4*>(up) = *reinterpret_cast<const float4*>(a + half);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float2 cs = rope_back_turn(p, pos, i + e);
       const float x1 = lo[e], x2 = up[e];
-      lo[e] = x1 * cs.x - x2 * cs.y;
-      up[e] = x2 * cs.x + x1 * cs.y;
+      lo[e] = (x1 * cs[e].x - x2 * cs[e].y) * s;
+      up[e] = (x2 * cs[e].x + x1 * cs[e].y) * s;
     }
+    bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
+    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]));
+    *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0], up[1]), pack_bf16(up[2], up[3]));
   }
-  const float s = p.scale;
-  bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
-  *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0] * s, lo[1] * s), pack_bf16(lo[2] * s, lo[3] * s));
-  *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0] * s, up[1] * s), pack_bf16(up[2] * s, up[3] * s));
 }
 
 // dq or dk turned back through rope where it lies, after kernels that store it unturned: a
@@ -2027,7 +2037,8 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-    launch(bwd_dq_store, dim3((unsigned)ceil_div64(n / 8, 256)), 256, 0, p, stream, "attention backward dq store");
+    const int64_t items = (int64_t)p.B * p.T * ceil_div(p.H, kDqStoreHeads) * (p.D / 8);
+    launch(bwd_dq_store, dim3((unsigned)ceil_div64(items, 256)), 256, 0, p, stream, "attention backward dq store");
     return rope_passes<bf16>(p, true, dk_turned, stream);
   }
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;

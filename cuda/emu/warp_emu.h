@@ -640,6 +640,7 @@ template <typename T>
 inline T __ldg(const T* p) { return *p; }
 inline float __log2f(float x) { return std::log2(x); }
 inline float __expf(float x) { return std::exp(x); }
+inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x), *c = std::cos(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __uint_as_float(uint32_t u) {
   float f;
