@@ -19,6 +19,10 @@
 //                          warpgroups of 64 keys fed by a producer warpgroup, each tile's dQ a
 //                          step later.
 //             bwd_dq_store dq = bf16(scale · dQacc).
+//   With ropeBase (the fused q/k/v backward), dq and dk come out turned back through rope
+//   (gradients of rope's inputs): in bwd_dq_store and in bwd_ws's dK store where it holds both
+//   halves of a head (D = 64 or 128), else by bwd_rope_pass after the kernels; gradStride writes
+//   dq, dk and dv as the parts of one fused gradient's rows.
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
 //   backward (MDLM_ATTN_DETERMINISTIC=1: the same bits on every run)

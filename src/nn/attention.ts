@@ -10,9 +10,10 @@
  * stride) into the contiguous q, k and v attention takes (v by rope's copy). Backward writes the
  * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
  * their parts (gradStride), dq and dk turned back through rope (ropeBase), so dWqkv and dx are one
- * GEMM each: three
- * GEMMs of three times the size instead of nine, which at llama-124m's [16384, 768] × [768, 768]
- * ran far below the larger GEMMs' rate (bench/RESULTS.md, twelfth pass).
+ * GEMM each: three GEMMs of three times the size instead of nine, which at llama-124m's
+ * [16384, 768] × [768, 768] ran far below the larger GEMMs' rate (bench/RESULTS.md, twelfth pass).
+ * Turning rope back in the attention backward instead of two rope_backward launches a layer:
+ * −0.42 ms a llama-124m step, −1.93 ms at llama-1.3b (H200; bench/RESULTS.md, eighteenth pass).
  */
 import type { Backend } from '../backend/backend.js';
 import { type AttentionAttrs, attention, attentionBackward } from '../ops/attention.js';
