@@ -182,7 +182,7 @@ fn stash(t: u32, buf: u32) {
 
 // One k-step on shared buffer `buf`: fetch the next tile into registers, multiply, store the next
 // tile into the other buffer.
-fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc0: ptr<function, array<vec4f, 8>>, acc1: ptr<function, array<vec4f, 8>>) {
+fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<function, array<vec4f, 16>>) {
   if (s + 1u < steps) {
     fetch(t, m0, n0, (s + 1u) * BK);
   }
@@ -197,12 +197,8 @@ fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc0: ptr<functi
       let av = tile_a[(buf * BK + kk) * (BM / 64u) + h][ty ^ swizzle(kk, !TRANS_A)];
       for (var i = 0u; i < 4u; i++) {
         for (var q = 0u; q < 2u; q++) {
-          let r = i * 2u + q;
-          if (h == 0u) {
-            (*acc0)[r] = fma(vec4f(av[i]), bv[q], (*acc0)[r]);
-          } else {
-            (*acc1)[r] = fma(vec4f(av[i]), bv[q], (*acc1)[r]);
-          }
+          let r = (4u * h + i) * 2u + q;
+          (*acc)[r] = fma(vec4f(av[i]), bv[q], (*acc)[r]);
         }
       }
     }
@@ -232,10 +228,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   let n0 = blk.x * BN;
   init_offsets(t, m0, n0, wid.z * params.batch_stride_a, wid.z * params.batch_stride_b);
 
-  // acc_h[i·2 + q]: row 4·ty + 64·h + i, vec4 column q (two arrays of 8, not one of 16: the
-  // second only with TM = 8)
-  var acc0 = array<vec4f, 8>();
-  var acc1 = array<vec4f, 8>();
+  // acc[(4·h + i)·2 + q]: row 4·ty + 64·h + i, vec4 column q
+  var acc = array<vec4f, 16>();
 
   let steps = (params.k + BK - 1u) / BK;
   fetch(t, m0, n0, 0u);
@@ -243,9 +237,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   workgroupBarrier();
   // steps in pairs, so each call's buffer is a constant once the driver inlines it
   for (var s = 0u; s < steps; s += 2u) {
-    step(t, m0, n0, s, steps, 0u, &acc0, &acc1);
+    step(t, m0, n0, s, steps, 0u, &acc);
     if (s + 1u < steps) {
-      step(t, m0, n0, s + 1u, steps, 1u, &acc0, &acc1);
+      step(t, m0, n0, s + 1u, steps, 1u, &acc);
     }
   }
 
@@ -255,7 +249,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
       let row = m0 + 64u * h + 4u * ty + i;
       if (row >= params.m) { continue; }
       for (var q = 0u; q < 2u; q++) {
-        let v = select(acc1[i * 2u + q], acc0[i * 2u + q], h == 0u);
+        let v = acc[(4u * h + i) * 2u + q];
         let col0 = n0 + 64u * q + 4u * tx;
         for (var j = 0u; j < 4u; j++) {
           if (col0 + j >= params.n) { continue; }
