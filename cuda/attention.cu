@@ -806,18 +806,19 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, in
 }
 
 // The wgmma backwards' softmax gradient of one step, in a warpgroup's accumulator layout (64 keys
-// × 64 queries, rows = keys): Pᵀ = exp(scale·sᵀ − lse[query]) in place of the scores, with the
+// × kN queries, rows = keys): Pᵀ = exp(scale·sᵀ − lse[query]) in place of the scores, with the
 // pairs the mask hides zeroed on a partial tile, then packed as bf16 A fragments (k = queries).
 // The mask is in its own warp-uniform branch: folded into the exponentials' loop (as it was),
 // ptxas computed every tile's mask, predicated off on the interior tiles: about 300 issued
 // instructions a step that did nothing, in the phase that overlaps Sᵀ's and dPᵀ's wgmmas. Split
 // out, the backward is 19-37% faster at head dim 128 and 13-19% at 64 on the bench shapes, save
 // B16 T1024 causal (2% slower; H200, 2026-12-03, bench/RESULTS.md tenth pass).
-__device__ __forceinline__ void bwd_probs(float (&s)[32], uint32_t (&pa)[4][4], const float* lse, const int* qseg, int kind, int q0,
+template <int kN>
+__device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN / 16][4], const float* lse, const int* qseg, int kind, int q0,
                                           const int (&krow)[2], const int (&kseg)[2], int T, bool causal, float scale_log2) {
   const int tig = threadIdx.x & 3;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kN / 8; ++j) {
     const float2 l2 = *reinterpret_cast<const float2*>(lse + j * 8 + 2 * tig);
 #pragma unroll
     for (int e = 0; e < 2; ++e)
@@ -826,7 +827,7 @@ __device__ __forceinline__ void bwd_probs(float (&s)[32], uint32_t (&pa)[4][4], 
   }
   if (kind == kPartial) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
+    for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int c = j * 8 + 2 * tig + e, qs = qseg[c];
@@ -836,18 +837,18 @@ __device__ __forceinline__ void bwd_probs(float (&s)[32], uint32_t (&pa)[4][4], 
       }
   }
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
 // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) (in place of dPᵀ), stored as bf16 into rows key0 + 16·warp.. of
-// the swizzled [kBc][64] tile at `dst` ([keys][queries], read by dQ's and dK's wgmmas).
-template <int kBc>
-__device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[32], const float (&s)[32], const float* drow, int key0) {
+// the swizzled [kBc][kN] tile at `dst` ([keys][queries], read by dQ's and dK's wgmmas).
+template <int kBc, int kN>
+__device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[kN / 2], const float (&s)[kN / 2], const float* drow, int key0) {
   const int warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2, tig = threadIdx.x & 3;
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kN / 8; ++j) {
     const float2 d2 = *reinterpret_cast<const float2*>(drow + j * 8 + 2 * tig);
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
@@ -856,7 +857,7 @@ __device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[32
     }
   }
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
+  for (int kk = 0; kk < kN / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
@@ -1277,9 +1278,15 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // T1024 level.
 template <int kD>
 struct WsBwdCfg {
-  // kSplitDq: each warpgroup computes half of every dQ's columns (128); else whole dQs in turn (64)
+  // Query rows a step: 128 at head dim 64 (FlashAttention-3's tile there: twice the work between a
+  // step's waits, n128 products), 64 at 128 (no registers for more).
+  static constexpr int kWG = 2, kBc = 128, kBr = kD == 64 ? 128 : 64;
+  // Each warpgroup computes half of every step's dQ: half the columns (head dim 128, kSplitDq), or
+  // half the query rows (64).
   static constexpr bool kSplitDq = kD == 128;
-  static constexpr int kWG = 2, kBc = 128, kBr = 64, kStages = 3, kDq = kSplitDq ? kD / kWG : kD, kdSBufs = 3;
+  static constexpr int kDq = kSplitDq ? kD / kWG : kD;
+  // Q and dO stages: three at 128; two at 64, where the tiles are twice as large (shared memory).
+  static constexpr int kStages = kD == 64 ? 2 : 3, kdSBufs = 3;
   // 128·24 + 256·240 = 384·168, the launch share (setmaxnreg_fits).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -1292,6 +1299,7 @@ struct WsBwdCfg {
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
   static constexpr size_t kSmem = kOffBar + 2 * (kStages + kdSBufs) * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
+  static_assert(kSmem <= 227 * 1024, "warp-specialised backward: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
@@ -1403,21 +1411,19 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   wg::bar_sync(1, Cfg::kConsumers);  // both warpgroups' K and V rows have landed
 
   int i = 0, prev_hq = 0, prev_q0 = 0;  // the step before's tile, whose dQ a step computes
-  // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows): this warpgroup's columns,
-  // or (head dim 64) all of them.
-  const int dq_col = Cfg::kSplitDq ? wgi * kDq : 0;
+  // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows of keys): this warpgroup's
+  // columns of the 64 query rows (head dim 128), or all columns of its 64 of the 128 (64).
+  const int dq_col = Cfg::kSplitDq ? wgi * kDq : 0, dq_row = Cfg::kSplitDq ? 0 : 64 * wgi;
   auto issue_dq = [&](float (&dq)[kDq / 2], uint32_t buf) {
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)
-      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(buf, kBc, 0, kk), wg::desc_mn_major(aK, kBc, dq_col, kk), kk > 0);
+      wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(buf, kBc, dq_row, kk), wg::desc_mn_major(aK, kBc, dq_col, kk), kk > 0);
     wg::wgmma_commit();
   };
   auto add_dq = [&](const float (&dq)[kDq / 2], int hq, int q0) {
-    add_dq_rows<kDq>(p.dq_accum + q_base(p, b, g * group + hq), qstride, q0 + 16 * warp + gid, dq, dq_col, D, T);
+    add_dq_rows<kDq>(p.dq_accum + q_base(p, b, g * group + hq), qstride, q0 + dq_row + 16 * warp + gid, dq, dq_col, D, T);
   };
-  // Whether this warpgroup computes step j's dQ (j = -1: the first step's dummy product).
-  auto owns_dq = [&](int j) { return Cfg::kSplitDq || (j & 1) == wgi; };
   for (;; ++i) {
     const int s = i % kS, d = i % Cfg::kdSBufs;
     wg::mbar_wait(full(s), (uint32_t)(i / kS) & 1u);
@@ -1430,53 +1436,50 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     const float* cDr = sDr + s * kBr;
     const int* cSg = sSg + s * kBr;
 
-    float sc[32], dp[32];
+    float sc[kBr / 2], dp[kBr / 2];
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<64, 0, 0>(sc, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
+      wg::wgmma_ss<kBr, 0, 0>(sc, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
     wg::wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<64, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
+      wg::wgmma_ss<kBr, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
     wg::wgmma_commit();
 
     wg::wgmma_wait<1>();  // the previous step's dK (the last reader of its Q and its dSᵀ rows) and Sᵀ
     if (i > 0) wg::mbar_arrive(empty((i - 1) % kS));
-    uint32_t pa[4][4];
-    bwd_probs(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
+    uint32_t pa[kBr / 16][4];
+    bwd_probs<kBr>(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
 
     wg::wgmma_wait<0>();  // dPᵀ
     // both warpgroups' dQ of the buffer's last tile are done
     if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
-    bwd_store_dst<kBc>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0);
+    bwd_store_dst<kBc, kBr>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0);
     wg::fence_proxy_async();
     wg::mbar_arrive(ds_full(d));
     wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
-    const bool own = owns_dq(i - 1);
     // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
-    if (i > 0 && own) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
 
     wg::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
+    for (int kk = 0; kk < kBr / 16; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
     wg::wgmma_commit();
     // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely wait
     // for each other, and one's softmax can overlap the other's products. (The first step has
-    // none: it multiplies the V tile, which no copy rewrites, unread, so every wgmma is on a
+    // none: it multiplies the K and V tiles, which no copy rewrites, unread, so every wgmma is on a
     // uniform path: a conditional one made ptxas spill 392 bytes.)
-    // (Head dim 64: the warpgroup whose turn it is not issues none; the other one's arrival below
-    // frees the buffer together with the owner's.)
     float dq[kDq / 2];
-    if (own) issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
+    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aK);
     wg::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
+    for (int kk = 0; kk < kBr / 16; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
       wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(cdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
     if (i > 0) {
-      if (own) add_dq(dq, prev_hq, prev_q0);
+      add_dq(dq, prev_hq, prev_q0);
       wg::mbar_arrive(ds_empty((i - 1) % Cfg::kdSBufs));
     }
     prev_hq = hq;
@@ -1484,11 +1487,10 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
   }
   {  // the last tile's dQ
     float dq[kDq / 2];
-    const bool own = owns_dq(i - 1);
-    if (i > 0 && own) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
-    if (own) issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aV);
+    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aK);
     wg::wgmma_wait<0>();  // and the last step's dK
-    if (i > 0 && own) add_dq(dq, prev_hq, prev_q0);
+    if (i > 0) add_dq(dq, prev_hq, prev_q0);
   }
   wg::fence_operand(dk);
   bwd_store_dkdv<kD>(p, b, g, krow, dk, dv);
