@@ -1268,14 +1268,15 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // again (B8 T2048 H16 bidirectional: 2.168 → 1.913 ms in one run, 1.879 → 1.812 in another;
 // SDPA 1.474).
 //
-// Head dim 64: a tile's dQ has 64 columns, too few to split between the warpgroups (a 32-column
-// operand would start inside a 128-byte swizzle row), so the warpgroups take turns: warpgroup
-// (i mod 2) computes all of tile i's dQ over both warpgroups' 128 keys, a step later as at 128.
-// That sends dQ's atomics once per 128 keys, and each warpgroup still does 5 products' work a step
-// on average. H200, 2026-12-03 (bench/RESULTS.md, thirteenth pass), against bwd_dkdv_wgmma (one
-// warpgroup of 64 keys, three blocks an SM, which it replaced): bidirectional B16 T1024 H12
-// 0.485 vs 0.545 ms, B8 0.253-0.256 vs 0.283-0.290, causal B4 T2048 0.262 vs 0.290, causal at
-// T1024 level.
+// Head dim 64: a step takes 128 query rows (FlashAttention-3's tile there), so Sᵀ and dPᵀ are n128
+// products and a step does twice the work between its waits; a tile's dQ has 64 columns, too few
+// to split (a 32-column operand would start inside a 128-byte swizzle row), so each warpgroup
+// computes dQ for its half of the query rows over both warpgroups' 128 keys. Two Q/dO stages fit
+// beside three dSᵀ buffers of 128 × 128. H200, 2026-12-04 (bench/RESULTS.md, eighteenth pass),
+// against 64 query rows a step with the warpgroups taking turns at dQ: B16 T1024 H12
+// bidirectional 0.471 vs 0.487 ms, causal 0.332 vs 0.335, B8 bidirectional 0.248 vs 0.255;
+// llama-124m mdlm 0.40 ms a step less. (Those turns had replaced bwd_dkdv_wgmma, one warpgroup of
+// 64 keys and three blocks an SM: 0.485 vs 0.545 ms at B16 T1024 bidirectional, thirteenth pass.)
 template <int kD>
 struct WsBwdCfg {
   // Query rows a step: 128 at head dim 64 (FlashAttention-3's tile there: twice the work between a
