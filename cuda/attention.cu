@@ -66,6 +66,8 @@ namespace mdlm {
 namespace attn {
 namespace {
 
+constexpr int kDM = 128;  // largest head dim
+
 struct Params {
   const void* q;
   const void* k;
@@ -85,7 +87,7 @@ struct Params {
   // backward with ropeBase: the positions [B, T] rope turned q and k by, and its inv_freq table
   // (base^(−2i/D), i < D/2, as rope's kernel has it); dq and dk come out turned back. Else null.
   const int* positions;
-  float inv_freq[64];
+  float inv_freq[kDM / 2];
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int B, T, H, G, D, group;
@@ -885,6 +887,13 @@ __device__ __forceinline__ float2 rope_back_turn(const Params& p, int pos, int i
   return make_float2(c, -s);
 }
 
+// A rope pair (elements i and i + D/2) turned by the (cos, sin) in cs.
+__device__ __forceinline__ void turn_pair(float& lo, float& up, float2 cs) {
+  const float x1 = lo, x2 = up;
+  lo = x1 * cs.x - x2 * cs.y;
+  up = x2 * cs.x + x1 * cs.y;
+}
+
 // dK (× scale) and dV of keys krow[0..1] straight from the accumulators: 4 bytes a lane, once a
 // block; dK turned back through rope first (ws_turns_dk: column 8j + 2·tig + e of register j
 // pairs with register j + kD/16's).
@@ -899,12 +908,7 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, co
       for (int j = 0; j < kD / 16; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float2 cs = rope_back_turn(p, pos, 8 * j + 2 * tig + e);
-          float& lo = dk[4 * j + 2 * hi + e];
-          float& up = dk[4 * (j + kD / 16) + 2 * hi + e];
-          const float x1 = lo, x2 = up;
-          lo = x1 * cs.x - x2 * cs.y;
-          up = x2 * cs.x + x1 * cs.y;
+          turn_pair(dk[4 * j + 2 * hi + e], dk[4 * (j + kD / 16) + 2 * hi + e], rope_back_turn(p, pos, 8 * j + 2 * tig + e));
         }
     }
   }
@@ -1552,9 +1556,9 @@ __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
     *reinterpret_cast<float4*>(up) = *reinterpret_cast<const float4*>(a + half);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float x1 = lo[e], x2 = up[e];
-      lo[e] = (x1 * cs[e].x - x2 * cs[e].y) * s;
-      up[e] = (x2 * cs[e].x + x1 * cs[e].y) * s;
+      turn_pair(lo[e], up[e], cs[e]);
+      lo[e] *= s;
+      up[e] *= s;
     }
     bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
     *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]));
@@ -1574,10 +1578,10 @@ __global__ void __launch_bounds__(256) bwd_rope_pass(const Params p) {
   const int i = (int)(item - row * half);
   const int64_t token = row / heads;
   TS* x = g + token * stride + (row % heads) * p.D + i;
-  const float2 cs = rope_back_turn(p, p.positions[token], i);
-  const float x1 = to_float(x[0]), x2 = to_float(x[half]);
-  x[0] = from_float<TS>(x1 * cs.x - x2 * cs.y);
-  x[half] = from_float<TS>(x2 * cs.x + x1 * cs.y);
+  float lo = to_float(x[0]), up = to_float(x[half]);
+  turn_pair(lo, up, rope_back_turn(p, p.positions[token], i));
+  x[0] = from_float<TS>(lo);
+  x[half] = from_float<TS>(up);
 }
 
 // =============================================================================================
@@ -1585,7 +1589,6 @@ __global__ void __launch_bounds__(256) bwd_rope_pass(const Params p) {
 // take. Head dim up to kDM = 128 (the op's limit), a multiple of 4. 128 threads = 4 warps.
 // =============================================================================================
 
-constexpr int kDM = 128;      // largest head dim
 constexpr int kDS = kDM + 4;  // row stride of tiles read one row per lane (float4, conflict-free)
 
 // rows [t0, t0 + n) of a [.., T, heads, D] tensor -> s[n][stride] as f32 (rows >= T zero;
@@ -2231,7 +2234,7 @@ MDLM_OP(attention_backward) {
     if (call.arg("positions").dtype != DType::i32) throw mdlm::OpError("UNSUPPORTED_DTYPE", call.op + ": positions must be i32");
     p.positions = static_cast<const int*>(call.arg("positions").ptr);
     const double base = call.num("ropeBase");
-    for (int i = 0; i < p.D / 2; ++i) p.inv_freq[i] = static_cast<float>(std::pow(base, -2.0 * i / p.D));
+    for (int i = 0; i < p.D / 2; ++i) p.inv_freq[i] = mdlm::rope_inv_freq(base, i, p.D);
   }
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);

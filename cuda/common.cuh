@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -12,6 +13,12 @@
 #include "op.h"
 
 namespace mdlm {
+
+// rope's inverse frequency of pair i < head_dim / 2: f32(base^(−2i/D)) computed in double, as
+// src/ops/rope.ts's reference (rope's kernel on the device; the attention backward's turn on the host).
+__host__ __device__ inline float rope_inv_freq(double base, int i, int head_dim) {
+  return static_cast<float>(pow(base, -2.0 * i / head_dim));
+}
 
 using bf16 = __nv_bfloat16;
 

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, co
                                                    int64_t x_stride, int64_t y_stride, double base, float sign, bool rotate) {
   extern __shared__ float inv_freq[];
   const int half = head_dim / 2;
-  for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = static_cast<float>(pow(base, -2.0 * i / head_dim));
+  for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = rope_inv_freq(base, i, head_dim);
   __syncthreads();
   const int groups = half / VEC;  // of VEC pairs per head
   const int per_token = (heads + kRopeHeads - 1) / kRopeHeads * groups;

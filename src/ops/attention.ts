@@ -63,9 +63,13 @@ export function gradStrides(a: AttentionAttrs): { q: number; kv: number } {
   return { q: a.gradStride ?? a.heads * a.headDim, kv: a.gradStride ?? a.kvHeads * a.headDim };
 }
 
-/** The rope that turned q (heads) or k (kvHeads), as rope_backward's attributes over dq or dk. */
-function gradRope(a: AttentionAttrs, heads: number): RopeAttrs {
-  return { batch: a.batch, seqLen: a.seqLen, heads, headDim: a.headDim, base: a.ropeBase!, xStride: a.gradStride, yStride: a.gradStride };
+/**
+ * rope_backward's attributes that place dq (heads) or dk (kvHeads) from rows `xStride` apart into
+ * the gradient's rows, turned back through the rope that made q and k (`turn`; else copied, the
+ * base unused).
+ */
+export function gradRope(a: AttentionAttrs, heads: number, xStride: number | undefined, turn = true): RopeAttrs {
+  return { batch: a.batch, seqLen: a.seqLen, heads, headDim: a.headDim, base: a.ropeBase ?? 10000, xStride, yStride: a.gradStride, rotate: turn };
 }
 
 function attentionShapes({ batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D }: AttentionAttrs) {
@@ -175,8 +179,8 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
   }
   if (a.ropeBase === undefined) return;
   const positions = args.positions as Int32Array;
-  ropeRotate(dq.slice(), positions, dq, gradRope(a, H), -1);
-  ropeRotate(dk.slice(), positions, dk, gradRope(a, a.kvHeads), -1);
+  ropeRotate(dq.slice(), positions, dq, gradRope(a, H, a.gradStride), -1);
+  ropeRotate(dk.slice(), positions, dk, gradRope(a, a.kvHeads, a.gradStride), -1);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { type AttentionAttrs, attention, attentionBackward } from '../../../ops/attention.js';
+import { type AttentionAttrs, attention, attentionBackward, gradRope } from '../../../ops/attention.js';
 import type { Tensor } from '../../../tensor.js';
 import { ceilDiv, defineKernel, grid1d, type KernelContext } from '../kernel.js';
 import { dispatchRope } from './rope.js';
@@ -110,14 +110,9 @@ export const attentionBackwardKernel = defineKernel({
       constants: constants(qc),
     });
     if (!placed) return;
-    // rope_backward's turn, or its copy (rotate false; the base is then unused)
-    const place = (src: Tensor, dst: Tensor, heads: number, turn: boolean) =>
-      dispatchRope(ctx, 'rope_backward', src, positions!, dst, {
-        batch: a.batch, seqLen: a.seqLen, heads, headDim: a.headDim, base: a.ropeBase ?? 10000, yStride: a.gradStride, rotate: turn,
-      });
     const turn = a.ropeBase !== undefined;
-    place(g.dq, dq!, a.heads, turn);
-    place(g.dk, dk!, a.kvHeads, turn);
-    place(g.dv, dv!, a.kvHeads, false);
+    dispatchRope(ctx, 'rope_backward', g.dq, positions!, dq!, gradRope(a, a.heads, undefined, turn));
+    dispatchRope(ctx, 'rope_backward', g.dk, positions!, dk!, gradRope(a, a.kvHeads, undefined, turn));
+    dispatchRope(ctx, 'rope_backward', g.dv, positions!, dv!, gradRope(a, a.kvHeads, undefined, false));
   },
 });
