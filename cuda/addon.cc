@@ -22,6 +22,7 @@ namespace {
 
 using mdlm::check_cuda;
 using mdlm::OpError;
+using mdlm::launch_set_above;
 
 constexpr size_t kAlign = 256;
 // cuBLASLt's recommended workspace on Hopper; enough for every algorithm it picks on Ampere too.
@@ -121,6 +122,12 @@ struct Device {
   std::map<int, cudaGraphExec_t> graphs;
   int next_graph = 1;
   bool capturing = false;
+  // While a capture records the body of a conditional node (conditionalBegin), work goes to
+  // body_stream, which captures into that body.
+  cudaStream_t body_stream = nullptr;
+  bool in_body = false;
+  // The stream an op or a memset enqueues on.
+  cudaStream_t work() const { return in_body ? body_stream : stream; }
   // MDLM_CUDA_SYNC=1: wait after every op, so a fault inside a kernel names its op (debugging).
   bool sync_each_op = false;
 
@@ -130,6 +137,7 @@ struct Device {
     check_cuda(cudaSetDevice(index), "cudaSetDevice");
     check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
     check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    check_cuda(cudaStreamCreateWithFlags(&body_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check_lt(cublasLtCreate(&lt), "cublasLtCreate");
     workspace = device_alloc(kCublasLtWorkspace, "the cuBLASLt workspace");
     scratch = std::make_unique<Arena>(stream);
@@ -143,6 +151,7 @@ struct Device {
     scratch.reset();
     cudaFree(workspace);
     cublasLtDestroy(lt);
+    cudaStreamDestroy(body_stream);
     cudaStreamDestroy(stream);
   }
 };
@@ -302,7 +311,7 @@ Napi::Value Memset(const Napi::CallbackInfo& info) {
     Device& d = device(info.Env());
     void* dst = pointer_arg(info[0], "memset");
     const size_t bytes = size_arg(info[1], "memset");
-    if (bytes > 0) check_cuda(cudaMemsetAsync(dst, 0, bytes, d.stream), "memset: cudaMemsetAsync");
+    if (bytes > 0) check_cuda(cudaMemsetAsync(dst, 0, bytes, d.work()), "memset: cudaMemsetAsync");
     return info.Env().Undefined();
   });
 }
@@ -353,7 +362,7 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
       call.strs[key] = strs.Get(key).As<Napi::String>().Utf8Value();
     }
     d.scratch->begin_call();
-    call.stream = d.stream;
+    call.stream = d.work();
     call.scratch = d.scratch.get();
     call.device = &d.prop;
     call.cublaslt = d.lt;
@@ -386,8 +395,60 @@ Napi::Value CaptureBegin(const Napi::CallbackInfo& info) {
   });
 }
 
+// Ends a conditional body's capture, if one is under way (its graph belongs to the node).
+void end_body(Device& d) {
+  if (!d.in_body) return;
+  d.in_body = false;
+  cudaGraph_t body = nullptr;
+  check_cuda(cudaStreamEndCapture(d.body_stream, &body), "conditionalEnd: cudaStreamEndCapture");
+}
+
+// conditionalBegin(count, threshold): the work enqueued until conditionalEnd() runs only when the
+// i32 at device pointer `count` exceeds `threshold` when the stream gets there. While a graph is
+// captured that is a conditional node (decided by a one-thread kernel, set_above); outside a
+// capture the work simply runs, so it must be harmless when not needed.
+Napi::Value ConditionalBegin(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    const auto* count = static_cast<const int32_t*>(pointer_arg(info[0], "conditionalBegin"));
+    const int32_t threshold = info[1].As<Napi::Number>().Int32Value();
+    if (d.in_body) throw std::runtime_error("conditionalBegin: conditional regions do not nest");
+    if (!d.capturing) return info.Env().Undefined();
+    cudaStreamCaptureStatus status;
+    cudaGraph_t graph = nullptr;
+    check_cuda(cudaStreamGetCaptureInfo(d.stream, &status, nullptr, &graph), "conditionalBegin: cudaStreamGetCaptureInfo");
+    cudaGraphConditionalHandle handle;
+    check_cuda(cudaGraphConditionalHandleCreate(&handle, graph, 0, cudaGraphCondAssignDefault), "cudaGraphConditionalHandleCreate");
+    launch_set_above(handle, count, threshold, d.stream);
+    const cudaGraphNode_t* deps = nullptr;
+    size_t ndeps = 0;
+    check_cuda(cudaStreamGetCaptureInfo(d.stream, &status, nullptr, &graph, &deps, nullptr, &ndeps), "conditionalBegin: cudaStreamGetCaptureInfo");
+    cudaGraphNodeParams params{};
+    params.type = cudaGraphNodeTypeConditional;
+    params.conditional.handle = handle;
+    params.conditional.type = cudaGraphCondTypeIf;
+    params.conditional.size = 1;
+    cudaGraphNode_t node = nullptr;
+    check_cuda(cudaGraphAddNode(&node, graph, deps, nullptr, ndeps, &params), "conditionalBegin: cudaGraphAddNode");
+    check_cuda(cudaStreamUpdateCaptureDependencies(d.stream, &node, nullptr, 1, cudaStreamSetCaptureDependencies),
+               "conditionalBegin: cudaStreamUpdateCaptureDependencies");
+    check_cuda(cudaStreamBeginCaptureToGraph(d.body_stream, params.conditional.phGraph_out[0], nullptr, nullptr, 0, cudaStreamCaptureModeThreadLocal),
+               "conditionalBegin: cudaStreamBeginCaptureToGraph");
+    d.in_body = true;
+    return info.Env().Undefined();
+  });
+}
+
+Napi::Value ConditionalEnd(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    end_body(device(info.Env()));
+    return info.Env().Undefined();
+  });
+}
+
 // Ends the capture; returns the graph (nullptr when the capture was invalidated).
 cudaGraph_t end_capture(Device& d) {
+  if (d.in_body) throw std::runtime_error("captureEnd: a conditional region is still open (conditionalEnd missing)");
   d.capturing = false;
   d.scratch->set_capturing(false);
   cudaGraph_t graph = nullptr;
@@ -420,6 +481,12 @@ Napi::Value CaptureEnd(const Napi::CallbackInfo& info) {
 Napi::Value CaptureAbort(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Device& d = device(info.Env());
+    if (d.in_body) {
+      cudaGraph_t body = nullptr;
+      d.in_body = false;
+      cudaStreamEndCapture(d.body_stream, &body);
+      cudaGetLastError();
+    }
     if (d.capturing) {
       cudaGraph_t graph = nullptr;
       d.capturing = false;
@@ -480,6 +547,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("captureBegin", Napi::Function::New(env, CaptureBegin, "captureBegin"));
   exports.Set("captureEnd", Napi::Function::New(env, CaptureEnd, "captureEnd"));
   exports.Set("captureAbort", Napi::Function::New(env, CaptureAbort, "captureAbort"));
+  exports.Set("conditionalBegin", Napi::Function::New(env, ConditionalBegin, "conditionalBegin"));
+  exports.Set("conditionalEnd", Napi::Function::New(env, ConditionalEnd, "conditionalEnd"));
   exports.Set("graphLaunch", Napi::Function::New(env, GraphLaunch, "graphLaunch"));
   exports.Set("graphDestroy", Napi::Function::New(env, GraphDestroy, "graphDestroy"));
   exports.Set("download", Napi::Function::New(env, Download, "download"));

@@ -78,6 +78,10 @@ struct OpCall {
 
 using Launcher = void (*)(const OpCall&);
 
+// Enqueues a one-thread kernel that sets a conditional graph node's value to *count > threshold
+// (cuda/compact_rows.cu; the addon's conditionalBegin).
+void launch_set_above(cudaGraphConditionalHandle handle, const int32_t* count, int32_t threshold, cudaStream_t stream);
+
 // Registration happens in static initialisers of the .cu files.
 struct Registrar {
   Registrar(const char* op, Launcher fn);

@@ -20,6 +20,7 @@ const variants: [string, Record<string, string>, ActivationSaving][] = [
   ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, {}],
   ['SwiGLU product recomputed', {}, { recompute: 'swiglu' }],
   ['logits in blocks', { 'model.seqLen': '48' }, { logitChunks: 2 }],
+  ['loss rows packed', { 'model.seqLen': '48' }, { packLossRows: true }],
 ];
 
 const smallModel = (over: Record<string, string> = {}) =>
@@ -105,6 +106,79 @@ describe('trainingMemory', () => {
       for (let i = 0; i < r.grad.length; i++) expect(Math.abs(r.grad[i]! - ref.grad[i]!), `${chunks} blocks${split ? ', split' : ''}: grad ${i}`).toBeLessThanOrEqual(1e-6 * scale);
     }
     expect(() => new LlamaModel(b, cfg.model, batch, 5, { logitChunks: 0 })).toThrow(/train.logitChunks: 0 is not a whole number >= 1/);
+  });
+
+  // Masked-diffusion-like rows: a third carry a weight (some of those an ignored target), so with
+  // 4 blocks of 64, 64 and 16 rows the packed rows fill the first block only.
+  const packedBatch = (N: number) => ({
+    batch: {
+      inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i % 11 === 0 ? -1 : (i * 31 + 2) % 256)),
+      segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 48),
+    },
+    weights: Float32Array.from({ length: N }, (_, i) => (i % 3 === 1 ? 0.5 + (i % 5) : 0)),
+  });
+  const packedBackends: [string, () => Promise<Backend>, boolean][] = [['cpu', async () => new CpuBackend(), false], ['simulated cuda, recorded', async () => new CudaBackend(simulatedCudaAddon()), true]];
+  if (hasWebGpu) packedBackends.push(['webgpu', async () => (await webgpuBackend())!, false]);
+  for (const [bname, get, record] of packedBackends) it(`train.lossRows weighted (${bname}): forwardBackward over the packed rows gives the loss of every row, and gradients equal to rounding, as the same backend unpacked`, async () => {
+    const cfg = smallModel({ 'model.seqLen': '48' });
+    const batch = 3, N = batch * 48;
+    const { batch: rows, weights } = packedBatch(N);
+    const run = async (b: Backend, packLossRows: boolean, passes: number) => {
+      const m = new LlamaModel(b, cfg.model, batch, 5, { packLossRows, record });
+      expect(m.logitRows).toBe(packLossRows ? 64 : N);
+      m.setBatch(rows, false);
+      m.setWeights(weights);
+      const out: { loss: number; grad: Float32Array }[] = [];
+      for (let p = 0; p < passes; p++) {
+        m.forwardBackward(true);
+        out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
+      }
+      m.destroy();
+      return out;
+    };
+    const b = await get();
+    const [ref] = await run(b, false, 1);
+    const scale = Math.max(...ref!.grad.map(Math.abs));
+    expect(scale).toBeGreaterThan(0);
+    // Recorded: a direct pass, the recording's pass, then a replay, which skips the two empty blocks.
+    const passes = await run(b, true, record ? 3 : 1);
+    for (const [p, r] of passes.entries()) {
+      expect(Math.abs(r.loss - ref!.loss), `pass ${p}`).toBeLessThanOrEqual(1e-6 * Math.abs(ref!.loss));
+      for (let i = 0; i < r.grad.length; i++) expect(Math.abs(r.grad[i]! - ref!.grad[i]!), `pass ${p}: grad ${i}`).toBeLessThanOrEqual(1e-6 * scale);
+    }
+  });
+
+  it('train.lossRows weighted skips the recorded blocks past the packed rows, and runs them when rows reach them', async () => {
+    const cfg = smallModel({ 'model.seqLen': '48' });
+    const batch = 3, N = batch * 48;
+    const addon = simulatedCudaAddon();
+    const b = new CudaBackend(addon);
+    const m = new LlamaModel(b, cfg.model, batch, 5, { packLossRows: true, record: true });
+    const { batch: rows, weights } = packedBatch(N);
+    m.setBatch(rows, false);
+    // Blocks of 64, 64 and 16 rows; block i > 0 runs when more than 64·i rows are packed.
+    const all = new Float32Array(N).fill(1);
+    // 71 and 72 rows less 7 ignored targets: exactly one block's 64 packed rows, then one more.
+    const first = (n: number) => weights.map((_, i) => (i < n ? 1 : 0));
+    const skipsSeen: number[] = [];
+    for (const w of [weights, all, weights.map((x, i) => (i < 100 ? 1 : x)), first(71), first(72)]) {
+      const packed = w.filter((x, i) => x !== 0 && rows.targets[i]! >= 0).length;
+      const skips = [64, 128].filter((start) => packed <= start).length;
+      skipsSeen.push(skips);
+      m.setWeights(w);
+      const before = addon.skippedBodies();
+      for (let p = 0; p < 3; p++) m.forwardBackward(true);
+      const ref = new LlamaModel(new CudaBackend(simulatedCudaAddon()), cfg.model, batch, 5);
+      ref.setBatch(rows, false);
+      ref.setWeights(w);
+      ref.forwardBackward(true);
+      expect(Math.abs((await m.loss()) - (await ref.loss()))).toBeLessThanOrEqual(1e-6 * Math.abs(await ref.loss()));
+      ref.destroy();
+      // The first weights run directly, then record and replay, then replay; the others replay thrice.
+      expect(addon.skippedBodies() - before, `${packed} packed rows`).toBe(skips * (w === weights ? 2 : 3));
+    }
+    expect(skipsSeen).toEqual([2, 0, 1, 2, 1]);
+    m.destroy();
   });
 
   it("keeps the llama-1.3b preset at its micro-batch (8 × 2048, bf16) below PyTorch's measured peak, without recomputing", () => {

@@ -51,6 +51,13 @@ export interface Backend {
    * backends replay by calling `fn` again.
    */
   record(fn: () => void): Recording;
+  /**
+   * Enqueue `fn`'s ops, needed only when the i32 `count[0]` exceeds `threshold` by the time the
+   * device gets there. Inside a CUDA recording they become a conditional graph node, skipped on
+   * the device when not needed; everywhere else they simply run, so `fn`'s work must leave the
+   * results the same either way (e.g. blocks of rows past the last row that counts).
+   */
+  whenAbove(count: Tensor, threshold: number, fn: () => void): void;
   poolStats(): PoolStats;
   destroy(): void;
 }
@@ -205,6 +212,17 @@ export abstract class PooledBackend<B> {
   poolStats(): PoolStats {
     return this.store.pool.stats();
   }
+
+  whenAbove(count: Tensor, threshold: number, fn: () => void): void {
+    checkCount(count, threshold);
+    fn();
+  }
+}
+
+/** whenAbove's count is one i32 and its threshold an i32. */
+export function checkCount(count: Tensor, threshold: number): void {
+  if (count.dtype !== 'i32' || count.size !== 1) fail('BAD_ARGUMENT', `whenAbove: the count must be one i32, got ${count}`);
+  if (!Number.isInteger(threshold) || Math.abs(threshold) > 0x7fffffff) fail('BAD_ARGUMENT', `whenAbove: threshold ${threshold} is not an i32`);
 }
 
 /** An upload's host array must match the tensor's kind and length. */

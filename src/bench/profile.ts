@@ -85,6 +85,10 @@ export class ProfiledBackend implements Backend {
     return this.timing ? rerun(fn) : this.inner.record(fn);
   }
 
+  whenAbove(count: Tensor, threshold: number, fn: () => void): void {
+    this.inner.whenAbove(count, threshold, fn);
+  }
+
   run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void {
     if (!this.timing) return this.inner.run(op, args, attrs);
     this.waitNow();

@@ -14,7 +14,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.js';
 import { resolveConfig } from '../config/load.js';
-import { flopsBreakdown, paramCount } from '../config/model-size.js';
+import { flopsBreakdown, logitChunksOf, paramCount } from '../config/model-size.js';
 import type { TrainConfig } from '../config/schema.js';
 import { fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
@@ -24,7 +24,7 @@ import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
-import { checkTrainingFits, withMemoryEstimate } from '../train/memory.js';
+import { activationSaving, checkTrainingFits, withMemoryEstimate } from '../train/memory.js';
 import { Lookahead, computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
 
 export const PEER_MODES = ['eager', 'compile'] as const;
@@ -78,9 +78,10 @@ export interface BenchTrainSetup {
   readonly flops_per_token: number;
   readonly flops_convention: string;
   readonly peak_tflops: number | null;
-  /** mdlm's train.recompute and train.logitChunks (the peers keep what autograd keeps). */
+  /** mdlm's train.recompute, train.logitChunks (resolved) and train.lossRows (the peers keep what autograd keeps, and run the head over every row). */
   readonly recompute: TrainConfig['train']['recompute'];
   readonly logit_chunks: number;
+  readonly loss_rows: 'packed' | 'all';
   /** The model fields the PyTorch peer is built from. */
   readonly model: TrainConfig['model'];
 }
@@ -107,11 +108,18 @@ export function benchConfig(opts: BenchTrainOptions): TrainConfig {
   return resolveConfig({ preset: opts.preset, overrides: { ...overrides, ...opts.overrides } });
 }
 
+/** The [MASK] id of a bench run: the config's, else the last id of the vocabulary (synthetic batches stay below it). */
+function benchMaskId(cfg: TrainConfig): number {
+  return cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
+}
+
 export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined): BenchTrainSetup {
   const f = flopsBreakdown(cfg.model, cfg.model.seqLen, cfg.objective.kind);
+  const saving = activationSaving(cfg.train, createObjective(cfg.objective, cfg.train.seed, benchMaskId(cfg)));
   return {
     preset, objective: cfg.objective.kind, batch: cfg.train.batchSize, seq_len: cfg.model.seqLen, params: paramCount(cfg.model),
-    flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute, logit_chunks: cfg.train.logitChunks, model: cfg.model,
+    flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute,
+    logit_chunks: logitChunksOf(saving), loss_rows: saving.packLossRows ? 'packed' : 'all', model: cfg.model,
   };
 }
 
@@ -153,13 +161,13 @@ export async function benchTrainMdlm(
   rounds = 1, afterRound: (round: number, msStep: number) => void = () => {},
 ): Promise<TrainThroughput & { profile?: OpProfileRow[]; rounds_ms_step: number[] }> {
   const t = cfg.train;
-  const maskId = cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
+  const maskId = benchMaskId(cfg);
   const dtype = computeDtype(t.precision, backend);
   const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
-  const saving = { recompute: t.recompute, logitChunks: t.logitChunks };
+  const objective = createObjective(cfg.objective, t.seed, maskId);
+  const saving = activationSaving(t, objective);
   const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype, saving);
   const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda', fill: parallelFiller(), ...saving }));
-  const objective = createObjective(cfg.objective, t.seed, maskId);
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
   try {
     const batches = new Lookahead(syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed), () => undefined);

@@ -8,7 +8,7 @@ import type { OpDef } from '../ops/op.js';
 import { benchMatmul, formatMatmulTable, matmulBenchShapes } from '../bench/matmul.js';
 import { PEER_MODES, type PeerMode, benchTrain, describeThroughput, formatProfile } from '../bench/train.js';
 import { PRESET_NAMES } from '../config/presets.js';
-import { OBJECTIVES, PRECISIONS, RECOMPUTE, type Recompute } from '../config/schema.js';
+import { LOSS_ROWS, OBJECTIVES, PRECISIONS, RECOMPUTE, type Recompute } from '../config/schema.js';
 import { choiceOption, intOption, numberOption } from './options.js';
 import { type BackendChoice, createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { type DType, parseDType } from '../tensor.js';
@@ -167,13 +167,14 @@ export function benchCommand(): Command {
     .option('--warmup <n>', 'untimed steps first (allocation, autotuning, compilation)', intOption('--warmup', 0), 3)
     .option('--precision <p>', 'auto (bf16 on cuda), f32 or bf16', choiceOption('--precision', PRECISIONS), 'auto')
     .option('--recompute <what>', `train.recompute: ${RECOMPUTE.join(' or ')}`, choiceOption('--recompute', RECOMPUTE), 'none')
+    .option('--loss-rows <which>', `train.lossRows: ${LOSS_ROWS.join(' or ')} (default: the preset's)`, choiceOption('--loss-rows', LOSS_ROWS))
     .option('--logit-chunks <n>', "train.logitChunks: the LM head and loss over this many blocks of tokens, holding one block of logits (default: the preset's)", intOption('--logit-chunks', 1))
     .option('--peer <list>', `PyTorch peer modes, comma-separated: ${PEER_MODES.join(', ')}, or none (default: both on cuda, none elsewhere)`)
     .option('--peak-tflops <x>', "the device's dense bf16 peak for MFU (default: known GPUs, e.g. 989 for H100/H200)", numberOption('--peak-tflops', 0, Infinity, true))
     .option('--rounds <n>', "alternate mdlm's timed steps with a run of each peer n times and report medians (both hold device memory at once)", intOption('--rounds', 1), 1)
     .option('--profile <steps>', 'then run this many steps op by op and print where the time goes (cpu, cuda)', intOption('--profile', 1))
     .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers, the speedups (and the profile)')
-    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; recompute: Recompute; logitChunks?: number; peer?: string; peakTflops?: number; rounds: number; profile?: number; json?: boolean }) => {
+    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; recompute: Recompute; lossRows?: (typeof LOSS_ROWS)[number]; logitChunks?: number; peer?: string; peakTflops?: number; rounds: number; profile?: number; json?: boolean }) => {
       const backend: BackendChoice = parseBackendChoice(o.backend);
       const peers = parsePeers(o.peer);
       const report = await benchTrain(
@@ -182,7 +183,11 @@ export function benchCommand(): Command {
           ...(o.batch !== undefined ? { batch: o.batch } : {}), ...(o.seqLen !== undefined ? { seqLen: o.seqLen } : {}),
           ...(o.peakTflops !== undefined ? { peakTflops: o.peakTflops } : {}),
           ...(o.profile !== undefined ? { profileSteps: o.profile } : {}),
-          overrides: { 'train.recompute': o.recompute, ...(o.logitChunks !== undefined ? { 'train.logitChunks': String(o.logitChunks) } : {}) },
+          overrides: {
+            'train.recompute': o.recompute,
+            ...(o.logitChunks !== undefined ? { 'train.logitChunks': String(o.logitChunks) } : {}),
+            ...(o.lossRows !== undefined ? { 'train.lossRows': o.lossRows } : {}),
+          },
           log: (line) => console.error(line),
         },
         peers,

@@ -107,10 +107,20 @@ export function flatParamElements(m: ModelConfig): number {
   return Math.max(PARAM_ALIGN, paramSizes(m).reduce((n, s) => n + Math.ceil(s / PARAM_ALIGN) * PARAM_ALIGN, 0));
 }
 
-/** What a training model trades compute for memory with (train.recompute, train.logitChunks). */
+/** What a training model trades compute for memory with (train.recompute, train.logitChunks), and whether it packs the loss rows (train.lossRows). */
 export interface ActivationSaving {
   readonly recompute?: Recompute;
   readonly logitChunks?: number;
+  readonly packLossRows?: boolean;
+}
+
+/**
+ * The blocks the LM head and the loss run over: train.logitChunks, or by default 4 when the loss
+ * rows are packed (the blocks past the last packed row are skipped: about half under masked
+ * diffusion), else 1.
+ */
+export function logitChunksOf(saving: ActivationSaving): number {
+  return saving.logitChunks ?? (saving.packLossRows ? 4 : 1);
 }
 
 /**
@@ -142,7 +152,8 @@ export interface MemoryBreakdown {
  * arena and cuBLASLt's 32 MiB workspace), so the device needs a little more.
  */
 export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf16', saving: ActivationSaving = {}): MemoryBreakdown {
-  const { recompute = 'none', logitChunks = 1 } = saving;
+  const { recompute = 'none', packLossRows = false } = saving;
+  const logitChunks = logitChunksOf(saving);
   const f = dtype === 'bf16' ? 2 : 4; // bytes of an activation
   const N = batch * m.seqLen;
   const d = m.dModel;
@@ -164,8 +175,9 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
   // The model: ids, targets, segment ids, positions (i32), loss weights, rstd, per-token loss,
   // lse, loss gradient (f32), the loss sum; the residual streams, the final norm's output, the
   // logits of one block of rows (their gradient overwrites them), the stream gradients and the
-  // zero residual gradient.
-  const model = 4 * 4 * N + 4 * 5 * N + 4 + f * ((m.nLayers + 1) * N * d + N * d + logitRows(N, logitChunks) * m.vocabSize + 3 * N * d);
+  // zero residual gradient; packing the loss rows adds their order, slots, count, targets and
+  // weights (its [N, d] buffers are dNormed and the stream gradient).
+  const model = 4 * 4 * N + 4 * 5 * N + 4 + (packLossRows ? 4 * 4 * N + 4 : 0) + f * ((m.nLayers + 1) * N * d + N * d + logitRows(N, logitChunks) * m.vocabSize + 3 * N * d);
   const flat = flatParamElements(m);
   const weights = 4 * flat;
   const workingCopy = dtype === 'f32' ? 0 : f * flat;

@@ -26,6 +26,7 @@ export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
 export const NON_FINITE = ['stop', 'skip'] as const;
 export const PRECISIONS = ['auto', 'f32', 'bf16'] as const;
 export const RECOMPUTE = ['none', 'swiglu'] as const;
+export const LOSS_ROWS = ['weighted', 'all'] as const;
 export type Recompute = (typeof RECOMPUTE)[number];
 
 export const ModelSchema = z.strictObject({
@@ -88,7 +89,8 @@ export const TrainSchema = z.strictObject({
   cudaGraphs: z.boolean().default(true).describe('CUDA: record the forward and backward pass as a CUDA graph at the second micro-batch and replay it from then on (one launch instead of hundreds). Other backends run the pass directly either way.'),
   precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu.'),
   recompute: z.enum(RECOMPUTE).default('none').describe('Activations recomputed in the backward pass instead of kept from the forward: none, or swiglu (each MLP\'s silu(gate)·up product, [tokens, ffnHidden] a layer: a third of the MLP\'s saved activations, for one elementwise kernel a layer). The gradients are the same bits either way.'),
-  logitChunks: int(1).default(1).describe('The LM head and the loss run over this many blocks of the batch\'s tokens in turn, so only one block\'s logits ([tokens / logitChunks, vocabSize]) are held at a time instead of all of them. Each block beyond the first adds one read and write of the head\'s f32 weight gradient ([vocabSize, dModel]). The losses are the same bits either way; the head\'s weight gradient is summed block by block, equal up to f32 rounding.'),
+  logitChunks: int(1).optional().describe('The LM head and the loss run over this many blocks of the batch\'s tokens in turn, so only one block\'s logits ([tokens / logitChunks, vocabSize]) are held at a time instead of all of them. Each block beyond the first adds one read and write of the head\'s f32 weight gradient ([vocabSize, dModel]). The losses are the same bits either way; the head\'s weight gradient is summed block by block, equal up to f32 rounding. Default: 4 when the loss rows are packed (train.lossRows), else 1.'),
+  lossRows: z.enum(LOSS_ROWS).default('weighted').describe('The rows the LM head and the loss run over in training. weighted: under masked diffusion, only the rows that carry a loss (the masked tokens, about half), packed to the front; on CUDA the logit blocks (train.logitChunks) past the last such row are skipped on the device. all: every row, as autoregressive training always does. The loss is the same either way; the gradients equal up to f32 rounding.'),
 });
 
 type Issue = { path: (string | number)[]; message: string };

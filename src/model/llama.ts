@@ -6,7 +6,9 @@
  */
 import type { Backend, Recording } from '../backend/backend.js';
 import { fail } from '../errors.js';
+import { compactRows } from '../ops/compact_rows.js';
 import { crossEntropy, crossEntropyBackward, crossEntropyFused } from '../ops/cross_entropy.js';
+import { embedding } from '../ops/embedding.js';
 import { reduce } from '../ops/reduce.js';
 import type { FloatDType, Tensor } from '../tensor.js';
 import { Arena } from '../nn/arena.js';
@@ -18,7 +20,7 @@ import { MlpScratch } from '../nn/mlp.js';
 import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import type { ModelConfig } from '../config/schema.js';
-import { type ActivationSaving, logitRows } from '../config/model-size.js';
+import { type ActivationSaving, logitChunksOf, logitRows } from '../config/model-size.js';
 
 /** One block of rows of the LM head and the loss: views of the per-token buffers. */
 interface LogitBlock {
@@ -64,6 +66,11 @@ export class LlamaModel {
   readonly logitRows: number;
   /** The blocks of rows the head and the loss run over in turn (one without logitChunks). */
   private readonly logitBlocks: readonly LogitBlock[];
+  /** With packLossRows: the same blocks over the rows that carry a loss, packed to the front (compact_rows). */
+  private readonly packed: {
+    readonly blocks: readonly LogitBlock[];
+    readonly order: Tensor; readonly slot: Tensor; readonly count: Tensor; readonly targets: Tensor; readonly weights: Tensor;
+  } | null;
   private readonly tokenLoss: Tensor;
   private readonly lse: Tensor;
   private readonly lossSum: Tensor;
@@ -87,6 +94,9 @@ export class LlamaModel {
    * `recompute`: activations recomputed in backward instead of kept (train.recompute).
    * `logitChunks`: the LM head and the loss run over that many blocks of rows in turn, holding one
    * block's logits (train.logitChunks).
+   * `packLossRows`: forwardBackward runs the head and the loss over the rows with a target and a
+   * nonzero weight only (masked diffusion: the masked tokens), packed to the front; blocks past the
+   * last such row are skipped where the backend can decide that on the device (CUDA graphs).
    */
   constructor(
     readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
@@ -131,7 +141,7 @@ export class LlamaModel {
     this.streams = Array.from({ length: cfg.nLayers + 1 }, () => a.alloc([N, cfg.dModel]));
     this.normed = a.alloc([N, cfg.dModel]);
     this.rstdFinal = a.alloc([N], 'f32');
-    const chunks = opts.logitChunks ?? 1;
+    const chunks = logitChunksOf(opts);
     if (!(Number.isInteger(chunks) && chunks >= 1)) fail('BAD_CONFIG', `train.logitChunks: ${chunks} is not a whole number >= 1`);
     this.logitRows = logitRows(N, chunks);
     this.logits = a.alloc([this.logitRows, cfg.vocabSize]);
@@ -143,7 +153,23 @@ export class LlamaModel {
     this.dStream = a.alloc([N, cfg.dModel]);
     this.zeros = a.alloc([N, cfg.dModel]);
     b.zero(this.zeros);
-    this.logitBlocks = Array.from({ length: Math.ceil(N / this.logitRows) }, (_, i) => this.logitBlock(i * this.logitRows, Math.min(this.logitRows, N - i * this.logitRows)));
+    const blockStarts = Array.from({ length: Math.ceil(N / this.logitRows) }, (_, i) => i * this.logitRows);
+    const perToken = { normed: this.normed, dNormed: this.dNormed, targets: this.targets, weights: this.weights };
+    this.logitBlocks = blockStarts.map((r0) => this.logitBlock(perToken, r0, Math.min(this.logitRows, N - r0)));
+    if (opts.packLossRows) {
+      const targets = a.alloc([N], 'i32');
+      const weights = a.alloc([N], 'f32');
+      // No new [N, d] buffers: the packed head input lives in dNormed (normed is not read again
+      // once packed; dNormed is written last, from the packed gradient) and the packed head input
+      // gradient in dStream (the final norm's backward writes it only after that).
+      const rows = { normed: this.dNormed, dNormed: this.dStream, targets, weights };
+      this.packed = {
+        blocks: blockStarts.map((r0) => this.logitBlock(rows, r0, Math.min(this.logitRows, N - r0))),
+        order: a.alloc([N], 'i32'), slot: a.alloc([N], 'i32'), count: a.alloc([1], 'i32'), targets, weights,
+      };
+    } else {
+      this.packed = null;
+    }
     // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
     this.store.materialize(seed, opts.fill);
@@ -211,16 +237,16 @@ export class LlamaModel {
     }
   }
 
-  /** Rows [r0, r0 + n) of the per-token buffers, and the logits buffer's first n rows. */
-  private logitBlock(r0: number, n: number): LogitBlock {
+  /** Rows [r0, r0 + n) of the per-token buffers (the head's input, its gradient, targets and weights from `src`), and the logits buffer's first n rows. */
+  private logitBlock(src: { normed: Tensor; dNormed: Tensor; targets: Tensor; weights: Tensor }, r0: number, n: number): LogitBlock {
     const b = this.backend;
     const d = this.cfg.dModel;
     const rows = (t: Tensor) => b.view(t, r0, [n]);
     return {
       rows: n,
-      normed: b.view(this.normed, r0 * d, [n, d]), dNormed: b.view(this.dNormed, r0 * d, [n, d]),
+      normed: b.view(src.normed, r0 * d, [n, d]), dNormed: b.view(src.dNormed, r0 * d, [n, d]),
       logits: b.view(this.logits, 0, [n, this.cfg.vocabSize]),
-      targets: rows(this.targets), weights: rows(this.weights), dloss: rows(this.dLoss), loss: rows(this.tokenLoss), lse: rows(this.lse),
+      targets: rows(src.targets), weights: rows(src.weights), dloss: rows(this.dLoss), loss: rows(this.tokenLoss), lse: rows(this.lse),
     };
   }
 
@@ -301,11 +327,14 @@ export class LlamaModel {
     const run = (): void => {
       this.store.beginGradients(overwriteGrads);
       this.forwardHidden();
-      this.eachLogitBlock((v) => {
+      const lossBlock = (v: LogitBlock): void => {
+        this.head.forward(this.backend, v.normed, v.logits, v.rows);
         const args = { logits: v.logits, targets: v.targets, weights: v.weights, dloss: v.dloss, loss: v.loss, lse: v.lse, dlogits: v.logits };
         this.backend.run(crossEntropyFused, args, { rows: v.rows, vocab: this.cfg.vocabSize });
         this.headBackward(v);
-      });
+      };
+      if (this.packed) this.packedLoss(this.packed, lossBlock);
+      else this.logitBlocks.forEach(lossBlock);
       this.sumLoss();
       this.backwardBelowHead();
       this.store.endGradients();
@@ -321,6 +350,24 @@ export class LlamaModel {
     const recorded = this.backend.record(run);
     this.recordings.set(key, recorded);
     recorded.replay();
+  }
+
+  /**
+   * The head and the loss over the rows that carry a loss only: pack them to the front, run the
+   * blocks (the first always: it writes the head's weight gradient; the others only when a packed
+   * row reaches them), unpack the head input's gradient into dNormed. A block past the last packed
+   * row holds zero rows with no target, so running it anyway changes nothing.
+   */
+  private packedLoss(p: NonNullable<LlamaModel['packed']>, lossBlock: (v: LogitBlock) => void): void {
+    const b = this.backend;
+    const N = this.rows;
+    const d = this.cfg.dModel;
+    b.run(compactRows, { targets: this.targets, weights: this.weights, order: p.order, slot: p.slot, count: p.count, packedTargets: p.targets, packedWeights: p.weights }, { rows: N });
+    b.run(embedding, { ids: p.order, table: this.normed, out: this.dNormed }, { tokens: N, vocab: N, dim: d });
+    // Skipped blocks leave their rows' losses as they were: clear them all first.
+    if (p.blocks.length > 1) b.zero(this.tokenLoss);
+    p.blocks.forEach((v, i) => (i === 0 ? lossBlock(v) : b.whenAbove(p.count, i * this.logitRows, () => lossBlock(v))));
+    b.run(embedding, { ids: p.slot, table: this.dStream, out: this.dNormed }, { tokens: N, vocab: N, dim: d });
   }
 
   /** Run forward and backward directly from now on, releasing the recordings (op-by-op profiling). */

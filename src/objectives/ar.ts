@@ -5,6 +5,7 @@ import type { Objective, TokenBatch } from './objective.js';
 export class ArObjective implements Objective {
   readonly name = 'ar' as const;
   readonly causal = true;
+  readonly sparseLoss = false;
   private ones: Float32Array | null = null;
 
   async prepare(model: LlamaModel, batch: TokenBatch): Promise<void> {

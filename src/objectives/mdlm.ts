@@ -53,6 +53,7 @@ interface NoisingRows {
 export class MdlmObjective implements Objective {
   readonly name = 'mdlm' as const;
   readonly causal = false;
+  readonly sparseLoss = true;
   readonly schedule: Schedule;
   private buffers: { maskProb: Tensor; lossWeight: Tensor; mask: Tensor } | null = null;
 

@@ -22,6 +22,8 @@ export interface TokenBatch {
 export interface Objective {
   readonly name: 'ar' | 'mdlm';
   readonly causal: boolean;
+  /** Whether only some rows carry a loss (masked diffusion: the masked tokens), so packing them pays (train.lossRows). */
+  readonly sparseLoss: boolean;
   /**
    * Put the batch on the device for `step` (noise keyed by seed, step and rank). Async so that an
    * objective may read from the device; neither does today (both only upload and enqueue).

@@ -1,10 +1,12 @@
 /**
- * embedding: out[i, :] = table[ids[i], :]. embedding_backward: the scatter-add
+ * embedding: out[i, :] = table[ids[i], :], a zero row where ids[i] = −1 (no row: compact_rows
+ * gathers and scatters rows with it). embedding_backward: the scatter-add
  * dtable[v, :] (+)= Σ_{i : ids[i] = v} dout[i, :], summed in a fixed order so the result is bitwise
  * the same on every run (the kernels sort positions by id, stably, to get there). With
  * `accumulate` and `outF32` it adds straight into the f32 master gradient of a bf16 model.
  */
 import { fail } from '../errors.js';
+import type { PhiloxStream } from '../rng/philox.js';
 import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randint, randn, requireDims, requireFlags } from './op.js';
 
 export interface EmbeddingAttrs {
@@ -24,11 +26,16 @@ function validate(op: string, attrs: EmbeddingAttrs): void {
   requireDims(op, attrs, ['tokens', 'vocab', 'dim']);
 }
 
-/** The id at `pos`, checked against the vocabulary: a bad token id is a user error. */
+/** The id at `pos` (−1: no row), checked against the vocabulary: a bad token id is a user error. */
 function idAt(op: string, ids: ArrayLike<number>, pos: number, vocab: number): number {
   const v = ids[pos]!;
-  if (!Number.isInteger(v) || v < 0 || v >= vocab) fail('BAD_ARGUMENT', `${op}: ids[${pos}] = ${v} is outside the vocabulary [0, ${vocab})`);
+  if (!Number.isInteger(v) || v < -1 || v >= vocab) fail('BAD_ARGUMENT', `${op}: ids[${pos}] = ${v} is outside the vocabulary [0, ${vocab}) and not −1 (no row)`);
   return v;
+}
+
+/** Ids in [0, vocab), about one in twenty −1 (no row). */
+function sampleIds(rng: PhiloxStream, tokens: number, vocab: number): Int32Array {
+  return randint(rng, tokens, 0, vocab).map((v) => (rng.uniform() < 0.05 ? -1 : v));
 }
 
 const testCases = [
@@ -57,11 +64,11 @@ export const embedding = defineOp<EmbeddingAttrs>({
   reference({ ids, table, out }, { tokens, vocab, dim }) {
     for (let i = 0; i < tokens; i++) {
       const v = idAt('embedding', ids!, i, vocab);
-      for (let c = 0; c < dim; c++) out![i * dim + c] = table![v * dim + c]!;
+      for (let c = 0; c < dim; c++) out![i * dim + c] = v < 0 ? 0 : table![v * dim + c]!;
     }
   },
   cases: (scale) => (scale === 'test' ? testCases : benchCases),
-  sample: (rng, { tokens, vocab, dim }) => ({ ids: randint(rng, tokens, 0, vocab), table: randn(rng, vocab * dim) }),
+  sample: (rng, { tokens, vocab, dim }) => ({ ids: sampleIds(rng, tokens, vocab), table: randn(rng, vocab * dim) }),
   // A copy: exact in every dtype.
   tolerance: { f32: 0, bf16: 0 },
 });
@@ -86,6 +93,7 @@ export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
     if (!accumulate) dtable!.fill(0);
     for (let i = 0; i < tokens; i++) {
       const v = idAt('embedding_backward', ids!, i, vocab);
+      if (v < 0) continue;
       for (let c = 0; c < dim; c++) dtable![v * dim + c] += dout![i * dim + c]!;
     }
   },
@@ -103,7 +111,7 @@ export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
           { label: 'f32 dtable += tokens 16384 vocab 50304 dim 768', attrs: { ...benchCases[0]!.attrs, accumulate: true, outF32: true } },
         ],
   sample: (rng, { tokens, vocab, dim }) => ({
-    ids: randint(rng, tokens, 0, vocab),
+    ids: sampleIds(rng, tokens, vocab),
     dout: randn(rng, tokens * dim),
     dtable: randn(rng, vocab * dim),
     // Not an argument: the forward input the gradient check perturbs (the backward never reads it).

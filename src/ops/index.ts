@@ -17,6 +17,7 @@ import { gelu, geluBackward } from './gelu.js';
 import { crossEntropy, crossEntropyBackward, crossEntropyFused } from './cross_entropy.js';
 import { philox } from './philox.js';
 import { diffusionMask } from './diffusion_mask.js';
+import { compactRows } from './compact_rows.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw, adamwCast } from './adamw.js';
 
@@ -48,6 +49,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   crossEntropyFused,
   philox,
   diffusionMask,
+  compactRows,
   gradNorm,
   adamw,
   adamwCast,

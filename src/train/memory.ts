@@ -5,7 +5,8 @@
  */
 import type { Backend } from '../backend/backend.js';
 import { type ActivationSaving, type MemoryBreakdown, trainingMemory } from '../config/model-size.js';
-import type { ModelConfig } from '../config/schema.js';
+import type { ModelConfig, TrainSection } from '../config/schema.js';
+import type { Objective } from '../objectives/objective.js';
 import { MdlmError, fail } from '../errors.js';
 import type { FloatDType } from '../tensor.js';
 
@@ -20,6 +21,11 @@ function gib(bytes: number): string {
 
 export function describeMemory(e: MemoryBreakdown): string {
   return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}`;
+}
+
+/** How the model trades compute for memory and runs the loss, from train.* and the objective. */
+export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>): ActivationSaving {
+  return { recompute: t.recompute, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss, ...(t.logitChunks !== undefined ? { logitChunks: t.logitChunks } : {}) };
 }
 
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';

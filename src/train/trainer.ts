@@ -25,7 +25,7 @@ import { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
 import type { FloatDType } from '../tensor.js';
 import { evaluateModel } from './evaluate.js';
-import { checkTrainingFits, describeMemory, withMemoryEstimate } from './memory.js';
+import { activationSaving, checkTrainingFits, describeMemory, withMemoryEstimate } from './memory.js';
 
 export interface TrainerOptions {
   readonly config: TrainConfig;
@@ -101,13 +101,13 @@ export class Trainer {
     // after the training it would cost.
     if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize });
     const dtype = computeDtype(cfg.train.precision, opts.backend);
-    const saving = { recompute: cfg.train.recompute, logitChunks: cfg.train.logitChunks };
+    this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
+    const saving = activationSaving(cfg.train, this.objective);
     const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype, saving);
     this.memory = memory;
     this.model = withMemoryEstimate(memory, () => new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
       dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda', ...saving, ...(opts.fill ? { fill: opts.fill } : {}),
     }));
-    this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     this.optimizer = withMemoryEstimate(memory, () => new AdamW(this.model.store, {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
     }));

@@ -73,6 +73,14 @@ describe('embedding reference', () => {
     expect(Array.from(out!)).toEqual([20, 21, 0, 1, 20, 21, 10, 11]);
   });
 
+  it('gives a zero row for id −1, and its backward leaves no trace of that position', async () => {
+    const { out } = await runOp(cpu, embedding, small, { ids: Int32Array.from([2, -1, 0, -1]), table });
+    expect(Array.from(out!)).toEqual([20, 21, 0, 0, 0, 1, 0, 0]);
+    const dout = Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
+    const { dtable } = await runOp(cpu, embeddingBackward, smallBackward, { ids: Int32Array.from([1, -1, 1, -1]), dout, dtable: [9, 9, 9, 9, 9, 9] });
+    expect(Array.from(dtable!)).toEqual([0, 0, 6, 8, 0, 0]);
+  });
+
   it('backward sums the rows of repeated ids and leaves unused rows zero', async () => {
     const dout = Float32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
     const { dtable } = await runOp(cpu, embeddingBackward, smallBackward, { ids: Int32Array.from([1, 1, 0, 1]), dout, dtable: [9, 9, 9, 9, 9, 9] });
@@ -95,14 +103,14 @@ describe('embedding reference', () => {
   });
 
   it.each([
-    [embedding, -1, 'table'],
+    [embedding, -2, 'table'],
     [embedding, 3, 'table'],
     [embeddingBackward, 7, 'dout'],
   ] as const)('%s rejects an id outside the vocabulary, naming the position and value', async (op, bad, floatArg) => {
     const ids = Int32Array.from([0, 1, bad, 2]);
     const call = runOp(cpu, op as typeof embeddingBackward, smallBackward, { ids, [floatArg]: new Float32Array(floatArg === 'table' ? 6 : 8) });
     await expect(call).rejects.toBeInstanceOf(MdlmError);
-    await expect(call).rejects.toThrow(new RegExp(`${op.name}: ids\\[2\\] = ${bad} is outside the vocabulary \\[0, 3\\)`));
+    await expect(call).rejects.toThrow(new RegExp(`${op.name}: ids\\[2\\] = ${bad} is outside the vocabulary \\[0, 3\\) and not −1`));
   });
 
   it('rejects a table of the wrong shape and non-positive sizes', () => {

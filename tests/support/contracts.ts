@@ -44,6 +44,29 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
       [a, i, out].forEach((t) => b.free(t));
     });
 
+    it.skipIf(!enabled)('whenAbove: runs the work directly; a device recording (CUDA graph) skips it while the count is at or below the threshold', async () => {
+      const b = (await get())!;
+      const count = b.alloc([1], 'i32');
+      const y = b.alloc([5], 'f32');
+      const ones = new Float32Array(5).fill(1);
+      const read = async () => Array.from((await b.download(y)) as Float32Array);
+      b.upload(count, Int32Array.from([0]));
+      b.upload(y, ones);
+      b.whenAbove(count, 7, () => b.zero(y));
+      expect(await read()).toEqual([0, 0, 0, 0, 0]);
+      const rec = b.record(() => b.whenAbove(count, 2, () => b.zero(y)));
+      for (const [n, skipped] of [[2, rec.native], [3, false], [-5, rec.native]] as const) {
+        b.upload(count, Int32Array.from([n]));
+        b.upload(y, ones);
+        rec.replay();
+        expect(await read(), `count ${n}`).toEqual(skipped ? [1, 1, 1, 1, 1] : [0, 0, 0, 0, 0]);
+      }
+      rec.destroy();
+      await expectMdlmError(() => b.whenAbove(y, 2, () => {}), 'BAD_ARGUMENT', 'whenAbove: the count must be one i32');
+      await expectMdlmError(() => b.whenAbove(count, 0.5, () => {}), 'BAD_ARGUMENT', 'whenAbove: threshold 0.5');
+      [count, y].forEach((t) => b.free(t));
+    });
+
     it.skipIf(!enabled)('zeroes a view in order with earlier work, leaving its neighbours alone', async () => {
       const b = (await get())!;
       for (const dtype of ['f32', 'bf16'] as const) {

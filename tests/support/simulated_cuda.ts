@@ -17,12 +17,16 @@ function addonError(code: string, message: string): Error {
   return Object.assign(new Error(message), { mdlmCode: code });
 }
 
-export function simulatedCudaAddon(): CudaAddon {
+/** The simulated addon, and how many conditional bodies its graph launches have skipped. */
+export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () => number } {
   const blocks = new Map<bigint, Uint8Array>();
   let next = 1n << 20n;
   let used = 0;
   // A "graph" is the list of device calls made while capturing, run again on launch.
   let capture: (() => void)[] | null = null;
+  /** The main capture's list while a conditional body is captured into `capture`. */
+  let outer: (() => void)[] | null = null;
+  let skipped = 0;
   const graphs = new Map<number, (() => void)[]>();
   let nextGraph = 1;
   /** Device work: recorded while capturing, else done now. */
@@ -66,6 +70,7 @@ export function simulatedCudaAddon(): CudaAddon {
   };
 
   return {
+    skippedBodies: () => skipped,
     probe: () => info,
     malloc(bytes) {
       if (used + bytes > MEMORY) throw addonError('OUT_OF_MEMORY', `cuda: cannot allocate ${bytes} bytes (${MEMORY - used} free of ${MEMORY})`);
@@ -89,18 +94,37 @@ export function simulatedCudaAddon(): CudaAddon {
       const target = at(ptr, bytes);
       enqueue(() => target.fill(0));
     },
+    conditionalBegin(countPtr, threshold) {
+      if (outer) throw new Error('simulated cuda: conditional regions do not nest');
+      if (!capture) return;
+      const count = at(countPtr, 4);
+      const body: (() => void)[] = [];
+      capture.push(() => {
+        if (new Int32Array(count.slice().buffer)[0]! > threshold) for (const work of body) work();
+        else skipped++;
+      });
+      outer = capture;
+      capture = body;
+    },
+    conditionalEnd() {
+      if (!outer) return;
+      capture = outer;
+      outer = null;
+    },
     captureBegin() {
       if (capture) throw new Error('simulated cuda: captureBegin during a capture');
       capture = [];
     },
     captureEnd() {
       if (!capture) throw new Error('simulated cuda: captureEnd without a capture');
+      if (outer) throw new Error('simulated cuda: captureEnd inside a conditional region');
       graphs.set(nextGraph, capture);
       capture = null;
       return nextGraph++;
     },
     captureAbort() {
       capture = null;
+      outer = null;
     },
     graphLaunch(id) {
       host('graphLaunch');

@@ -5,7 +5,7 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkCount, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
@@ -51,6 +51,9 @@ export interface CudaAddon {
   captureEnd(): number;
   /** End a capture that failed part way, discarding what was captured. */
   captureAbort(): void;
+  /** Until conditionalEnd, a captured graph runs the work only when the i32 at `count` exceeds `threshold` (a conditional node); uncaptured, it runs. */
+  conditionalBegin(count: bigint, threshold: number): void;
+  conditionalEnd(): void;
   graphLaunch(id: number): void;
   graphDestroy(id: number): void;
   /** cudaMemsetAsync to 0 on the stream, after earlier work. */
@@ -242,6 +245,17 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
         live = false;
       },
     };
+  }
+
+  override whenAbove(count: Tensor, threshold: number, fn: () => void): void {
+    checkCount(count, threshold);
+    if (!this.recording) return fn();
+    native(() => this.addon.conditionalBegin(this.pointer(count), threshold));
+    try {
+      fn();
+    } finally {
+      native(() => this.addon.conditionalEnd());
+    }
   }
 
   destroy(): void {

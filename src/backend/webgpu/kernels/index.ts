@@ -17,6 +17,7 @@ import { geluKernel, geluBackwardKernel } from './gelu.js';
 import { crossEntropyKernel, crossEntropyBackwardKernel, crossEntropyFusedKernel } from './cross_entropy.js';
 import { philoxKernel } from './philox.js';
 import { diffusionMaskKernel } from './diffusion_mask.js';
+import { compactRowsKernel } from './compact_rows.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwCastKernel, adamwKernel } from './adamw.js';
 
@@ -48,6 +49,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   crossEntropyFusedKernel,
   philoxKernel,
   diffusionMaskKernel,
+  compactRowsKernel,
   gradNormKernel,
   adamwKernel,
   adamwCastKernel,
