@@ -109,7 +109,7 @@ describe('trainingMemory', () => {
   });
 
   // Masked-diffusion-like rows: a third carry a weight (some of those an ignored target), so with
-  // 4 blocks of 64, 64 and 16 rows the packed rows fill the first block only.
+  // blocks of 64, 64 and 16 rows (8 chunks, rounded up to 64 rows) the packed rows fill the first block only.
   const packedBatch = (N: number) => ({
     batch: {
       inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i % 11 === 0 ? -1 : (i * 31 + 2) % 256)),

@@ -114,13 +114,17 @@ export interface ActivationSaving {
   readonly packLossRows?: boolean;
 }
 
+/** The fewest blocks packed loss rows run in: the blocks past the last packed row are skipped. */
+export const PACKED_LOGIT_CHUNKS = 8;
+
 /**
- * The blocks the LM head and the loss run over: train.logitChunks, or by default 4 when the loss
- * rows are packed (the blocks past the last packed row are skipped: about half under masked
- * diffusion), else 1.
+ * The blocks the LM head and the loss run over: train.logitChunks, and with packed loss rows at
+ * least PACKED_LOGIT_CHUNKS (on an H200, 8 blocks were 0.2 ms a step faster than 4 at llama-124m
+ * and level at 1.3B: bench/RESULTS.md).
  */
 export function logitChunksOf(saving: ActivationSaving): number {
-  return saving.logitChunks ?? (saving.packLossRows ? 4 : 1);
+  const chunks = saving.logitChunks ?? 1;
+  return saving.packLossRows ? Math.max(chunks, PACKED_LOGIT_CHUNKS) : chunks;
 }
 
 /**

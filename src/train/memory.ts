@@ -25,7 +25,7 @@ export function describeMemory(e: MemoryBreakdown): string {
 
 /** How the model trades compute for memory and runs the loss, from train.* and the objective. */
 export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>): ActivationSaving {
-  return { recompute: t.recompute, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss, ...(t.logitChunks !== undefined ? { logitChunks: t.logitChunks } : {}) };
+  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss };
 }
 
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';
