@@ -24,6 +24,8 @@ import type { OpDef } from '../src/ops/op.js';
 import { type ReduceAttrs, reduce } from '../src/ops/reduce.js';
 import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 import { createBackend, probeCuda } from '../src/runtime/backends.js';
+import { resolveConfig } from '../src/config/load.js';
+import { LlamaModel } from '../src/model/llama.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
@@ -65,6 +67,26 @@ describe('cuda backend on a simulated device', () => {
         }
       }
     }
+  });
+
+  it("gives a training pass the CPU's loss and gradient bits (strided outputs write their rows only)", async () => {
+    // The fused q/k/v layer writes dq, dk and dv interleaved into one gradient matrix.
+    const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '24' } });
+    const N = 2 * 24;
+    const pass = async (b: CpuBackend | CudaBackend) => {
+      const m = new LlamaModel(b, cfg.model, 2, 3);
+      expect(m.blocks[0]!.attn.fused).toBe(true);
+      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 7 + 1) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 13 + 4) % 256), segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 24) }, false);
+      m.setWeights(new Float32Array(N).fill(1));
+      m.forwardBackward(true);
+      const out = { loss: await m.loss(), grad: Array.from((await b.download(m.store.grad)) as Float32Array) };
+      m.destroy();
+      return out;
+    };
+    const sim = new CudaBackend(simulatedCudaAddon());
+    // The pool hands the second model the first's buffers: stale values in the gaps too.
+    await pass(sim);
+    expect(await pass(sim)).toEqual(await pass(new CpuBackend()));
   });
 
   it('runs cross_entropy_backward in place on the simulated device', async () => {

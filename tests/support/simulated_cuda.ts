@@ -7,7 +7,7 @@
 import type { CudaAddon, CudaArg, CudaProbeInfo } from '../../src/backend/cuda/cuda.js';
 import { decodeFloats, encodeFloats } from '../../src/convert.js';
 import { OPS, findOp } from '../../src/ops/index.js';
-import type { RefArgs } from '../../src/ops/op.js';
+import { type RefArgs, hasGaps } from '../../src/ops/op.js';
 import { DTYPES, DTYPE_BYTES, type DType } from '../../src/tensor.js';
 
 /** Allocations past this fail as out of memory, as cudaMalloc would. */
@@ -152,10 +152,18 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
         const ref: RefArgs = {};
         for (const [arg, [dtype, bytes]] of views) ref[arg] = read(dtype, bytes);
         op.reference(ref, attrs);
+        const rows = op.rowLayout?.(attrs) ?? {};
         for (const a of op.args) {
           if (a.role === 'in') continue;
           const [dtype, bytes] = views.get(a.name)!;
-          write(dtype, ref[a.name]!, bytes);
+          // a strided output's rows only, as the kernels write: its gaps may be other outputs' rows
+          const layout = rows[a.name];
+          if (!hasGaps(layout)) {
+            write(dtype, ref[a.name]!, bytes);
+            continue;
+          }
+          const size = DTYPE_BYTES[dtype];
+          for (let o = 0; o < ref[a.name]!.length; o += layout!.stride) write(dtype, ref[a.name]!.subarray(o, o + layout!.width), bytes.subarray(o * size, (o + layout!.width) * size));
         }
       });
     },
