@@ -4,10 +4,11 @@
  * document-masked, grouped-query), output projection. Saves q, k, v, the output and the LSE, and
  * the un-normalised q and k with their rstd when q/k are normalised.
  *
- * Without biases and norms, training projects q, k and v in one GEMM: the three weights sit back
- * to back in the parameter store, so Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix and
- * x · Wqkvᵀ one [rows, (H + 2G)·D] product, whose rows rope reads a part at a time (its token
- * stride) into the contiguous q, k and v attention takes (v by rope's copy). Backward writes the
+ * Without biases and norms the three weights sit back to back in the parameter store, so
+ * Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix. The forward projects q and k in one GEMM,
+ * x · [Wq; Wk]ᵀ, whose rows rope reads a part at a time (its token stride) into the contiguous q
+ * and k attention takes, and v in a second GEMM straight into its saved buffer (one GEMM for all
+ * three left v to copy: 12 copies of [16384, 768] a llama-124m step). Backward writes the
  * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
  * their parts (gradStride), dq and dk turned back through rope (ropeBase), so dWqkv and dx are one
  * GEMM each: three GEMMs of three times the size instead of nine, which at llama-124m's
@@ -166,21 +167,21 @@ export class SelfAttention {
     return (this.s.heads + 2 * this.s.kvHeads) * this.s.headDim;
   }
 
-  /** Wqkv = [Wq; Wk; Wv] (working copy or gradient) as one [1, (H + 2G)·D, dModel] matrix. */
-  private wqkv(b: Backend, w: Tensor): Tensor {
-    return b.view(w, 0, [1, this.qkvWidth, this.q.inFeatures]);
+  /** Wqkv = [Wq; Wk; Wv] (working copy or gradient) as one [1, (H + 2G)·D, dModel] matrix, or its first `width` rows. */
+  private wqkv(b: Backend, w: Tensor, width = this.qkvWidth): Tensor {
+    return b.view(w, 0, [1, width, this.q.inFeatures]);
   }
 
-  /** The q, k and v parts of a fused projection row: [offset in the row, heads, whether rope turns them]. */
-  private qkvParts(): [number, number, boolean][] {
+  /** The q, k and v parts of a fused projection row: [offset in the row, heads]. */
+  private qkvParts(): [number, number][] {
     const s = this.s;
-    return [[0, s.heads, true], [s.heads * s.headDim, s.kvHeads, true], [(s.heads + s.kvHeads) * s.headDim, s.kvHeads, false]];
+    return [[0, s.heads], [s.heads * s.headDim, s.kvHeads], [(s.heads + s.kvHeads) * s.headDim, s.kvHeads]];
   }
 
-  /** Part (offset, heads) of the rows of scratch.qkv, as rope's strided span of them. */
-  private qkvSpan(b: Backend, offset: number, heads: number): Tensor {
+  /** Part (offset, heads) of the rows of scratch.qkv, `width` elements apart, as rope's strided span of them. */
+  private qkvSpan(b: Backend, offset: number, heads: number, width = this.qkvWidth): Tensor {
     const s = this.s;
-    return b.view(this.scratch.qkv, offset, stridedRows(s.batch * s.seqLen, this.qkvWidth, heads * s.headDim));
+    return b.view(this.scratch.qkv, offset, stridedRows(s.batch * s.seqLen, width, heads * s.headDim));
   }
 
   /** out [rows, dModel] from x [rows, dModel]. */
@@ -189,12 +190,14 @@ export class SelfAttention {
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
     if (this.fused) {
-      const width = this.qkvWidth;
-      // [rows, (H + 2G)·D] = x · Wqkvᵀ
-      b.run(matmul, { a: as3d(b, x), b: this.wqkv(b, this.q.weight.compute), out: b.view(sc.qkv, 0, [1, rows, width]) }, matmulAttrs(1, rows, width, this.q.inFeatures, false, true));
-      const saved = [this.savedQ, this.savedK, this.savedV];
-      this.qkvParts().forEach(([offset, heads, turn], i) => {
-        b.run(rope, { x: this.qkvSpan(b, offset, heads), positions, y: saved[i]! }, this.ropeAttrs(heads, { xStride: width, rotate: turn }));
+      // [rows, (H + G)·D] = x · [Wq; Wk]ᵀ, whose q and k parts rope turns into the saved q and k;
+      // v = x · Wvᵀ straight into the saved v (one GEMM for all three would leave v to copy).
+      const qk = (s.heads + s.kvHeads) * s.headDim;
+      b.run(matmul, { a: as3d(b, x), b: this.wqkv(b, this.q.weight.compute, qk), out: b.view(sc.qkv, 0, [1, rows, qk]) }, matmulAttrs(1, rows, qk, this.q.inFeatures, false, true));
+      this.v.forward(b, x, b.view(this.savedV, 0, [rows, s.kvHeads * s.headDim]), rows);
+      const saved = [this.savedQ, this.savedK];
+      this.qkvParts().slice(0, 2).forEach(([offset, heads], i) => {
+        b.run(rope, { x: this.qkvSpan(b, offset, heads, qk), positions, y: saved[i]! }, this.ropeAttrs(heads, { xStride: qk }));
       });
     } else {
       this.projectAll(b, x, positions);
