@@ -4,12 +4,12 @@ import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import type { Backend } from '../src/backend/backend.js';
 import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { MdlmError } from '../src/errors.js';
-import { checkTrainingFits, withMemoryEstimate } from '../src/train/memory.js';
+import { activationSaving, checkTrainingFits, recordsSteps, withMemoryEstimate } from '../src/train/memory.js';
 import { expectMdlmError } from './support/contracts.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 import { resolveConfig } from '../src/config/load.js';
-import { type ActivationSaving, flatParamElements, logitRows, paramCount, trainingMemory } from '../src/config/model-size.js';
+import { type ActivationSaving, flatParamElements, logitChunksOf, logitRows, paramCount, trainingMemory } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
 import type { Recompute } from '../src/config/schema.js';
 
@@ -146,6 +146,22 @@ describe('trainingMemory', () => {
       expect(Math.abs(r.loss - ref!.loss), `pass ${p}`).toBeLessThanOrEqual(1e-6 * Math.abs(ref!.loss));
       for (let i = 0; i < r.grad.length; i++) expect(Math.abs(r.grad[i]! - ref!.grad[i]!), `pass ${p}: grad ${i}`).toBeLessThanOrEqual(1e-6 * scale);
     }
+  });
+
+  it('packs the loss rows only for a sparse loss (masked diffusion), train.lossRows weighted and a recorded pass, in at least 8 blocks', () => {
+    const t = smallModel().train;
+    expect(t.lossRows).toBe('weighted');
+    const sparse = { sparseLoss: true }, dense = { sparseLoss: false };
+    expect(activationSaving(t, sparse, true).packLossRows).toBe(true);
+    expect(activationSaving(t, sparse, false).packLossRows).toBe(false);
+    expect(activationSaving(t, dense, true).packLossRows).toBe(false);
+    expect(activationSaving({ ...t, lossRows: 'all' }, sparse, true).packLossRows).toBe(false);
+    expect(recordsSteps(t, { name: 'cuda' })).toBe(true);
+    expect(recordsSteps(t, { name: 'webgpu' })).toBe(false);
+    expect(recordsSteps({ ...t, cudaGraphs: false }, { name: 'cuda' })).toBe(false);
+    expect(logitChunksOf({ logitChunks: 2, packLossRows: true })).toBe(8);
+    expect(logitChunksOf({ logitChunks: 12, packLossRows: true })).toBe(12);
+    expect(logitChunksOf({ logitChunks: 2 })).toBe(2);
   });
 
   it('train.lossRows weighted skips the recorded blocks past the packed rows, and runs them when rows reach them', async () => {

@@ -24,7 +24,7 @@ import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
-import { activationSaving, checkTrainingFits, withMemoryEstimate } from '../train/memory.js';
+import { activationSaving, checkTrainingFits, recordsSteps, withMemoryEstimate } from '../train/memory.js';
 import { Lookahead, computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
 
 export const PEER_MODES = ['eager', 'compile'] as const;
@@ -113,9 +113,9 @@ function benchMaskId(cfg: TrainConfig): number {
   return cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
 }
 
-export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined): BenchTrainSetup {
+export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined, backend: Pick<Backend, 'name'>): BenchTrainSetup {
   const f = flopsBreakdown(cfg.model, cfg.model.seqLen, cfg.objective.kind);
-  const saving = activationSaving(cfg.train, createObjective(cfg.objective, cfg.train.seed, benchMaskId(cfg)));
+  const saving = activationSaving(cfg.train, createObjective(cfg.objective, cfg.train.seed, benchMaskId(cfg)), recordsSteps(cfg.train, backend));
   return {
     preset, objective: cfg.objective.kind, batch: cfg.train.batchSize, seq_len: cfg.model.seqLen, params: paramCount(cfg.model),
     flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute,
@@ -165,9 +165,10 @@ export async function benchTrainMdlm(
   const dtype = computeDtype(t.precision, backend);
   const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
   const objective = createObjective(cfg.objective, t.seed, maskId);
-  const saving = activationSaving(t, objective);
+  const record = recordsSteps(t, backend);
+  const saving = activationSaving(t, objective, record);
   const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype, saving);
-  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record: t.cudaGraphs && backend.name === 'cuda', fill: parallelFiller(), ...saving }));
+  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record, fill: parallelFiller(), ...saving }));
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
   try {
     const batches = new Lookahead(syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed), () => undefined);
@@ -292,7 +293,7 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
     if (peerModes.length > 0 && cfg.objective.kind === 'mdlm' && cfg.objective.schedule !== 'linear') {
       fail('BAD_CONFIG', `bench train: the PyTorch peer implements the linear schedule only; objective.schedule is ${cfg.objective.schedule}`);
     }
-    setup = benchSetup(cfg, opts.preset, opts.peakTflops ?? bf16PeakTflops(backend.description));
+    setup = benchSetup(cfg, opts.preset, opts.peakTflops ?? bf16PeakTflops(backend.description), backend);
     log(`bench train: ${opts.preset} ${setup.objective}, batch ${setup.batch} × ${setup.seq_len}, ${(setup.params / 1e6).toFixed(1)}M parameters, ${(setup.flops_per_token / 1e9).toFixed(3)} GFLOP/token (${setup.flops_convention})`);
     log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${rounds > 1 ? `${rounds} rounds of ` : ''}${opts.steps} timed steps`);
     mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup, opts.profileSteps ?? 0, rounds, (r, ms) => {

@@ -23,9 +23,18 @@ export function describeMemory(e: MemoryBreakdown): string {
   return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}`;
 }
 
-/** How the model trades compute for memory and runs the loss, from train.* and the objective. */
-export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>): ActivationSaving {
-  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss };
+/** Whether training records its forward and backward pass (a CUDA graph: train.cudaGraphs on CUDA). */
+export function recordsSteps(t: TrainSection, backend: Pick<Backend, 'name'>): boolean {
+  return t.cudaGraphs && backend.name === 'cuda';
+}
+
+/**
+ * How the model trades compute for memory and runs the loss, from train.*, the objective and
+ * whether the pass is recorded: loss rows are packed only where the recording can skip the blocks
+ * past the last one (elsewhere every block runs, so packing would only add work).
+ */
+export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, recorded: boolean): ActivationSaving {
+  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && recorded };
 }
 
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';

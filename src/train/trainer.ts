@@ -25,7 +25,7 @@ import { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
 import type { FloatDType } from '../tensor.js';
 import { evaluateModel } from './evaluate.js';
-import { activationSaving, checkTrainingFits, describeMemory, withMemoryEstimate } from './memory.js';
+import { activationSaving, checkTrainingFits, describeMemory, recordsSteps, withMemoryEstimate } from './memory.js';
 
 export interface TrainerOptions {
   readonly config: TrainConfig;
@@ -102,11 +102,12 @@ export class Trainer {
     if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize });
     const dtype = computeDtype(cfg.train.precision, opts.backend);
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
-    const saving = activationSaving(cfg.train, this.objective);
+    const record = recordsSteps(cfg.train, opts.backend);
+    const saving = activationSaving(cfg.train, this.objective, record);
     const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype, saving);
     this.memory = memory;
     this.model = withMemoryEstimate(memory, () => new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {
-      dtype, record: cfg.train.cudaGraphs && opts.backend.name === 'cuda', ...saving, ...(opts.fill ? { fill: opts.fill } : {}),
+      dtype, record, ...saving, ...(opts.fill ? { fill: opts.fill } : {}),
     }));
     this.optimizer = withMemoryEstimate(memory, () => new AdamW(this.model.store, {
       beta1: cfg.train.beta1, beta2: cfg.train.beta2, eps: cfg.train.adamEps, weightDecay: cfg.train.weightDecay, gradClip: cfg.train.gradClip,
