@@ -89,6 +89,23 @@ describe('cuda backend on a simulated device', () => {
     expect(await pass(sim)).toEqual(await pass(new CpuBackend()));
   });
 
+  it('whenAbove: an error inside a recorded conditional region is the one reported, and the capture closes', async () => {
+    const b = new CudaBackend(simulatedCudaAddon());
+    const count = b.alloc([1], 'i32');
+    const y = b.alloc([3], 'f32');
+    expect(() => b.record(() => b.whenAbove(count, 0, () => {
+      throw new Error('boom inside the region');
+    }))).toThrow('boom inside the region');
+    // Nothing left open: host work and a new recording go through.
+    b.upload(count, Int32Array.from([1]));
+    b.upload(y, new Float32Array(3).fill(5));
+    const rec = b.record(() => b.whenAbove(count, 0, () => b.zero(y)));
+    rec.replay();
+    expect(Array.from((await b.download(y)) as Float32Array)).toEqual([0, 0, 0]);
+    rec.destroy();
+    [count, y].forEach((t) => b.free(t));
+  });
+
   it('runs cross_entropy_backward in place on the simulated device', async () => {
     await expectCrossEntropyInPlace(new CudaBackend(simulatedCudaAddon()), 'bf16');
   });

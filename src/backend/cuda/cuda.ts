@@ -253,9 +253,14 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     native(() => this.addon.conditionalBegin(this.pointer(count), threshold));
     try {
       fn();
-    } finally {
-      native(() => this.addon.conditionalEnd());
+    } catch (e) {
+      // The body's capture is likely invalid now: end it quietly and report what went wrong first.
+      try {
+        this.addon.conditionalEnd();
+      } catch {}
+      throw e;
     }
+    native(() => this.addon.conditionalEnd());
   }
 
   destroy(): void {
