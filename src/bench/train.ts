@@ -295,6 +295,7 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
     }
     setup = benchSetup(cfg, opts.preset, opts.peakTflops ?? bf16PeakTflops(backend.description), backend);
     log(`bench train: ${opts.preset} ${setup.objective}, batch ${setup.batch} × ${setup.seq_len}, ${(setup.params / 1e6).toFixed(1)}M parameters, ${(setup.flops_per_token / 1e9).toFixed(3)} GFLOP/token (${setup.flops_convention})`);
+    log(`mdlm runs the LM head and the loss over ${setup.loss_rows === 'packed' ? 'the rows with a loss weight, packed,' : 'every row'} in ${setup.logit_chunks} block${setup.logit_chunks > 1 ? 's' : ''}${setup.recompute !== 'none' ? `; recomputes ${setup.recompute}` : ''}`);
     log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${rounds > 1 ? `${rounds} rounds of ` : ''}${opts.steps} timed steps`);
     mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup, opts.profileSteps ?? 0, rounds, (r, ms) => {
       if (rounds > 1) log(`mdlm round ${r + 1} of ${rounds}: ${ms.toFixed(2)} ms/step`);
