@@ -53,11 +53,14 @@ export interface Backend {
   record(fn: () => void): Recording;
   /**
    * Enqueue `fn`'s ops, needed only when the i32 `count[0]` exceeds `threshold` by the time the
-   * device gets there. Inside a CUDA recording they become a conditional graph node, skipped on
-   * the device when not needed; everywhere else they simply run, so `fn`'s work must leave the
-   * results the same either way (e.g. blocks of rows past the last row that counts).
+   * device gets there. Where the backend can decide on the device (`skipsConditional`) they are
+   * skipped when not needed: CUDA inside a recording (a conditional graph node), WebGPU always
+   * (indirect dispatches); elsewhere they run, so `fn`'s work must leave the results the same
+   * either way (e.g. blocks of rows past the last row that counts).
    */
   whenAbove(count: Tensor, threshold: number, fn: () => void): void;
+  /** Where whenAbove skips work: 'always', only inside a recording ('recorded'), or 'never'. */
+  readonly skipsConditional: 'always' | 'recorded' | 'never';
   poolStats(): PoolStats;
   destroy(): void;
 }
@@ -213,8 +216,21 @@ export abstract class PooledBackend<B> {
     return this.store.pool.stats();
   }
 
+  private inConditional = false;
+
   whenAbove(count: Tensor, threshold: number, fn: () => void): void {
     checkCount(count, threshold);
+    if (this.inConditional) fail('BAD_ARGUMENT', 'whenAbove: conditional regions do not nest');
+    this.inConditional = true;
+    try {
+      this.conditional(count, threshold, fn);
+    } finally {
+      this.inConditional = false;
+    }
+  }
+
+  /** Enqueue fn's ops under whenAbove's condition; by default they simply run. */
+  protected conditional(_count: Tensor, _threshold: number, fn: () => void): void {
     fn();
   }
 }

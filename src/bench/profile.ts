@@ -37,6 +37,9 @@ export class ProfiledBackend implements Backend {
   get name() {
     return this.inner.name;
   }
+  get skipsConditional() {
+    return this.inner.skipsConditional;
+  }
   get dtypes(): ReadonlySet<DType> {
     return this.inner.dtypes;
   }

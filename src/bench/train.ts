@@ -113,9 +113,9 @@ function benchMaskId(cfg: TrainConfig): number {
   return cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
 }
 
-export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined, backend: Pick<Backend, 'name'>): BenchTrainSetup {
+export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined, backend: Pick<Backend, 'name' | 'skipsConditional'>): BenchTrainSetup {
   const f = flopsBreakdown(cfg.model, cfg.model.seqLen, cfg.objective.kind);
-  const saving = activationSaving(cfg.train, createObjective(cfg.objective, cfg.train.seed, benchMaskId(cfg)), recordsSteps(cfg.train, backend));
+  const saving = activationSaving(cfg.train, createObjective(cfg.objective, cfg.train.seed, benchMaskId(cfg)), backend);
   return {
     preset, objective: cfg.objective.kind, batch: cfg.train.batchSize, seq_len: cfg.model.seqLen, params: paramCount(cfg.model),
     flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute,
@@ -166,7 +166,7 @@ export async function benchTrainMdlm(
   const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
   const objective = createObjective(cfg.objective, t.seed, maskId);
   const record = recordsSteps(t, backend);
-  const saving = activationSaving(t, objective, record);
+  const saving = activationSaving(t, objective, backend);
   const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype, saving);
   const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record, fill: parallelFiller(), ...saving }));
   const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));

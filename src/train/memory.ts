@@ -29,12 +29,14 @@ export function recordsSteps(t: TrainSection, backend: Pick<Backend, 'name'>): b
 }
 
 /**
- * How the model trades compute for memory and runs the loss, from train.*, the objective and
- * whether the pass is recorded: loss rows are packed only where the recording can skip the blocks
- * past the last one (elsewhere every block runs, so packing would only add work).
+ * How the model trades compute for memory and runs the loss, from train.*, the objective and the
+ * backend: loss rows are packed only where the blocks past the last one are skipped on the
+ * device (Backend.skipsConditional: WebGPU, or CUDA when the pass is recorded); elsewhere every
+ * block runs, so packing would only add work.
  */
-export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, recorded: boolean): ActivationSaving {
-  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && recorded };
+export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, backend: Pick<Backend, 'name' | 'skipsConditional'>): ActivationSaving {
+  const skips = backend.skipsConditional === 'always' || (backend.skipsConditional === 'recorded' && recordsSteps(t, backend));
+  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && skips };
 }
 
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';

@@ -103,7 +103,7 @@ export class Trainer {
     const dtype = computeDtype(cfg.train.precision, opts.backend);
     this.objective = createObjective(cfg.objective, cfg.train.seed, maskId);
     const record = recordsSteps(cfg.train, opts.backend);
-    const saving = activationSaving(cfg.train, this.objective, record);
+    const saving = activationSaving(cfg.train, this.objective, opts.backend);
     const memory = checkTrainingFits(opts.backend, cfg.model, cfg.train.batchSize, dtype, saving);
     this.memory = memory;
     this.model = withMemoryEstimate(memory, () => new LlamaModel(opts.backend, cfg.model, cfg.train.batchSize, cfg.train.seed, {

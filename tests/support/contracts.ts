@@ -44,27 +44,35 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
       [a, i, out].forEach((t) => b.free(t));
     });
 
-    it.skipIf(!enabled)('whenAbove: runs the work directly; a device recording (CUDA graph) skips it while the count is at or below the threshold', async () => {
+    it.skipIf(!enabled)('whenAbove: skips the ops at or below the threshold where the backend decides on the device (skipsConditional), else runs them', async () => {
       const b = (await get())!;
       const count = b.alloc([1], 'i32');
-      const y = b.alloc([5], 'f32');
-      const ones = new Float32Array(5).fill(1);
+      const [x, y] = [b.alloc([5], 'f32'), b.alloc([5], 'f32')];
+      b.upload(x, Float32Array.from([1, 2, 3, 4, 5]));
       const read = async () => Array.from((await b.download(y)) as Float32Array);
-      b.upload(count, Int32Array.from([0]));
-      b.upload(y, ones);
-      b.whenAbove(count, 7, () => b.zero(y));
-      expect(await read()).toEqual([0, 0, 0, 0, 0]);
-      const rec = b.record(() => b.whenAbove(count, 2, () => b.zero(y)));
-      for (const [n, skipped] of [[2, rec.native], [3, false], [-5, rec.native]] as const) {
+      const ran = [2, 4, 6, 8, 10], kept = [0, 0, 0, 0, 0];
+      // y = x + x, only when count > 2
+      const doubled = () => b.whenAbove(count, 2, () => b.run(add, { a: x, b: x, out: y }, { n: 5 }));
+      const cases = [[2, true], [3, false], [-5, true]] as const;
+      for (const [n, below] of cases) {
         b.upload(count, Int32Array.from([n]));
-        b.upload(y, ones);
+        b.upload(y, new Float32Array(5));
+        doubled();
+        expect(await read(), `direct, count ${n}`).toEqual(below && b.skipsConditional === 'always' ? kept : ran);
+      }
+      const rec = b.record(doubled);
+      for (const [n, below] of cases) {
+        b.upload(count, Int32Array.from([n]));
+        b.upload(y, new Float32Array(5));
         rec.replay();
-        expect(await read(), `count ${n}`).toEqual(skipped ? [1, 1, 1, 1, 1] : [0, 0, 0, 0, 0]);
+        const skips = b.skipsConditional === 'always' || (b.skipsConditional === 'recorded' && rec.native);
+        expect(await read(), `recorded, count ${n}`).toEqual(below && skips ? kept : ran);
       }
       rec.destroy();
+      expect(() => b.whenAbove(count, 2, () => b.whenAbove(count, 3, () => {}))).toThrow(/whenAbove: conditional regions do not nest|do not nest/);
       await expectMdlmError(() => b.whenAbove(y, 2, () => {}), 'BAD_ARGUMENT', 'whenAbove: the count must be one i32');
       await expectMdlmError(() => b.whenAbove(count, 0.5, () => {}), 'BAD_ARGUMENT', 'whenAbove: threshold 0.5');
-      [count, y].forEach((t) => b.free(t));
+      [count, x, y].forEach((t) => b.free(t));
     });
 
     it.skipIf(!enabled)('zeroes a view in order with earlier work, leaving its neighbours alone', async () => {

@@ -10,6 +10,7 @@ import { DTYPE_BYTES, DTYPES, type DType, type HostArray, Tensor, isFloat } from
 
 export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   readonly name = 'cpu' as const;
+  readonly skipsConditional = 'never' as const;
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
   /** The reference computes in float64 whatever the storage. */
   readonly floatDtypes: ReadonlySet<DType> = new Set(DTYPES.filter(isFloat));

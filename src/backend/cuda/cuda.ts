@@ -5,7 +5,7 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkCount, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
@@ -97,6 +97,7 @@ function gib(bytes: number): string {
 
 export class CudaBackend extends PooledBackend<bigint> implements Backend {
   readonly name = 'cuda' as const;
+  readonly skipsConditional = 'recorded' as const;
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
   /** Kernels compute 'float' args stored in f32 or bf16 (f32 math either way). */
   readonly floatDtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'bf16']);
@@ -247,8 +248,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     };
   }
 
-  override whenAbove(count: Tensor, threshold: number, fn: () => void): void {
-    checkCount(count, threshold);
+  protected override conditional(count: Tensor, threshold: number, fn: () => void): void {
     if (!this.recording) return fn();
     native(() => this.addon.conditionalBegin(this.pointer(count), threshold));
     try {

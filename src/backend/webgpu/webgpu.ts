@@ -42,6 +42,8 @@ const KEY_LIMITS = [
   'minStorageBufferOffsetAlignment', 'minUniformBufferOffsetAlignment',
 ] as const;
 
+/** Machinery shader of conditional dispatches (whenAbove), compiled beside the kernels' shaders. */
+const INDIRECT_ARGS = 'indirect_args';
 const UNIFORM_SLOT = 256;
 const UNIFORM_RING_SLOTS = 1024;
 /** Submit after this many dispatches even without a sync point, to keep the GPU fed. */
@@ -85,6 +87,7 @@ export async function requestAdapter(gpu: GPU, powerPreference: GPUPowerPreferen
 
 export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly name = 'webgpu' as const;
+  readonly skipsConditional = 'always' as const;
   readonly dtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'f16', 'bf16', 'i32', 'u32']);
   /** The shaders compute in f32 over f32 storage (f16/bf16 storage is for casts and transfers). */
   readonly floatDtypes: ReadonlySet<DType> = new Set<DType>(['f32']);
@@ -105,6 +108,9 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   private uniformUsed = 0;
   private lost: string | null = null;
   private readonly errors: string[] = [];
+  /** Inside whenAbove: every dispatch is indirect, its counts written by indirect_args first. */
+  private condition: { readonly count: Tensor; readonly threshold: number } | null = null;
+  private indirectArgs: Tensor | null = null;
 
   static async create(opts: WebGpuOptions): Promise<WebGpuBackend> {
     const adapter = await requestAdapter(opts.gpu, opts.powerPreference);
@@ -127,7 +133,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const a = this.adapter;
     this.description = [a.vendor, a.architecture, a.device, a.description].filter(Boolean).join(' ') || 'WebGPU adapter';
     for (const k of kernels) this.kernels.set(k.op.name, k);
-    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    // INDIRECT: a conditional dispatch reads its workgroup counts from a pooled buffer (whenAbove).
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST | GPUBufferUsage.INDIRECT;
     this.store = new TensorStore('webgpu', new BufferPool((size) => device.createBuffer({ size, usage }), (b) => b.destroy()));
     this.stagingPool = new BufferPool(
       (size) => device.createBuffer({ size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }),
@@ -145,6 +152,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   private async compileAll(load: ShaderLoader): Promise<void> {
     const names = new Set<string>();
     for (const k of this.kernels.values()) for (const s of k.shaders) names.add(s);
+    names.add(INDIRECT_ARGS);
     for (const name of names) this.shaders.set(name, await compileShader(this.device, name, load));
   }
 
@@ -264,6 +272,21 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     }
   }
 
+  /**
+   * Every dispatch `fn` makes becomes indirect, its workgroup counts written on the device just
+   * before by a one-thread dispatch (shaders/indirect_args.wgsl): zero when the count is at or
+   * below the threshold. Buffer copies and zeroes in `fn` still happen.
+   */
+  protected override conditional(count: Tensor, threshold: number, fn: () => void): void {
+    this.indirectArgs ??= this.alloc([3], 'u32');
+    this.condition = { count, threshold };
+    try {
+      fn();
+    } finally {
+      this.condition = null;
+    }
+  }
+
   /** WebGPU replays by re-encoding: dispatches are already batched into few submits. */
   record(fn: () => void): Recording {
     return rerun(fn);
@@ -344,11 +367,23 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const maxDim = this.device.limits.maxComputeWorkgroupsPerDimension;
     if (x > maxDim || y > maxDim || z > maxDim) throw new Error(`${where}: dispatch ${x}x${y}x${z} exceeds ${maxDim} workgroups per dimension (use grid1d)`);
     if (x * y * z === 0) return;
+    const condition = this.condition;
+    if (condition) {
+      // The counts first (one dispatch of its own, so unconditional), then this dispatch reading
+      // them: WebGPU orders a pass's dispatches and their buffer uses.
+      this.condition = null;
+      try {
+        this.dispatch({ shader: INDIRECT_ARGS, entry: 'main', bindings: { params: { threshold: condition.threshold, x, y, z }, count: condition.count, args: this.indirectArgs! }, workgroups: [1] });
+      } finally {
+        this.condition = condition;
+      }
+    }
     const bindGroup = this.device.createBindGroup({ layout: p.layout, entries });
     const pass = this.beginPass();
     pass.setPipeline(p.pipeline);
     pass.setBindGroup(0, bindGroup);
-    pass.dispatchWorkgroups(x, y, z);
+    if (condition) pass.dispatchWorkgroupsIndirect(this.store.handleOf(this.indirectArgs!).buffer, this.indirectArgs!.offset * 4);
+    else pass.dispatchWorkgroups(x, y, z);
     if (++this.batched >= MAX_BATCH) this.flush();
   }
 
