@@ -148,17 +148,17 @@ describe('trainingMemory', () => {
     }
   });
 
-  it('packs the loss rows only for a sparse loss (masked diffusion), train.lossRows weighted and a backend that skips the empty blocks (WebGPU, recorded CUDA), in at least 8 blocks', () => {
+  it('packs the loss rows only for a sparse loss (masked diffusion), train.lossRows weighted and a backend that skips the empty blocks (CPU, WebGPU, recorded CUDA), in at least 8 blocks', () => {
     const t = smallModel().train;
     expect(t.lossRows).toBe('weighted');
     const sparse = { sparseLoss: true }, dense = { sparseLoss: false };
     const cuda = { name: 'cuda', skipsConditional: 'recorded' } as const;
     const webgpu = { name: 'webgpu', skipsConditional: 'always' } as const;
-    const cpu = { name: 'cpu', skipsConditional: 'never' } as const;
+    const never = { name: 'cpu', skipsConditional: 'never' } as const;
     expect(activationSaving(t, sparse, cuda).packLossRows).toBe(true);
     expect(activationSaving({ ...t, cudaGraphs: false }, sparse, cuda).packLossRows).toBe(false);
     expect(activationSaving(t, sparse, webgpu).packLossRows).toBe(true);
-    expect(activationSaving(t, sparse, cpu).packLossRows).toBe(false);
+    expect(activationSaving(t, sparse, never).packLossRows).toBe(false);
     expect(activationSaving(t, dense, cuda).packLossRows).toBe(false);
     expect(activationSaving({ ...t, lossRows: 'all' }, sparse, webgpu).packLossRows).toBe(false);
     expect(recordsSteps(t, { name: 'cuda' })).toBe(true);

@@ -55,8 +55,9 @@ export interface Backend {
    * Enqueue `fn`'s ops, needed only when the i32 `count[0]` exceeds `threshold` by the time the
    * device gets there. Where the backend can decide on the device (`skipsConditional`) they are
    * skipped when not needed: CUDA inside a recording (a conditional graph node), WebGPU always
-   * (indirect dispatches); elsewhere they run, so `fn`'s work must leave the results the same
-   * either way (e.g. blocks of rows past the last row that counts).
+   * (indirect dispatches), the CPU always (it runs work as it is enqueued); elsewhere they run,
+   * so `fn`'s work must leave the results the same either way (e.g. blocks of rows past the last
+   * row that counts).
    */
   whenAbove(count: Tensor, threshold: number, fn: () => void): void;
   /** Where whenAbove skips work: 'always', only inside a recording ('recorded'), or 'never'. */

@@ -30,8 +30,8 @@ export function recordsSteps(t: TrainSection, backend: Pick<Backend, 'name'>): b
 
 /**
  * How the model trades compute for memory and runs the loss, from train.*, the objective and the
- * backend: loss rows are packed only where the blocks past the last one are skipped on the
- * device (Backend.skipsConditional: WebGPU, or CUDA when the pass is recorded); elsewhere every
+ * backend: loss rows are packed only where the blocks past the last one are skipped
+ * (Backend.skipsConditional: the CPU, WebGPU, or CUDA when the pass is recorded); elsewhere every
  * block runs, so packing would only add work.
  */
 export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, backend: Pick<Backend, 'name' | 'skipsConditional'>): ActivationSaving {

@@ -10,7 +10,8 @@ import { DTYPE_BYTES, DTYPES, type DType, type HostArray, Tensor, isFloat } from
 
 export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   readonly name = 'cpu' as const;
-  readonly skipsConditional = 'never' as const;
+  /** Work runs as it is enqueued, so whenAbove reads its count there and then. */
+  readonly skipsConditional = 'always' as const;
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
   /** The reference computes in float64 whatever the storage. */
   readonly floatDtypes: ReadonlySet<DType> = new Set(DTYPES.filter(isFloat));
@@ -34,6 +35,10 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
 
   supports(): boolean {
     return true;
+  }
+
+  protected override conditional(count: Tensor, threshold: number, fn: () => void): void {
+    if ((this.read(count) as Int32Array)[0]! > threshold) fn();
   }
 
   run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void {
