@@ -5,7 +5,7 @@
 //
 // Also here: the kernel that decides a conditional graph node from such a count (set_above), for
 // the addon's conditionalBegin: the LM head's blocks past the last counted row are skipped.
-#include "common.cuh"
+#include "reduce.cuh"
 
 namespace mdlm {
 
@@ -29,23 +29,8 @@ __global__ void __launch_bounds__(kCompactThreads) compact_rows_kernel(CompactPa
   const uint32_t lo = min(threadIdx.x * chunk, p.rows), hi = min(lo + chunk, p.rows);
   uint32_t own = 0;
   for (uint32_t r = lo; r < hi; r++) own += counted(p, r);
-  // Inclusive scan of the chunks' counts: warps, then the warp totals.
-  __shared__ uint32_t warps[kCompactThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  uint32_t inclusive = own;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t x = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += x;
-  }
-  if (lane == 31) warps[warp] = inclusive;
-  __syncthreads();
-  uint32_t total = 0;
-  for (int w = 0; w < kCompactThreads / 32; w++) {
-    if (w < warp) inclusive += warps[w];
-    total += warps[w];
-  }
-  uint32_t k = inclusive - own;
+  uint32_t total;
+  uint32_t k = block_inclusive_scan<kCompactThreads>(own, total) - own;
   for (uint32_t r = lo; r < hi; r++) {
     if (counted(p, r)) {
       p.order[k] = static_cast<int32_t>(r);

@@ -6,7 +6,7 @@
 // gather writes zeros, the sort keys them `vocab`, which no row claims. f32 or bf16 storage; sums
 // in f32. With `accumulate` the sums are added to dtable, which is f32 with `outF32` (the master
 // gradient of a bf16 model).
-#include "common.cuh"
+#include "reduce.cuh"
 
 namespace mdlm {
 
@@ -61,21 +61,11 @@ __global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* 
 
 // Exclusive scan of all kTile · tiles counts, digit-major, in one block: thread d owns digit d.
 __global__ void __launch_bounds__(kTile) radix_scan_kernel(uint32_t* __restrict__ tile_counts, int tiles) {
-  __shared__ uint32_t warps[kTile / 32];
   uint32_t* own = tile_counts + static_cast<int64_t>(threadIdx.x) * tiles;
   uint32_t total = 0;
   for (int t = 0; t < tiles; t++) total += own[t];
-  uint32_t inclusive = total;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t x = __shfl_up_sync(0xffffffffu, inclusive, o);
-    if (lane >= o) inclusive += x;
-  }
-  if (lane == 31) warps[warp] = inclusive;
-  __syncthreads();
-  for (int w = 0; w < warp; w++) inclusive += warps[w];
-  uint32_t run = inclusive - total;
+  uint32_t all;
+  uint32_t run = block_inclusive_scan<kTile>(total, all) - total;
   for (int t = 0; t < tiles; t++) {
     const uint32_t c = own[t];
     own[t] = run;

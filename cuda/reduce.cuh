@@ -4,7 +4,7 @@
 // warps' results in warp order) combines them. A row is cut into segments only while rows are too
 // few to fill the GPU; the segments' partials then go through a second pass. Segment counts and
 // block sizes are functions of the shape alone, so the same shape gives the same bits every run
-// and on every GPU.
+// and on every GPU. Also the block-wide integer scan of embedding's radix sort and compact_rows.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,29 @@
 #include "common.cuh"
 
 namespace mdlm {
+
+// Inclusive scan of one u32 a thread over a block of kThreads (a multiple of 32), in thread order,
+// and the block's total: warp shuffles, then the warps' totals. Integers: exact in any order.
+// Every thread of the block must call it (it holds one __syncthreads).
+template <int kThreads>
+__device__ __forceinline__ uint32_t block_inclusive_scan(uint32_t v, uint32_t& total) {
+  static_assert(kThreads % 32 == 0, "block_inclusive_scan: whole warps");
+  __shared__ uint32_t warps[kThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t x = __shfl_up_sync(0xffffffffu, v, o);
+    if (lane >= o) v += x;
+  }
+  if (lane == 31) warps[warp] = v;
+  __syncthreads();
+  total = 0;
+  for (int w = 0; w < kThreads / 32; w++) {
+    if (w < warp) v += warps[w];
+    total += warps[w];
+  }
+  return v;
+}
 
 enum class ReduceMap { identity, square, abs };
 

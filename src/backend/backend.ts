@@ -237,7 +237,7 @@ export abstract class PooledBackend<B> {
 }
 
 /** whenAbove's count is one i32 and its threshold an i32. */
-export function checkCount(count: Tensor, threshold: number): void {
+function checkCount(count: Tensor, threshold: number): void {
   if (count.dtype !== 'i32' || count.size !== 1) fail('BAD_ARGUMENT', `whenAbove: the count must be one i32, got ${count}`);
   if (!Number.isInteger(threshold) || Math.abs(threshold) > 0x7fffffff) fail('BAD_ARGUMENT', `whenAbove: threshold ${threshold} is not an i32`);
 }

@@ -283,7 +283,7 @@ export class LlamaModel {
     return s! / this.rows;
   }
 
-  /** Per-token weighted losses of the last forward. */
+  /** Per-token weighted losses of the last forward (after a forwardBackward over packed loss rows: in packed order, zeros after them). */
   async tokenLosses(): Promise<Float32Array> {
     return (await this.backend.download(this.tokenLoss)) as Float32Array;
   }

@@ -208,6 +208,18 @@ export function hasGaps(layout: RowLayout | undefined): boolean {
 }
 
 /**
+ * The [from, to) element spans an output of `length` elements writes: its rows alone when it is
+ * strided with gaps (the gaps may be other outputs' rows), else all of it. The CPU backend and
+ * the simulated CUDA device write back what the reference computed over these.
+ */
+export function writtenSpans(layout: RowLayout | undefined, length: number): [number, number][] {
+  if (!hasGaps(layout)) return [[0, length]];
+  const spans: [number, number][] = [];
+  for (let o = 0; o < length; o += layout!.stride) spans.push([o, o + layout!.width]);
+  return spans;
+}
+
+/**
  * The shape of `rows` rows of `width` elements, `stride` apart, as one flat span (a strided
  * operand: the last row ends where its own elements do).
  */

@@ -7,7 +7,7 @@
 import type { CudaAddon, CudaArg, CudaProbeInfo } from '../../src/backend/cuda/cuda.js';
 import { decodeFloats, encodeFloats } from '../../src/convert.js';
 import { OPS, findOp } from '../../src/ops/index.js';
-import { type RefArgs, hasGaps } from '../../src/ops/op.js';
+import { type RefArgs, writtenSpans } from '../../src/ops/op.js';
 import { DTYPES, DTYPE_BYTES, type DType } from '../../src/tensor.js';
 
 /** Allocations past this fail as out of memory, as cudaMalloc would. */
@@ -156,14 +156,9 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
         for (const a of op.args) {
           if (a.role === 'in') continue;
           const [dtype, bytes] = views.get(a.name)!;
-          // a strided output's rows only, as the kernels write: its gaps may be other outputs' rows
-          const layout = rows[a.name];
-          if (!hasGaps(layout)) {
-            write(dtype, ref[a.name]!, bytes);
-            continue;
-          }
           const size = DTYPE_BYTES[dtype];
-          for (let o = 0; o < ref[a.name]!.length; o += layout!.stride) write(dtype, ref[a.name]!.subarray(o, o + layout!.width), bytes.subarray(o * size, (o + layout!.width) * size));
+          const r = ref[a.name]!;
+          for (const [from, to] of writtenSpans(rows[a.name], r.length)) write(dtype, r.subarray(from, to), bytes.subarray(from * size, to * size));
         }
       });
     },

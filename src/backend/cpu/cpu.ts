@@ -5,7 +5,7 @@
 import { type Backend, BufferPool, PooledBackend, type PooledHandle, type Recording, TensorStore, checkUpload, rerun } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { fail } from '../../errors.js';
-import { type OpDef, type RefArgs, hasGaps, refArrayFor, resolveArgDtype, validateCall } from '../../ops/op.js';
+import { type OpDef, type RefArgs, refArrayFor, resolveArgDtype, validateCall, writtenSpans } from '../../ops/op.js';
 import { DTYPE_BYTES, DTYPES, type DType, type HostArray, Tensor, isFloat } from '../../tensor.js';
 
 export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
@@ -67,10 +67,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
         if (t.dtype === 'f32' || t.dtype === 'i32' || t.dtype === 'u32') s.set(part, from);
         else s.set(encodeFloats(t.dtype, part), from);
       };
-      // a strided output's rows only: its gaps may be other outputs' rows
-      const layout = rows[a.name];
-      if (hasGaps(layout)) for (let o = 0; o < r.length; o += layout!.stride) put(o, o + layout!.width);
-      else put(0, r.length);
+      for (const [from, to] of writtenSpans(rows[a.name], r.length)) put(from, to);
     }
   }
 
