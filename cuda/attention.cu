@@ -1275,17 +1275,17 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // Head dim 64: a step takes 128 query rows (FlashAttention-3's tile there), so Sᵀ and dPᵀ are n128
 // products and a step does twice the work between its waits; a tile's dQ has 64 columns, too few
 // to split (a 32-column operand would start inside a 128-byte swizzle row), so each warpgroup
-// computes dQ for its half of the query rows over both warpgroups' 128 keys. Two Q/dO stages fit
-// beside three dSᵀ buffers of 128 × 128. H200, 2026-12-04 (bench/RESULTS.md, eighteenth pass),
+// computes dQ for its half of the query rows over both warpgroups' 128 keys. Three Q/dO stages fit
+// beside two dSᵀ buffers of 128 × 128. H200, 2026-12-04 (bench/RESULTS.md, eighteenth pass),
 // against 64 query rows a step with the warpgroups taking turns at dQ: B16 T1024 H12
 // bidirectional 0.471 vs 0.487 ms, causal 0.332 vs 0.335, B8 bidirectional 0.248 vs 0.255;
 // llama-124m mdlm 0.40 ms a step less. (Those turns had replaced bwd_dkdv_wgmma, one warpgroup of
 // 64 keys and three blocks an SM: 0.485 vs 0.545 ms at B16 T1024 bidirectional, thirteenth pass.)
-// MDLM_ATTN_BWD_DEEP=1 (head dim 64, read at every call): three Q/dO stages and two dSᵀ buffers
-// instead of two and three, the same shared memory: the producer runs a tile further ahead, and
-// the warpgroups may drift a step less apart (a dSᵀ buffer is rewritten once both have read it for
-// the step after's dQ). Untimed: an experiment for an A/B (bench/train-ab.sh AB_SIDES).
-template <int kD, bool kDeep = false>
+// Three Q/dO stages and two dSᵀ buffers rather than two and three (the same shared memory: the
+// producer runs a tile further ahead, the warpgroups may drift a step less apart): llama-124m
+// 0.06 ms a step less for both objectives, every one of six alternating runs; B8 T1024
+// bidirectional 0.245 vs 0.249 ms (twentieth pass).
+template <int kD>
 struct WsBwdCfg {
   // Query rows a step: 128 at head dim 64 (FlashAttention-3's tile there: twice the work between a
   // step's waits, n128 products), 64 at 128 (no registers for more).
@@ -1294,8 +1294,9 @@ struct WsBwdCfg {
   // half the query rows (64).
   static constexpr bool kSplitDq = kD == 128;
   static constexpr int kDq = kSplitDq ? kD / kWG : kD;
-  // Q and dO stages: three at 128; two at 64, where the tiles are twice as large (shared memory).
-  static constexpr int kStages = kD == 64 && !kDeep ? 2 : 3, kdSBufs = kDeep ? 2 : 3;
+  // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
+  // (shared memory).
+  static constexpr int kStages = 3, kdSBufs = kD == 64 ? 2 : 3;
   // 128·24 + 256·240 = 384·168, the launch share (setmaxnreg_fits).
   static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -1308,15 +1309,14 @@ struct WsBwdCfg {
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
   static constexpr size_t kSmem = kOffBar + 2 * (kStages + kdSBufs) * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
-  static_assert(!kDeep || kD == 64, "warp-specialised backward: the deep variant is head dim 64's");
   static_assert(kSmem <= 227 * 1024, "warp-specialised backward: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
-template <int kD, bool kDeep>
-__global__ void __launch_bounds__(WsBwdCfg<kD, kDeep>::kThreads, 1) bwd_ws(const Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsBwdCfg<kD, kDeep>;
+  using Cfg = WsBwdCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -2046,16 +2046,9 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
     bool dk_turned = false;
     if constexpr (kD == 64 || kD == 128) {
       if (wgmma) {
-        const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
-        bool deep = false;
-        if constexpr (kD == 64) deep = env_knob("MDLM_ATTN_BWD_DEEP") == "1";
-        if (deep) {
-          using W = WsBwdCfg<64, true>;
-          launch_tiles(bwd_ws<64, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, what);
-        } else {
-          using W = WsBwdCfg<kD>;
-          launch_tiles(bwd_ws<kD, false>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, what);
-        }
+        using W = WsBwdCfg<kD>;
+        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream,
+                     "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)");
         dk_turned = ws_turns_dk<kD>(p);
       }
     }
@@ -2116,7 +2109,7 @@ bool use_hopper_kernel(const OpCall& call, const char* knob, size_t smem) {
 bool use_wgmma_backward(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
     case 128: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WsBwdCfg<128>::kSmem);
-    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", std::max(WsBwdCfg<64>::kSmem, WsBwdCfg<64, true>::kSmem));
+    case 64: return use_hopper_kernel(call, "MDLM_ATTN_WGMMA", WsBwdCfg<64>::kSmem);
     default: return false;
   }
 }
