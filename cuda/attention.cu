@@ -845,9 +845,11 @@ __device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN 
 }
 
 // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) (in place of dPᵀ), stored as bf16 into rows key0 + 16·warp.. of
-// the swizzled [kBc][kN] tile at `dst` ([keys][queries], read by dQ's and dK's wgmmas).
+// the swizzled [kBc][kN] tile at `dst` ([keys][queries], read by dQ's wgmmas), and as the A
+// fragments of dK's (dsa, as bwd_probs' pa).
 template <int kBc, int kN>
-__device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[kN / 2], const float (&s)[kN / 2], const float* drow, int key0) {
+__device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[kN / 2], const float (&s)[kN / 2], const float* drow, int key0,
+                                              uint32_t (&dsa)[kN / 16][4]) {
   const int warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2, tig = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
@@ -864,7 +866,8 @@ __device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[kN
     for (int r = 0; r < 4; ++r) {
       // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
       const int row = key0 + 16 * warp + gid + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + 2 * tig;
-      *reinterpret_cast<uint32_t*>(dst + wg::sw128_offset(kBc, row, col)) = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+      dsa[kk][r] = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dst + wg::sw128_offset(kBc, row, col)) = dsa[kk][r];
     }
 }
 
@@ -1256,8 +1259,8 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 
 // bwd_dkdv_mma<.., true> on wgmma. Per 64-query tile, each consumer warpgroup computes, for its 64
 // keys, Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (shared × shared), Pᵀ and dSᵀ in registers, dV += Pᵀ·dO
-// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and dK += dSᵀ·Q from there;
-// dQ += dS·K goes to the f32 accumulator with atomics.
+// (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and dK += dSᵀ·Q (from
+// registers at head dim 128, from there at 64); dQ += dS·K goes to the f32 accumulator with atomics.
 //
 // Head dim 128: each warpgroup computes half of dQ's columns. A producer warpgroup walks the query tiles
 // and copies each one's Q, dO, lse, Drow and segment ids into a ring of three stages ("full" and
@@ -1294,6 +1297,10 @@ struct WsBwdCfg {
   // half the query rows (64).
   static constexpr bool kSplitDq = kD == 128;
   static constexpr int kDq = kSplitDq ? kD / kWG : kD;
+  // dK += dSᵀ·Q with dSᵀ from registers (the fragments bwd_store_dst packs) at head dim 128, so dK
+  // need not wait for this warpgroup's stores; at 64 the 32 more registers made ptxas serialise
+  // the wgmmas (C7512), and dK reads the stored rows.
+  static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).
   static constexpr int kStages = 3, kdSBufs = kD == 64 ? 2 : 3;
@@ -1441,7 +1448,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     if (hq >= group) break;
     const int q0 = m * kBr;
     wg::fence_proxy_async();  // the tile's copies are read by wgmma (the async proxy)
-    const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ, cdS = adS + d * Cfg::kdS;
+    const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ;
     const float* cL = sL + s * kBr;
     const float* cDr = sDr + s * kBr;
     const int* cSg = sSg + s * kBr;
@@ -1465,17 +1472,18 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     wg::wgmma_wait<0>();  // dPᵀ
     // both warpgroups' dQ of the buffer's last tile are done
     if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
-    bwd_store_dst<kBc, kBr>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0);
+    uint32_t dsa[kBr / 16][4];
+    bwd_store_dst<kBc, kBr>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0, dsa);
     wg::fence_proxy_async();
     wg::mbar_arrive(ds_full(d));
-    wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
-    // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
-    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
+    if constexpr (!Cfg::kDsInRegs) wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
 
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBr / 16; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
     wg::wgmma_commit();
+    // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
+    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
     // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely wait
     // for each other, and one's softmax can overlap the other's products. (The first step has
     // none: it multiplies the K and V tiles, which no copy rewrites, unread, so every wgmma is on a
@@ -1484,8 +1492,10 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
     issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aK);
     wg::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBr / 16; ++kk)  // dK += dSᵀ·Q, this warpgroup's rows of dSᵀ
-      wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(cdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+    for (int kk = 0; kk < kBr / 16; ++kk) {  // dK += dSᵀ·Q
+      if constexpr (Cfg::kDsInRegs) wg::wgmma_rs<kD, 1>(dk, dsa[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);
+      else wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS + d * Cfg::kdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+    }
     wg::wgmma_commit();
     wg::wgmma_wait<1>();  // dV and dQ; dK runs on
     if (i > 0) {
