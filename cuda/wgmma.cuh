@@ -48,13 +48,21 @@ __host__ __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t 
          ((uint64_t)((sbo >> 4) & 0x3fff) << 32) | (1ull << 62);
 }
 
+// The descriptor with its start address moved by `bytes` (a multiple of 16): one add to the low
+// word. Shared addresses stay below 256 KB, so the 14-bit address field never carries.
+__host__ __device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) {
+  return (desc & 0xffffffff00000000ull) | (uint32_t)((uint32_t)desc + (bytes >> 4));
+}
+
 // Descriptor of k16 step `kk` of a tile at shared address `base` with `rows` rows, read K-major
-// from row `row0` (a multiple of 8), or MN-major from column `col0` (a multiple of 8).
+// from row `row0` (a multiple of 8), or MN-major from column `col0` (a multiple of 8). Built once
+// for the tile and advanced a constant for each step (kk is unrolled in the kernels): rebuilding
+// it from the address took five instructions a wgmma, on the critical path of its issue.
 __host__ __device__ __forceinline__ uint64_t desc_k_major(uint32_t base, int rows, int row0, int kk) {
-  return sw128_desc(base + (kk >> 2) * rows * 128 + row0 * 128 + (kk & 3) * 32, 16, 1024);
+  return desc_advance(sw128_desc(base + row0 * 128, 16, 1024), (kk >> 2) * rows * 128 + (kk & 3) * 32);
 }
 __host__ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t base, int rows, int col0, int kk) {
-  return sw128_desc(base + (col0 >> 6) * rows * 128 + (col0 & 63) * 2 + kk * 2048, rows * 128, 1024);
+  return desc_advance(sw128_desc(base + (col0 >> 6) * rows * 128 + (col0 & 63) * 2, rows * 128, 1024), kk * 2048);
 }
 
 // Named barriers and mbarriers (the warp-specialised pipeline's synchronisation).
