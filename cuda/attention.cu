@@ -1063,7 +1063,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 
   // Consumer warpgroups.
   wg::regs_inc<Cfg::kConsumerRegs>();
-  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const uint32_t aQw = aQ + wgi * (64 * kD * 2);  // this warpgroup's [64][kD] Q tile
   load_rows_sw128<64, kD, 128>(aQw, static_cast<const bf16*>(p.q) + q_base(p, b, h), qstride, q0 + 64 * wgi, T, D, threadIdx.x & 127);
   cp_async_commit();
@@ -1404,7 +1404,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const Params
 
   // Consumer warpgroups: warpgroup w owns keys k0 + 64w...
   wg::regs_inc<Cfg::kConsumerRegs>();
-  const int wgi = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
+  const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
   const int key0 = 64 * wgi;
   load_rows_sw128<kBc, kD, Cfg::kConsumers>(aK, static_cast<const bf16*>(p.k) + kb, kvstride, k0, T, D);
   load_rows_sw128<kBc, kD, Cfg::kConsumers>(aV, static_cast<const bf16*>(p.v) + kb, kvstride, k0, T, D);

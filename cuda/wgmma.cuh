@@ -65,6 +65,12 @@ __host__ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t base, int ro
   return desc_advance(sw128_desc(base + (col0 >> 6) * rows * 128 + (col0 & 63) * 2, rows * 128, 1024), kk * 2048);
 }
 
+// This thread's warpgroup, shuffled from lane 0: the compiler then knows it is the same across
+// the warp and keeps what derives from it (tile addresses, descriptors) in uniform registers, as
+// CUTLASS's canonical_warp_group_idx does; from threadIdx.x it built every wgmma's descriptor in
+// ordinary registers and moved it over (R2UR).
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0); }
+
 // Named barriers and mbarriers (the warp-specialised pipeline's synchronisation).
 #ifdef MDLM_ATTN_EMULATE
 __device__ __forceinline__ void bar_sync(int id, int count) { ::emu::named_barrier(id, count, false); }
