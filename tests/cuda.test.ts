@@ -347,10 +347,17 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     // bwd_ws's 128-row steps at head dim 64 (each warpgroup a half of every step's dQ): many steps
     // a block here, with grouped-query heads, and fwd_ws's two blocks an SM many key tiles a row.
     const attrs: AttentionAttrs = { batch: 2, seqLen: 700, heads: 4, kvHeads: 2, headDim: 64, causal: false, scale: 0.125 };
-    for (const op of [attention, attentionBackward]) {
-      const r = await checkParity(b, op as OpDef<AttentionAttrs>, { label: 'B2 T700 H4/2 D64 bidirectional', attrs }, { seed: freshSeed(), dtype: 'bf16' });
-      expect(r.error, JSON.stringify(r)).toBeUndefined();
-      expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+    // The backward also with dSᵀ from registers (MDLM_ATTN_BWD_DS_REGS=1, an experiment the addon
+    // reads at every call).
+    for (const [op, dsRegs] of [[attention, false], [attentionBackward, false], [attentionBackward, true]] as const) {
+      if (dsRegs) process.env.MDLM_ATTN_BWD_DS_REGS = '1';
+      try {
+        const r = await checkParity(b, op as OpDef<AttentionAttrs>, { label: 'B2 T700 H4/2 D64 bidirectional', attrs }, { seed: freshSeed(), dtype: 'bf16' });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, `${JSON.stringify(r)} dSᵀ from registers ${dsRegs}`).toBeLessThanOrEqual(r.tol);
+      } finally {
+        delete process.env.MDLM_ATTN_BWD_DS_REGS;
+      }
     }
   }, 90_000);
 
