@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab run ncu ncu-train]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-train]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -115,6 +115,21 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       # or environment settings against each other (AB_SIDES="K=0 K=1"), alternating, on one addon:
       # bench/train-ab.sh (AB_SIDES, AB_CASES, AB_RUNS, AB_ARGS)
       bash bench/train-ab.sh 2>&1 | tee "$OUT/train-ab.txt" ;;
+    attn-ab)  # attention at the bench shapes (AB_OPS, default attention_backward) with this tree's
+      # addon and the base commit's that train-ab built (bash bench/pack-device.sh <commit>, then
+      # "train-ab attn-ab"), alternating head and base AB_RUNS (default 2) times
+      base=.device/ab-base/cuda/build/Release/mdlm_cuda.node addon=cuda/build/Release/mdlm_cuda.node
+      if [ ! -f "$base" ]; then echo "attn-ab: no base addon at $base (run train-ab before it)"; continue; fi
+      cp "$addon" /tmp/attn-ab-head.node
+      for r in $(seq "${AB_RUNS:-2}"); do
+        for side in head base; do
+          cp "$([ $side = head ] && echo /tmp/attn-ab-head.node || echo "$base")" "$addon"
+          echo "== $side, run $r"
+          timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops "${AB_OPS:-attention_backward}" --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
+            | grep -v Warning | cut -c1-100 | tee "$OUT/attn-ab-$side-$r.txt"
+        done
+      done
+      cp /tmp/attn-ab-head.node "$addon" ;;
     tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done
