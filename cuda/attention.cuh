@@ -315,19 +315,31 @@ __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
 // each adds four adjacent columns of one row: half the reductions of adding pairs, 16 bytes each
 // (0-2% faster backwards, H200, 2026-12-03). Addresses from one row pointer with immediate offsets:
 // computing each anew made a reduction's address registers wait for the previous reduction to read
-// them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03).
+// them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03). When every
+// row and column of the warp's fragment is in range (all but a sequence's last tile, and padded
+// head dims) the reductions go out untested: the per-reduction tests and their branches were 9 of
+// the 22 instructions a reduction took in bwd_ws<128> (ncu SASS, H200, 2026-12-04).
 template <int kCols>
 __device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T) {
   const int tig = threadIdx.x & 3;
   const bool all_cols = c0 + kCols <= D, odd = tig & 1;
   const int row = r0 + 8 * odd;
   float* p = dqa + (int64_t)row * stride + c0 + 2 * (tig & 2);
-#pragma unroll
-  for (int j = 0; j < kCols / 8; ++j) {
-    // even lanes keep row r0's pair and take the partner's; odd lanes the same for row r0 + 8
+  // column tile j's four adjacent values of this lane's row: even lanes keep row r0's pair and take
+  // the partner's; odd lanes the same for row r0 + 8
+  auto quad = [&](int j) {
     const float s0 = odd ? v[4 * j] : v[4 * j + 2], s1 = odd ? v[4 * j + 1] : v[4 * j + 3];
     const float g0 = __shfl_xor_sync(0xffffffffu, s0, 1), g1 = __shfl_xor_sync(0xffffffffu, s1, 1);
-    const float4 q = odd ? make_float4(g0, g1, v[4 * j + 2], v[4 * j + 3]) : make_float4(v[4 * j], v[4 * j + 1], g0, g1);
+    return odd ? make_float4(g0, g1, v[4 * j + 2], v[4 * j + 3]) : make_float4(v[4 * j], v[4 * j + 1], g0, g1);
+  };
+  if (all_cols && !__any_sync(0xffffffffu, row >= T)) {
+#pragma unroll
+    for (int j = 0; j < kCols / 8; ++j) atomic_add4(p + 8 * j, quad(j));
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < kCols / 8; ++j) {
+    const float4 q = quad(j);
     if (row < T && (all_cols || c0 + 8 * j < D)) atomic_add4(p + 8 * j, q);
   }
 }
