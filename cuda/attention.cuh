@@ -316,9 +316,10 @@ __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
 // (0-2% faster backwards, H200, 2026-12-03). Addresses from one row pointer with immediate offsets:
 // computing each anew made a reduction's address registers wait for the previous reduction to read
 // them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03). When every
-// row and column of the warp's fragment is in range (all but a sequence's last tile, and padded
-// head dims) the reductions go out untested: the per-reduction tests and their branches were 9 of
-// the 22 instructions a reduction took in bwd_ws<128> (ncu SASS, H200, 2026-12-04).
+// row and column of the warp's fragment is in range (all but a sequence's last tile, at a head
+// dim that needs no padding) the reductions go out untested: the per-reduction tests and their
+// branches were 9 of the 22 instructions a reduction took in bwd_ws<128> (ncu SASS, H200,
+// 2026-12-04).
 template <int kCols>
 __device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T) {
   const int tig = threadIdx.x & 3;
