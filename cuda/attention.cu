@@ -852,13 +852,15 @@ __device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN 
     for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
-// dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) (in place of dPᵀ), stored as bf16 into rows key0 + 16·warp.. of
-// the swizzled [kBc][kN] tile at `dst` ([keys][queries], read by dQ's wgmmas), and as the A
-// fragments of dK's (dsa, as bwd_probs' pa).
+// dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) (in place of dPᵀ), as the A fragments of dK's wgmmas (dsa, as
+// bwd_probs' pa), and stored as bf16 into rows key0 + 16·warp.. of the swizzled [kBc][kN] tile at
+// shared address `dst` ([keys][queries], read by dQ's wgmmas): a k16 step's four registers are
+// four 8 × 8 matrices, one stmatrix (cuDNN's backward stores dS so; 32-bit stores with a swizzled
+// address each took four times the instructions).
 template <int kBc, int kN>
-__device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[kN / 2], const float (&s)[kN / 2], const float* drow, int key0,
+__device__ __forceinline__ void bwd_store_dst(uint32_t dst, float (&dp)[kN / 2], const float (&s)[kN / 2], const float* drow, int key0,
                                               uint32_t (&dsa)[kN / 16][4]) {
-  const int warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2, tig = threadIdx.x & 3;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, tig = lane & 3;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
     const float2 d2 = *reinterpret_cast<const float2*>(drow + j * 8 + 2 * tig);
@@ -868,15 +870,15 @@ __device__ __forceinline__ void bwd_store_dst(unsigned char* dst, float (&dp)[kN
       dp[4 * j + 2 * hi + 1] = s[4 * j + 2 * hi + 1] * (dp[4 * j + 2 * hi + 1] - d2.y);
     }
   }
+  // register r of step kk holds row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..: matrix
+  // r, whose row (lane & 7) this lane addresses
+  const int m = lane >> 3, row = key0 + 16 * warp + (lane & 7) + 8 * (m & 1);
 #pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk)
+  for (int kk = 0; kk < kN / 16; ++kk) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      // register r of step kk: row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..
-      const int row = key0 + 16 * warp + gid + 8 * (r & 1), col = 16 * kk + 8 * (r >> 1) + 2 * tig;
-      dsa[kk][r] = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dst + wg::sw128_offset(kBc, row, col)) = dsa[kk][r];
-    }
+    for (int r = 0; r < 4; ++r) dsa[kk][r] = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+    wg::stmatrix_x4(dst + wg::sw128_offset(kBc, row, 16 * kk + 8 * (m >> 1)), dsa[kk]);
+  }
 }
 
 // Whether bwd_ws turns dK back through rope itself: the accumulator's columns c and c + D/2 are
@@ -1485,7 +1487,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
     // both warpgroups' dQ of the buffer's last tile are done
     if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
     uint32_t dsa[kBr / 16][4];
-    bwd_store_dst<kBc, kBr>(smem + Cfg::kOffdS + d * Cfg::kdS, dp, sc, cDr, key0, dsa);
+    bwd_store_dst<kBc, kBr>(adS + d * Cfg::kdS, dp, sc, cDr, key0, dsa);
     wg::fence_proxy_async();
     wg::mbar_arrive(ds_full(d));
     if constexpr (!Cfg::kDsInRegs) wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads

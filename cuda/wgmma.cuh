@@ -144,7 +144,13 @@ template <int N, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b, bool accumulate) {
   ::emu::wgmma(N, a, 0, b, false, kTransB, accumulate, d);
 }
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) { ::emu::stmatrix_x4(addr, r); }
 #else
+// Four 8 × 8 bf16 matrices to shared memory: lane l gives the address of row (l & 7) of matrix
+// l >> 3; register m holds matrix m's fragment in the accumulator / ldmatrix layout.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>

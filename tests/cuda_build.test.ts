@@ -152,11 +152,11 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     attentionCheck.catch(() => {}); // awaited (and reported) by the tests that run it
   });
 
-  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments) as checked on the H200', async () => {
+  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments, stmatrix) as checked on the H200', async () => {
     const exe = await buildEmu('wgmma_check.cu', 'wgmma_check_emu', ['-x', 'c++']);
     const { stdout } = await run(exe, [], { env: env() });
     const lines = stdout.trim().split('\n');
-    expect(lines.length, stdout).toBe(3);
+    expect(lines.length, stdout).toBe(4);
     for (const l of lines) expect(l, stdout).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
   }, EMU_TIMEOUT);
 

@@ -329,7 +329,7 @@ Out collective(int op, const In& in, F compute) {
   return o;
 }
 
-enum Op { kSyncWarp = 1, kShflXor, kShfl, kRedMin, kRedMax, kAny, kLdsm, kLdsmT, kMma };
+enum Op { kSyncWarp = 1, kShflXor, kShfl, kRedMin, kRedMax, kAny, kLdsm, kLdsmT, kStsm, kMma };
 
 inline void syncwarp() {
   collective<int, int>(kSyncWarp, 0, [](const int*, int* o) { for (int l = 0; l < 32; ++l) o[l] = 0; });
@@ -454,6 +454,21 @@ inline void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4], bool trans) {
     }
   });
   for (int i = 0; i < 4; ++i) r[i] = o.r[i];
+}
+
+// stmatrix.x4 (sm_90): lane l addresses row (l & 7) of matrix l >> 3; register m of lane 4g + t
+// holds matrix m's elements (g, 2t) and (g, 2t + 1), the ldmatrix layout.
+inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
+  struct In { uint32_t addr; uint32_t r[4]; };
+  collective<In, int>(kStsm, In{addr, {r[0], r[1], r[2], r[3]}}, [](const In* in, int* out) {
+    for (int l = 0; l < 32; ++l) {
+      if (in[l].addr % 16 != 0) fail("stmatrix row address not 16-byte aligned");
+      check_smem(in[l].addr, 16);
+      out[l] = 0;
+    }
+    for (int m = 0; m < 4; ++m)
+      for (int l = 0; l < 32; ++l) std::memcpy(smem_base() + in[8 * m + (l >> 2)].addr + 4 * (l & 3), &in[l].r[m], 4);
+  });
 }
 
 inline float bf16_bits_to_f32(uint16_t b) {

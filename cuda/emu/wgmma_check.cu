@@ -11,6 +11,8 @@
 //   kk   D = A·Bᵀ, A [64×128] and B [64×128] K-major (two slabs: the k-step crosses into slab 1), n64
 //   rs   D = A·B, A [64×64] in registers, B [64 k × 128 n] MN-major (n128 spans two slabs via LBO)
 //   mm   D = Aᵀ·B[:, 64..128), A [128 k × 64 m] and B [128 k × 128 n] both MN-major, n64 from slab 1
+//   st   D = A·Bᵀ as kk, with A [64×64] written to its tile from A fragments by stmatrix (the
+//        addressing bwd_store_dst uses for dSᵀ), B [64×64] K-major
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -77,9 +79,17 @@ __global__ void check_kernel(Args p) {
     fill(tb, p.b, 64, 128);
   } else if (p.which == 1) {  // rs
     fill(tb, p.b, 64, 128);
-  } else {  // mm
+  } else if (p.which == 2) {  // mm
     fill(ta, p.a, 128, 64);
     fill(tb, p.b, 128, 128);
+  } else {  // st: warp w's rows 16w.. of A, a k16 step's four fragment registers one stmatrix
+    fill(tb, p.b, 64, 64);
+    const int w = threadIdx.x / 32, l = threadIdx.x % 32, m = l >> 3;
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[4];
+      a_fragment(a, p.a, 64, kk);
+      stmatrix_x4(sa + sw128_offset(64, 16 * w + (l & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), a);
+    }
   }
   fence_proxy_async();
   __syncthreads();
@@ -101,9 +111,15 @@ __global__ void check_kernel(Args p) {
     wgmma_commit();
     wgmma_wait<0>();
     store<128>(p.d, d);
-  } else {
+  } else if (p.which == 2) {
     float d[32];
     for (int kk = 0; kk < 8; ++kk) wgmma_ss<64, 1, 1>(d, desc_mn_major(sa, 128, 0, kk), desc_mn_major(sb, 128, 64, kk), kk > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    store<64>(p.d, d);
+  } else {
+    float d[32];
+    for (int kk = 0; kk < 4; ++kk) wgmma_ss<64, 0, 0>(d, desc_k_major(sa, 64, 0, kk), desc_k_major(sb, 64, 0, kk), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
     store<64>(p.d, d);
@@ -127,6 +143,7 @@ double a64(const std::vector<float>& a, int m, int k) { return a[m * 64 + k]; }
 double b_kn128(const std::vector<float>& b, int k, int j) { return b[k * 128 + j]; }
 double at_km64(const std::vector<float>& a, int m, int k) { return a[k * 64 + m]; }
 double b_kn128_hi(const std::vector<float>& b, int k, int j) { return b[k * 128 + 64 + j]; }
+double b_nk64(const std::vector<float>& b, int k, int j) { return b[j * 64 + k]; }
 
 }  // namespace
 
@@ -135,11 +152,12 @@ int main() {
       {"kk", 64, 128, 64, 128, 64, rowmajor_a, rowmajor_bt, 128},
       {"rs", 64, 64, 64, 128, 128, a64, b_kn128, 64},
       {"mm", 128, 64, 128, 128, 64, at_km64, b_kn128_hi, 128},
+      {"st", 64, 64, 64, 64, 64, a64, b_nk64, 64},
   };
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   int failed = 0;
-  for (int which = 0; which < 3; ++which) {
+  for (int which = 0; which < 4; ++which) {
     const Case& c = cases[which];
     std::vector<bf16> a(c.a_rows * c.a_cols), b(c.b_rows * c.b_cols);
     std::vector<float> af(a.size()), bfv(b.size()), d(64 * c.n, NAN);
