@@ -846,10 +846,7 @@ __device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN 
           if (!visible(q0 + c, qs, krow[hi], kseg[hi], T, causal)) s[4 * j + 2 * hi + e] = 0.f;
       }
   }
-#pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk)
-#pragma unroll
-    for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  a_fragments<kN>(s, pa);
 }
 
 // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]) (in place of dPᵀ), as the A fragments of dK's wgmmas (dsa, as
@@ -860,7 +857,7 @@ __device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN 
 template <int kBc, int kN>
 __device__ __forceinline__ void bwd_store_dst(uint32_t dst, float (&dp)[kN / 2], const float (&s)[kN / 2], const float* drow, int key0,
                                               uint32_t (&dsa)[kN / 16][4]) {
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, tig = lane & 3;
+  const int warp = (threadIdx.x >> 5) & 3, tig = threadIdx.x & 3;
 #pragma unroll
   for (int j = 0; j < kN / 8; ++j) {
     const float2 d2 = *reinterpret_cast<const float2*>(drow + j * 8 + 2 * tig);
@@ -870,15 +867,9 @@ __device__ __forceinline__ void bwd_store_dst(uint32_t dst, float (&dp)[kN / 2],
       dp[4 * j + 2 * hi + 1] = s[4 * j + 2 * hi + 1] * (dp[4 * j + 2 * hi + 1] - d2.y);
     }
   }
-  // register r of step kk holds row gid + 8·(r & 1), queries 16·kk + 8·(r >> 1) + 2·tig..: matrix
-  // r, whose row (lane & 7) this lane addresses
-  const int m = lane >> 3, row = key0 + 16 * warp + (lane & 7) + 8 * (m & 1);
+  a_fragments<kN>(dp, dsa);
 #pragma unroll
-  for (int kk = 0; kk < kN / 16; ++kk) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) dsa[kk][r] = pack_bf16(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
-    wg::stmatrix_x4(dst + wg::sw128_offset(kBc, row, 16 * kk + 8 * (m >> 1)), dsa[kk]);
-  }
+  for (int kk = 0; kk < kN / 16; ++kk) wg::store_fragment(dst, kBc, key0 + 16 * warp, kk, dsa[kk]);
 }
 
 // Whether bwd_ws turns dK back through rope itself: the accumulator's columns c and c + D/2 are
@@ -1187,10 +1178,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
             o[4 * j + 2 * hi + 1] *= alpha[hi];
           }
       }
-#pragma unroll
-      for (int kk = 0; kk < kKT; ++kk)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) pa[kk][r] = pack_bf16(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+      a_fragments<kBc>(x, pa);
     };
     mask(sc);
     if constexpr (kOptimistic) {

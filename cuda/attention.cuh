@@ -351,6 +351,17 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// An accumulator fragment of N columns (f32, m16n8 tiles: x[4j + 2·hi + e] is row g + 8·hi, column
+// 8j + 2·tig + e) as the bf16 A fragments of N / 16 k16 steps: step kk's register r packs elements
+// 8·kk + 2·r and + 1 (mma.sync's and wgmma's register A layout), as FlashAttention does with P.
+template <int N>
+__device__ __forceinline__ void a_fragments(const float (&x)[N / 2], uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[kk][r] = pack_bf16(x[8 * kk + 2 * r], x[8 * kk + 2 * r + 1]);
+}
+
 // 2^x (ex2.approx: relative error ~2^-22; 2^-inf = 0).
 __device__ __forceinline__ float fast_exp2(float x) {
 #ifdef MDLM_ATTN_EMULATE

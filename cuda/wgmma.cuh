@@ -222,5 +222,13 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 }
 #endif  // MDLM_ATTN_EMULATE
 
+// A warp's A fragment of k16 step kk (rows row0..row0 + 16 of a [rows][cols] tile: the
+// accumulator layout, register m holding rows + 8·(m & 1), columns 16·kk + 8·(m >> 1)..) stored
+// into the swizzled tile at shared address `tile` by one stmatrix.
+__device__ __forceinline__ void store_fragment(uint32_t tile, int rows, int row0, int kk, const uint32_t (&r)[4]) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
+  stmatrix_x4(tile + sw128_offset(rows, row0 + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r);
+}
+
 }  // namespace wg
 }  // namespace mdlm

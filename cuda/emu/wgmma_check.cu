@@ -11,8 +11,8 @@
 //   kk   D = A·Bᵀ, A [64×128] and B [64×128] K-major (two slabs: the k-step crosses into slab 1), n64
 //   rs   D = A·B, A [64×64] in registers, B [64 k × 128 n] MN-major (n128 spans two slabs via LBO)
 //   mm   D = Aᵀ·B[:, 64..128), A [128 k × 64 m] and B [128 k × 128 n] both MN-major, n64 from slab 1
-//   st   D = A·Bᵀ as kk, with A [64×64] written to its tile from A fragments by stmatrix (the
-//        addressing bwd_store_dst uses for dSᵀ), B [64×64] K-major
+//   st   D = A·Bᵀ as kk, with A [64×64] written to its tile from A fragments by store_fragment
+//        (stmatrix, as bwd_store_dst stores dSᵀ), B [64×64] K-major
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -84,11 +84,10 @@ __global__ void check_kernel(Args p) {
     fill(tb, p.b, 128, 128);
   } else {  // st: warp w's rows 16w.. of A, a k16 step's four fragment registers one stmatrix
     fill(tb, p.b, 64, 64);
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, m = l >> 3;
     for (int kk = 0; kk < 4; ++kk) {
       uint32_t a[4];
       a_fragment(a, p.a, 64, kk);
-      stmatrix_x4(sa + sw128_offset(64, 16 * w + (l & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), a);
+      store_fragment(sa, 64, 16 * (threadIdx.x / 32), kk, a);
     }
   }
   fence_proxy_async();
