@@ -16,8 +16,8 @@
 //                          in registers, and dSᵀ through shared memory to dQacc += dS·K, added to
 //                          the f32 accumulator with atomics (FA2's 5 tile products).
 //             bwd_ws       the same on warpgroup MMA (sm_90), head dim 64 and 128: two consumer
-//                          warpgroups of 64 keys fed by a producer warpgroup, each tile's dQ a
-//                          step later.
+//                          warpgroups of 64 keys fed by a producer warpgroup (tiles by TMA), each
+//                          tile's dQ a step later.
 //             bwd_dq_store dq = bf16(scale · dQacc).
 //   With ropeBase (the fused q/k/v backward), dq and dk come out turned back through rope
 //   (gradients of rope's inputs): in bwd_dq_store and in bwd_ws's dK store where it holds both
@@ -96,6 +96,9 @@ struct Params {
   bool causal;
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
+  // The warp-specialised kernels' TMA maps of q, k, v and dout (encode_tile_maps: their tiles'
+  // rows), read from kernel parameter space (a __grid_constant__ Params); unset for the others.
+  wg::TileMap q_map, k_map, v_map, dout_map;
 };
 
 constexpr unsigned kFull32 = 0xffffffffu;
@@ -769,50 +772,19 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hopper (sm_90a): tile copies and softmax pieces on warpgroup MMA (cuda/wgmma.cuh), the forward
+// Hopper (sm_90a): TMA tile loads and softmax pieces on warpgroup MMA (cuda/wgmma.cuh), the forward
 // ---------------------------------------------------------------------------------------------
 
-// One thread's share of cp.async-copying rows [t0, t0 + kRows) of a [.., T, heads, D] tensor into
-// a swizzled [kRows][kD] tile, kThreads threads in all: thread `tid` copies 16-byte chunk c of rows
-// r0, r0 + kRowStep, ..., which share one swizzle phase (r mod 8), so the shared and global
-// addresses just advance by constants. A producer warpgroup keeps one for every tile it copies.
-template <int kRows, int kD, int kThreads>
-struct TileRowCopy {
-  static constexpr int kChunks = kD / 8, kRowStep = kThreads / kChunks;
-  static_assert(kThreads % kChunks == 0 && kRowStep % 8 == 0 && kRows % kRowStep == 0, "tile copy: one swizzle phase a thread");
-  int c, r0;
-  uint32_t dst0;
-  bool col_ok;
-  __device__ __forceinline__ TileRowCopy(int tid, int D)
-      : c(tid % kChunks), r0(tid / kChunks), dst0(wg::sw128_offset(kRows, r0, c * 8)), col_ok(c * 8 < D) {}
-  // f(tile offset, element offset of the chunk from row 0, ok) for each of the thread's chunks;
-  // rows >= T and columns >= D are not ok (zero-filled). A thread whose chunks are all in range
-  // (every tile but a sequence's last, at a head dim that needs no padding) passes a constant ok:
-  // the per-chunk tests and selects were about 26 of the 170 instructions a step of bwd_ws<128>'s
-  // producer warps (16 SEL, 10 ISETP; ncu SASS, H200, 2026-12-04).
-  template <typename F>
-  __device__ __forceinline__ void for_chunks(int64_t stride, int t0, int T, F&& f) const {
-    const int64_t off = (int64_t)(t0 + r0) * stride + c * 8;
-    if (col_ok && t0 + kRows <= T) {
+// Rows [t0, t0 + kRows) of head `head` of batch b from a TMA map (encode_tile_maps) into the
+// swizzled [kRows][kD] tile at shared address `tile`, one load a 64-column slab, their bytes
+// credited to mbarrier `bar` (announced by the caller's mbar_arrive_expect_tx); rows ≥ T and
+// columns ≥ D land as zeros. One thread issues a whole tile: the producer warps' per-thread
+// cp.async copies were about 170 instructions a step of bwd_ws<128> (ncu SASS, H200, 2026-12-04),
+// on the schedulers the consumers share.
+template <int kRows, int kD>
+__device__ __forceinline__ void load_tile(uint32_t tile, const wg::TileMap& map, int head, int t0, int b, uint32_t bar) {
 #pragma unroll
-      for (int j = 0; j < kRows / kRowStep; ++j) f(dst0 + j * kRowStep * 128, off + (int64_t)j * kRowStep * stride, true);
-      return;
-    }
-#pragma unroll
-    for (int j = 0; j < kRows / kRowStep; ++j)
-      f(dst0 + j * kRowStep * 128, off + (int64_t)j * kRowStep * stride, col_ok && t0 + r0 + j * kRowStep < T);
-  }
-  // Row t of the tensor starts at g + t·stride.
-  __device__ __forceinline__ void copy(uint32_t tile, const bf16* g, int64_t stride, int t0, int T) const {
-    for_chunks(stride, t0, T, [&](uint32_t dst, int64_t o, bool ok) { cp_async16(tile + dst, g + (ok ? o : 0), ok); });
-  }
-};
-
-// The same for a single tile: rows [t0, t0 + kRows) into the tile at shared address `tile`.
-template <int kRows, int kD, int kThreads>
-__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const bf16* g, int64_t stride, int t0, int T, int d,
-                                                int tid = (int)threadIdx.x) {
-  TileRowCopy<kRows, kD, kThreads>(tid, d).copy(tile, g, stride, t0, T);
+  for (int c = 0; c < kD / 64; ++c) wg::tile_load_4d(tile + c * kRows * 128, map, 64 * c, head, t0, b, bar);
 }
 
 // The wgmma backwards' softmax gradient of one step, in a warpgroup's accumulator layout (64 keys
@@ -953,8 +925,8 @@ constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, 
 constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 
 // Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; key
-// tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's copies
-// landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
+// tiles in a ring of kStages K and V buffers, each with a "full" mbarrier (the producer's TMA
+// loads landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
 // which key tiles the block visits: with each K tile it leaves the tile's index and kind and its
 // keys' segment ids in shared memory, so the consumers never read global memory in the loop.
 //
@@ -983,9 +955,9 @@ struct WsFwdCfg {
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
   static constexpr uint32_t kOffK = kQTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
-  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each; then per stage the keys' segment ids
-  // and the tile's (index, kind)
-  static constexpr uint32_t kOffSeg = kOffBar + 4 * kStages * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
+  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each, and the Q tile's; then per stage the
+  // keys' segment ids and the tile's (index, kind)
+  static constexpr uint32_t kOffSeg = kOffBar + (4 * kStages + 1) * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
   static constexpr size_t kSmem = kOffInfo + kStages * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
@@ -993,7 +965,7 @@ struct WsFwdCfg {
 };
 
 template <int kD, bool kOptimistic>
-__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const Params p) {
+__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
   static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
@@ -1005,38 +977,44 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   auto full_v = [&](int s) { return bar + 8 * (kS + s); };
   auto empty_k = [&](int s) { return bar + 8 * (2 * kS + s); };
   auto empty_v = [&](int s) { return bar + 8 * (3 * kS + s); };
+  const uint32_t full_q = bar + 8 * 4 * kS;
   int* const seg_smem = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffSeg);  // [kS][kBc]
   int* const info = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffInfo);     // [kS][2]: tile, kind
 
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
   const auto [b, h, g, q0] = query_block(p, kBr);
-  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
+  const int64_t qstride = (int64_t)p.H * D;
   const int* segb = p.seg + (int64_t)b * T;
   int n_end = (T + kBc - 1) / kBc;
   if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kS; ++s) {
-      // full K: every producer thread's plain arrival (its segment id and the tile info are
-      // stored) and its copies' arrival; full V: the copies'
-      wg::mbar_init(full_k(s), 2 * Cfg::kProducers);
-      wg::mbar_init(full_v(s), Cfg::kProducers);
+      // full K: every producer thread's arrival (its segment id and the tile info are stored),
+      // thread 0's announcing the tile's bytes; full V: thread 0's
+      wg::mbar_init(full_k(s), Cfg::kProducers);
+      wg::mbar_init(full_v(s), 1);
       wg::mbar_init(empty_k(s), Cfg::kConsumers);
       wg::mbar_init(empty_v(s), Cfg::kConsumers);
     }
+    wg::mbar_init(full_q, 1);
+    wg::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
-    // Producer warpgroup: K (with the tile's segment ids and info) then V of every tile the block
-    // visits, into the ring, then an info of n_end that ends the consumers' loop.
+    // Producer warpgroup: the Q tile (each consumer warpgroup's 64 rows), then K (with the tile's
+    // segment ids and info) and V of every tile the block visits, into the ring, then an info of
+    // n_end that ends the consumers' loop. Thread 0 issues the TMA loads.
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
-    const TileRowCopy<kBc, kD, Cfg::kProducers> rows(pt, D);
-    const bf16* const kg = static_cast<const bf16*>(p.k) + kv_base(p, b, g);
-    const bf16* const vg = static_cast<const bf16*>(p.v) + kv_base(p, b, g);
+    if (pt == 0) {
+      wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
+#pragma unroll
+      for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, h, q0 + 64 * w, b, full_q);
+    }
     const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
     int kind = kEmpty;
     int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
@@ -1048,16 +1026,19 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         info[2 * s] = n;
         info[2 * s + 1] = kind;
       }
-      if (n < n_end) {
-        if (pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
-        rows.copy(aK + s * Cfg::kTile, kg, kvstride, n * kBc, T);
+      if (n < n_end && pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
+      if (n < n_end && pt == 0) {
+        wg::mbar_arrive_expect_tx(full_k(s), Cfg::kTile);
+        load_tile<kBc, kD>(aK + s * Cfg::kTile, p.k_map, g, n * kBc, b, full_k(s));
+      } else {
+        wg::mbar_arrive(full_k(s));
       }
-      wg::mbar_arrive(full_k(s));
-      wg::cp_async_mbar_arrive(full_k(s));
       if (n >= n_end) return;
-      if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
-      rows.copy(aV + s * Cfg::kTile, vg, kvstride, n * kBc, T);
-      wg::cp_async_mbar_arrive(full_v(s));
+      if (pt == 0) {
+        if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
+        wg::mbar_arrive_expect_tx(full_v(s), Cfg::kTile);
+        load_tile<kBc, kD>(aV + s * Cfg::kTile, p.v_map, g, n * kBc, b, full_v(s));
+      }
       n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
     }
   }
@@ -1066,11 +1047,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   wg::regs_inc<Cfg::kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const uint32_t aQw = aQ + wgi * (64 * kD * 2);  // this warpgroup's [64][kD] Q tile
-  load_rows_sw128<64, kD, 128>(aQw, static_cast<const bf16*>(p.q) + q_base(p, b, h), qstride, q0 + 64 * wgi, T, D, threadIdx.x & 127);
-  cp_async_commit();
-  cp_async_wait<0>();
-  wg::fence_proxy_async();
-  wg::bar_sync(3, 256);  // both warpgroups' Q rows have landed (the first step reads all of them)
+  wg::mbar_wait(full_q, 0);  // both warpgroups' Q rows (the first step reads all of them)
 
   int qrow[2], qseg[2];
 #pragma unroll
@@ -1107,7 +1084,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     const int n = info[2 * s], cur_kind = info[2 * s + 1], k0 = n * kBc;
     if (n >= n_end) break;
     if (Cfg::kOverlapPV && i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
-    wg::fence_proxy_async();
     wg::bar_sync(1 + wgi, 256);
     // S = Q·Kᵀ of this stage's key tile into x, issued and committed (the optimistic softmax's
     // exact pass issues it again)
@@ -1218,7 +1194,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     prev_v = aV + s * Cfg::kTile;
     if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
       wg::mbar_wait(full_v(s), phase);
-      wg::fence_proxy_async();
       wg::wgmma_fence();
       issue_pv();
       wg::wgmma_wait<0>();
@@ -1228,7 +1203,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
   if constexpr (Cfg::kOverlapPV) {  // the last tile's P·V
     if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
-    wg::fence_proxy_async();
     wg::wgmma_fence();
     issue_pv();
     wg::wgmma_wait<0>();
@@ -1311,11 +1285,11 @@ struct WsBwdCfg {
   static constexpr uint32_t kKV = kBc * kD * 2, kQ = kBr * kD * 2, kdS = kBc * kBr * 2;
   // K, V, kStages × Q, kStages × dO, kdSBufs × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment
   // id) of kBr, kStages × the tile's (head, query tile, kind, -), and the mbarriers: full and empty
-  // of each stage, written and read of each dSᵀ buffer.
+  // of each stage, written and read of each dSᵀ buffer, and K and V's.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
-  static constexpr size_t kSmem = kOffBar + 2 * (kStages + kdSBufs) * 8 + 1024;
+  static constexpr size_t kSmem = kOffBar + (2 * (kStages + kdSBufs) + 1) * 8 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
   static_assert(kD == 64 || kDsRegs, "warp-specialised backward: head dim 128 takes dSᵀ from registers");
   static_assert(kSmem <= 227 * 1024, "warp-specialised backward: shared memory");
@@ -1323,7 +1297,7 @@ struct WsBwdCfg {
 };
 
 template <int kD, bool kDsRegs>
-__global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(const Params p) {
+__global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsBwdCfg<kD, kDsRegs>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
@@ -1340,19 +1314,19 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
   auto empty = [&](int s) { return bar + 8 * (kS + s); };
   auto ds_full = [&](int j) { return bar + 8 * (2 * kS + j); };
   auto ds_empty = [&](int j) { return bar + 8 * (2 * kS + Cfg::kdSBufs + j); };
+  const uint32_t full_kv = bar + 8 * 2 * (kS + Cfg::kdSBufs);
 
   const int T = p.T, D = p.D, group = p.group;
   const bool causal = p.causal;
   const KeyBlock blk = key_block(p, kBc);
   const int b = blk.b, g = blk.g, k0 = blk.k0;
-  const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
-  const int64_t kb = kv_base(p, b, g);
+  const int64_t qstride = (int64_t)p.H * D;
   const int* segb = p.seg + (int64_t)b * T;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kS; ++s) {
-      // full: every producer thread's plain arrival (after its stores of the tile's info) and its
-      // copies' arrival; empty: every consumer thread's
+      // full: every producer thread's arrival (after its stores of the tile's info; thread 0's
+      // announcing Q and dO's bytes) and its cp.async copies' arrival; empty: every consumer thread's
       wg::mbar_init(full(s), 2 * Cfg::kProducers);
       wg::mbar_init(empty(s), Cfg::kConsumers);
     }
@@ -1360,16 +1334,23 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
       wg::mbar_init(ds_full(j), Cfg::kConsumers);
       wg::mbar_init(ds_empty(j), Cfg::kConsumers);
     }
+    wg::mbar_init(full_kv, 1);
+    wg::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
-    // Producer: every warp walks the tiles (the walk's reductions are a warp's); thread pt copies
-    // its share of Q and dO and, for pt < kBr, row pt's lse, Drow and segment id.
+    // Producer: the block's K and V tiles, then every tile's Q and dO (thread 0, by TMA) and, for
+    // pt < kBr, row pt's lse, Drow and segment id (cp.async); every warp walks the tiles (the
+    // walk's reductions are a warp's).
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBr, "a producer thread a query's row values");
-    const TileRowCopy<kBr, kD, Cfg::kProducers> rows(pt, D);
+    if (pt == 0) {
+      wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
+      load_tile<kBc, kD>(aK, p.k_map, g, k0, b, full_kv);
+      load_tile<kBc, kD>(aV, p.v_map, g, k0, b, full_kv);
+    }
     const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
     int hq, m, kind;
     walk.start(group, hq, m, kind);
@@ -1381,23 +1362,22 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
         info[4 * s + 1] = m;
         info[4 * s + 2] = kind;
       }
-      if (hq < group) {
-        const int h = g * group + hq, q0 = m * kBr;
-        const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
-        const bf16 *const q = static_cast<const bf16*>(p.q) + qb, *const dout = static_cast<const bf16*>(p.dout) + qb;
-        rows.for_chunks(qstride, q0, T, [&](uint32_t dst, int64_t o, bool ok) {  // Q and dO: one offset
-          cp_async16(aQ + s * Cfg::kQ + dst, q + (ok ? o : 0), ok);
-          cp_async16(adO + s * Cfg::kQ + dst, dout + (ok ? o : 0), ok);
-        });
-        if (pt < kBr) {
-          const int t = q0 + pt;
-          const bool ok = t < T;
-          cp_async4(smem_u32(sL + s * kBr + pt), p.lse_in + (ok ? rb + t : 0), ok);
-          cp_async4(smem_u32(sDr + s * kBr + pt), p.dsum + (ok ? rb + t : 0), ok);
-          cp_async4(smem_u32(sSg + s * kBr + pt), segb + min(t, T - 1), true);
-        }
+      const int h = g * group + hq, q0 = m * kBr;
+      if (hq < group && pt < kBr) {
+        const int64_t rb = row_base(p, b, h);
+        const int t = q0 + pt;
+        const bool ok = t < T;
+        cp_async4(smem_u32(sL + s * kBr + pt), p.lse_in + (ok ? rb + t : 0), ok);
+        cp_async4(smem_u32(sDr + s * kBr + pt), p.dsum + (ok ? rb + t : 0), ok);
+        cp_async4(smem_u32(sSg + s * kBr + pt), segb + min(t, T - 1), true);
       }
-      wg::mbar_arrive(full(s));
+      if (hq < group && pt == 0) {
+        wg::mbar_arrive_expect_tx(full(s), 2 * Cfg::kQ);
+        load_tile<kBr, kD>(aQ + s * Cfg::kQ, p.q_map, h, q0, b, full(s));
+        load_tile<kBr, kD>(adO + s * Cfg::kQ, p.dout_map, h, q0, b, full(s));
+      } else {
+        wg::mbar_arrive(full(s));
+      }
       wg::cp_async_mbar_arrive(full(s));
       if (hq >= group) return;
       walk.advance(hq, m, kind);
@@ -1408,9 +1388,6 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
   wg::regs_inc<Cfg::kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
   const int key0 = 64 * wgi;
-  load_rows_sw128<kBc, kD, Cfg::kConsumers>(aK, static_cast<const bf16*>(p.k) + kb, kvstride, k0, T, D);
-  load_rows_sw128<kBc, kD, Cfg::kConsumers>(aV, static_cast<const bf16*>(p.v) + kb, kvstride, k0, T, D);
-  cp_async_commit();
 
   int krow[2], kseg[2];
 #pragma unroll
@@ -1425,9 +1402,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
   // registers on a path that meets an in-flight dK product before its wait (C7515).
   wg::fence_operand(dk);
   wg::fence_operand(dv);
-  cp_async_wait<0>();
-  wg::fence_proxy_async();
-  wg::bar_sync(1, Cfg::kConsumers);  // both warpgroups' K and V rows have landed
+  wg::mbar_wait(full_kv, 0);
 
   int i = 0, prev_hq = 0, prev_q0 = 0;  // the step before's tile, whose dQ a step computes
   // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows of keys): this warpgroup's
@@ -1449,7 +1424,6 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
     const int hq = info[4 * s], m = info[4 * s + 1], cur_kind = info[4 * s + 2];
     if (hq >= group) break;
     const int q0 = m * kBr;
-    wg::fence_proxy_async();  // the tile's copies are read by wgmma (the async proxy)
     const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ;
     const float* cL = sL + s * kBr;
     const float* cDr = sDr + s * kBr;
@@ -1963,6 +1937,19 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 
 int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int resident_blocks);
 
+// The warp-specialised kernels' copy of p with its TMA maps: q (and, for the backward, dout) in
+// tiles of q_rows tokens, k and v in tiles of kv_rows. (use_mma has checked the alignment and the
+// head dim the maps need; a failure here is the driver's.)
+Params with_tile_maps(const Params& p, int q_rows, int kv_rows, bool backward, const char* what) {
+  Params m = p;
+  const char* err = wg::encode_head_rows(m.q_map, p.q, p.B, p.T, p.H, p.D, q_rows);
+  if (!err) err = wg::encode_head_rows(m.k_map, p.k, p.B, p.T, p.G, p.D, kv_rows);
+  if (!err) err = wg::encode_head_rows(m.v_map, p.v, p.B, p.T, p.G, p.D, kv_rows);
+  if (!err && backward) err = wg::encode_head_rows(m.dout_map, p.dout, p.B, p.T, p.H, p.D, q_rows);
+  if (err) throw std::runtime_error(std::string(what) + ": " + err);
+  return m;
+}
+
 // A tile kernel: `rows` rows of ⌈T / rows_per_tile⌉ tiles in block_tile's order, in groups of rows
 // sized for this kernel's resident blocks (group_rows).
 template <typename Kernel>
@@ -2025,7 +2012,8 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
       // MDLM_ATTN_FWD_OPT=0, read at every call.
       auto kernel = fwd_ws<kD, !W::kOverlapPV>;
       if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
-      return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, p, false, stream, "attention forward (bf16 wgmma, warp-specialised)");
+      const char* what = "attention forward (bf16 wgmma, warp-specialised)";
+      return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what);
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
@@ -2062,10 +2050,11 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
       if (wgmma) {
         const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
         using W = WsBwdCfg<kD>;
+        const Params pm = with_tile_maps(p, W::kBr, W::kBc, true, what);
         if (kD == 64 && env_knob("MDLM_ATTN_BWD_DS_REGS") == "1") {
-          launch_tiles(bwd_ws<64, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, what);
+          launch_tiles(bwd_ws<64, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what);
         } else {
-          launch_tiles(bwd_ws<kD, W::kDsInRegs>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, p, true, stream, what);
+          launch_tiles(bwd_ws<kD, W::kDsInRegs>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what);
         }
         dk_turned = ws_turns_dk<kD>(p);
       }

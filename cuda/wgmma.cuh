@@ -26,12 +26,21 @@
 // and a barrier before a wgmma reads it. cuda/emu/warp_emu.h models all of this (computing at
 // issue, and failing if shared memory a group read changes before the wait that retires it), and
 // cuda/emu/wgmma_check.cu checks that model against the hardware.
+//
+// Tiles come in by TMA (tile_load_4d): one thread asks for a box of a tensor map (encode_head_rows)
+// and the copy engine writes it in this same 128B-swizzled layout, crediting its bytes to an
+// mbarrier that the thread announced them on (mbar_arrive_expect_tx); the readers wait on that
+// mbarrier. The swizzle is the hardware's, on address bits, so a tile must be 1024-byte aligned.
 #pragma once
 
 #include <cstdint>
 
 #ifdef MDLM_ATTN_EMULATE
 #include "emu/warp_emu.h"
+#else
+#include <cuda.h>          // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_runtime.h>
 #endif
 
 namespace mdlm {
@@ -113,6 +122,64 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(addr) : "memory");
 }
 #endif
+
+// TMA tile loads (see the top of the file).
+#ifdef MDLM_ATTN_EMULATE
+using TileMap = ::emu::TensorMap;
+__device__ __forceinline__ void fence_mbarrier_init() {}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) { ::emu::mbarrier_arrive_expect_tx(bar, bytes); }
+__device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
+  ::emu::tile_load(dst, &map, {c0, c1, c2, c3, 0}, bar);
+}
+#else
+using TileMap = CUtensorMap;
+// Makes the block's mbarrier inits visible to the copy engine (the async proxy) before a TMA
+// load credits one; a __syncthreads() after it makes them visible to the other threads.
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+// An arrival that first announces `bytes` of tile loads for the mbarrier's current phase.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// The box of `map` at coordinates (c0, c1, c2, c3) to shared address `dst`, its bytes credited to
+// mbarrier `bar`. `map` must live in kernel parameter space (a __grid_constant__ parameter).
+__device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+#endif
+
+// Encodes `map` for tiles of a [B][T][heads][D] bf16 tensor at `base`: boxes of `rows` tokens × 64
+// columns of one (batch, head), loaded at coordinates (column, head, token, batch) into a
+// [rows][64] slab of the layout above; tokens ≥ T and columns ≥ D land as zeros. Returns an error
+// message, or nullptr.
+inline const char* encode_head_rows(TileMap& map, const void* base, int B, int T, int heads, int D, int rows) {
+  if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || D % 8 != 0) return "TMA tile map: the tensor must be 16-byte aligned, its head dim a multiple of 8";
+  const uint64_t dims[4] = {(uint64_t)D, (uint64_t)heads, (uint64_t)T, (uint64_t)B};
+  const uint64_t strides[4] = {0, (uint64_t)D * 2, (uint64_t)heads * D * 2, (uint64_t)T * heads * D * 2};  // bytes, dims 1..3
+  const uint32_t box[4] = {64, 1, (uint32_t)rows, 1};
+#ifdef MDLM_ATTN_EMULATE
+  map = TileMap{};
+  map.base = base;
+  map.rank = 4;
+  for (int d = 0; d < 4; ++d) map.dims[d] = dims[d], map.strides[d] = strides[d], map.box[d] = box[d];
+  return nullptr;
+#else
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn) : nullptr;
+  }();
+  if (!encode) return "TMA tile map: the driver has no cuTensorMapEncodeTiled (CUDA 12 or later needed)";
+  const cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, const_cast<void*>(base), dims, strides + 1, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? nullptr : "TMA tile map: cuTensorMapEncodeTiled rejected the tensor (shape, strides or box)";
+#endif
+}
 
 // setmaxnreg: a warpgroup gives registers back (the producer) or takes more (the consumers).
 template <int kRegs>

@@ -13,7 +13,10 @@
 // wait_group that retires the commit group: the emulator records what it read and fails if any
 // of it changed before that wait (the fences are no-ops).
 // cp.async copies are queued per thread and land at that thread's cp.async.wait_group, so a read
-// of a tile before its wait sees stale data, as it could on the GPU. Shared memory is a byte
+// of a tile before its wait sees stale data, as it could on the GPU. TMA tile loads
+// (cp.async.bulk.tensor) are queued on their mbarrier and land when a thread waits on it with its
+// arrivals all in, the latest the hardware could; EMU_CP_ASYNC=eager lands both kinds of copy at issue, the earliest.
+// mbarriers count arrivals and transaction bytes (expect_tx, complete_tx). Shared memory is a byte
 // array per block; "shared addresses" are offsets into it. Deadlocks and warp divergence at a
 // collective (lanes calling different collectives) abort with a message.
 //
@@ -95,10 +98,32 @@ struct NamedBarrier {
   bool any = false, result = false;  // bar.red.or: the predicates so far, and the last round's OR
 };
 
-// An mbarrier in shared memory, by its address: arrivals still expected in the current phase.
+// A TMA tensor map (cuTensorMapEncodeTiled's arguments, which the hardware's opaque CUtensorMap
+// encodes): bf16 elements, tiled boxes, the 128-byte swizzle, zeros out of bounds.
+struct alignas(128) TensorMap {
+  const void* base = nullptr;
+  int rank = 0;
+  uint64_t dims[5] = {};
+  uint64_t strides[5] = {};  // bytes between consecutive indices of dims 1.. (dim 0 is dense)
+  uint32_t box[5] = {};
+};
+
+// A TMA tile load in flight: the box at `coord` of `map` to shared address `dst`.
+struct TileLoad {
+  uint32_t dst;
+  const TensorMap* map;
+  int coord[5];
+  int64_t bytes;
+};
+
+// An mbarrier in shared memory, by its address: arrivals still expected in the current phase,
+// and its transaction count (bytes announced by expect_tx, not yet landed) with the tile loads
+// that will land them.
 struct MBarrier {
   int expected = 0, pending = 0;
   uint32_t phase = 0;  // phases completed so far
+  int64_t tx = 0;
+  std::vector<TileLoad> loads;
 };
 
 struct Block {
@@ -292,19 +317,51 @@ inline void mbarrier_init(uint32_t addr, int count) {
   block_ptr()->mbarriers[addr] = MBarrier{count, count, 0};
 }
 
+void land_tile(const TileLoad& t);
+
+// Completes the phase once every arrival is in and every announced byte has landed. Queued tile
+// loads land only when `land` (a thread waiting on the mbarrier: the latest the hardware could
+// land them, so a reader that skips the wait sees the poisoned tile); a load that lands more bytes
+// than were announced is an error (the hardware would complete the phase early).
+inline void mbarrier_settle(MBarrier& m, bool land) {
+  if (m.pending > 0) return;
+  if (land) {
+    for (const TileLoad& t : m.loads) {
+      land_tile(t);
+      m.tx -= t.bytes;
+    }
+    m.loads.clear();
+  }
+  if (!m.loads.empty()) return;
+  if (m.tx < 0) fail("mbarrier: tile loads landed more bytes than expect_tx announced");
+  if (m.tx > 0) return;  // a load still to be issued
+  m.pending = m.expected;
+  ++m.phase;
+  ++block_ptr()->events;
+}
+
 inline void mbarrier_arrive(uint32_t addr) {
   MBarrier& m = mbarrier_at(addr);
-  if (--m.pending == 0) {
-    m.pending = m.expected;
-    ++m.phase;
-    ++block_ptr()->events;
-  }
+  if (m.pending == 0) fail("mbarrier: an arrival after the phase's last one, before its bytes landed");
+  --m.pending;
+  mbarrier_settle(m, false);
+}
+
+// mbarrier.arrive.expect_tx: announces `bytes` of tile loads for the current phase, then arrives.
+inline void mbarrier_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
+  mbarrier_at(addr).tx += bytes;
+  mbarrier_arrive(addr);
 }
 
 // mbarrier.try_wait.parity in a loop: returns once the phase of that parity has completed (the
 // current phase's parity differs from it).
 inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
-  while ((mbarrier_at(addr).phase & 1u) == (parity & 1u)) yield();
+  for (;;) {
+    MBarrier& m = mbarrier_at(addr);
+    if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(m, true);
+    if ((m.phase & 1u) != (parity & 1u)) return;
+    yield();
+  }
 }
 
 // All 32 lanes of the warp must call this with the same op; compute(ins, outs) runs once.
@@ -426,6 +483,51 @@ inline void cp_async_wait_all() {
 inline void cp_async_mbarrier_arrive(uint32_t addr) {
   cp_async_wait_all();
   mbarrier_arrive(addr);
+}
+
+// cp.async.bulk.tensor (tile mode, mbarrier::complete_tx): the box of `map` at `coord` to shared
+// address `dst`, box dimension 0 fastest, each row of it 128 bytes with the hardware's 128-byte
+// swizzle on the shared address itself (16-byte chunk bits [4,7) ^= bits [7,10)); elements out of
+// the tensor's bounds are zeros. EMU_CP_ASYNC=eager lands it at issue; else it lands when a thread
+// waits on the mbarrier with its arrivals all in (mbarrier_settle).
+inline void land_tile(const TileLoad& t) {
+  const TensorMap& m = *t.map;
+  const int64_t n = t.bytes / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, src = 0;
+    bool in = true;
+    for (int d = 0; d < m.rank; ++d) {
+      const int64_t c = t.coord[d] + rest % m.box[d];
+      rest /= m.box[d];
+      in = in && c >= 0 && c < (int64_t)m.dims[d];
+      src += d == 0 ? c * 2 : c * (int64_t)m.strides[d];
+    }
+    const uint32_t a = t.dst + (uint32_t)(2 * i);
+    const uint32_t swizzled = a ^ (((a >> 7) & 7u) << 4);
+    uint16_t v = 0;
+    if (in) std::memcpy(&v, static_cast<const unsigned char*>(m.base) + src, 2);
+    std::memcpy(smem_base() + swizzled, &v, 2);
+  }
+}
+
+inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
+  if (map->rank < 1 || map->rank > 5 || !map->base) fail("tile load: tensor map not encoded");
+  if (map->box[0] * 2 != 128) fail("tile load: the emulation models boxes of 128-byte rows (the 128B swizzle's span)");
+  if (dst % 128 != 0) fail("tile load: shared destination not 128-byte aligned");
+  int64_t bytes = 2;
+  for (int d = 0; d < map->rank; ++d) bytes *= map->box[d];
+  check_smem(dst, (size_t)bytes);
+  TileLoad t{dst, map, {}, bytes};
+  for (int d = 0; d < 5; ++d) t.coord[d] = coord[d];
+  MBarrier& m = mbarrier_at(bar);
+  if (cp_async_eager()) {
+    land_tile(t);
+    m.tx -= bytes;
+    if (m.tx < 0) fail("mbarrier: a tile load landed before expect_tx announced its bytes");
+    mbarrier_settle(m, false);
+  } else {
+    m.loads.push_back(t);
+  }
 }
 
 inline uint16_t smem_b16(uint32_t a) {
@@ -634,6 +736,8 @@ inline void wgmma_wait(int n) { wgmma_group_sync(2, n); }
 #define __launch_bounds__(...)
 #undef __global__
 #define __global__
+#undef __grid_constant__
+#define __grid_constant__
 #undef __device__
 #define __device__
 

@@ -13,6 +13,9 @@
 //   mm   D = Aᵀ·B[:, 64..128), A [128 k × 64 m] and B [128 k × 128 n] both MN-major, n64 from slab 1
 //   st   D = A·Bᵀ as kk, with A [64×64] written to its tile from A fragments by store_fragment
 //        (stmatrix, as bwd_store_dst stores dSᵀ), B [64×64] K-major
+//   tma  D = A·Bᵀ as kk, with A's tile loaded by TMA (encode_head_rows, tile_load_4d, an
+//        mbarrier's expect_tx) from tokens 8..71 of head 2 of batch 1 of a [2][40][3][120]
+//        tensor: tokens ≥ 40 and columns ≥ 120 must land as zeros
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -36,11 +39,14 @@ using bf16 = __nv_bfloat16;
 using namespace mdlm::wg;
 
 struct Args {
+  TileMap a_map;  // tma: A's tensor
   const bf16* a;  // case inputs, row-major as named in the header
   const bf16* b;
   float* d;       // [64][n] outputs
   int which;
 };
+
+constexpr int kTmaT = 40, kTmaHeads = 3, kTmaD = 120, kTmaToken = 8;  // the tma case's tensor and box
 
 // Copies a row-major [rows][cols] matrix into the swizzled tile at `tile`.
 __device__ void fill(unsigned char* tile, const bf16* g, int rows, int cols) {
@@ -69,14 +75,27 @@ __device__ void a_fragment(uint32_t (&a)[4], const bf16* g, int K, int kk) {
   a[0] = pair(r, c), a[1] = pair(r + 8, c), a[2] = pair(r, c + 8), a[3] = pair(r + 8, c + 8);
 }
 
-__global__ void check_kernel(Args p) {
+__global__ void check_kernel(const __grid_constant__ Args p) {
   unsigned char* smem = SMEM_BASE();
   unsigned char* ta = smem;              // A tile (up to 16 KB)
   unsigned char* tb = smem + 16 * 1024;  // B tile (up to 32 KB)
-  const uint32_t sa = shared_address(ta), sb = shared_address(tb);
-  if (p.which == 0) {  // kk
-    fill(ta, p.a, 64, 128);
+  const uint32_t sa = shared_address(ta), sb = shared_address(tb), bar = shared_address(smem + 48 * 1024);
+  if (p.which == 0 || p.which == 4) {  // kk, tma
     fill(tb, p.b, 64, 128);
+    if (p.which == 0) {
+      fill(ta, p.a, 64, 128);
+    } else {
+      if (threadIdx.x == 0) {
+        mbar_init(bar, 1);
+        fence_mbarrier_init();
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        mbar_arrive_expect_tx(bar, 64 * 128 * 2);
+        for (int c = 0; c < 2; ++c) tile_load_4d(sa + c * 64 * 128, p.a_map, 64 * c, 2, kTmaToken, 1, bar);
+      }
+      mbar_wait(bar, 0);
+    }
   } else if (p.which == 1) {  // rs
     fill(tb, p.b, 64, 128);
   } else if (p.which == 2) {  // mm
@@ -93,7 +112,7 @@ __global__ void check_kernel(Args p) {
   fence_proxy_async();
   __syncthreads();
   wgmma_fence();
-  if (p.which == 0) {
+  if (p.which == 0 || p.which == 4) {
     float d[32];
     for (int kk = 0; kk < 8; ++kk) wgmma_ss<64, 0, 0>(d, desc_k_major(sa, 64, 0, kk), desc_k_major(sb, 64, 0, kk), kk > 0);
     wgmma_commit();
@@ -143,6 +162,10 @@ double b_kn128(const std::vector<float>& b, int k, int j) { return b[k * 128 + j
 double at_km64(const std::vector<float>& a, int m, int k) { return a[k * 64 + m]; }
 double b_kn128_hi(const std::vector<float>& b, int k, int j) { return b[k * 128 + 64 + j]; }
 double b_nk64(const std::vector<float>& b, int k, int j) { return b[j * 64 + k]; }
+double a_head_rows(const std::vector<float>& a, int m, int k) {
+  const int t = kTmaToken + m;
+  return t < kTmaT && k < kTmaD ? a[((1 * kTmaT + t) * kTmaHeads + 2) * kTmaD + k] : 0.0;
+}
 
 }  // namespace
 
@@ -152,11 +175,12 @@ int main() {
       {"rs", 64, 64, 64, 128, 128, a64, b_kn128, 64},
       {"mm", 128, 64, 128, 128, 64, at_km64, b_kn128_hi, 128},
       {"st", 64, 64, 64, 64, 64, a64, b_nk64, 64},
+      {"tma", 2 * kTmaT * kTmaHeads, kTmaD, 64, 128, 64, a_head_rows, rowmajor_bt, 128},
   };
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   int failed = 0;
-  for (int which = 0; which < 4; ++which) {
+  for (int which = 0; which < 5; ++which) {
     const Case& c = cases[which];
     std::vector<bf16> a(c.a_rows * c.a_cols), b(c.b_rows * c.b_cols);
     std::vector<float> af(a.size()), bfv(b.size()), d(64 * c.n, NAN);
@@ -167,6 +191,7 @@ int main() {
     const size_t smem = 48 * 1024 + 1024;
 #ifdef MDLM_ATTN_EMULATE
     args.a = a.data(), args.b = b.data(), args.d = d.data();
+    if (which == 4) encode_head_rows(args.a_map, args.a, 2, kTmaT, kTmaHeads, kTmaD, 64);
     ::emu::launch(check_kernel, dim3(1), 128, smem, args);
 #else
     bf16 *da, *db;
@@ -176,6 +201,12 @@ int main() {
     cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
     cudaMemset(dd, 0xff, d.size() * 4);
     args.a = da, args.b = db, args.d = dd;
+    if (which == 4) {
+      if (const char* err = encode_head_rows(args.a_map, da, 2, kTmaT, kTmaHeads, kTmaD, 64)) {
+        std::printf("%-5s %s\n", c.name, err);
+        return 2;
+      }
+    }
     cudaFuncSetAttribute(check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     check_kernel<<<1, 128, smem>>>(args);
     const cudaError_t err = cudaDeviceSynchronize();
