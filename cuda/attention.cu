@@ -90,6 +90,7 @@ struct Params {
   float inv_freq[kDM / 2];
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
+  int* tile_counter;  // fused backward scratch: key blocks the persistent bwd_ws has handed out past its grid, zeroed by bwd_prep
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
@@ -115,19 +116,20 @@ struct QueryBlock {
   int b, h, g, q0;
 };
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) {
-  const BlockTile bt = block_tile(p.T, rows, p.group_rows);
+  const BlockTile bt = block_tile(p.T, rows, p.group_rows, blockIdx.x, gridDim.x);
   const int h = bt.row % p.H;
   return {bt.row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
 }
-// A block's place in the key-tile grid (tile_grid(B·G, T, rows)): batch, kv head and first key;
-// the first (causal: heaviest) key tiles first.
+// Key block `index` of the key-tile grid (tile_grid(B·G, T, rows), `blocks` in all; by default
+// this block's): batch, kv head and first key; the first (causal: heaviest) key tiles first.
 struct KeyBlock {
   int b, g, k0;
 };
-__device__ __forceinline__ KeyBlock key_block(const Params& p, int rows) {
-  const BlockTile bt = block_tile(p.T, rows, p.group_rows);
+__device__ __forceinline__ KeyBlock key_block(const Params& p, int rows, int index, int blocks) {
+  const BlockTile bt = block_tile(p.T, rows, p.group_rows, index, blocks);
   return {bt.row / p.G, bt.row % p.G, bt.tile * rows};
 }
+__device__ __forceinline__ KeyBlock key_block(const Params& p, int rows) { return key_block(p, rows, blockIdx.x, gridDim.x); }
 
 // =============================================================================================
 // Tensor-core kernels (bf16)
@@ -1260,7 +1262,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // producer runs a tile further ahead, the warpgroups may drift a step less apart): llama-124m
 // 0.06 ms a step less for both objectives, every one of six alternating runs; B8 T1024
 // bidirectional 0.245 vs 0.249 ms (twentieth pass).
-template <int kD, bool kDsRegs = kD == 128>
+template <int kD>
 struct WsBwdCfg {
   // Query rows a step: 128 at head dim 64 (FlashAttention-3's tile there: twice the work between a
   // step's waits, n128 products), 64 at 128 (no registers for more).
@@ -1270,36 +1272,43 @@ struct WsBwdCfg {
   static constexpr bool kSplitDq = kD == 128;
   static constexpr int kDq = kSplitDq ? kD / kWG : kD;
   // dK += dSᵀ·Q with dSᵀ from registers (the fragments bwd_store_dst packs), so dK need not wait
-  // for this warpgroup's stores: always at head dim 128 (3-7% faster, twentieth pass). At 64 the
-  // 32 more registers made ptxas serialise the wgmmas (C7512) while dK stayed in flight across the
-  // loop's back edge; MDLM_ATTN_BWD_DS_REGS=1 (read at every call) takes them from registers and
-  // waits for dK before the atomics instead. Untimed: an experiment for an A/B (bench/train-ab.sh
-  // AB_SIDES); else dK reads the stored rows.
-  static constexpr bool kDsInRegs = kDsRegs;
+  // for this warpgroup's stores: at head dim 128 (3-7% faster, twentieth pass). At 64 dK reads the
+  // stored rows: the 32 more registers made ptxas serialise the wgmmas (C7512) while dK stayed in
+  // flight across the loop's back edge, and waiting for dK before the atomics instead (untimed)
+  // spilled under the persistent producer's 40 registers.
+  static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).
   static constexpr int kStages = 3, kdSBufs = kD == 64 ? 2 : 3;
-  // 128·24 + 256·240 = 384·168, the launch share (setmaxnreg_fits).
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+  // Persistent at head dim 64 (launch_tiles): a block takes key blocks until none is left, so the
+  // next one's K, V and first Q/dO loads overlap the last one's dK/dV stores and dQ atomics (its
+  // key blocks are short: 8 steps at T = 1024). At 128 (32 steps a key block at T = 2048) a block
+  // takes one, as the hardware hands them out: the persistent loop's state did not fit the
+  // registers there (ptxas spilled 48 bytes).
+  static constexpr bool kPersistent = kD == 64;
+  // The launch share is 168 registers a thread (setmaxnreg_fits): 128·24 + 256·240 at 128 (dK's
+  // dSᵀ from registers needs the 240), 128·40 + 256·232 at 64 (the persistent producer needs more
+  // than 24: ptxas spilled 76 bytes).
+  static constexpr int kProducerRegs = kD == 64 ? 40 : 24, kConsumerRegs = kD == 64 ? 232 : 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kKV = kBc * kD * 2, kQ = kBr * kD * 2, kdS = kBc * kBr * 2;
   // K, V, kStages × Q, kStages × dO, kdSBufs × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment
   // id) of kBr, kStages × the tile's (head, query tile, kind, -), and the mbarriers: full and empty
-  // of each stage, written and read of each dSᵀ buffer, and K and V's.
+  // of each stage, written and read of each dSᵀ buffer, and K and V's; the key block of K and V
+  // and the producer's next one.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
-  static constexpr uint32_t kOffBar = kOffInfo + kStages * 16;
-  static constexpr size_t kSmem = kOffBar + (2 * (kStages + kdSBufs) + 1) * 8 + 1024;
+  static constexpr uint32_t kOffBar = kOffInfo + kStages * 16, kOffBlock = kOffBar + (2 * (kStages + kdSBufs) + 2) * 8;
+  static constexpr size_t kSmem = kOffBlock + 12 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
-  static_assert(kD == 64 || kDsRegs, "warp-specialised backward: head dim 128 takes dSᵀ from registers");
   static_assert(kSmem <= 227 * 1024, "warp-specialised backward: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
-template <int kD, bool kDsRegs>
-__global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsBwdCfg<kD, kDsRegs>;
+  using Cfg = WsBwdCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1314,15 +1323,14 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
   auto empty = [&](int s) { return bar + 8 * (kS + s); };
   auto ds_full = [&](int j) { return bar + 8 * (2 * kS + j); };
   auto ds_empty = [&](int j) { return bar + 8 * (2 * kS + Cfg::kdSBufs + j); };
-  const uint32_t full_kv = bar + 8 * 2 * (kS + Cfg::kdSBufs);
+  // K and V: landed (thread 0 of the producer), free again (every consumer thread)
+  const uint32_t full_kv = bar + 8 * 2 * (kS + Cfg::kdSBufs), empty_kv = full_kv + 8;
+  // the key block whose K and V are loaded (n_blocks: none left), and the producer's next one
+  int* const kv_block = reinterpret_cast<int*>(smem + Cfg::kOffBlock);
+  int* const next_block = kv_block + 1;  // and [1]: how many key blocks thread 0 has handed over
 
-  const int T = p.T, D = p.D, group = p.group;
-  const bool causal = p.causal;
-  const KeyBlock blk = key_block(p, kBc);
-  const int b = blk.b, g = blk.g, k0 = blk.k0;
-  const int64_t qstride = (int64_t)p.H * D;
-  const int* segb = p.seg + (int64_t)b * T;
-
+  // (Each role computes what it needs after its setmaxnreg: a value live across the producer's
+  // would have to fit its registers.)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kS; ++s) {
       // full: every producer thread's arrival (after its stores of the tile's info; thread 0's
@@ -1335,76 +1343,96 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
       wg::mbar_init(ds_empty(j), Cfg::kConsumers);
     }
     wg::mbar_init(full_kv, 1);
+    wg::mbar_init(empty_kv, Cfg::kConsumers);
+    next_block[1] = 0;
     wg::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
-    // Producer: the block's K and V tiles, then every tile's Q and dO (thread 0, by TMA) and, for
-    // pt < kBr, row pt's lse, Drow and segment id (cp.async); every warp walks the tiles (the
-    // walk's reductions are a warp's).
+    // Producer: for each key block the block takes, its K and V tiles once the consumers are done
+    // with the last ones, then every query tile's Q and dO (thread 0, by TMA) and, for pt < kBr,
+    // row pt's lse, Drow and segment id (cp.async) into the ring, and a stage whose head is
+    // `group` that ends the key block; every warp walks the tiles (the walk's reductions are a
+    // warp's). The first key block is the block's own index, the next ones come from the counter.
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBr, "a producer thread a query's row values");
-    if (pt == 0) {
-      wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
-      load_tile<kBc, kD>(aK, p.k_map, g, k0, b, full_kv);
-      load_tile<kBc, kD>(aV, p.v_map, g, k0, b, full_kv);
-    }
-    const QueryTileWalk walk(segb, k0, kBc, kBr, T, causal);
-    int hq, m, kind;
-    walk.start(group, hq, m, kind);
-    for (int i = 0;; ++i) {
-      const int s = i % kS;
-      if (i >= kS) wg::mbar_wait(empty(s), (uint32_t)(i / kS - 1) & 1u);
+    const int T = p.T, group = p.group, n_blocks = p.B * p.G * ((T + kBc - 1) / kBc);
+    int i = 0;  // ring steps, over all the block's key blocks
+    for (int blk_index = blockIdx.x;;) {
+      // Thread 0 hands key block blk_index to the consumers once they are done with the last one
+      // (next_block[1]: key blocks handed so far, in shared memory: the producer has few registers).
+      auto hand_over = [&] {
+        if constexpr (!Cfg::kPersistent) return;  // the consumers take the block's own key block
+        const int n = next_block[1];
+        if (n > 0) wg::mbar_wait(empty_kv, (uint32_t)(n - 1) & 1u);
+        next_block[1] = n + 1;
+        *kv_block = blk_index;
+      };
+      if (Cfg::kPersistent && blk_index >= n_blocks) {
+        if (pt == 0) {
+          hand_over();
+          wg::mbar_arrive(full_kv);
+        }
+        return;
+      }
+      const KeyBlock kb = key_block(p, kBc, blk_index, n_blocks);
+      const int b = kb.b, g = kb.g;
       if (pt == 0) {
-        info[4 * s] = hq;
-        info[4 * s + 1] = m;
-        info[4 * s + 2] = kind;
+        hand_over();
+        wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
+        load_tile<kBc, kD>(aK, p.k_map, g, kb.k0, b, full_kv);
+        load_tile<kBc, kD>(aV, p.v_map, g, kb.k0, b, full_kv);
       }
-      const int h = g * group + hq, q0 = m * kBr;
-      if (hq < group && pt < kBr) {
-        const int64_t rb = row_base(p, b, h);
-        const int t = q0 + pt;
-        const bool ok = t < T;
-        cp_async4(smem_u32(sL + s * kBr + pt), p.lse_in + (ok ? rb + t : 0), ok);
-        cp_async4(smem_u32(sDr + s * kBr + pt), p.dsum + (ok ? rb + t : 0), ok);
-        cp_async4(smem_u32(sSg + s * kBr + pt), segb + min(t, T - 1), true);
+      const int* segb = p.seg + (int64_t)b * T;
+      const QueryTileWalk walk(segb, kb.k0, kBc, kBr, T, p.causal);
+      int hq, m, kind;
+      walk.start(group, hq, m, kind);
+      for (;; ++i) {
+        const int s = i % kS;
+        if (i >= kS) wg::mbar_wait(empty(s), (uint32_t)(i / kS - 1) & 1u);
+        if (pt == 0) {
+          info[4 * s] = hq;
+          info[4 * s + 1] = m;
+          info[4 * s + 2] = kind;
+        }
+        const int h = g * group + hq, q0 = m * kBr;
+        if (hq < group && pt < kBr) {
+          const int64_t rb = row_base(p, b, h);
+          const int t = q0 + pt;
+          const bool ok = t < T;
+          cp_async4(smem_u32(sL + s * kBr + pt), p.lse_in + (ok ? rb + t : 0), ok);
+          cp_async4(smem_u32(sDr + s * kBr + pt), p.dsum + (ok ? rb + t : 0), ok);
+          cp_async4(smem_u32(sSg + s * kBr + pt), segb + min(t, T - 1), true);
+        }
+        if (hq < group && pt == 0) {
+          wg::mbar_arrive_expect_tx(full(s), 2 * Cfg::kQ);
+          load_tile<kBr, kD>(aQ + s * Cfg::kQ, p.q_map, h, q0, b, full(s));
+          load_tile<kBr, kD>(adO + s * Cfg::kQ, p.dout_map, h, q0, b, full(s));
+        } else {
+          wg::mbar_arrive(full(s));
+        }
+        wg::cp_async_mbar_arrive(full(s));
+        if (hq >= group) break;
+        walk.advance(hq, m, kind);
       }
-      if (hq < group && pt == 0) {
-        wg::mbar_arrive_expect_tx(full(s), 2 * Cfg::kQ);
-        load_tile<kBr, kD>(aQ + s * Cfg::kQ, p.q_map, h, q0, b, full(s));
-        load_tile<kBr, kD>(adO + s * Cfg::kQ, p.dout_map, h, q0, b, full(s));
-      } else {
-        wg::mbar_arrive(full(s));
-      }
-      wg::cp_async_mbar_arrive(full(s));
-      if (hq >= group) return;
-      walk.advance(hq, m, kind);
+      if constexpr (!Cfg::kPersistent) return;
+      ++i;
+      if (pt == 0) *next_block = (int)gridDim.x + fetch_increment(p.tile_counter);
+      wg::bar_sync(1, Cfg::kProducers);
+      blk_index = *next_block;
+      wg::bar_sync(1, Cfg::kProducers);  // read by every producer thread before thread 0 writes it again
     }
   }
 
-  // Consumer warpgroups: warpgroup w owns keys k0 + 64w...
+  // Consumer warpgroups: warpgroup w owns keys k0 + 64w.. of each key block.
   wg::regs_inc<Cfg::kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, gid = (threadIdx.x & 31) >> 2;
   const int key0 = 64 * wgi;
-
-  int krow[2], kseg[2];
-#pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    krow[hi] = k0 + key0 + 16 * warp + gid + 8 * hi;
-    kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
-  }
-  float dk[kD / 2], dv[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) dk[i] = dv[i] = 0.f;
-  // Keeps the zeroing here: sunk into both sides of the loop's entry test, it would define dK's
-  // registers on a path that meets an in-flight dK product before its wait (C7515).
-  wg::fence_operand(dk);
-  wg::fence_operand(dv);
-  wg::mbar_wait(full_kv, 0);
-
-  int i = 0, prev_hq = 0, prev_q0 = 0;  // the step before's tile, whose dQ a step computes
+  const int T = p.T, D = p.D, group = p.group;
+  const bool causal = p.causal;
+  const int64_t qstride = (int64_t)p.H * D;
   // dQ of a step's tile over dSᵀ buffer `buf` (both warpgroups' rows of keys): this warpgroup's
   // columns of the 64 query rows (head dim 128), or all columns of its 64 of the 128 (64).
   const int dq_col = Cfg::kSplitDq ? wgi * kDq : 0, dq_row = Cfg::kSplitDq ? 0 : 64 * wgi;
@@ -1415,83 +1443,127 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
       wg::wgmma_ss<kDq, 1, 1>(dq, wg::desc_mn_major(buf, kBc, dq_row, kk), wg::desc_mn_major(aK, kBc, dq_col, kk), kk > 0);
     wg::wgmma_commit();
   };
-  auto add_dq = [&](const float (&dq)[kDq / 2], int hq, int q0) {
-    add_dq_rows<kDq>(p.dq_accum + q_base(p, b, g * group + hq), qstride, q0 + dq_row + 16 * warp + gid, dq, dq_col, D, T);
-  };
-  for (;; ++i) {
-    const int s = i % kS, d = i % Cfg::kdSBufs;
-    wg::mbar_wait(full(s), (uint32_t)(i / kS) & 1u);
-    const int hq = info[4 * s], m = info[4 * s + 1], cur_kind = info[4 * s + 2];
-    if (hq >= group) break;
-    const int q0 = m * kBr;
-    const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ;
-    const float* cL = sL + s * kBr;
-    const float* cDr = sDr + s * kBr;
-    const int* cSg = sSg + s * kBr;
-
-    float sc[kBr / 2], dp[kBr / 2];
-    wg::wgmma_fence();
+  // Ring steps (the producer's, over all the block's key blocks, each one's end included); the
+  // dSᵀ steps are the others, i − n before key block n's end.
+  int i = 0;
+  for (int n = 0;; ++n) {
+    wg::mbar_wait(full_kv, (uint32_t)n & 1u);
+    // (b and g again only for the dK and dV stores: the loop has no registers to spare)
+    auto this_block = [&] {
+      return Cfg::kPersistent ? key_block(p, kBc, *kv_block, p.B * p.G * ((T + kBc - 1) / kBc)) : key_block(p, kBc);
+    };
+    if (Cfg::kPersistent && *kv_block >= p.B * p.G * ((T + kBc - 1) / kBc)) break;
+    const KeyBlock kb = this_block();
+    const int* segb = p.seg + (int64_t)kb.b * T;
+    float* const dq_heads = p.dq_accum + q_base(p, kb.b, kb.g * group);  // the group's first q head
+    auto add_dq = [&](const float (&dq)[kDq / 2], int hq, int q0) {
+      add_dq_rows<kDq>(dq_heads + hq * D, qstride, q0 + dq_row + 16 * warp + gid, dq, dq_col, D, T);
+    };
+    int krow[2], kseg[2];
 #pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<kBr, 0, 0>(sc, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
-    wg::wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk)
-      wg::wgmma_ss<kBr, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
-    wg::wgmma_commit();
-
-    wg::wgmma_wait<1>();  // the previous step's dK (the last reader of its Q and its dSᵀ rows) and Sᵀ
-    if (i > 0) wg::mbar_arrive(empty((i - 1) % kS));
-    uint32_t pa[kBr / 16][4];
-    bwd_probs<kBr>(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
-
-    wg::wgmma_wait<0>();  // dPᵀ
-    // both warpgroups' dQ of the buffer's last tile are done
-    if (i >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(i / Cfg::kdSBufs - 1) & 1u);
-    uint32_t dsa[kBr / 16][4];
-    bwd_store_dst<kBc, kBr>(adS + d * Cfg::kdS, dp, sc, cDr, key0, dsa);
-    wg::fence_proxy_async();
-    wg::mbar_arrive(ds_full(d));
-    if constexpr (!Cfg::kDsInRegs) wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
-
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBr / 16; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
-    wg::wgmma_commit();
-    // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
-    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
-    // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely wait
-    // for each other, and one's softmax can overlap the other's products. (The first step has
-    // none: it multiplies the K and V tiles, which no copy rewrites, unread, so every wgmma is on a
-    // uniform path: a conditional one made ptxas spill 392 bytes.)
-    float dq[kDq / 2];
-    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aK);
-    wg::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBr / 16; ++kk) {  // dK += dSᵀ·Q
-      if constexpr (Cfg::kDsInRegs) wg::wgmma_rs<kD, 1>(dk, dsa[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);
-      else wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS + d * Cfg::kdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+    for (int hi = 0; hi < 2; ++hi) {
+      krow[hi] = kb.k0 + key0 + 16 * warp + gid + 8 * hi;
+      kseg[hi] = __ldg(segb + min(krow[hi], T - 1));
     }
-    wg::wgmma_commit();
-    // dV and dQ; dK runs on, save at head dim 64 with dSᵀ from registers (no RS operand may stay in
-    // flight across the back edge there: C7512)
-    wg::wgmma_wait<kD == 64 && Cfg::kDsInRegs ? 0 : 1>();
-    if (i > 0) {
-      add_dq(dq, prev_hq, prev_q0);
-      wg::mbar_arrive(ds_empty((i - 1) % Cfg::kdSBufs));
+    float dk[kD / 2], dv[kD / 2];
+#pragma unroll
+    for (int e = 0; e < kD / 2; ++e) dk[e] = dv[e] = 0.f;
+    // Keeps the zeroing here: sunk into both sides of the loop's entry test, it would define dK's
+    // registers on a path that meets an in-flight dK product before its wait (C7515).
+    wg::fence_operand(dk);
+    wg::fence_operand(dv);
+
+    int prev_hq = -1, prev_q0 = 0;  // the step before's tile, whose dQ a step computes (-1: none yet)
+    for (;; ++i) {
+      const int j = i - n, s = i % kS, d = j % Cfg::kdSBufs;
+      wg::mbar_wait(full(s), (uint32_t)(i / kS) & 1u);
+      const int hq = info[4 * s], m = info[4 * s + 1], cur_kind = info[4 * s + 2];
+      if (hq >= group) {  // the key block's end: a stage with nothing in it
+        wg::mbar_arrive(empty(s));
+        break;
+      }
+      const int q0 = m * kBr;
+      const uint32_t cQ = aQ + s * Cfg::kQ, cdO = adO + s * Cfg::kQ;
+      const float* cL = sL + s * kBr;
+      const float* cDr = sDr + s * kBr;
+      const int* cSg = sSg + s * kBr;
+
+      float sc[kBr / 2], dp[kBr / 2];
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+        wg::wgmma_ss<kBr, 0, 0>(sc, wg::desc_k_major(aK, kBc, key0, kk), wg::desc_k_major(cQ, kBr, 0, kk), kk > 0);
+      wg::wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk)
+        wg::wgmma_ss<kBr, 0, 0>(dp, wg::desc_k_major(aV, kBc, key0, kk), wg::desc_k_major(cdO, kBr, 0, kk), kk > 0);
+      wg::wgmma_commit();
+
+      wg::wgmma_wait<1>();  // the previous step's dK (the last reader of its Q and its dSᵀ rows) and Sᵀ
+      if (prev_hq >= 0) wg::mbar_arrive(empty((i - 1) % kS));
+      uint32_t pa[kBr / 16][4];
+      bwd_probs<kBr>(sc, pa, cL, cSg, cur_kind, q0, krow, kseg, T, causal, p.scale_log2);
+
+      wg::wgmma_wait<0>();  // dPᵀ
+      // both warpgroups' dQ of the buffer's last tile are done
+      if (j >= Cfg::kdSBufs) wg::mbar_wait(ds_empty(d), (uint32_t)(j / Cfg::kdSBufs - 1) & 1u);
+      uint32_t dsa[kBr / 16][4];
+      bwd_store_dst<kBc, kBr>(adS + d * Cfg::kdS, dp, sc, cDr, key0, dsa);
+      wg::fence_proxy_async();
+      wg::mbar_arrive(ds_full(d));
+      if constexpr (!Cfg::kDsInRegs) wg::bar_sync(2 + wgi, 128);  // this warpgroup's rows, which its dK reads
+
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBr / 16; ++kk) wg::wgmma_rs<kD, 1>(dv, pa[kk], wg::desc_mn_major(cdO, kBr, 0, kk), true);  // dV += Pᵀ·dO
+      wg::wgmma_commit();
+      // the step before's dSᵀ (both warpgroups' rows), which its dQ below reads
+      const int dprev = (j - 1 + Cfg::kdSBufs) % Cfg::kdSBufs;
+      if (prev_hq >= 0) wg::mbar_wait(ds_full(dprev), (uint32_t)((j - 1) / Cfg::kdSBufs) & 1u);
+      // dQ of the step before's tile: its dSᵀ was written a step ago, so the warpgroups rarely wait
+      // for each other, and one's softmax can overlap the other's products. (A key block's first
+      // step has none: it multiplies the K and V tiles, which no copy rewrites while they are in
+      // use, unread, so every wgmma is on a uniform path: a conditional one made ptxas spill 392
+      // bytes.)
+      float dq[kDq / 2];
+      issue_dq(dq, prev_hq >= 0 ? adS + dprev * Cfg::kdS : aK);
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBr / 16; ++kk) {  // dK += dSᵀ·Q
+        if constexpr (Cfg::kDsInRegs) wg::wgmma_rs<kD, 1>(dk, dsa[kk], wg::desc_mn_major(cQ, kBr, 0, kk), true);
+        else wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS + d * Cfg::kdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
+      }
+      wg::wgmma_commit();
+      // dV and dQ; dK runs on, save at head dim 64 with dSᵀ from registers (no RS operand may stay
+      // in flight across the back edge there: C7512)
+      wg::wgmma_wait<kD == 64 && Cfg::kDsInRegs ? 0 : 1>();
+      if (prev_hq >= 0) {
+        add_dq(dq, prev_hq, prev_q0);
+        wg::mbar_arrive(ds_empty(dprev));
+      }
+      prev_hq = hq;
+      prev_q0 = q0;
     }
-    prev_hq = hq;
-    prev_q0 = q0;
+    KeyBlock end_block;
+    {  // the key block's last dQ, after which its K and V are free
+      const int j = i - n, dprev = (j - 1 + Cfg::kdSBufs) % Cfg::kdSBufs;
+      float dq[kDq / 2];
+      if (prev_hq >= 0) wg::mbar_wait(ds_full(dprev), (uint32_t)((j - 1) / Cfg::kdSBufs) & 1u);
+      issue_dq(dq, prev_hq >= 0 ? adS + dprev * Cfg::kdS : aK);
+      wg::wgmma_wait<0>();  // and the last step's dK
+      end_block = this_block();  // before the producer may hand over the next
+      wg::mbar_arrive(empty_kv);
+      if (prev_hq >= 0) {
+        wg::mbar_arrive(empty((i - 1) % kS));  // the last step's stage (i is the end's)
+        add_dq(dq, prev_hq, prev_q0);
+        wg::mbar_arrive(ds_empty(dprev));
+      }
+    }
+    ++i;  // past the end's stage
+    wg::fence_operand(dk);
+    bwd_store_dkdv<kD>(p, end_block.b, end_block.g, krow, dk, dv);
+    if constexpr (!Cfg::kPersistent) break;
   }
-  {  // the last tile's dQ
-    float dq[kDq / 2];
-    if (i > 0) wg::mbar_wait(ds_full((i - 1) % Cfg::kdSBufs), (uint32_t)((i - 1) / Cfg::kdSBufs) & 1u);
-    issue_dq(dq, i > 0 ? adS + ((i - 1) % Cfg::kdSBufs) * Cfg::kdS : aK);
-    wg::wgmma_wait<0>();  // and the last step's dK
-    if (i > 0) add_dq(dq, prev_hq, prev_q0);
-  }
-  wg::fence_operand(dk);
-  bwd_store_dkdv<kD>(p, b, g, krow, dk, dv);
 #endif
 }
 
@@ -1507,6 +1579,7 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   const int c = threadIdx.x & 15;
   const int D = p.D;
   const bool ok = row < (int64_t)p.B * p.T * p.H && c * 8 < D;
+  if (p.tile_counter && blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   float acc = 0.f;
   if (ok) {
     const int64_t e = row * D + c * 8;
@@ -1951,10 +2024,12 @@ Params with_tile_maps(const Params& p, int q_rows, int kv_rows, bool backward, c
 }
 
 // A tile kernel: `rows` rows of ⌈T / rows_per_tile⌉ tiles in block_tile's order, in groups of rows
-// sized for this kernel's resident blocks (group_rows).
+// sized for this kernel's resident blocks (group_rows). A persistent kernel gets as many blocks as
+// are resident at once (under the emulator 3, so that each takes several tiles), each taking tiles
+// in that order until none is left.
 template <typename Kernel>
 void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_t smem, Params p, bool backward, cudaStream_t stream,
-                  const char* name) {
+                  const char* name, bool persistent = false) {
   int resident = p.sms;
 #ifndef MDLM_ATTN_EMULATE
   // Blocks an SM holds, asked of the driver once a kernel (each launches with one configuration).
@@ -1967,7 +2042,12 @@ void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_
   resident *= std::max(1, it->second);
 #endif
   p.group_rows = group_rows(p, backward, rows, ceil_div(p.T, rows_per_tile), resident);
-  launch(kernel, tile_grid(rows, p.T, rows_per_tile), threads, smem, p, stream, name);
+  dim3 grid = tile_grid(rows, p.T, rows_per_tile);
+#ifdef MDLM_ATTN_EMULATE
+  resident = 3;
+#endif
+  if (persistent) grid.x = std::min<unsigned>(grid.x, (unsigned)resident);
+  launch(kernel, grid, threads, smem, p, stream, name);
 }
 
 // Tile configurations of the tensor-core kernels by padded head dim (one table; the report and
@@ -2051,11 +2131,7 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
         const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
         using W = WsBwdCfg<kD>;
         const Params pm = with_tile_maps(p, W::kBr, W::kBc, true, what);
-        if (kD == 64 && env_knob("MDLM_ATTN_BWD_DS_REGS") == "1") {
-          launch_tiles(bwd_ws<64, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what);
-        } else {
-          launch_tiles(bwd_ws<kD, W::kDsInRegs>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what);
-        }
+        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, W::kPersistent);
         dk_turned = ws_turns_dk<kD>(p);
       }
     }
@@ -2251,12 +2327,14 @@ MDLM_OP(attention_backward) {
   }
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
-  // The fused backward accumulates dQ in f32 scratch after Drow (256-byte aligned).
+  // The fused backward takes a counter (bwd_ws's key blocks) and the f32 dQ accumulator after Drow
+  // in the scratch (each 256-byte aligned).
   const bool fused = mma && !deterministic_backward();
   const size_t drow_bytes = (sizeof(float) * rows + 255) / 256 * 256;
-  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? sizeof(float) * rows * p.D : 0)));
+  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? 256 + sizeof(float) * rows * p.D : 0)));
   p.dsum = reinterpret_cast<float*>(scratch);
-  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes) : nullptr;
+  p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
+  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {

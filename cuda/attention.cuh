@@ -53,13 +53,17 @@ __device__ __forceinline__ bool visible(int qi, int qseg, int kj, int kseg, int 
 // first. With the head fastest, the ~130 resident blocks each had a head of their own, and the
 // wgmma backward read 4.4 GB from DRAM for 0.3 GB of inputs at B8 T2048 H16 D128 (Nsight
 // Compute, H200, 2026-12-03).
+// block_tile: the row and tile of block `index` of `blocks` (rows × tiles) in that order (a
+// persistent kernel passes the index of the tile it takes next).
 struct BlockTile {
   int row, tile, tiles;
 };
-__device__ __forceinline__ BlockTile block_tile(int T, int rows_per_tile, int group_rows) {
-  const int tiles = (T + rows_per_tile - 1) / rows_per_tile, rows = gridDim.x / tiles;
-  const int first = (int)(blockIdx.x / ((int64_t)group_rows * tiles) * group_rows), in_group = min(group_rows, rows - first);
-  const int j = blockIdx.x - first * tiles;
+__device__ __forceinline__ BlockTile block_tile(int T, int rows_per_tile, int group_rows, int index, int blocks) {
+  const int tiles = (T + rows_per_tile - 1) / rows_per_tile, rows = blocks / tiles;
+  // 32-bit: group_rows · tiles <= blocks < 2^31 (tile_grid); a 64-bit division took more registers
+  // than bwd_ws's producer warps have
+  const int first = index / (group_rows * tiles) * group_rows, in_group = min(group_rows, rows - first);
+  const int j = index - first * tiles;
   return {first + j % in_group, j / in_group, tiles};
 }
 
@@ -289,6 +293,15 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 }
 
 #endif  // MDLM_ATTN_EMULATE
+
+// atomicAdd(addr, 1): the previous value.
+__device__ __forceinline__ int fetch_increment(int* addr) {
+#ifdef MDLM_ATTN_EMULATE
+  return (*addr)++;  // the emulator runs one thread at a time
+#else
+  return atomicAdd(addr, 1);
+#endif
+}
 
 // *addr += v for four adjacent floats of global memory (16-byte aligned), atomically per float
 // (the dQ accumulator of the fused backwards). sm_90 has a vector reduction; older GPUs take four.
