@@ -130,6 +130,8 @@ __device__ __forceinline__ KeyBlock key_block(const Params& p, int rows, int ind
   return {bt.row / p.G, bt.row % p.G, bt.tile * rows};
 }
 __device__ __forceinline__ KeyBlock key_block(const Params& p, int rows) { return key_block(p, rows, blockIdx.x, gridDim.x); }
+// The key blocks of `rows` keys in all (the key-tile grid's size).
+__device__ __forceinline__ int key_blocks(const Params& p, int rows) { return p.B * p.G * ((p.T + rows - 1) / rows); }
 
 // =============================================================================================
 // Tensor-core kernels (bf16)
@@ -1358,7 +1360,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     // warp's). The first key block is the block's own index, the next ones come from the counter.
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBr, "a producer thread a query's row values");
-    const int T = p.T, group = p.group, n_blocks = p.B * p.G * ((T + kBc - 1) / kBc);
+    const int T = p.T, group = p.group, n_blocks = key_blocks(p, kBc);
     int i = 0;  // ring steps, over all the block's key blocks
     for (int blk_index = blockIdx.x;;) {
       // Thread 0 hands key block blk_index to the consumers once they are done with the last one
@@ -1448,11 +1450,9 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
   int i = 0;
   for (int n = 0;; ++n) {
     wg::mbar_wait(full_kv, (uint32_t)n & 1u);
-    // (b and g again only for the dK and dV stores: the loop has no registers to spare)
-    auto this_block = [&] {
-      return Cfg::kPersistent ? key_block(p, kBc, *kv_block, p.B * p.G * ((T + kBc - 1) / kBc)) : key_block(p, kBc);
-    };
-    if (Cfg::kPersistent && *kv_block >= p.B * p.G * ((T + kBc - 1) / kBc)) break;
+    // (computed again for the dK and dV stores: the loop has no registers to keep b and g in)
+    auto this_block = [&] { return Cfg::kPersistent ? key_block(p, kBc, *kv_block, key_blocks(p, kBc)) : key_block(p, kBc); };
+    if (Cfg::kPersistent && *kv_block >= key_blocks(p, kBc)) break;
     const KeyBlock kb = this_block();
     const int* segb = p.seg + (int64_t)kb.b * T;
     float* const dq_heads = p.dq_accum + q_base(p, kb.b, kb.g * group);  // the group's first q head
