@@ -1276,32 +1276,26 @@ struct WsBwdCfg {
   // dK += dSᵀ·Q with dSᵀ from registers (the fragments bwd_store_dst packs), so dK need not wait
   // for this warpgroup's stores: at head dim 128 (3-7% faster, twentieth pass). At 64 dK reads the
   // stored rows: the 32 more registers made ptxas serialise the wgmmas (C7512) while dK stayed in
-  // flight across the loop's back edge, and waiting for dK before the atomics instead (untimed)
-  // spilled under the persistent producer's 40 registers.
+  // flight across the loop's back edge (waiting for dK before the atomics instead was an untimed
+  // experiment, commit f26752b).
   static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).
   static constexpr int kStages = 3, kdSBufs = kD == 64 ? 2 : 3;
-  // Persistent at head dim 64 (launch_tiles): a block takes key blocks until none is left, so the
-  // next one's K, V and first Q/dO loads overlap the last one's dK/dV stores and dQ atomics (its
-  // key blocks are short: 8 steps at T = 1024). At 128 (32 steps a key block at T = 2048) a block
-  // takes one, as the hardware hands them out: the persistent loop's state did not fit the
-  // registers there (ptxas spilled 48 bytes).
-  static constexpr bool kPersistent = kD == 64;
-  // The launch share is 168 registers a thread (setmaxnreg_fits): 128·24 + 256·240 at 128 (dK's
-  // dSᵀ from registers needs the 240), 128·40 + 256·232 at 64 (the persistent producer needs more
-  // than 24: ptxas spilled 76 bytes).
-  static constexpr int kProducerRegs = kD == 64 ? 40 : 24, kConsumerRegs = kD == 64 ? 232 : 240;
+  // 128·24 + 256·240 = 384·168, the launch share (setmaxnreg_fits). The persistent producer fits
+  // its 24 with the walk's state in shared memory (in registers ptxas spilled 48 bytes).
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 240;
   static constexpr int kConsumers = 128 * kWG, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kKV = kBc * kD * 2, kQ = kBr * kD * 2, kdS = kBc * kBr * 2;
   // K, V, kStages × Q, kStages × dO, kdSBufs × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment
   // id) of kBr, kStages × the tile's (head, query tile, kind, -), and the mbarriers: full and empty
-  // of each stage, written and read of each dSᵀ buffer, and K and V's; the key block of K and V
-  // and the producer's next one.
+  // of each stage, written and read of each dSᵀ buffer, and K and V's; the key block of K and V,
+  // the producer's next one and its count of key blocks handed over; the producer's walk.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16, kOffBlock = kOffBar + (2 * (kStages + kdSBufs) + 2) * 8;
-  static constexpr size_t kSmem = kOffBlock + 12 + 1024;
+  static constexpr uint32_t kOffWalk = kOffBlock + 16;
+  static constexpr size_t kSmem = kOffWalk + sizeof(QueryTileWalk) + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
   static_assert(kSmem <= 227 * 1024, "warp-specialised backward: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
@@ -1366,13 +1360,12 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
       // Thread 0 hands key block blk_index to the consumers once they are done with the last one
       // (next_block[1]: key blocks handed so far, in shared memory: the producer has few registers).
       auto hand_over = [&] {
-        if constexpr (!Cfg::kPersistent) return;  // the consumers take the block's own key block
         const int n = next_block[1];
         if (n > 0) wg::mbar_wait(empty_kv, (uint32_t)(n - 1) & 1u);
         next_block[1] = n + 1;
         *kv_block = blk_index;
       };
-      if (Cfg::kPersistent && blk_index >= n_blocks) {
+      if (blk_index >= n_blocks) {
         if (pt == 0) {
           hand_over();
           wg::mbar_arrive(full_kv);
@@ -1387,8 +1380,15 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
         load_tile<kBc, kD>(aK, p.k_map, g, kb.k0, b, full_kv);
         load_tile<kBc, kD>(aV, p.v_map, g, kb.k0, b, full_kv);
       }
-      const int* segb = p.seg + (int64_t)b * T;
-      const QueryTileWalk walk(segb, kb.k0, kBc, kBr, T, p.causal);
+      // The walk, in shared memory: in registers it took more than the producer's 24 (each warp
+      // reloads its fields as it goes). Warp 0 builds it (the build's reductions are a warp's).
+      QueryTileWalk* const walk_smem = reinterpret_cast<QueryTileWalk*>(smem + Cfg::kOffWalk);
+      if (pt < 32) {
+        const QueryTileWalk w(p.seg + (int64_t)b * T, kb.k0, kBc, kBr, T, p.causal);
+        if (pt == 0) *walk_smem = w;
+      }
+      wg::bar_sync(1, Cfg::kProducers);
+      const QueryTileWalk& walk = *walk_smem;
       int hq, m, kind;
       walk.start(group, hq, m, kind);
       for (;; ++i) {
@@ -1406,7 +1406,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
           const bool ok = t < T;
           cp_async4(smem_u32(sL + s * kBr + pt), p.lse_in + (ok ? rb + t : 0), ok);
           cp_async4(smem_u32(sDr + s * kBr + pt), p.dsum + (ok ? rb + t : 0), ok);
-          cp_async4(smem_u32(sSg + s * kBr + pt), segb + min(t, T - 1), true);
+          cp_async4(smem_u32(sSg + s * kBr + pt), walk.seg + min(t, T - 1), true);
         }
         if (hq < group && pt == 0) {
           wg::mbar_arrive_expect_tx(full(s), 2 * Cfg::kQ);
@@ -1419,12 +1419,11 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
         if (hq >= group) break;
         walk.advance(hq, m, kind);
       }
-      if constexpr (!Cfg::kPersistent) return;
       ++i;
       if (pt == 0) *next_block = (int)gridDim.x + fetch_increment(p.tile_counter);
       wg::bar_sync(1, Cfg::kProducers);
       blk_index = *next_block;
-      wg::bar_sync(1, Cfg::kProducers);  // read by every producer thread before thread 0 writes it again
+      wg::bar_sync(1, Cfg::kProducers);  // read by every producer thread (and the walk done with) before they are written again
     }
   }
 
@@ -1451,8 +1450,8 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
   for (int n = 0;; ++n) {
     wg::mbar_wait(full_kv, (uint32_t)n & 1u);
     // (computed again for the dK and dV stores: the loop has no registers to keep b and g in)
-    auto this_block = [&] { return Cfg::kPersistent ? key_block(p, kBc, *kv_block, key_blocks(p, kBc)) : key_block(p, kBc); };
-    if (Cfg::kPersistent && *kv_block >= key_blocks(p, kBc)) break;
+    auto this_block = [&] { return key_block(p, kBc, *kv_block, key_blocks(p, kBc)); };
+    if (*kv_block >= key_blocks(p, kBc)) break;
     const KeyBlock kb = this_block();
     const int* segb = p.seg + (int64_t)kb.b * T;
     float* const dq_heads = p.dq_accum + q_base(p, kb.b, kb.g * group);  // the group's first q head
@@ -1562,7 +1561,6 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     ++i;  // past the end's stage
     wg::fence_operand(dk);
     bwd_store_dkdv<kD>(p, end_block.b, end_block.g, krow, dk, dv);
-    if constexpr (!Cfg::kPersistent) break;
   }
 #endif
 }
@@ -2131,7 +2129,7 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
         const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
         using W = WsBwdCfg<kD>;
         const Params pm = with_tile_maps(p, W::kBr, W::kBc, true, what);
-        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, W::kPersistent);
+        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
         dk_turned = ws_turns_dk<kD>(p);
       }
     }
