@@ -90,7 +90,7 @@ struct Params {
   float inv_freq[kDM / 2];
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
-  int* tile_counter;  // fused backward scratch: key blocks the persistent bwd_ws has handed out past its grid, zeroed by bwd_prep
+  int* tile_counter;  // scratch: the tiles a persistent kernel (fwd_ws, bwd_ws) has handed out past its grid, zeroed before it
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
@@ -110,16 +110,20 @@ __device__ __forceinline__ int64_t row_base(const Params& p, int b, int h) { ret
 __device__ __forceinline__ int64_t dq_base(const Params& p, int b, int h) { return (int64_t)b * p.T * p.dq_stride + (int64_t)h * p.D; }
 __device__ __forceinline__ int64_t dkv_base(const Params& p, int b, int g) { return (int64_t)b * p.T * p.dkv_stride + (int64_t)g * p.D; }
 
-// A block's place in the query-tile grid (tile_grid(B·H, T, rows), block_tile's order): batch, q
-// head, its kv head and first query; the last (causal: heaviest) query tiles first.
+// Query block `index` of the query-tile grid (tile_grid(B·H, T, rows), `blocks` in all, in
+// block_tile's order; by default this block's): batch, q head, its kv head and first query; the
+// last (causal: heaviest) query tiles first.
 struct QueryBlock {
   int b, h, g, q0;
 };
-__device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) {
-  const BlockTile bt = block_tile(p.T, rows, p.group_rows, blockIdx.x, gridDim.x);
+__device__ __forceinline__ QueryBlock query_block(const Params& p, int rows, int index, int blocks) {
+  const BlockTile bt = block_tile(p.T, rows, p.group_rows, index, blocks);
   const int h = bt.row % p.H;
   return {bt.row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
 }
+__device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) { return query_block(p, rows, blockIdx.x, gridDim.x); }
+// The query blocks of `rows` queries in all (the query-tile grid's size).
+__device__ __forceinline__ int query_blocks(const Params& p, int rows) { return p.B * p.H * ((p.T + rows - 1) / rows); }
 // Key block `index` of the key-tile grid (tile_grid(B·G, T, rows), `blocks` in all; by default
 // this block's): batch, kv head and first key; the first (causal: heaviest) key tiles first.
 struct KeyBlock {
@@ -959,10 +963,12 @@ struct WsFwdCfg {
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
   static constexpr uint32_t kOffK = kQTile, kOffV = kOffK + kStages * kTile, kOffBar = kOffV + kStages * kTile;
-  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each, and the Q tile's; then per stage the
-  // keys' segment ids and the tile's (index, kind)
-  static constexpr uint32_t kOffSeg = kOffBar + (4 * kStages + 1) * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
-  static constexpr size_t kSmem = kOffInfo + kStages * 8 + 1024;
+  // mbarriers: fullK, fullV, emptyK, emptyV, kStages each, and the Q tile's full and empty; then
+  // per stage the keys' segment ids and the tile's (index, kind); then the query block of the Q
+  // tile, the producer's next one and its count of query blocks handed over
+  static constexpr uint32_t kOffSeg = kOffBar + (4 * kStages + 2) * 8, kOffInfo = kOffSeg + kStages * kBc * 4;
+  static constexpr uint32_t kOffBlock = kOffInfo + kStages * 8;
+  static constexpr size_t kSmem = kOffBlock + 12 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
@@ -981,17 +987,17 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   auto full_v = [&](int s) { return bar + 8 * (kS + s); };
   auto empty_k = [&](int s) { return bar + 8 * (2 * kS + s); };
   auto empty_v = [&](int s) { return bar + 8 * (3 * kS + s); };
-  const uint32_t full_q = bar + 8 * 4 * kS;
+  // Q: landed (thread 0 of the producer), free again (every consumer thread)
+  const uint32_t full_q = bar + 8 * 4 * kS, empty_q = full_q + 8;
   int* const seg_smem = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffSeg);  // [kS][kBc]
   int* const info = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffInfo);     // [kS][2]: tile, kind
-
-  const int T = p.T, D = p.D;
+  // the Q tile's query block (query_blocks: none left), the producer's next one, and how many
+  // query blocks thread 0 has handed over
+  int* const q_block = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffBlock);
+  const int T = p.T;
   const bool causal = p.causal;
-  const auto [b, h, g, q0] = query_block(p, kBr);
-  const int64_t qstride = (int64_t)p.H * D;
-  const int* segb = p.seg + (int64_t)b * T;
-  int n_end = (T + kBc - 1) / kBc;
-  if (causal) n_end = min(n_end, (min(q0 + kBr, T) + kBc - 1) / kBc);
+  // The key tiles a query block's loop runs to (its end stage carries this index).
+  auto key_tiles_end = [&](int q0) { return causal ? min((T + kBc - 1) / kBc, (min(q0 + kBr, T) + kBc - 1) / kBc) : (T + kBc - 1) / kBc; };
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kS; ++s) {
@@ -1003,47 +1009,82 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       wg::mbar_init(empty_v(s), Cfg::kConsumers);
     }
     wg::mbar_init(full_q, 1);
+    wg::mbar_init(empty_q, Cfg::kConsumers);
+    q_block[2] = 0;
     wg::fence_mbarrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
-    // Producer warpgroup: the Q tile (each consumer warpgroup's 64 rows), then K (with the tile's
-    // segment ids and info) and V of every tile the block visits, into the ring, then an info of
-    // n_end that ends the consumers' loop. Thread 0 issues the TMA loads.
+    // Producer warpgroup: for each query block the block takes, its Q tile (each consumer
+    // warpgroup's 64 rows) once the consumers are done with the last one, then K (with the tile's
+    // segment ids and info) and V of every key tile it visits, into the ring, then a stage whose
+    // index is the loop's end (key_tiles_end) that ends the query block. Thread 0 issues the TMA
+    // loads. The first query block is the block's own index, the next ones come from the counter.
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
-    if (pt == 0) {
-      wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
+    const int n_blocks = query_blocks(p, kBr);
+    int i = 0;  // ring steps, over all the block's query blocks
+    for (int blk_index = blockIdx.x;;) {
+      // Thread 0 hands query block blk_index to the consumers once they are done with the last.
+      auto hand_over = [&] {
+        const int handed = q_block[2];
+        if (handed > 0) wg::mbar_wait(empty_q, (uint32_t)(handed - 1) & 1u);
+        q_block[2] = handed + 1;
+        q_block[0] = blk_index;
+      };
+      if (blk_index >= n_blocks) {
+        if (pt == 0) {
+          hand_over();
+          wg::mbar_arrive(full_q);
+        }
+        return;
+      }
+      const QueryBlock qb = query_block(p, kBr, blk_index, n_blocks);
+      const int b = qb.b, g = qb.g, q0 = qb.q0, n_end = key_tiles_end(q0);
+      const int* segb = p.seg + (int64_t)b * T;
+      if (pt == 0) {
+        hand_over();
+        wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
 #pragma unroll
-      for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, h, q0 + 64 * w, b, full_q);
-    }
-    const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
-    int kind = kEmpty;
-    int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-    for (int i = 0;; ++i) {
-      const int s = i % kS;
-      const uint32_t phase = (uint32_t)(i / kS) & 1u;
-      if (i >= kS) wg::mbar_wait(empty_k(s), phase ^ 1u);
-      if (pt == 0) {
-        info[2 * s] = n;
-        info[2 * s + 1] = kind;
+        for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
       }
-      if (n < n_end && pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
-      if (n < n_end && pt == 0) {
-        wg::mbar_arrive_expect_tx(full_k(s), Cfg::kTile);
-        load_tile<kBc, kD>(aK + s * Cfg::kTile, p.k_map, g, n * kBc, b, full_k(s));
-      } else {
-        wg::mbar_arrive(full_k(s));
+      const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
+      int kind = kEmpty;
+      int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+      for (;; ++i) {
+        const int s = i % kS;
+        const uint32_t phase = (uint32_t)(i / kS) & 1u;
+        if (i >= kS) wg::mbar_wait(empty_k(s), phase ^ 1u);
+        if (pt == 0) {
+          info[2 * s] = n;
+          info[2 * s + 1] = kind;
+        }
+        if (n < n_end && pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
+        if (n < n_end && pt == 0) {
+          wg::mbar_arrive_expect_tx(full_k(s), Cfg::kTile);
+          load_tile<kBc, kD>(aK + s * Cfg::kTile, p.k_map, g, n * kBc, b, full_k(s));
+        } else {
+          wg::mbar_arrive(full_k(s));
+        }
+        if (pt == 0) {
+          if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
+          if (n < n_end) {
+            wg::mbar_arrive_expect_tx(full_v(s), Cfg::kTile);
+            load_tile<kBc, kD>(aV + s * Cfg::kTile, p.v_map, g, n * kBc, b, full_v(s));
+          } else {
+            wg::mbar_arrive(full_v(s));  // the end stage: a phase with no tile keeps V's phases in step with K's
+          }
+        }
+        if (n >= n_end) break;
+        n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
       }
-      if (n >= n_end) return;
-      if (pt == 0) {
-        if (i >= kS) wg::mbar_wait(empty_v(s), phase ^ 1u);
-        wg::mbar_arrive_expect_tx(full_v(s), Cfg::kTile);
-        load_tile<kBc, kD>(aV + s * Cfg::kTile, p.v_map, g, n * kBc, b, full_v(s));
-      }
-      n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
+      ++i;
+      if (pt == 0) q_block[1] = (int)gridDim.x + fetch_increment(p.tile_counter);
+      wg::bar_sync(3, Cfg::kProducers);
+      blk_index = q_block[1];
+      wg::bar_sync(3, Cfg::kProducers);  // read by every producer thread before thread 0 writes it again
     }
   }
 
@@ -1051,179 +1092,196 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   wg::regs_inc<Cfg::kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   const uint32_t aQw = aQ + wgi * (64 * kD * 2);  // this warpgroup's [64][kD] Q tile
-  wg::mbar_wait(full_q, 0);  // both warpgroups' Q rows (the first step reads all of them)
+  const int D = p.D;
+  const int64_t qstride = (int64_t)p.H * D;
+  int i = 0;  // ring steps, over all the block's query blocks (each one's end stage included)
+  for (int nq = 0;; ++nq) {
+    wg::mbar_wait(full_q, (uint32_t)nq & 1u);  // both warpgroups' Q rows (the first step reads all of them)
+    if (*q_block >= query_blocks(p, kBr)) break;
+    const QueryBlock qb = query_block(p, kBr, *q_block, query_blocks(p, kBr));
+    const int q0 = qb.q0, n_end = key_tiles_end(q0);
+    const int* segb = p.seg + (int64_t)qb.b * T;
+    int qrow[2], qseg[2];
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      qrow[hi] = q0 + 64 * wgi + 16 * warp + gid + 8 * hi;
+      qseg[hi] = __ldg(segb + min(qrow[hi], T - 1));
+    }
+    float o[kD / 2];
+#pragma unroll
+    for (int e = 0; e < kD / 2; ++e) o[e] = 0.f;
+    float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
+    // P of the previous tile as bf16 A fragments (of this tile's without kOverlapPV); with
+    // kOverlapPV the first step's product multiplies these zeros
+    // by the Q tiles (finite, and never rewritten: a K or V buffer could be refilled while that
+    // product is in flight), so every wgmma is on a uniform path.
+    uint32_t pa[kKT][4];
+#pragma unroll
+    for (int kk = 0; kk < kKT; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
 
-  int qrow[2], qseg[2];
+    // Ping-pong: a warpgroup issues its products after the other one has issued its own (named
+    // barriers 1 and 2), so one's softmax runs while the other's products do.
+    if (wgi == 1) wg::bar_arrive(1, 256);
+    uint32_t prev_v = aQ;  // the previous tile's V (see pa)
+    auto issue_pv = [&] {  // O += P·V of prev_v's tile, one commit group
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    qrow[hi] = q0 + 64 * wgi + 16 * warp + gid + 8 * hi;
-    qseg[hi] = __ldg(segb + min(qrow[hi], T - 1));
-  }
-  float o[kD / 2];
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
-  float mrow[2] = {-INFINITY, -INFINITY}, lrow[2] = {0.f, 0.f};
-  // P of the previous tile as bf16 A fragments (of this tile's without kOverlapPV); with
-  // kOverlapPV the first step's product multiplies these zeros
-  // by the Q tiles (finite, and never rewritten: a K or V buffer could be refilled while that
-  // product is in flight), so every wgmma is on a uniform path.
-  uint32_t pa[kKT][4];
-#pragma unroll
-  for (int kk = 0; kk < kKT; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
-
-  // Ping-pong: a warpgroup issues its products after the other one has issued its own (named
-  // barriers 1 and 2), so one's softmax runs while the other's products do.
-  if (wgi == 1) wg::bar_arrive(1, 256);
-  uint32_t prev_v = aQ;  // the previous tile's V (see pa)
-  auto issue_pv = [&] {  // O += P·V of prev_v's tile, one commit group
-#pragma unroll
-    for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
-    wg::wgmma_commit();
-  };
-  int i = 0;
-  for (;; ++i) {
-    const int s = i % kS;
-    const uint32_t phase = (uint32_t)(i / kS) & 1u;
-    wg::mbar_wait(full_k(s), phase);
-    const int n = info[2 * s], cur_kind = info[2 * s + 1], k0 = n * kBc;
-    if (n >= n_end) break;
-    if (Cfg::kOverlapPV && i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
-    wg::bar_sync(1 + wgi, 256);
-    // S = Q·Kᵀ of this stage's key tile into x, issued and committed (the optimistic softmax's
-    // exact pass issues it again)
-    auto issue_s = [&](float (&x)[kBc / 2]) {
-      wg::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kD / 16; ++kk)
-        wg::wgmma_ss<kBc, 0, 0>(x, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
+      for (int kk = 0; kk < kKT; ++kk) wg::wgmma_rs<kD, 1>(o, pa[kk], wg::desc_mn_major(prev_v, kBc, 0, kk), true);
       wg::wgmma_commit();
     };
-    float sc[kBc / 2];
-    issue_s(sc);
-    if constexpr (Cfg::kOverlapPV) issue_pv();
-    wg::bar_arrive(2 - wgi, 256);
-    wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
+    bool first = true;  // no tile of this query block yet
+    for (;; ++i) {
+      const int s = i % kS;
+      const uint32_t phase = (uint32_t)(i / kS) & 1u;
+      wg::mbar_wait(full_k(s), phase);
+      const int n = info[2 * s], cur_kind = info[2 * s + 1], k0 = n * kBc;
+      if (n >= n_end) {  // the query block's end: a stage with nothing in it
+        wg::mbar_arrive(empty_k(s));
+        wg::mbar_arrive(empty_v(s));
+        break;
+      }
+      if (Cfg::kOverlapPV && !first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+      wg::bar_sync(1 + wgi, 256);
+      // S = Q·Kᵀ of this stage's key tile into x, issued and committed (the optimistic softmax's
+      // exact pass issues it again)
+      auto issue_s = [&](float (&x)[kBc / 2]) {
+        wg::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kD / 16; ++kk)
+          wg::wgmma_ss<kBc, 0, 0>(x, wg::desc_k_major(aQw, 64, 0, kk), wg::desc_k_major(aK + s * Cfg::kTile, kBc, 0, kk), kk > 0);
+        wg::wgmma_commit();
+      };
+      float sc[kBc / 2];
+      issue_s(sc);
+      if constexpr (Cfg::kOverlapPV) issue_pv();
+      wg::bar_arrive(2 - wgi, 256);
+      wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
-    // Scores the mask hides (a partial tile's, by this stage's segment ids) to -inf.
-    auto mask = [&](float (&x)[kBc / 2]) {
-      if (cur_kind != kPartial) return;
-#pragma unroll
-      for (int j = 0; j < kBc / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = 8 * j + 2 * tig + e, kseg = seg_smem[s * kBc + col];
-#pragma unroll
-          for (int hi = 0; hi < 2; ++hi)
-            if (!visible(qrow[hi], qseg[hi], k0 + col, kseg, T, causal)) x[4 * j + 2 * hi + e] = -INFINITY;
-        }
-    };
-    // The probabilities of scores x into P's fragments, the row sums into lrow, O rescaled where
-    // the running max moves; that happens only when the tile's max exceeds it by more than
-    // kMaxSlack, so rarely after the first tiles, and the probabilities stay below 2^kMaxSlack.
-    auto exact_softmax = [&](float (&x)[kBc / 2]) {
-      float alpha[2];
-      bool grow = false;
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kBc / 8; ++j) mx = fmaxf(mx, fmaxf(x[4 * j + 2 * hi], x[4 * j + 2 * hi + 1]));
-        mx = quad_max(mx) * p.scale_log2;
-        const float m_new = mx > mrow[hi] + kMaxSlack ? mx : mrow[hi];
-        grow |= m_new != mrow[hi];
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
-        alpha[hi] = fast_exp2(mrow[hi] - m_use);
-        mrow[hi] = m_new;
-        float sum = 0.f;
+      // Scores the mask hides (a partial tile's, by this stage's segment ids) to -inf.
+      auto mask = [&](float (&x)[kBc / 2]) {
+        if (cur_kind != kPartial) return;
 #pragma unroll
         for (int j = 0; j < kBc / 8; ++j)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float pv = fast_exp2(fmaf(x[4 * j + 2 * hi + e], p.scale_log2, -m_use));
-            x[4 * j + 2 * hi + e] = pv;
-            sum += pv;
+            const int col = 8 * j + 2 * tig + e, kseg = seg_smem[s * kBc + col];
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi)
+              if (!visible(qrow[hi], qseg[hi], k0 + col, kseg, T, causal)) x[4 * j + 2 * hi + e] = -INFINITY;
           }
-        lrow[hi] = lrow[hi] * alpha[hi] + sum;
-      }
-      if constexpr (Cfg::kOverlapPV) {
-        wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
-        if (i > 0) wg::mbar_arrive(empty_v((i - 1) % kS));
-      }
-      if (__any_sync(kFull32, grow)) {
+      };
+      // The probabilities of scores x into P's fragments, the row sums into lrow, O rescaled where
+      // the running max moves; that happens only when the tile's max exceeds it by more than
+      // kMaxSlack, so rarely after the first tiles, and the probabilities stay below 2^kMaxSlack.
+      auto exact_softmax = [&](float (&x)[kBc / 2]) {
+        float alpha[2];
+        bool grow = false;
 #pragma unroll
-        for (int j = 0; j < kD / 8; ++j)
+        for (int hi = 0; hi < 2; ++hi) {
+          float mx = -INFINITY;
 #pragma unroll
-          for (int hi = 0; hi < 2; ++hi) {
-            o[4 * j + 2 * hi] *= alpha[hi];
-            o[4 * j + 2 * hi + 1] *= alpha[hi];
-          }
-      }
-      a_fragments<kBc>(x, pa);
-    };
-    mask(sc);
-    if constexpr (kOptimistic) {
-      // The optimistic softmax, H200 2026-12-04 (bench/RESULTS.md, seventeenth pass): B16 T1024 H12
-      // bidirectional 0.154 against 0.162 ms, llama-124m mdlm 0.14 ms a step less.
-      // First against the running max as it stands, with no max taken: kept unless a row's sum
-      // over some thread's keys exceeds 2^kMaxSlack (then a probability might) or is not finite
-      // (no running max yet); the warpgroup decides together. Else the exact pass, on the scores
-      // computed again (the K tile and its segment ids stay until then; keeping the first ones
-      // took the registers that keep the wgmmas in flight).
-      float psum[2] = {0.f, 0.f};
+          for (int j = 0; j < kBc / 8; ++j) mx = fmaxf(mx, fmaxf(x[4 * j + 2 * hi], x[4 * j + 2 * hi + 1]));
+          mx = quad_max(mx) * p.scale_log2;
+          const float m_new = mx > mrow[hi] + kMaxSlack ? mx : mrow[hi];
+          grow |= m_new != mrow[hi];
+          const float m_use = m_new == -INFINITY ? 0.f : m_new;  // a row that has seen no key yet
+          alpha[hi] = fast_exp2(mrow[hi] - m_use);
+          mrow[hi] = m_new;
+          float sum = 0.f;
 #pragma unroll
-      for (int kk = 0; kk < kKT; ++kk)
+          for (int j = 0; j < kBc / 8; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {  // register r: row r & 1 (accumulator elements 8·kk + 2·r, + 1)
-          const float neg_m = -mrow[r & 1];
-          const float p0 = fast_exp2(fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m));
-          const float p1 = fast_exp2(fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m));
-          psum[r & 1] += p0 + p1;
-          pa[kk][r] = pack_bf16(p0, p1);
+            for (int e = 0; e < 2; ++e) {
+              const float pv = fast_exp2(fmaf(x[4 * j + 2 * hi + e], p.scale_log2, -m_use));
+              x[4 * j + 2 * hi + e] = pv;
+              sum += pv;
+            }
+          lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
-      if (wg::bar_any(4 + wgi, 128, !(psum[0] <= kMaxP && psum[1] <= kMaxP))) {
-        float again[kBc / 2];
-        issue_s(again);
-        wg::wgmma_wait<0>();
-        mask(again);
-        exact_softmax(again);
+        if constexpr (Cfg::kOverlapPV) {
+          wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
+          if (!first) wg::mbar_arrive(empty_v((i - 1) % kS));
+        }
+        if (__any_sync(kFull32, grow)) {
+#pragma unroll
+          for (int j = 0; j < kD / 8; ++j)
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+              o[4 * j + 2 * hi] *= alpha[hi];
+              o[4 * j + 2 * hi + 1] *= alpha[hi];
+            }
+        }
+        a_fragments<kBc>(x, pa);
+      };
+      mask(sc);
+      if constexpr (kOptimistic) {
+        // The optimistic softmax, H200 2026-12-04 (bench/RESULTS.md, seventeenth pass): B16 T1024 H12
+        // bidirectional 0.154 against 0.162 ms, llama-124m mdlm 0.14 ms a step less.
+        // First against the running max as it stands, with no max taken: kept unless a row's sum
+        // over some thread's keys exceeds 2^kMaxSlack (then a probability might) or is not finite
+        // (no running max yet); the warpgroup decides together. Else the exact pass, on the scores
+        // computed again (the K tile and its segment ids stay until then; keeping the first ones
+        // took the registers that keep the wgmmas in flight).
+        float psum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int kk = 0; kk < kKT; ++kk)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {  // register r: row r & 1 (accumulator elements 8·kk + 2·r, + 1)
+            const float neg_m = -mrow[r & 1];
+            const float p0 = fast_exp2(fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m));
+            const float p1 = fast_exp2(fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m));
+            psum[r & 1] += p0 + p1;
+            pa[kk][r] = pack_bf16(p0, p1);
+          }
+        if (wg::bar_any(4 + wgi, 128, !(psum[0] <= kMaxP && psum[1] <= kMaxP))) {
+          float again[kBc / 2];
+          issue_s(again);
+          wg::wgmma_wait<0>();
+          mask(again);
+          exact_softmax(again);
+        } else {
+          lrow[0] += psum[0];
+          lrow[1] += psum[1];
+        }
+        wg::mbar_arrive(empty_k(s));
       } else {
-        lrow[0] += psum[0];
-        lrow[1] += psum[1];
+        wg::mbar_arrive(empty_k(s));  // S(n) is in registers and the segment ids are read
+        exact_softmax(sc);
       }
-      wg::mbar_arrive(empty_k(s));
-    } else {
-      wg::mbar_arrive(empty_k(s));  // S(n) is in registers and the segment ids are read
-      exact_softmax(sc);
+      prev_v = aV + s * Cfg::kTile;
+      if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
+        wg::mbar_wait(full_v(s), phase);
+        wg::wgmma_fence();
+        issue_pv();
+        wg::wgmma_wait<0>();
+        wg::mbar_arrive(empty_v(s));
+      }
+      first = false;
     }
-    prev_v = aV + s * Cfg::kTile;
-    if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
-      wg::mbar_wait(full_v(s), phase);
+    if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
+    if constexpr (Cfg::kOverlapPV) {  // the last tile's P·V
+      if (!first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
       wg::wgmma_fence();
       issue_pv();
       wg::wgmma_wait<0>();
-      wg::mbar_arrive(empty_v(s));
+      if (!first) wg::mbar_arrive(empty_v((i - 1) % kS));
     }
-  }
-  if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
-  if constexpr (Cfg::kOverlapPV) {  // the last tile's P·V
-    if (i > 0) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
-    wg::wgmma_fence();
-    issue_pv();
-    wg::wgmma_wait<0>();
-  }
+    ++i;  // past the end stage
+    wg::mbar_arrive(empty_q);  // every product of this query block is done: the next Q may load
 
-  bf16* og = static_cast<bf16*>(p.out) + q_base(p, b, h);
+    const int b = qb.b, h = qb.h;
+    bf16* og = static_cast<bf16*>(p.out) + q_base(p, b, h);
 #pragma unroll
-  for (int hi = 0; hi < 2; ++hi) {
-    const float l = quad_sum(lrow[hi]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int t = qrow[hi];
-    if (t >= T) continue;
-    if (tig == 0) p.lse[row_base(p, b, h) + t] = l > 0.f ? (mrow[hi] + __log2f(l)) * kLn2 : -INFINITY;
+    for (int hi = 0; hi < 2; ++hi) {
+      const float l = quad_sum(lrow[hi]);
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const int t = qrow[hi];
+      if (t >= T) continue;
+      if (tig == 0) p.lse[row_base(p, b, h) + t] = l > 0.f ? (mrow[hi] + __log2f(l)) * kLn2 : -INFINITY;
 #pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      const int col = 8 * j + 2 * tig;
-      if (col < D) *reinterpret_cast<uint32_t*>(og + (int64_t)t * qstride + col) = pack_bf16(o[4 * j + 2 * hi] * inv, o[4 * j + 2 * hi + 1] * inv);
+      for (int j = 0; j < kD / 8; ++j) {
+        const int col = 8 * j + 2 * tig;
+        if (col < D) *reinterpret_cast<uint32_t*>(og + (int64_t)t * qstride + col) = pack_bf16(o[4 * j + 2 * hi] * inv, o[4 * j + 2 * hi + 1] * inv);
+      }
     }
   }
 #endif
@@ -2008,6 +2066,17 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
 
 int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int resident_blocks);
 
+// A persistent kernel's tile counter (in the op's scratch) set to 0, in stream order. (The
+// backward's bwd_prep zeroes its own.)
+void zero_counter(int* counter, cudaStream_t stream, const char* what) {
+#ifdef MDLM_ATTN_EMULATE
+  (void)stream, (void)what;
+  *counter = 0;
+#else
+  check_cuda(cudaMemsetAsync(counter, 0, sizeof(int), stream), what);
+#endif
+}
+
 // The warp-specialised kernels' copy of p with its TMA maps: q (and, for the backward, dout) in
 // tiles of q_rows tokens, k and v in tiles of kv_rows. (use_mma has checked the alignment and the
 // head dim the maps need; a failure here is the driver's.)
@@ -2091,7 +2160,8 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
       auto kernel = fwd_ws<kD, !W::kOverlapPV>;
       if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
       const char* what = "attention forward (bf16 wgmma, warp-specialised)";
-      return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what);
+      zero_counter(p.tile_counter, stream, what);
+      return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what, true);
     }
   }
   launch_forward<kD, C::fBr, C::fBc, C::fW>(p, stream);
@@ -2287,6 +2357,7 @@ MDLM_OP(attention) {
     forward_simt<bf16>(p, call.stream);
   } else {
     const bool hopper = use_wgmma_forward(call, p);
+    if (hopper) p.tile_counter = static_cast<int*>(call.scratch->get(sizeof(int)));  // fwd_ws is persistent
     switch (padded_head_dim(p.D)) {
       case 32: forward_mma<32>(p, call.stream, hopper); break;
       case 64: forward_mma<64>(p, call.stream, hopper); break;

@@ -342,19 +342,23 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
-  it('runs head-dim-64 attention with many query tiles a key block and several key blocks a row, and the persistent backward with more key blocks than SMs, within tolerance', async () => {
+  it('runs head-dim-64 attention with many query tiles a key block and several key blocks a row, and the persistent kernels with more blocks than are resident, within tolerance', async () => {
     const b = await cuda();
     // bwd_ws's 128-row steps at head dim 64 (each warpgroup a half of every step's dQ): many steps
     // a block here, with grouped-query heads, and fwd_ws's two blocks an SM many key tiles a row.
-    // bwd_ws is persistent (as many blocks as SMs, each taking key blocks until none is left):
-    // the last cases' 160 key blocks of 128 keys outnumber the H200's 132 SMs, at both head dims.
+    // fwd_ws and bwd_ws are persistent (as many blocks as are resident, each taking tiles until
+    // none is left): the last cases' blocks of 128 keys or queries outnumber the resident blocks
+    // (the H200's 132 SMs; 264 for fwd_ws at head dim 64, two an SM), at both head dims.
     const attrs: AttentionAttrs = { batch: 2, seqLen: 700, heads: 4, kvHeads: 2, headDim: 64, causal: false, scale: 0.125 };
     const many = (headDim: number): AttentionAttrs => ({ batch: 4, seqLen: 256, heads: 20, kvHeads: 20, headDim, causal: true, scale: 0.125 });
+    const manyQueries: AttentionAttrs = { batch: 2, seqLen: 512, heads: 40, kvHeads: 40, headDim: 64, causal: true, scale: 0.125 };
     for (const [op, label, a] of [
       [attention, 'B2 T700 H4/2 D64 bidirectional', attrs],
       [attentionBackward, 'B2 T700 H4/2 D64 bidirectional', attrs],
       [attentionBackward, 'B4 T256 H20 D64 causal', many(64)],
       [attentionBackward, 'B4 T256 H20 D128 causal', many(128)],
+      [attention, 'B4 T256 H20 D128 causal', many(128)],
+      [attention, 'B2 T512 H40 D64 causal', manyQueries],
     ] as const) {
       const r = await checkParity(b, op as OpDef<AttentionAttrs>, { label, attrs: a }, { seed: freshSeed(), dtype: 'bf16' });
       expect(r.error, JSON.stringify(r)).toBeUndefined();
