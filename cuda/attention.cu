@@ -937,6 +937,10 @@ constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 // loads landed) and an "empty" one (both warpgroups are done reading it). The producer also decides
 // which key tiles the block visits: with each K tile it leaves the tile's index and kind and its
 // keys' segment ids in shared memory, so the consumers never read global memory in the loop.
+// Persistent: as many blocks as are resident, each taking query blocks (its own index, then the
+// next from p.tile_counter) until none is left; the Q tile has "full" and "empty" mbarriers too,
+// and the ring runs on across query blocks, each one's loop ending with a stage that carries no
+// tile, so the next query block's Q and first K/V tiles load while the consumers store O.
 //
 // Head dim 128: one block an SM, 128-key tiles. Head dim 64: two blocks an SM, so four consumer
 // warpgroups' softmaxes interleave with the products (at head dim 64 the exponentials take about
@@ -1296,9 +1300,14 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // (registers × shared, MN-major), writes dSᵀ (bf16) to shared memory, and dK += dSᵀ·Q (from
 // registers at head dim 128, from there at 64); dQ += dS·K goes to the f32 accumulator with atomics.
 //
+// Persistent, as fwd_ws: each block takes key blocks (its own, then the next from p.tile_counter,
+// which bwd_prep zeroes) until none is left; K and V have "full" and "empty" mbarriers, and the
+// ring runs on across key blocks with an end stage for each, so the next key block's K, V and
+// first Q/dO stages load while the consumers store dK and dV and add the last dQ.
+//
 // Head dim 128: each warpgroup computes half of dQ's columns. A producer warpgroup walks the query tiles
-// and copies each one's Q, dO, lse, Drow and segment ids into a ring of three stages ("full" and
-// "empty" mbarriers, as fwd_ws). The consumers issue no copies and run no walk, and take the
+// and loads each one's Q and dO (TMA), lse, Drow and segment ids (cp.async) into a ring of three
+// stages ("full" and "empty" mbarriers, as fwd_ws). The consumers issue no copies and run no walk, and take the
 // registers the producer gives back (240 a thread). A step's dQ needs both warpgroups' dSᵀ rows,
 // so it is computed a step later, from a ring of three dSᵀ buffers with mbarriers of their own
 // ("written" by both warpgroups, "read" by both dQs): the warpgroups never meet at a barrier and
