@@ -15,10 +15,10 @@
 // cp.async copies are queued per thread and land at that thread's cp.async.wait_group, so a read
 // of a tile before its wait sees stale data, as it could on the GPU. TMA tile loads
 // (cp.async.bulk.tensor) are queued on their mbarrier and land when a thread waits on it with its
-// arrivals all in, the latest the hardware could; EMU_CP_ASYNC=eager lands both kinds of copy at issue, the earliest.
-// mbarriers count arrivals and transaction bytes (expect_tx, complete_tx). Shared memory is a byte
-// array per block; "shared addresses" are offsets into it. Deadlocks and warp divergence at a
-// collective (lanes calling different collectives) abort with a message.
+// arrivals all in, the latest the hardware could; EMU_CP_ASYNC=eager lands both kinds of copy at
+// issue, the earliest. mbarriers count arrivals and transaction bytes (expect_tx, complete_tx).
+// Shared memory is a byte array per block; "shared addresses" are offsets into it. Deadlocks and
+// warp divergence at a collective (lanes calling different collectives) abort with a message.
 //
 // Not a performance model, and not a memory-model checker beyond the above.
 #pragma once
@@ -108,10 +108,11 @@ struct alignas(128) TensorMap {
   uint32_t box[5] = {};
 };
 
-// A TMA tile load in flight: the box at `coord` of `map` to shared address `dst`.
+// A TMA tile load in flight: the box at `coord` of `map` to shared address `dst`. (The map is a
+// copy: the issuing thread's parameters may be gone by the time it lands.)
 struct TileLoad {
+  TensorMap map;
   uint32_t dst;
-  const TensorMap* map;
   int coord[5];
   int64_t bytes;
 };
@@ -491,7 +492,7 @@ inline void cp_async_mbarrier_arrive(uint32_t addr) {
 // the tensor's bounds are zeros. EMU_CP_ASYNC=eager lands it at issue; else it lands when a thread
 // waits on the mbarrier with its arrivals all in (mbarrier_settle).
 inline void land_tile(const TileLoad& t) {
-  const TensorMap& m = *t.map;
+  const TensorMap& m = t.map;
   const int64_t n = t.bytes / 2;
   for (int64_t i = 0; i < n; ++i) {
     int64_t rest = i, src = 0;
@@ -517,7 +518,7 @@ inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5],
   int64_t bytes = 2;
   for (int d = 0; d < map->rank; ++d) bytes *= map->box[d];
   check_smem(dst, (size_t)bytes);
-  TileLoad t{dst, map, {}, bytes};
+  TileLoad t{*map, dst, {}, bytes};
   for (int d = 0; d < 5; ++d) t.coord[d] = coord[d];
   MBarrier& m = mbarrier_at(bar);
   if (cp_async_eager()) {
