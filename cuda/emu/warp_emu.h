@@ -185,7 +185,8 @@ inline void trampoline() {
 // EMU_SCHEDULE=skewed: instead of round-robin, the highest-numbered thread that can make progress
 // always runs, so one warpgroup gets as far ahead of another as the kernel's synchronisation
 // allows; races that round-robin's near-lockstep hides (a buffer rewritten while another warpgroup
-// still reads it) then show up.
+// still reads it) then show up. A thread also gives way at every mbarrier arrival, so one that
+// still reads what it has just released finds it rewritten.
 inline bool skewed_schedule() {
   static const bool skewed = [] {
     const char* e = std::getenv("EMU_SCHEDULE");
@@ -346,6 +347,7 @@ inline void mbarrier_arrive(uint32_t addr) {
   if (m.pending == 0) fail("mbarrier: an arrival after the phase's last one, before its bytes landed");
   --m.pending;
   mbarrier_settle(m, false);
+  if (skewed_schedule()) yield();  // (see skewed_schedule)
 }
 
 // mbarrier.arrive.expect_tx: announces `bytes` of tile loads for the current phase, then arrives.
