@@ -1140,6 +1140,10 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       const int n = info[2 * s], cur_kind = info[2 * s + 1], k0 = n * kBc;
       if (n >= n_end) {  // the query block's end: a stage with nothing in it
         wg::mbar_arrive(empty_k(s));
+        // V's end phase only after the producer's (which follows its wait for this stage's last
+        // release): arriving first could complete two phases of empty_v before it looks, and a
+        // parity wait would then miss the one it waits for.
+        wg::mbar_wait(full_v(s), phase);
         wg::mbar_arrive(empty_v(s));
         break;
       }
