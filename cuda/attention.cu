@@ -795,6 +795,34 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const wg::TileMap& map,
   for (int c = 0; c < kD / 64; ++c) wg::tile_load_4d(tile + c * kRows * 128, map, 64 * c, head, t0, b, bar);
 }
 
+// How a persistent warp-specialised kernel (fwd_ws, bwd_ws) moves from tile to tile: three ints
+// of shared memory hold the tile whose operands the consumers are given ([0]; `tiles` or more:
+// none left), the producer's next ([1]) and how many tiles thread 0 has handed over ([2]; in
+// shared memory, as the producer has few registers). A block's first tile is its own index, the
+// next ones come from p.tile_counter (zeroed before the launch).
+struct TileHandOver {
+  int* slot;
+  __device__ __forceinline__ void init() const { slot[2] = 0; }
+  // Thread 0 of the producer: tile `index` to the consumers once they have released the last
+  // one's operands (mbarrier `empty`, a phase a tile).
+  __device__ __forceinline__ void hand_over(int index, uint32_t empty) const {
+    const int handed = slot[2];
+    if (handed > 0) wg::mbar_wait(empty, (uint32_t)(handed - 1) & 1u);
+    slot[2] = handed + 1;
+    slot[0] = index;
+  }
+  // Every producer thread (pt its index, named barrier `bar` theirs): the block's next tile.
+  __device__ __forceinline__ int next(const Params& p, int pt, int bar, int producers) const {
+    if (pt == 0) slot[1] = (int)gridDim.x + fetch_increment(p.tile_counter);
+    wg::bar_sync(bar, producers);
+    const int index = slot[1];
+    wg::bar_sync(bar, producers);  // read by every producer thread before thread 0 writes it again
+    return index;
+  }
+  // The consumers' tile (after the full mbarrier of its operands).
+  __device__ __forceinline__ int current() const { return slot[0]; }
+};
+
 // The wgmma backwards' softmax gradient of one step, in a warpgroup's accumulator layout (64 keys
 // × kN queries, rows = keys): Pᵀ = exp(scale·sᵀ − lse[query]) in place of the scores, with the
 // pairs the mask hides zeroed on a partial tile, then packed as bf16 A fragments (k = queries).
@@ -995,9 +1023,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   const uint32_t full_q = bar + 8 * 4 * kS, empty_q = full_q + 8;
   int* const seg_smem = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffSeg);  // [kS][kBc]
   int* const info = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffInfo);     // [kS][2]: tile, kind
-  // the Q tile's query block (query_blocks: none left), the producer's next one, and how many
-  // query blocks thread 0 has handed over
-  int* const q_block = reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffBlock);
+  const TileHandOver blocks{reinterpret_cast<int*>(smem_raw + (base - raw) + Cfg::kOffBlock)};  // query blocks
   const int T = p.T;
   const bool causal = p.causal;
   // The key tiles a query block's loop runs to (its end stage carries this index).
@@ -1014,7 +1040,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     }
     wg::mbar_init(full_q, 1);
     wg::mbar_init(empty_q, Cfg::kConsumers);
-    q_block[2] = 0;
+    blocks.init();
     wg::fence_mbarrier_init();
   }
   __syncthreads();
@@ -1030,17 +1056,10 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
     const int n_blocks = query_blocks(p, kBr);
     int i = 0;  // ring steps, over all the block's query blocks
-    for (int blk_index = blockIdx.x;;) {
-      // Thread 0 hands query block blk_index to the consumers once they are done with the last.
-      auto hand_over = [&] {
-        const int handed = q_block[2];
-        if (handed > 0) wg::mbar_wait(empty_q, (uint32_t)(handed - 1) & 1u);
-        q_block[2] = handed + 1;
-        q_block[0] = blk_index;
-      };
+    for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
         if (pt == 0) {
-          hand_over();
+          blocks.hand_over(blk_index, empty_q);
           wg::mbar_arrive(full_q);
         }
         return;
@@ -1049,7 +1068,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       const int b = qb.b, g = qb.g, q0 = qb.q0, n_end = key_tiles_end(q0);
       const int* segb = p.seg + (int64_t)b * T;
       if (pt == 0) {
-        hand_over();
+        blocks.hand_over(blk_index, empty_q);
         wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
 #pragma unroll
         for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
@@ -1085,10 +1104,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         n = next_key_tile(n + 1, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
       }
       ++i;
-      if (pt == 0) q_block[1] = (int)gridDim.x + fetch_increment(p.tile_counter);
-      wg::bar_sync(3, Cfg::kProducers);
-      blk_index = q_block[1];
-      wg::bar_sync(3, Cfg::kProducers);  // read by every producer thread before thread 0 writes it again
     }
   }
 
@@ -1101,8 +1116,8 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
   int i = 0;  // ring steps, over all the block's query blocks (each one's end stage included)
   for (int nq = 0;; ++nq) {
     wg::mbar_wait(full_q, (uint32_t)nq & 1u);  // both warpgroups' Q rows (the first step reads all of them)
-    if (*q_block >= query_blocks(p, kBr)) break;
-    const QueryBlock qb = query_block(p, kBr, *q_block, query_blocks(p, kBr));
+    if (blocks.current() >= query_blocks(p, kBr)) break;
+    const QueryBlock qb = query_block(p, kBr, blocks.current(), query_blocks(p, kBr));
     const int q0 = qb.q0, n_end = key_tiles_end(q0);
     const int* segb = p.seg + (int64_t)qb.b * T;
     int qrow[2], qseg[2];
@@ -1392,9 +1407,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
   auto ds_empty = [&](int j) { return bar + 8 * (2 * kS + Cfg::kdSBufs + j); };
   // K and V: landed (thread 0 of the producer), free again (every consumer thread)
   const uint32_t full_kv = bar + 8 * 2 * (kS + Cfg::kdSBufs), empty_kv = full_kv + 8;
-  // the key block whose K and V are loaded (n_blocks: none left), and the producer's next one
-  int* const kv_block = reinterpret_cast<int*>(smem + Cfg::kOffBlock);
-  int* const next_block = kv_block + 1;  // and [1]: how many key blocks thread 0 has handed over
+  const TileHandOver blocks{reinterpret_cast<int*>(smem + Cfg::kOffBlock)};  // key blocks
 
   // (Each role computes what it needs after its setmaxnreg: a value live across the producer's
   // would have to fit its registers.)
@@ -1411,7 +1424,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     }
     wg::mbar_init(full_kv, 1);
     wg::mbar_init(empty_kv, Cfg::kConsumers);
-    next_block[1] = 0;
+    blocks.init();
     wg::fence_mbarrier_init();
   }
   __syncthreads();
@@ -1427,18 +1440,11 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     static_assert(Cfg::kProducers >= kBr, "a producer thread a query's row values");
     const int T = p.T, group = p.group, n_blocks = key_blocks(p, kBc);
     int i = 0;  // ring steps, over all the block's key blocks
-    for (int blk_index = blockIdx.x;;) {
-      // Thread 0 hands key block blk_index to the consumers once they are done with the last one
-      // (next_block[1]: key blocks handed so far, in shared memory: the producer has few registers).
-      auto hand_over = [&] {
-        const int n = next_block[1];
-        if (n > 0) wg::mbar_wait(empty_kv, (uint32_t)(n - 1) & 1u);
-        next_block[1] = n + 1;
-        *kv_block = blk_index;
-      };
+    // (the walk of the last key block is done with once next() returns: its barriers)
+    for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 1, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
         if (pt == 0) {
-          hand_over();
+          blocks.hand_over(blk_index, empty_kv);
           wg::mbar_arrive(full_kv);
         }
         return;
@@ -1446,7 +1452,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
       const KeyBlock kb = key_block(p, kBc, blk_index, n_blocks);
       const int b = kb.b, g = kb.g;
       if (pt == 0) {
-        hand_over();
+        blocks.hand_over(blk_index, empty_kv);
         wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
         load_tile<kBc, kD>(aK, p.k_map, g, kb.k0, b, full_kv);
         load_tile<kBc, kD>(aV, p.v_map, g, kb.k0, b, full_kv);
@@ -1491,10 +1497,6 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
         walk.advance(hq, m, kind);
       }
       ++i;
-      if (pt == 0) *next_block = (int)gridDim.x + fetch_increment(p.tile_counter);
-      wg::bar_sync(1, Cfg::kProducers);
-      blk_index = *next_block;
-      wg::bar_sync(1, Cfg::kProducers);  // read by every producer thread (and the walk done with) before they are written again
     }
   }
 
@@ -1521,8 +1523,8 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
   for (int n = 0;; ++n) {
     wg::mbar_wait(full_kv, (uint32_t)n & 1u);
     // (computed again for the dK and dV stores: the loop has no registers to keep b and g in)
-    auto this_block = [&] { return key_block(p, kBc, *kv_block, key_blocks(p, kBc)); };
-    if (*kv_block >= key_blocks(p, kBc)) break;
+    auto this_block = [&] { return key_block(p, kBc, blocks.current(), key_blocks(p, kBc)); };
+    if (blocks.current() >= key_blocks(p, kBc)) break;
     const KeyBlock kb = this_block();
     const int* segb = p.seg + (int64_t)kb.b * T;
     float* const dq_heads = p.dq_accum + q_base(p, kb.b, kb.g * group);  // the group's first q head
