@@ -200,4 +200,17 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
     await expectCasesPass('', { EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
+
+  it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {
+    // A random priority order with one thread held, at random points, until every other thread
+    // is blocked (warp_emu.h, EMU_SCHEDULE=random). Seed 8 holds lane 0 of warp 8, the producer
+    // warpgroup's TMA issuer in the warp-specialised kernels: it found the forward's end-stage
+    // hang that 1b1c2de fixed (consumers completing two phases of empty_v before its wait), which
+    // no skewed or round-robin schedule does. Seed 0 holds lane 0 of warp 0 (the first consumer
+    // warpgroup's), seed 21 a random lane of warp 9 (a producer thread that stores segment ids
+    // and arrives).
+    await expectCasesPass('', { EMU_SCHEDULE: 'random:8', DTYPE: 'bf16' }, 24);
+    await expectCasesPass('', { EMU_SCHEDULE: 'random:0', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
+    await expectCasesPass('', { EMU_SCHEDULE: 'random:21', DTYPE: 'bf16' }, 24);
+  }, EMU_TIMEOUT);
 });

@@ -10,7 +10,8 @@
 //
 // Exits non-zero when any error is over the registry's tolerance (tests/cuda_build.test.ts runs
 // it in CI, again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces, and
-// with EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager, which expose shared-memory races; warp_emu.h).
+// with EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager, which expose shared-memory races, and with
+// EMU_SCHEDULE=random:<seed>, which holds one slow thread back: barrier-order races; warp_emu.h).
 // GRAD_STRIDE_EXTRA=n writes dQ, dK and dV with their tokens H·D + n elements apart (the op's
 // gradStride), the gaps checked to stay poisoned; ROPE=base turns dQ and dK back through rope at
 // random packed positions (the op's ropeBase; cases whose head dim is a multiple of 8), checked

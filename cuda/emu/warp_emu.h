@@ -59,6 +59,7 @@ struct Thread {
   jmp_buf jb;      // where it yielded
   bool started = false;
   bool done = false;
+  bool gave_way = false;  // yielded able to go on (schedule_point)
   Dim tid;
   int lane = 0, warp = 0;
   std::vector<Copy> pending;  // cp.async not yet waited for
@@ -139,6 +140,8 @@ struct Block {
   std::vector<WarpSlot> warps;
   std::vector<GroupSlot> groups;
   uint64_t events = 0;  // completed barriers and collectives: progress for deadlock detection
+  int slow = -1;        // the random schedule's slow thread (schedule_point)
+  bool held = false;    // whether it waits for every other thread to be blocked
 };
 
 inline Block*& block_ptr() {
@@ -182,17 +185,73 @@ inline void trampoline() {
   _longjmp(sched_jb(), 1);  // never returns: the stack is abandoned
 }
 
-// EMU_SCHEDULE=skewed: instead of round-robin, the highest-numbered thread that can make progress
-// always runs, so one warpgroup gets as far ahead of another as the kernel's synchronisation
-// allows; races that round-robin's near-lockstep hides (a buffer rewritten while another warpgroup
-// still reads it) then show up. A thread also gives way at every mbarrier arrival, so one that
-// still reads what it has just released finds it rewritten.
-inline bool skewed_schedule() {
-  static const bool skewed = [] {
+// The order threads run in, from EMU_SCHEDULE:
+// - unset: round-robin, the threads in near lockstep;
+// - skewed: the highest-numbered thread that can make progress always runs, so one warpgroup gets
+//   as far ahead of another as the kernel's synchronisation allows; races that round-robin's
+//   near-lockstep hides (a buffer rewritten while another warpgroup still reads it) then show up.
+//   A thread also gives way at every mbarrier arrival, so one that still reads what it has just
+//   released finds it rewritten.
+// - random:<seed>[:<odds>]: as skewed, from a random order of the threads (the seed's own for
+//   each block), and with one slow thread: lane 0 of warp seed mod W (W warps a block) for the
+//   seeds below W (where single-thread roles live: the TMA issuer is lane 0 of the producer
+//   warpgroup's first warp), a random lane of that warp for the next W seeds, and so on. At each of
+//   its schedule points (mbarrier arrivals, the start and end of mbarrier waits, named-barrier
+//   arrivals) it is held with probability 1/odds (default 2) and runs again only once every other
+//   thread is blocked. A race that needs one thread held at one point while the others run on as
+//   far as they can (the TMA issuer between two of its mbarrier operations, say, with both
+//   consumer warpgroups passing it) shows up in the seeds whose slow thread is that one, where
+//   skewed and round-robin never hold it there.
+struct Schedule {
+  enum Kind { kRoundRobin, kSkewed, kRandom } kind = kRoundRobin;
+  uint64_t seed = 0;
+  uint64_t odds = 2;
+};
+inline const Schedule& schedule() {
+  static const Schedule s = [] {
+    Schedule r;
     const char* e = std::getenv("EMU_SCHEDULE");
-    return e && std::string(e) == "skewed";
+    const std::string v = e ? e : "";
+    char* end = nullptr;
+    if (v == "skewed") {
+      r.kind = Schedule::kSkewed;
+    } else if (v.rfind("random:", 0) == 0) {
+      r.kind = Schedule::kRandom;
+      r.seed = std::strtoull(v.c_str() + 7, &end, 10);
+      if (end && *end == ':') r.odds = std::strtoull(end + 1, &end, 10);
+    }
+    if (!v.empty() && r.kind == Schedule::kRoundRobin || (end && *end) || r.odds == 0) {
+      std::fprintf(stderr, "emu: EMU_SCHEDULE=%s: expected skewed or random:<seed>[:<odds>]\n", v.c_str());
+      std::exit(2);
+    }
+    return r;
   }();
-  return skewed;
+  return s;
+}
+
+// The random schedule's generator (splitmix64), seeded again for each block.
+inline uint64_t& schedule_state() {
+  static uint64_t s = 0;
+  return s;
+}
+inline uint64_t schedule_next() {
+  uint64_t z = (schedule_state() += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A point where the schedule may switch threads (see Schedule): an mbarrier `arrival`, or the
+// start or end of a wait. Random may hold its slow thread here; skewed and random give way at
+// arrivals. A thread that gives way can go on: the scheduler counts it as progress.
+inline void schedule_point(bool arrival) {
+  const Schedule& s = schedule();
+  Thread& th = *thread_ptr();
+  Block& b = *block_ptr();
+  if (s.kind == Schedule::kRandom && (int)th.tid.x == b.slow && schedule_next() % s.odds == 0) b.held = true;
+  else if (s.kind == Schedule::kRoundRobin || !arrival) return;
+  th.gave_way = true;
+  yield();
 }
 
 // Runs kernel(args...) over the grid, one block at a time.
@@ -225,17 +284,29 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
           th.ctx.uc_link = nullptr;
           makecontext(&th.ctx, trampoline, 0);
         }
-        const bool priority = skewed_schedule();
+        // The order the scheduler visits threads in: round-robin from thread 0; skewed from the
+        // last; random from a shuffle. The latter two start again from the first of the order
+        // whenever something completed, so the first threads run as far ahead as they can.
+        const Schedule& sched = schedule();
+        const bool priority = sched.kind != Schedule::kRoundRobin;
+        std::vector<int> order(threads);
+        for (int t = 0; t < threads; ++t) order[t] = sched.kind == Schedule::kSkewed ? threads - 1 - t : t;
+        if (sched.kind == Schedule::kRandom) {
+          schedule_state() = sched.seed * 0x2545f4914f6cdd1dull + ((uint64_t)bz * grid.y + by) * grid.x + bx;
+          for (int t = threads - 1; t > 0; --t) std::swap(order[t], order[schedule_next() % (t + 1)]);
+          const uint64_t warps = b.warps.size();
+          const int lane = sched.seed / warps % 2 == 0 ? 0 : (int)(schedule_next() % 32);
+          b.slow = std::min(threads - 1, 32 * (int)(sched.seed % warps) + lane);
+        }
         int stalled_rounds = 0;
         for (;;) {
-          bool all_done = true;
-          const uint64_t before = b.events;
-          int finished = 0;
+          bool all_done = true, progress = false;
           for (int i = 0; i < threads; ++i) {
-            const int t = priority ? threads - 1 - i : i;
+            const int t = order[i];
             Thread& th = b.threads[t];
             if (th.done) continue;
             all_done = false;
+            if (b.held && t == b.slow) continue;
             thread_ptr() = &th;
             const uint64_t events = b.events;
             if (!_setjmp(sched_jb())) {
@@ -243,19 +314,19 @@ void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&
               th.started = true;
               setcontext(&th.ctx);
             }
-            if (th.done) ++finished;
-            // Skewed: whenever something completed, start again from the last thread, so the
-            // last warps run as far ahead of the first as the synchronisation lets them.
-            if (priority && (b.events != events || th.done)) i = -1;
+            const bool moved = b.events != events || th.done || th.gave_way;
+            progress = progress || moved;
+            th.gave_way = false;
+            if (priority && moved) i = -1;
           }
           if (all_done) break;
-          if (b.events == before && finished == 0) {
-            if (++stalled_rounds > 3) {
-              std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u)\n", bx, by, bz);
-              std::abort();
-            }
-          } else {
+          if (progress) {
             stalled_rounds = 0;
+          } else if (b.held) {  // every other thread is blocked: the slow one goes on
+            b.held = false;
+          } else if (++stalled_rounds > 3) {
+            std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u)\n", bx, by, bz);
+            std::abort();
           }
         }
         block_ptr() = nullptr;
@@ -294,18 +365,22 @@ inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
   NamedBarrier& nb = b.named[id];
   const uint64_t g = nb.gen;
   nb.any = nb.any || pred;
+  bool result = false;
   if (++nb.count == count) {
-    nb.result = nb.any;
+    result = nb.result = nb.any;
     nb.any = false;
     nb.count = 0;
     ++nb.gen;
     ++b.events;
-    return nb.result;
+  } else {
+    if (nb.count > count) fail("named barrier: more arrivals than its count");
+    if (!arrive) {
+      while (nb.gen == g) yield();
+      result = nb.result;
+    }
   }
-  if (nb.count > count) fail("named barrier: more arrivals than its count");
-  if (arrive) return false;
-  while (nb.gen == g) yield();
-  return nb.result;
+  schedule_point(false);
+  return result;
 }
 
 inline MBarrier& mbarrier_at(uint32_t addr) {
@@ -347,7 +422,7 @@ inline void mbarrier_arrive(uint32_t addr) {
   if (m.pending == 0) fail("mbarrier: an arrival after the phase's last one, before its bytes landed");
   --m.pending;
   mbarrier_settle(m, false);
-  if (skewed_schedule()) yield();  // (see skewed_schedule)
+  schedule_point(true);
 }
 
 // mbarrier.arrive.expect_tx: announces `bytes` of tile loads for the current phase, then arrives.
@@ -359,12 +434,14 @@ inline void mbarrier_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
 // mbarrier.try_wait.parity in a loop: returns once the phase of that parity has completed (the
 // current phase's parity differs from it).
 inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
+  schedule_point(false);
   for (;;) {
     MBarrier& m = mbarrier_at(addr);
     if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(m, true);
-    if ((m.phase & 1u) != (parity & 1u)) return;
+    if ((m.phase & 1u) != (parity & 1u)) break;
     yield();
   }
+  schedule_point(false);
 }
 
 // All 32 lanes of the warp must call this with the same op; compute(ins, outs) runs once.
