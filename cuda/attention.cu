@@ -1361,9 +1361,9 @@ struct WsBwdCfg {
   static constexpr int kDq = kSplitDq ? kD / kWG : kD;
   // dK += dSᵀ·Q with dSᵀ from registers (the fragments bwd_store_dst packs), so dK need not wait
   // for this warpgroup's stores: at head dim 128 (3-7% faster, twentieth pass). At 64 dK reads the
-  // stored rows: the 32 more registers made ptxas serialise the wgmmas (C7512) while dK stayed in
-  // flight across the loop's back edge (waiting for dK before the atomics instead was an untimed
-  // experiment, commit f26752b).
+  // stored rows: the 32 more registers make ptxas serialise the wgmmas (C7512) while dK stays in
+  // flight across the loop's back edge, still with the persistent kernel's 240 (ptxas 13.0,
+  // 2026-12-05). Waiting for dK before the atomics compiles without it, untimed (commit f26752b).
   static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).
@@ -1606,9 +1606,8 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
         else wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS + d * Cfg::kdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
       }
       wg::wgmma_commit();
-      // dV and dQ; dK runs on, save at head dim 64 with dSᵀ from registers (no RS operand may stay
-      // in flight across the back edge there: C7512)
-      wg::wgmma_wait<kD == 64 && Cfg::kDsInRegs ? 0 : 1>();
+      // dV and dQ; dK runs on (see kDsInRegs)
+      wg::wgmma_wait<1>();
       if (prev_hq >= 0) {
         add_dq(dq, prev_hq, prev_q0);
         wg::mbar_arrive(ds_empty(dprev));
