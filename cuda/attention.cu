@@ -2107,7 +2107,9 @@ Params with_tile_maps(const Params& p, int q_rows, int kv_rows, bool backward, c
 // A tile kernel: `rows` rows of ⌈T / rows_per_tile⌉ tiles in block_tile's order, in groups of rows
 // sized for this kernel's resident blocks (group_rows). A persistent kernel gets as many blocks as
 // are resident at once (under the emulator 3, so that each takes several tiles), each taking tiles
-// in that order until none is left.
+// in that order until none is left; with MDLM_ATTN_PERSISTENT=0 (read at every call) it gets a
+// block a tile as the others do, each finding the counter past the last tile after its own: the
+// same code without the overlap of one tile's end with the next's loads, for an A/B of it.
 template <typename Kernel>
 void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_t smem, Params p, bool backward, cudaStream_t stream,
                   const char* name, bool persistent = false) {
@@ -2127,7 +2129,7 @@ void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_
 #ifdef MDLM_ATTN_EMULATE
   resident = 3;
 #endif
-  if (persistent) grid.x = std::min<unsigned>(grid.x, (unsigned)resident);
+  if (persistent && env_knob("MDLM_ATTN_PERSISTENT") != "0") grid.x = std::min<unsigned>(grid.x, (unsigned)resident);
   launch(kernel, grid, threads, smem, p, stream, name);
 }
 

@@ -364,6 +364,18 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       expect(r.error, JSON.stringify(r)).toBeUndefined();
       expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
     }
+    // And a block a tile (MDLM_ATTN_PERSISTENT=0, read at every call): each block finds the
+    // counter past the last tile after its own.
+    process.env.MDLM_ATTN_PERSISTENT = '0';
+    try {
+      for (const op of [attention, attentionBackward]) {
+        const r = await checkParity(b, op as OpDef<AttentionAttrs>, { label: 'B4 T256 H20 D128 causal, a block a tile', attrs: many(128) }, { seed: freshSeed(), dtype: 'bf16' });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+      }
+    } finally {
+      delete process.env.MDLM_ATTN_PERSISTENT;
+    }
   }, 90_000);
 
   it('runs on views at any element offset (unaligned pointers take the scalar paths)', async () => {
