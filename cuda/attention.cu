@@ -365,7 +365,7 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
       load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
     }
     cp_async_commit();
-    if (cur_kind == kPartial) {
+    if (cur_kind != kFull) {  // kPartial or kOneDoc (classify_tile)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
@@ -553,7 +553,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1])) * (dp[mt][nt][e] - drow[mt][e >> 1]);
-    if (cur_kind == kPartial) {
+    if (cur_kind != kFull) {  // kPartial or kOneDoc (classify_tile)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -725,7 +725,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -((e & 1) ? l2.y : l2.x) * kLog2e));
     }
-    if (cur_kind == kPartial) {
+    if (cur_kind != kFull) {  // kPartial or kOneDoc (classify_tile)
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -843,17 +843,18 @@ __device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN 
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) s[4 * j + 2 * hi + e] = fast_exp2(fmaf(s[4 * j + 2 * hi + e], scale_log2, -(e ? l2.y : l2.x) * kLog2e));
   }
-  if (kind == kPartial) {
+  // The pairs the mask hides to 0: a one-document tile's by positions, a partial tile's with the ids.
+  auto hide = [&](auto visible_at) {
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int c = j * 8 + 2 * tig + e, qs = qseg[c];
+      for (int e = 0; e < 2; ++e)
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi)
-          if (!visible(q0 + c, qs, krow[hi], kseg[hi], T, causal)) s[4 * j + 2 * hi + e] = 0.f;
-      }
-  }
+          if (!visible_at(j * 8 + 2 * tig + e, hi)) s[4 * j + 2 * hi + e] = 0.f;
+  };
+  if (kind == kOneDoc) hide([&](int c, int hi) { return visible_in_doc(q0 + c, krow[hi], T, causal); });
+  else if (kind == kPartial) hide([&](int c, int hi) { return visible(q0 + c, qseg[c], krow[hi], kseg[hi], T, causal); });
   a_fragments<kN>(s, pa);
 }
 
@@ -1179,18 +1180,20 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       wg::bar_arrive(2 - wgi, 256);
       wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
-      // Scores the mask hides (a partial tile's, by this stage's segment ids) to -inf.
-      auto mask = [&](float (&x)[kBc / 2]) {
-        if (cur_kind != kPartial) return;
+      // Scores the mask hides to -inf: a one-document tile's by positions (`positions`; else as
+      // a partial tile's), a partial tile's with this stage's segment ids too.
+      auto mask = [&](float (&x)[kBc / 2], bool positions) {
+        auto hide = [&](auto visible_at) {
 #pragma unroll
-        for (int j = 0; j < kBc / 8; ++j)
+          for (int j = 0; j < kBc / 8; ++j)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = 8 * j + 2 * tig + e, kseg = seg_smem[s * kBc + col];
+            for (int e = 0; e < 2; ++e)
 #pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-              if (!visible(qrow[hi], qseg[hi], k0 + col, kseg, T, causal)) x[4 * j + 2 * hi + e] = -INFINITY;
-          }
+              for (int hi = 0; hi < 2; ++hi)
+                if (!visible_at(hi, 8 * j + 2 * tig + e)) x[4 * j + 2 * hi + e] = -INFINITY;
+        };
+        if (positions && cur_kind == kOneDoc) hide([&](int hi, int col) { return visible_in_doc(qrow[hi], k0 + col, T, causal); });
+        else if (cur_kind != kFull) hide([&](int hi, int col) { return visible(qrow[hi], qseg[hi], k0 + col, seg_smem[s * kBc + col], T, causal); });
       };
       // The probabilities of scores x into P's fragments, the row sums into lrow, O rescaled where
       // the running max moves; that happens only when the tile's max exceeds it by more than
@@ -1235,7 +1238,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         }
         a_fragments<kBc>(x, pa);
       };
-      mask(sc);
+      mask(sc, true);
       if constexpr (kOptimistic) {
         // The optimistic softmax, H200 2026-12-04 (bench/RESULTS.md, seventeenth pass): B16 T1024 H12
         // bidirectional 0.154 against 0.162 ms, llama-124m mdlm 0.14 ms a step less.
@@ -1259,7 +1262,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           float again[kBc / 2];
           issue_s(again);
           wg::wgmma_wait<0>();
-          mask(again);
+          mask(again, false);  // (one path of the mask fewer: registers)
           exact_softmax(again);
         } else {
           lrow[0] += psum[0];

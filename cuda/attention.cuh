@@ -40,8 +40,11 @@ constexpr float kLn2 = 0.6931471805599453f;
 // ids agree. Every kernel masks through this function and skips tiles through classify_tile.
 // ---------------------------------------------------------------------------------------------
 
+// Within one document: the rule without the ids (kOneDoc tiles, classify_tile).
+__device__ __forceinline__ bool visible_in_doc(int qi, int kj, int T, bool causal) { return qi < T && kj < T && (!causal || kj <= qi); }
+
 __device__ __forceinline__ bool visible(int qi, int qseg, int kj, int kseg, int T, bool causal) {
-  return qi < T && kj < T && (!causal || kj <= qi) && qseg == kseg;
+  return visible_in_doc(qi, kj, T, causal) && qseg == kseg;
 }
 
 // The tile kernels' grids are one-dimensional: rows × tiles blocks (row: b·H + h, or b·G + g;
@@ -90,11 +93,15 @@ __device__ __forceinline__ SegRange warp_seg_range(const int* __restrict__ seg_r
   return {lo, hi};
 }
 
-enum TileKind : int { kEmpty = 0, kPartial = 1, kFull = 2 };
+enum TileKind : int { kEmpty = 0, kPartial = 1, kFull = 2, kOneDoc = 3 };
 
 // A tile of queries [q0, q0 + nq) × keys [k0, k0 + nk):
 //   kEmpty   no (query, key) pair is visible: skipped entirely (no load, no math);
 //   kFull    every pair is visible (no tails, below the causal diagonal, one document): no mask;
+//   kOneDoc  one document on both sides, some pairs hidden by the causal diagonal or a tail:
+//            visible_in_doc() per element, by positions alone (the tiles on a causal diagonal
+//            without documents: no id is read, and two compares an element fewer). The kernels
+//            without a path of their own for it mask it as kPartial (visible() is exact for it);
 //   kPartial anything else: visible() per element.
 // The document test compares id ranges, so it never skips a visible pair whatever the ids are;
 // for packed rows (ids non-decreasing along T) it is exact at tile granularity.
@@ -102,9 +109,9 @@ __device__ __forceinline__ int classify_tile(int q0, int nq, SegRange qs, int k0
   if (qs.lo > qs.hi || ks.lo > ks.hi) return kEmpty;            // no real rows on one side
   if (causal && k0 > min(q0 + nq, T) - 1) return kEmpty;        // every key after every query
   if (qs.hi < ks.lo || ks.hi < qs.lo) return kEmpty;            // no document in common
-  const bool full = q0 + nq <= T && k0 + nk <= T && (!causal || k0 + nk - 1 <= q0) &&
-                    qs.lo == qs.hi && ks.lo == ks.hi && qs.lo == ks.lo;
-  return full ? kFull : kPartial;
+  const bool one_doc = qs.lo == qs.hi && ks.lo == ks.hi && qs.lo == ks.lo;
+  const bool inside = q0 + nq <= T && k0 + nk <= T && (!causal || k0 + nk - 1 <= q0);
+  return one_doc ? (inside ? kFull : kOneDoc) : kPartial;
 }
 
 // First key tile n' >= n (tiles of nk keys, n' < n_end) that the query block [q0, q0 + nq) does
