@@ -365,21 +365,24 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
       load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
     }
     cp_async_commit();
-    if (cur_kind != kFull) {  // kPartial or kOneDoc (classify_tile)
+    // The scores the mask hides to -inf: a one-document tile's by positions, a partial tile's with
+    // the keys' document ids too.
+    auto hide = [&](auto visible_at) {
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int col = k0 + nt * 8 + 2 * tig + j;
-          const int kseg = __ldg(segb + min(col, T - 1));
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi)
-              if (!visible(q0 + wrow + mt * 16 + gid + 8 * hi, qseg[mt][hi], col, kseg, T, causal)) s[mt][nt][2 * hi + j] = -INFINITY;
+              if (!visible_at(mt, hi, col)) s[mt][nt][2 * hi + j] = -INFINITY;
         }
-      }
-    }
+    };
+    const auto row = [&](int mt, int hi) { return q0 + wrow + mt * 16 + gid + 8 * hi; };
+    if (cur_kind == kOneDoc) hide([&](int mt, int hi, int col) { return visible_in_doc(row(mt, hi), col, T, causal); });
+    else if (cur_kind == kPartial) hide([&](int mt, int hi, int col) { return visible(row(mt, hi), qseg[mt][hi], col, __ldg(segb + min(col, T - 1)), T, causal); });
     // Online softmax: rescale the running sums and the output by 2^(old max - new max).
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
@@ -553,19 +556,23 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1])) * (dp[mt][nt][e] - drow[mt][e >> 1]);
-    if (cur_kind != kFull) {  // kPartial or kOneDoc (classify_tile)
+    // The pairs the mask hides to 0, as in fwd_mma.
+    auto hide = [&](auto visible_at) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const int col = k0 + nt * 8 + 2 * tig + j, kseg = __ldg(segb + min(col, T - 1));
+          const int col = k0 + nt * 8 + 2 * tig + j;
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi)
-              if (!visible(q0 + wrow + mt * 16 + gid + 8 * hi, qseg[mt][hi], col, kseg, T, causal)) s[mt][nt][2 * hi + j] = 0.f;
+              if (!visible_at(mt, hi, col)) s[mt][nt][2 * hi + j] = 0.f;
         }
-    }
+    };
+    const auto row = [&](int mt, int hi) { return q0 + wrow + mt * 16 + gid + 8 * hi; };
+    if (cur_kind == kOneDoc) hide([&](int mt, int hi, int col) { return visible_in_doc(row(mt, hi), col, T, causal); });
+    else if (cur_kind == kPartial) hide([&](int mt, int hi, int col) { return visible(row(mt, hi), qseg[mt][hi], col, __ldg(segb + min(col, T - 1)), T, causal); });
     mma_pv<kD, kNT, kMT>(acc, s, cK);  // dQ += dS·K
     buf ^= 1;
     n = n_next;
@@ -725,19 +732,22 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -((e & 1) ? l2.y : l2.x) * kLog2e));
     }
-    if (cur_kind != kFull) {  // kPartial or kOneDoc (classify_tile)
+    // The pairs the mask hides to 0 (keys in rows, queries in columns here), as in fwd_mma.
+    auto hide = [&](auto visible_at) {
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          const int qi = q0 + nt * 8 + 2 * tig + j, qseg = __ldg(segb + min(qi, T - 1));
+          const int qi = q0 + nt * 8 + 2 * tig + j;
 #pragma unroll
           for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
             for (int hi = 0; hi < 2; ++hi)
-              if (!visible(qi, qseg, krow[mt][hi], kseg[mt][hi], T, causal)) s[mt][nt][2 * hi + j] = 0.f;
+              if (!visible_at(mt, hi, qi)) s[mt][nt][2 * hi + j] = 0.f;
         }
-    }
+    };
+    if (cur_kind == kOneDoc) hide([&](int mt, int hi, int qi) { return visible_in_doc(qi, krow[mt][hi], T, causal); });
+    else if (cur_kind == kPartial) hide([&](int mt, int hi, int qi) { return visible(qi, __ldg(segb + min(qi, T - 1)), krow[mt][hi], kseg[mt][hi], T, causal); });
     mma_abt<kD, kNT, kMT>(dpt, sV + wrow * kS, cdO);  // dPᵀ = V·dOᵀ
     // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]), stored over dpt.
 #pragma unroll

@@ -100,8 +100,8 @@ enum TileKind : int { kEmpty = 0, kPartial = 1, kFull = 2, kOneDoc = 3 };
 //   kFull    every pair is visible (no tails, below the causal diagonal, one document): no mask;
 //   kOneDoc  one document on both sides, some pairs hidden by the causal diagonal or a tail:
 //            visible_in_doc() per element, by positions alone (the tiles on a causal diagonal
-//            without documents: no id is read, and two compares an element fewer). The kernels
-//            without a path of their own for it mask it as kPartial (visible() is exact for it);
+//            without documents: no id is read, and two compares an element fewer). The SIMT
+//            kernels mask it as kPartial (visible() is exact for it);
 //   kPartial anything else: visible() per element.
 // The document test compares id ranges, so it never skips a visible pair whatever the ids are;
 // for packed rows (ids non-decreasing along T) it is exact at tile granularity.
