@@ -240,6 +240,23 @@ __device__ __forceinline__ void mma_abt(float (&acc)[kMT][kNT][4], const bf16* s
   }
 }
 
+// A masked tile of the mma.sync kernels: acc[mt][nt][2·hi + j] (fragment row 16·mt + gid + 8·hi,
+// column c0 + 8·nt + 2·tig + j) set to `fill` where !visible_at(mt, hi, column); a one-document
+// tile's test by positions alone, a partial tile's with the document ids (classify_tile).
+template <int kMT, int kNT, typename Visible>
+__device__ __forceinline__ void mask_fragments(float (&acc)[kMT][kNT][4], int c0, float fill, Visible visible_at) {
+  const int tig = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+          if (!visible_at(mt, hi, c0 + nt * 8 + 2 * tig + j)) acc[mt][nt][2 * hi + j] = fill;
+}
+
 // acc[kMT][kD/8][4] += P(16·kMT x kK, register fragments) · sB(kK rows x kD): O += P·V,
 // dQ += dS·K, dV += Pᵀ·dO, dK += dSᵀ·Q. p[kMT][kK/8][4] are accumulator fragments, rounded to bf16
 // here; each B fragment serves the kMT row tiles.
@@ -365,24 +382,11 @@ __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
       load_rows<kBc, kD, kThreads>(sV + (buf ^ 1) * kBc * kS, vg, kvstride, n_next * kBc, T, D);
     }
     cp_async_commit();
-    // The scores the mask hides to -inf: a one-document tile's by positions, a partial tile's with
-    // the keys' document ids too.
-    auto hide = [&](auto visible_at) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int col = k0 + nt * 8 + 2 * tig + j;
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-              if (!visible_at(mt, hi, col)) s[mt][nt][2 * hi + j] = -INFINITY;
-        }
-    };
-    const auto row = [&](int mt, int hi) { return q0 + wrow + mt * 16 + gid + 8 * hi; };
-    if (cur_kind == kOneDoc) hide([&](int mt, int hi, int col) { return visible_in_doc(row(mt, hi), col, T, causal); });
-    else if (cur_kind == kPartial) hide([&](int mt, int hi, int col) { return visible(row(mt, hi), qseg[mt][hi], col, __ldg(segb + min(col, T - 1)), T, causal); });
+    // The scores the mask hides to -inf.
+    const int r0 = q0 + wrow + gid;  // (a structured binding is not captured before C++20)
+    const auto row = [&](int mt, int hi) { return r0 + mt * 16 + 8 * hi; };
+    if (cur_kind == kOneDoc) mask_fragments(s, k0, -INFINITY, [&](int mt, int hi, int col) { return visible_in_doc(row(mt, hi), col, T, causal); });
+    else if (cur_kind == kPartial) mask_fragments(s, k0, -INFINITY, [&](int mt, int hi, int col) { return visible(row(mt, hi), qseg[mt][hi], col, __ldg(segb + min(col, T - 1)), T, causal); });
     // Online softmax: rescale the running sums and the output by 2^(old max - new max).
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) {
@@ -477,7 +481,7 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
   const int T = p.T, D = p.D;
   const bool causal = p.causal;
   const auto [b, h, g, q0] = query_block(p, kBr);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
   const int wrow = warp * 16 * kMT;
   const int64_t qstride = (int64_t)p.H * D, kvstride = (int64_t)p.G * D;
   const int64_t qb = q_base(p, b, h), rb = row_base(p, b, h);
@@ -556,23 +560,11 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -lse2[mt][e >> 1])) * (dp[mt][nt][e] - drow[mt][e >> 1]);
-    // The pairs the mask hides to 0, as in fwd_mma.
-    auto hide = [&](auto visible_at) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int col = k0 + nt * 8 + 2 * tig + j;
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-              if (!visible_at(mt, hi, col)) s[mt][nt][2 * hi + j] = 0.f;
-        }
-    };
-    const auto row = [&](int mt, int hi) { return q0 + wrow + mt * 16 + gid + 8 * hi; };
-    if (cur_kind == kOneDoc) hide([&](int mt, int hi, int col) { return visible_in_doc(row(mt, hi), col, T, causal); });
-    else if (cur_kind == kPartial) hide([&](int mt, int hi, int col) { return visible(row(mt, hi), qseg[mt][hi], col, __ldg(segb + min(col, T - 1)), T, causal); });
+    // The pairs the mask hides to 0.
+    const int r0 = q0 + wrow + gid;  // (a structured binding is not captured before C++20)
+    const auto row = [&](int mt, int hi) { return r0 + mt * 16 + 8 * hi; };
+    if (cur_kind == kOneDoc) mask_fragments(s, k0, 0.f, [&](int mt, int hi, int col) { return visible_in_doc(row(mt, hi), col, T, causal); });
+    else if (cur_kind == kPartial) mask_fragments(s, k0, 0.f, [&](int mt, int hi, int col) { return visible(row(mt, hi), qseg[mt][hi], col, __ldg(segb + min(col, T - 1)), T, causal); });
     mma_pv<kD, kNT, kMT>(acc, s, cK);  // dQ += dS·K
     buf ^= 1;
     n = n_next;
@@ -732,22 +724,9 @@ __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = fast_exp2(fmaf(s[mt][nt][e], p.scale_log2, -((e & 1) ? l2.y : l2.x) * kLog2e));
     }
-    // The pairs the mask hides to 0 (keys in rows, queries in columns here), as in fwd_mma.
-    auto hide = [&](auto visible_at) {
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int qi = q0 + nt * 8 + 2 * tig + j;
-#pragma unroll
-          for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi)
-              if (!visible_at(mt, hi, qi)) s[mt][nt][2 * hi + j] = 0.f;
-        }
-    };
-    if (cur_kind == kOneDoc) hide([&](int mt, int hi, int qi) { return visible_in_doc(qi, krow[mt][hi], T, causal); });
-    else if (cur_kind == kPartial) hide([&](int mt, int hi, int qi) { return visible(qi, __ldg(segb + min(qi, T - 1)), krow[mt][hi], kseg[mt][hi], T, causal); });
+    // The pairs the mask hides to 0 (keys in rows, queries in columns here).
+    if (cur_kind == kOneDoc) mask_fragments(s, q0, 0.f, [&](int mt, int hi, int qi) { return visible_in_doc(qi, krow[mt][hi], T, causal); });
+    else if (cur_kind == kPartial) mask_fragments(s, q0, 0.f, [&](int mt, int hi, int qi) { return visible(qi, __ldg(segb + min(qi, T - 1)), krow[mt][hi], kseg[mt][hi], T, causal); });
     mma_abt<kD, kNT, kMT>(dpt, sV + wrow * kS, cdO);  // dPᵀ = V·dOᵀ
     // dSᵀ = Pᵀ∘(dPᵀ − Drow[query]), stored over dpt.
 #pragma unroll
