@@ -800,6 +800,12 @@ struct TileHandOver {
     slot[2] = handed + 1;
     slot[0] = index;
   }
+  // Thread 0 of the producer, once the counter is past the last tile (`index`): the consumers learn
+  // it through the operands' `full` mbarrier, a phase with nothing loaded.
+  __device__ __forceinline__ void hand_over_none(int index, uint32_t empty, uint32_t full) const {
+    hand_over(index, empty);
+    wg::mbar_arrive(full);
+  }
   // Every producer thread (pt its index, named barrier `bar` theirs): the block's next tile.
   __device__ __forceinline__ int next(const Params& p, int pt, int bar, int producers) const {
     if (pt == 0) slot[1] = (int)gridDim.x + fetch_increment(p.tile_counter);
@@ -1048,10 +1054,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     int i = 0;  // ring steps, over all the block's query blocks
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
-        if (pt == 0) {
-          blocks.hand_over(blk_index, empty_q);
-          wg::mbar_arrive(full_q);
-        }
+        if (pt == 0) blocks.hand_over_none(blk_index, empty_q, full_q);
         return;
       }
       const QueryBlock qb = query_block(p, kBr, blk_index, n_blocks);
@@ -1435,10 +1438,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     // (the walk of the last key block is done with once next() returns: its barriers)
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 1, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
-        if (pt == 0) {
-          blocks.hand_over(blk_index, empty_kv);
-          wg::mbar_arrive(full_kv);
-        }
+        if (pt == 0) blocks.hand_over_none(blk_index, empty_kv, full_kv);
         return;
       }
       const KeyBlock kb = key_block(p, kBc, blk_index, n_blocks);
