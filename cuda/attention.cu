@@ -791,19 +791,23 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const wg::TileMap& map,
 // next ones come from p.tile_counter (zeroed before the launch).
 struct TileHandOver {
   int* slot;
-  __device__ __forceinline__ void init() const { slot[2] = 0; }
-  // Thread 0 of the producer: tile `index` to the consumers once they have released the last
-  // one's operands (mbarrier `empty`, a phase a tile).
-  __device__ __forceinline__ void hand_over(int index, uint32_t empty) const {
+  __device__ __forceinline__ void init() const {
+    slot[1] = (int)blockIdx.x;
+    slot[2] = 0;
+  }
+  // Thread 0 of the producer: its tile (the last next() returned, or the block's index) to the
+  // consumers once they have released the last one's operands (mbarrier `empty`, a phase a tile).
+  // (The index comes from shared memory: the producer has no register to keep it in.)
+  __device__ __forceinline__ void hand_over(uint32_t empty) const {
     const int handed = slot[2];
     if (handed > 0) wg::mbar_wait(empty, (uint32_t)(handed - 1) & 1u);
     slot[2] = handed + 1;
-    slot[0] = index;
+    slot[0] = slot[1];
   }
-  // Thread 0 of the producer, once the counter is past the last tile (`index`): the consumers learn
-  // it through the operands' `full` mbarrier, a phase with nothing loaded.
-  __device__ __forceinline__ void hand_over_none(int index, uint32_t empty, uint32_t full) const {
-    hand_over(index, empty);
+  // Thread 0 of the producer, once the counter is past the last tile: the consumers learn it
+  // through the operands' `full` mbarrier, a phase with nothing loaded.
+  __device__ __forceinline__ void hand_over_none(uint32_t empty, uint32_t full) const {
+    hand_over(empty);
     wg::mbar_arrive(full);
   }
   // Every producer thread (pt its index, named barrier `bar` theirs): the block's next tile.
@@ -964,7 +968,9 @@ constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 // Persistent: as many blocks as are resident, each taking query blocks (its own index, then the
 // next from p.tile_counter) until none is left; the Q tile has "full" and "empty" mbarriers too,
 // and the ring runs on across query blocks, each one's loop ending with a stage that carries no
-// tile, so the next query block's Q and first K/V tiles load while the consumers store O.
+// tile, so the next query block's Q and first K/V tiles load while the consumers store O. The
+// first K/V stage of a query block goes out before its Q (which waits for the consumers to finish
+// the last block): the producer's tile search and segment-id loads are off that hand-over's path.
 //
 // Head dim 128: one block an SM, 128-key tiles. Head dim 64: two blocks an SM, so four consumer
 // warpgroups' softmaxes interleave with the products (at head dim 64 the exponentials take about
@@ -1043,33 +1049,28 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
-    // Producer warpgroup: for each query block the block takes, its Q tile (each consumer
-    // warpgroup's 64 rows) once the consumers are done with the last one, then K (with the tile's
-    // segment ids and info) and V of every key tile it visits, into the ring, then a stage whose
-    // index is the loop's end (key_tiles_end) that ends the query block. Thread 0 issues the TMA
-    // loads. The first query block is the block's own index, the next ones come from the counter.
+    // Producer warpgroup: for each query block the block takes, K (with the tile's segment ids and
+    // info) and V of every key tile it visits, into the ring, then a stage whose index is the
+    // loop's end (key_tiles_end) that ends the query block; after the first stage, the Q tile
+    // (each consumer warpgroup's 64 rows) once the consumers are done with the last one. Thread 0
+    // issues the TMA loads. The first query block is the block's own index, the next ones come from
+    // the counter.
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
     const int n_blocks = query_blocks(p, kBr);
     int i = 0;  // ring steps, over all the block's query blocks
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
-        if (pt == 0) blocks.hand_over_none(blk_index, empty_q, full_q);
+        if (pt == 0) blocks.hand_over_none(empty_q, full_q);
         return;
       }
       const QueryBlock qb = query_block(p, kBr, blk_index, n_blocks);
       const int b = qb.b, g = qb.g, q0 = qb.q0, n_end = key_tiles_end(q0);
       const int* segb = p.seg + (int64_t)b * T;
-      if (pt == 0) {
-        blocks.hand_over(blk_index, empty_q);
-        wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
-#pragma unroll
-        for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
-      }
       const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
       int kind = kEmpty;
       int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-      for (;; ++i) {
+      for (bool first = true;; ++i, first = false) {
         const int s = i % kS;
         const uint32_t phase = (uint32_t)(i / kS) & 1u;
         if (i >= kS) wg::mbar_wait(empty_k(s), phase ^ 1u);
@@ -1091,6 +1092,15 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
             load_tile<kBc, kD>(aV + s * Cfg::kTile, p.v_map, g, n * kBc, b, full_v(s));
           } else {
             wg::mbar_arrive(full_v(s));  // the end stage: a phase with no tile keeps V's phases in step with K's
+          }
+          // The Q tile once the consumers are done with the last one, after the first stage: the
+          // tile search and that stage load while the consumers finish that query block, so its
+          // end waits for no global round trip of the producer's, only for the Q copy.
+          if (first) {
+            blocks.hand_over(empty_q);
+            wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
+#pragma unroll
+            for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
           }
         }
         if (n >= n_end) break;
@@ -1317,7 +1327,9 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // Persistent, as fwd_ws: each block takes key blocks (its own, then the next from p.tile_counter,
 // which bwd_prep zeroes) until none is left; K and V have "full" and "empty" mbarriers, and the
 // ring runs on across key blocks with an end stage for each, so the next key block's K, V and
-// first Q/dO stages load while the consumers store dK and dV and add the last dQ.
+// first Q/dO stages load while the consumers store dK and dV and add the last dQ. The next key
+// block's walk is built while its K and V wait for the consumers to finish the last block, so
+// the walk's global round trips are off that hand-over's path.
 //
 // Head dim 128: each warpgroup computes half of dQ's columns. A producer warpgroup walks the query tiles
 // and loads each one's Q and dO (TMA), lse, Drow and segment ids (cp.async) into a ring of three
@@ -1427,9 +1439,9 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
     // Producer: for each key block the block takes, its K and V tiles once the consumers are done
-    // with the last ones, then every query tile's Q and dO (thread 0, by TMA) and, for pt < kBr,
-    // row pt's lse, Drow and segment id (cp.async) into the ring, and a stage whose head is
-    // `group` that ends the key block; every warp walks the tiles (the walk's reductions are a
+    // with the last ones (thread 32), then every query tile's Q and dO (thread 0, by TMA) and, for
+    // pt < kBr, row pt's lse, Drow and segment id (cp.async) into the ring, and a stage whose head
+    // is `group` that ends the key block; every warp walks the tiles (the walk's reductions are a
     // warp's). The first key block is the block's own index, the next ones come from the counter.
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBr, "a producer thread a query's row values");
@@ -1438,23 +1450,25 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     // (the walk of the last key block is done with once next() returns: its barriers)
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 1, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
-        if (pt == 0) blocks.hand_over_none(blk_index, empty_kv, full_kv);
+        if (pt == 32) blocks.hand_over_none(empty_kv, full_kv);
         return;
       }
       const KeyBlock kb = key_block(p, kBc, blk_index, n_blocks);
       const int b = kb.b, g = kb.g;
-      if (pt == 0) {
-        blocks.hand_over(blk_index, empty_kv);
-        wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
-        load_tile<kBc, kD>(aK, p.k_map, g, kb.k0, b, full_kv);
-        load_tile<kBc, kD>(aV, p.v_map, g, kb.k0, b, full_kv);
-      }
       // The walk, in shared memory: in registers it took more than the producer's 24 (each warp
-      // reloads its fields as it goes). Warp 0 builds it (the build's reductions are a warp's).
+      // reloads its fields as it goes). Warp 0 builds it (the build's reductions are a warp's)
+      // while thread 32 hands the key block over, with its K and V, once the consumers are done
+      // with the last one's: the walk's global round trips are then off the path from the
+      // consumers' end of a key block to the first stage's loads.
       QueryTileWalk* const walk_smem = reinterpret_cast<QueryTileWalk*>(smem + Cfg::kOffWalk);
       if (pt < 32) {
         const QueryTileWalk w(p.seg + (int64_t)b * T, kb.k0, kBc, kBr, T, p.causal);
         if (pt == 0) *walk_smem = w;
+      } else if (pt == 32) {
+        blocks.hand_over(empty_kv);
+        wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
+        load_tile<kBc, kD>(aK, p.k_map, g, kb.k0, b, full_kv);
+        load_tile<kBc, kD>(aV, p.v_map, g, kb.k0, b, full_kv);
       }
       wg::bar_sync(1, Cfg::kProducers);
       const QueryTileWalk& walk = *walk_smem;
