@@ -968,9 +968,7 @@ constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 // Persistent: as many blocks as are resident, each taking query blocks (its own index, then the
 // next from p.tile_counter) until none is left; the Q tile has "full" and "empty" mbarriers too,
 // and the ring runs on across query blocks, each one's loop ending with a stage that carries no
-// tile, so the next query block's Q and first K/V tiles load while the consumers store O. The
-// first K/V stage of a query block goes out before its Q (which waits for the consumers to finish
-// the last block): the producer's tile search and segment-id loads are off that hand-over's path.
+// tile, so the next query block's Q and first K/V tiles load while the consumers store O.
 //
 // Head dim 128: one block an SM, 128-key tiles. Head dim 64: two blocks an SM, so four consumer
 // warpgroups' softmaxes interleave with the products (at head dim 64 the exponentials take about
@@ -1049,12 +1047,13 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 
   if (threadIdx.x >= Cfg::kConsumers) {
     wg::regs_dec<Cfg::kProducerRegs>();
-    // Producer warpgroup: for each query block the block takes, K (with the tile's segment ids and
-    // info) and V of every key tile it visits, into the ring, then a stage whose index is the
-    // loop's end (key_tiles_end) that ends the query block; after the first stage, the Q tile
-    // (each consumer warpgroup's 64 rows) once the consumers are done with the last one. Thread 0
-    // issues the TMA loads. The first query block is the block's own index, the next ones come from
-    // the counter.
+    // Producer warpgroup: for each query block the block takes, its Q tile (each consumer
+    // warpgroup's 64 rows) once the consumers are done with the last one, then K (with the tile's
+    // segment ids and info) and V of every key tile it visits, into the ring, then a stage whose
+    // index is the loop's end (key_tiles_end) that ends the query block. Thread 0 issues the TMA
+    // loads. The first query block is the block's own index, the next ones come from the counter.
+    // (Issuing the first K/V stage, with its tile search, before Q's hand-over was level on the
+    // H200, 2026-12-05: bench/RESULTS.md, twenty-second pass.)
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
     const int n_blocks = query_blocks(p, kBr);
@@ -1067,10 +1066,16 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       const QueryBlock qb = query_block(p, kBr, blk_index, n_blocks);
       const int b = qb.b, g = qb.g, q0 = qb.q0, n_end = key_tiles_end(q0);
       const int* segb = p.seg + (int64_t)b * T;
+      if (pt == 0) {
+        blocks.hand_over(empty_q);
+        wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
+#pragma unroll
+        for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
+      }
       const SegRange qrange = warp_seg_range(segb, q0, kBr, T);
       int kind = kEmpty;
       int n = next_key_tile(0, n_end, kBc, segb, q0, kBr, qrange, T, causal, kind);
-      for (bool first = true;; ++i, first = false) {
+      for (;; ++i) {
         const int s = i % kS;
         const uint32_t phase = (uint32_t)(i / kS) & 1u;
         if (i >= kS) wg::mbar_wait(empty_k(s), phase ^ 1u);
@@ -1092,15 +1097,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
             load_tile<kBc, kD>(aV + s * Cfg::kTile, p.v_map, g, n * kBc, b, full_v(s));
           } else {
             wg::mbar_arrive(full_v(s));  // the end stage: a phase with no tile keeps V's phases in step with K's
-          }
-          // The Q tile once the consumers are done with the last one, after the first stage: the
-          // tile search and that stage load while the consumers finish that query block, so its
-          // end waits for no global round trip of the producer's, only for the Q copy.
-          if (first) {
-            blocks.hand_over(empty_q);
-            wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
-#pragma unroll
-            for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
           }
         }
         if (n >= n_end) break;
