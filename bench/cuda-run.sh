@@ -130,6 +130,6 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         done
       done
       cp /tmp/attn-ab-head.node "$addon" ;;
-    tests) MDLM_REQUIRE_CUDA=1 timeout 300 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
+    tests) MDLM_REQUIRE_CUDA=1 timeout 540 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
   esac
 done
