@@ -791,23 +791,19 @@ __device__ __forceinline__ void load_tile(uint32_t tile, const wg::TileMap& map,
 // next ones come from p.tile_counter (zeroed before the launch).
 struct TileHandOver {
   int* slot;
-  __device__ __forceinline__ void init() const {
-    slot[1] = (int)blockIdx.x;
-    slot[2] = 0;
-  }
-  // Thread 0 of the producer: its tile (the last next() returned, or the block's index) to the
+  __device__ __forceinline__ void init() const { slot[2] = 0; }
+  // The producer thread that hands tiles over (the same one throughout): tile `index` to the
   // consumers once they have released the last one's operands (mbarrier `empty`, a phase a tile).
-  // (The index comes from shared memory: the producer has no register to keep it in.)
-  __device__ __forceinline__ void hand_over(uint32_t empty) const {
+  __device__ __forceinline__ void hand_over(int index, uint32_t empty) const {
     const int handed = slot[2];
     if (handed > 0) wg::mbar_wait(empty, (uint32_t)(handed - 1) & 1u);
     slot[2] = handed + 1;
-    slot[0] = slot[1];
+    slot[0] = index;
   }
-  // Thread 0 of the producer, once the counter is past the last tile: the consumers learn it
-  // through the operands' `full` mbarrier, a phase with nothing loaded.
-  __device__ __forceinline__ void hand_over_none(uint32_t empty, uint32_t full) const {
-    hand_over(empty);
+  // That thread, once the counter is past the last tile (`index`): the consumers learn it through
+  // the operands' `full` mbarrier, a phase with nothing loaded.
+  __device__ __forceinline__ void hand_over_none(int index, uint32_t empty, uint32_t full) const {
+    hand_over(index, empty);
     wg::mbar_arrive(full);
   }
   // Every producer thread (pt its index, named barrier `bar` theirs): the block's next tile.
@@ -1060,14 +1056,14 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     int i = 0;  // ring steps, over all the block's query blocks
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
-        if (pt == 0) blocks.hand_over_none(empty_q, full_q);
+        if (pt == 0) blocks.hand_over_none(blk_index, empty_q, full_q);
         return;
       }
       const QueryBlock qb = query_block(p, kBr, blk_index, n_blocks);
       const int b = qb.b, g = qb.g, q0 = qb.q0, n_end = key_tiles_end(q0);
       const int* segb = p.seg + (int64_t)b * T;
       if (pt == 0) {
-        blocks.hand_over(empty_q);
+        blocks.hand_over(blk_index, empty_q);
         wg::mbar_arrive_expect_tx(full_q, Cfg::kQTile);
 #pragma unroll
         for (int w = 0; w < kBr / 64; ++w) load_tile<64, kD>(aQ + w * (64 * kD * 2), p.q_map, qb.h, q0 + 64 * w, b, full_q);
@@ -1449,7 +1445,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
     // (the walk of the last key block is done with once next() returns: its barriers)
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 1, Cfg::kProducers)) {
       if (blk_index >= n_blocks) {
-        if (pt == 32) blocks.hand_over_none(empty_kv, full_kv);
+        if (pt == 32) blocks.hand_over_none(blk_index, empty_kv, full_kv);
         return;
       }
       const KeyBlock kb = key_block(p, kBc, blk_index, n_blocks);
@@ -1464,7 +1460,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
         const QueryTileWalk w(p.seg + (int64_t)b * T, kb.k0, kBc, kBr, T, p.causal);
         if (pt == 0) *walk_smem = w;
       } else if (pt == 32) {
-        blocks.hand_over(empty_kv);
+        blocks.hand_over(blk_index, empty_kv);
         wg::mbar_arrive_expect_tx(full_kv, 2 * Cfg::kKV);
         load_tile<kBc, kD>(aK, p.k_map, g, kb.k0, b, full_kv);
         load_tile<kBc, kD>(aV, p.v_map, g, kb.k0, b, full_kv);
