@@ -1349,7 +1349,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 // producer runs a tile further ahead, the warpgroups may drift a step less apart): llama-124m
 // 0.06 ms a step less for both objectives, every one of six alternating runs; B8 T1024
 // bidirectional 0.245 vs 0.249 ms (twentieth pass).
-template <int kD, bool kDsRegs = kD == 128>
+template <int kD>
 struct WsBwdCfg {
   // Query rows a step: 128 at head dim 64 (FlashAttention-3's tile there: twice the work between a
   // step's waits, n128 products), 64 at 128 (no registers for more).
@@ -1360,12 +1360,10 @@ struct WsBwdCfg {
   static constexpr int kDq = kSplitDq ? kD / kWG : kD;
   // dK += dSᵀ·Q with dSᵀ from registers (the fragments bwd_store_dst packs), so dK need not wait
   // for this warpgroup's stores: at head dim 128 (3-7% faster, twentieth pass). At 64 dK reads the
-  // stored rows by default: the 32 more registers make ptxas serialise the wgmmas (C7512) while dK
-  // stays in flight across the loop's back edge, still with the persistent kernel's 240 (ptxas
-  // 13.0, 2026-12-05). MDLM_ATTN_BWD_DS_REGS=1 (read at every call) takes them from registers at
-  // 64 too and waits for dK before the atomics instead, which compiles without it: untimed, for
-  // an A/B (bench/cuda-run.sh attn-bwd-ab, bench/train-ab.sh AB_SIDES).
-  static constexpr bool kDsInRegs = kDsRegs;
+  // stored rows: the 32 more registers make ptxas serialise the wgmmas (C7512) while dK stays in
+  // flight across the loop's back edge, still with the persistent kernel's 240 (ptxas 13.0,
+  // 2026-12-05). Waiting for dK before the atomics compiles without it, untimed (commit f26752b).
+  static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).
   static constexpr int kStages = 3, kdSBufs = kD == 64 ? 2 : 3;
@@ -1384,15 +1382,14 @@ struct WsBwdCfg {
   static constexpr uint32_t kOffWalk = kOffBlock + 16;
   static constexpr size_t kSmem = kOffWalk + sizeof(QueryTileWalk) + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised backward: head dim 64 or 128");
-  static_assert(kD == 64 || kDsRegs, "warp-specialised backward: head dim 128 takes dSᵀ from registers");
   static_assert(kSmem <= 227 * 1024, "warp-specialised backward: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
-template <int kD, bool kDsRegs>
-__global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
+template <int kD>
+__global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsBwdCfg<kD, kDsRegs>;
+  using Cfg = WsBwdCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1607,8 +1604,8 @@ __global__ void __launch_bounds__(WsBwdCfg<kD, kDsRegs>::kThreads, 1) bwd_ws(con
         else wg::wgmma_ss<kD, 0, 1>(dk, wg::desc_k_major(adS + d * Cfg::kdS, kBc, key0, kk), wg::desc_mn_major(cQ, kBr, 0, kk), true);
       }
       wg::wgmma_commit();
-      // dV and dQ; dK runs on, save at head dim 64 with dSᵀ from registers (see kDsInRegs)
-      wg::wgmma_wait<kD == 64 && Cfg::kDsInRegs ? 0 : 1>();
+      // dV and dQ; dK runs on (see kDsInRegs)
+      wg::wgmma_wait<1>();
       if (prev_hq >= 0) {
         add_dq(dq, prev_hq, prev_q0);
         wg::mbar_arrive(ds_empty(dprev));
@@ -2216,11 +2213,7 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
         const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
         using W = WsBwdCfg<kD>;
         const Params pm = with_tile_maps(p, W::kBr, W::kBc, true, what);
-        if (kD == 64 && env_knob("MDLM_ATTN_BWD_DS_REGS") == "1") {
-          launch_tiles(bwd_ws<64, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
-        } else {
-          launch_tiles(bwd_ws<kD, W::kDsInRegs>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
-        }
+        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
         dk_turned = ws_turns_dk<kD>(p);
       }
     }
