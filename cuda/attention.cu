@@ -1362,7 +1362,8 @@ struct WsBwdCfg {
   // for this warpgroup's stores: at head dim 128 (3-7% faster, twentieth pass). At 64 dK reads the
   // stored rows: the 32 more registers make ptxas serialise the wgmmas (C7512) while dK stays in
   // flight across the loop's back edge, still with the persistent kernel's 240 (ptxas 13.0,
-  // 2026-12-05). Waiting for dK before the atomics compiles without it, untimed (commit f26752b).
+  // 2026-12-05). Waiting for dK before the atomics compiles without it, and was level on the H200
+  // (2026-12-05, bench/RESULTS.md twenty-second pass; the variant is commit 65b9580).
   static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).
