@@ -91,6 +91,9 @@ struct Params {
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int* tile_counter;  // scratch: the tiles a persistent kernel (fwd_ws, bwd_ws) has handed out past its grid, zeroed before it
+  // fused backward scratch, with MDLM_ATTN_DQ_STORE=ws: bwd_ws's key blocks done per (b, kv head)
+  // row, [B, G], zeroed by bwd_prep; the block that completes a row stores its dq. Else null.
+  int* dq_rows_done;
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
@@ -936,6 +939,68 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, co
   }
 }
 
+// Heads of a token bwd_dq_store turns with one set of angles (as rope's kernel, kRopeHeads).
+constexpr int kDqStoreHeads = 4;
+
+// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions), of heads [h0, h_end)
+// of a token: elements i..i+3 and their rope partners i + D/2.. (D a multiple of 8), with the
+// angles once. The accumulator is read through L2 (bwd_ws's in-kernel store reads what other
+// blocks' reductions left there).
+__device__ __forceinline__ void store_dq_heads(const Params& p, int64_t token, int h0, int h_end, int i) {
+  const int half = p.D / 2;
+  float2 cs[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
+  const float s = p.scale;
+  for (int h = h0; h < h_end; ++h) {
+    const float* a = p.dq_accum + (token * p.H + h) * p.D + i;
+    float lo[4], up[4];
+    *reinterpret_cast<float4*>(lo) = load_l2(reinterpret_cast<const float4*>(a));
+    *reinterpret_cast<float4*>(up) = load_l2(reinterpret_cast<const float4*>(a + half));
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      turn_pair(lo[e], up[e], cs[e]);
+      lo[e] *= s;
+      up[e] *= s;
+    }
+    bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
+    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]));
+    *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0], up[1]), pack_bf16(up[2], up[3]));
+  }
+}
+
+// dq of a (b, kv head) row (every token, the group's heads) from the accumulator, by bwd_ws's 256
+// consumer threads.
+__device__ __forceinline__ void store_dq_row(const Params& p, int b, int g) {
+  constexpr int kConsumers = 256;
+  const int quads = p.D / 8, chunks = (p.group + kDqStoreHeads - 1) / kDqStoreHeads, h_end = (g + 1) * p.group;
+#pragma unroll 1
+  for (int64_t item = threadIdx.x; item < (int64_t)p.T * chunks * quads; item += kConsumers) {
+    const int t = (int)(item / (chunks * quads)), rest = (int)(item % (chunks * quads));
+    const int h0 = g * p.group + rest / quads * kDqStoreHeads;
+    store_dq_heads(p, (int64_t)b * p.T + t, h0, min(h0 + kDqStoreHeads, h_end), rest % quads * 4);
+  }
+}
+
+// bwd_ws's 256 consumer threads (named barrier 4), after a key block's last dQ reductions, with
+// p.dq_rows_done: the key block counts for its (b, kv head) row, and the block that completes the
+// row stores the row's dq (every token, the group's heads), from the accumulator where the other
+// blocks' reductions left it in L2. `last` is a shared int. Each thread's reductions, then a
+// fence, come before the count; the count, then a fence, before the reads (CUDA's
+// threadFenceReduction pattern).
+__device__ __forceinline__ void count_dq_row(const Params& p, int b, int g, int key_rows, int* last) {
+  constexpr int kConsumers = 256;
+  fence_gpu();
+  wg::bar_sync(4, kConsumers);
+  if (threadIdx.x == 0) {
+    *last = fetch_increment(p.dq_rows_done + b * p.G + g) == (p.T + key_rows - 1) / key_rows - 1;
+    fence_gpu();
+  }
+  wg::bar_sync(4, kConsumers);
+  if (!*last) return;
+  store_dq_row(p, b, g);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two ping-ponging consumers
 // ---------------------------------------------------------------------------------------------
@@ -1376,7 +1441,8 @@ struct WsBwdCfg {
   // K, V, kStages × Q, kStages × dO, kdSBufs × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment
   // id) of kBr, kStages × the tile's (head, query tile, kind, -), and the mbarriers: full and empty
   // of each stage, written and read of each dSᵀ buffer, and K and V's; the key block of K and V,
-  // the producer's next one and its count of key blocks handed over; the producer's walk.
+  // the producer's next one and its count of key blocks handed over, and the consumers' flag of a
+  // row to store (count_dq_row); the producer's walk.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16, kOffBlock = kOffBar + (2 * (kStages + kdSBufs) + 2) * 8;
@@ -1387,7 +1453,7 @@ struct WsBwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
-template <int kD>
+template <int kD, bool kDqRows>
 __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsBwdCfg<kD>;
@@ -1632,6 +1698,8 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     ++i;  // past the end's stage
     wg::fence_operand(dk);
     bwd_store_dkdv<kD>(p, end_block.b, end_block.g, krow, dk, dv);
+    // (an instantiation of its own: the row store's registers made ptxas spill in this loop)
+    if constexpr (kDqRows) count_dq_row(p, end_block.b, end_block.g, kBc, reinterpret_cast<int*>(smem + Cfg::kOffBlock + 12));
   }
 #endif
 }
@@ -1649,6 +1717,8 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   const int D = p.D;
   const bool ok = row < (int64_t)p.B * p.T * p.H && c * 8 < D;
   if (p.tile_counter && blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
+  if (p.dq_rows_done && blockIdx.x == 0)
+    for (int i = threadIdx.x; i < p.B * p.G; i += blockDim.x) p.dq_rows_done[i] = 0;
   float acc = 0.f;
   if (ok) {
     const int64_t e = row * D + c * 8;
@@ -1669,36 +1739,13 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   }
 }
 
-// Heads of a token bwd_dq_store turns with one set of angles (as rope's kernel, kRopeHeads).
-constexpr int kDqStoreHeads = 4;
-
-// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions): a thread takes
-// elements i..i+3 and their rope partners i + D/2.. (D a multiple of 8) of up to kDqStoreHeads
-// heads of a token, with the angles once.
+// The f32 accumulator into dq: a thread per (token, kDqStoreHeads heads, 4 pairs).
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
-  const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
+  const int quads = p.D / 8, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
   const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
   if (token >= (int64_t)p.B * p.T) return;
-  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
-  float2 cs[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
-  const float s = p.scale;
-  for (int h = h0; h < min(h0 + kDqStoreHeads, p.H); ++h) {
-    const float* a = p.dq_accum + (token * p.H + h) * p.D + i;
-    float lo[4], up[4];
-    *reinterpret_cast<float4*>(lo) = *reinterpret_cast<const float4*>(a);
-    *reinterpret_cast<float4*>(up) = *reinterpret_cast<const float4*>(a + half);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      turn_pair(lo[e], up[e], cs[e]);
-      lo[e] *= s;
-      up[e] *= s;
-    }
-    bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
-    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]));
-    *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0], up[1]), pack_bf16(up[2], up[3]));
-  }
+  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads;
+  store_dq_heads(p, token, h0, min(h0 + kDqStoreHeads, p.H), rest % quads * 4);
 }
 
 // dq or dk turned back through rope where it lies, after kernels that store it unturned: a
@@ -2206,23 +2253,33 @@ template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   using C = Tiles<kD>;
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
-  launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
+    // MDLM_ATTN_DQ_STORE=ws (read at every call): bwd_ws stores each (b, kv head) row's dq when
+    // its last key block is done, from the accumulator in L2, in place of bwd_dq_store's pass over
+    // it. Untimed: an experiment for an A/B (bench/cuda-run.sh attn-bwd-ab).
+    Params pp = p;
+    const bool dq_in_ws = (kD == 64 || kD == 128) && wgmma && env_knob("MDLM_ATTN_DQ_STORE") == "ws";
+    pp.dq_rows_done = dq_in_ws ? p.tile_counter + 1 : nullptr;
+    launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, pp, stream, "attention backward Drow");
     bool dk_turned = false;
     if constexpr (kD == 64 || kD == 128) {
       if (wgmma) {
         const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
         using W = WsBwdCfg<kD>;
-        const Params pm = with_tile_maps(p, W::kBr, W::kBc, true, what);
-        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
+        const Params pm = with_tile_maps(pp, W::kBr, W::kBc, true, what);
+        if (dq_in_ws) launch_tiles(bwd_ws<kD, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
+        else launch_tiles(bwd_ws<kD, false>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
         dk_turned = ws_turns_dk<kD>(p);
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-    const int64_t items = (int64_t)p.B * p.T * ceil_div(p.H, kDqStoreHeads) * (p.D / 8);
-    launch(bwd_dq_store, dim3((unsigned)ceil_div64(items, 256)), 256, 0, p, stream, "attention backward dq store");
+    if (!dq_in_ws) {
+      const int64_t items = (int64_t)p.B * p.T * ceil_div(p.H, kDqStoreHeads) * (p.D / 8);
+      launch(bwd_dq_store, dim3((unsigned)ceil_div64(items, 256)), 256, 0, p, stream, "attention backward dq store");
+    }
     return rope_passes<bf16>(p, true, dk_turned, stream);
   }
+  launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM, false>;
   launch_tiles(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, p.B * p.H, Q::kBr, Q::kThreads, Q::kSmem, p, true, stream, "attention backward dq (bf16 mma)");
@@ -2411,14 +2468,16 @@ MDLM_OP(attention_backward) {
   }
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
-  // The fused backward takes a counter (bwd_ws's key blocks) and the f32 dQ accumulator after Drow
-  // in the scratch (each 256-byte aligned).
+  // The fused backward takes counters (bwd_ws's key blocks, then its rows done: MDLM_ATTN_DQ_STORE,
+  // read at every call, decides in backward_mma whether they are used) and the f32 dQ accumulator
+  // after Drow in the scratch (each 256-byte aligned).
   const bool fused = mma && !deterministic_backward();
   const size_t drow_bytes = (sizeof(float) * rows + 255) / 256 * 256;
-  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? 256 + sizeof(float) * rows * p.D : 0)));
+  const size_t counter_bytes = (sizeof(int) * (1 + (size_t)p.B * p.G) + 255) / 256 * 256;
+  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? counter_bytes + sizeof(float) * rows * p.D : 0)));
   p.dsum = reinterpret_cast<float*>(scratch);
   p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
-  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
+  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + counter_bytes) : nullptr;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {

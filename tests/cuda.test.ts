@@ -376,6 +376,18 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     } finally {
       delete process.env.MDLM_ATTN_PERSISTENT;
     }
+    // And bwd_ws storing each (b, kv head) row's dq when its last key block is done
+    // (MDLM_ATTN_DQ_STORE=ws, an experiment read at every call), at both head dims.
+    process.env.MDLM_ATTN_DQ_STORE = 'ws';
+    try {
+      for (const [label, a] of [['B2 T700 H4/2 D64 bidirectional', attrs], ['B4 T256 H20 D128 causal', many(128)]] as const) {
+        const r = await checkParity(b, attentionBackward as OpDef<AttentionAttrs>, { label: `${label}, dq stored by bwd_ws`, attrs: a }, { seed: freshSeed(), dtype: 'bf16' });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+      }
+    } finally {
+      delete process.env.MDLM_ATTN_DQ_STORE;
+    }
     // (The float64 CPU references of these shapes take most of the time: 89 s on the H200 machine's
     // CPU, 2026-12-05, where 90 s timed out once.)
   }, 300_000);
