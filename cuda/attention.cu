@@ -985,14 +985,15 @@ __device__ __forceinline__ void store_dq_row(const Params& p, int b, int g) {
 // bwd_ws's 256 consumer threads (named barrier 4), after a key block's last dQ reductions, with
 // p.dq_rows_done: the key block counts for its (b, kv head) row, and the block that completes the
 // row stores the row's dq (every token, the group's heads), from the accumulator where the other
-// blocks' reductions left it in L2. `last` is a shared int. Each thread's reductions, then a
-// fence, come before the count; the count, then a fence, before the reads (CUDA's
-// threadFenceReduction pattern).
+// blocks' reductions left it in L2. `last` is a shared int. Every thread's reductions, a fence
+// (each thread's, and thread 0's after the barrier, as CUTLASS's semaphore), then the count; the
+// count, a fence, then the reads.
 __device__ __forceinline__ void count_dq_row(const Params& p, int b, int g, int key_rows, int* last) {
   constexpr int kConsumers = 256;
   fence_gpu();
   wg::bar_sync(4, kConsumers);
   if (threadIdx.x == 0) {
+    fence_gpu();
     *last = fetch_increment(p.dq_rows_done + b * p.G + g) == (p.T + key_rows - 1) / key_rows - 1;
     fence_gpu();
   }
