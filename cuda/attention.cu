@@ -1037,17 +1037,21 @@ constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 // as long as the products), with 64-key tiles to fit 104 registers a consumer thread. H200,
 // 2026-12-03 (bench/RESULTS.md, thirteenth pass), against one block of 128-key tiles: causal B16
 // T1024 H12 0.122-0.124 vs 0.137-0.141 ms, B8 0.069-0.072 vs 0.071-0.074, the rest level to 2%.
-template <int kD>
+// kWide (head dim 128, MDLM_ATTN_FWD_WIDE=1 on bidirectional attention, an untimed experiment):
+// 176-key tiles in two stages, FlashAttention-3's tile for non-causal head dim 128: 1.375× the
+// products between a tile's waits and reductions, S taking 88 registers.
+template <int kD, bool kWide = false>
 struct WsFwdCfg {
   static constexpr int kBlocks = kD == 64 ? 2 : 1;
   // Three stages: at head dim 128, two were up to 9% slower on the bench shapes and level on the
   // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
-  // 0.485 ms); three fill 227 KB there.
-  static constexpr int kBr = 128, kBc = kBlocks == 1 ? 128 : 64, kStages = 3;
+  // 0.485 ms); three fill 227 KB there (two, of 176 keys, with kWide).
+  static constexpr int kBr = 128, kBc = kWide ? 176 : kBlocks == 1 ? 128 : 64, kStages = kWide ? 2 : 3;
   // setmaxnreg works on warpgroups (setmaxnreg_fits). One block an SM launches at 168 registers a
-  // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two at 80: 24 and 104
-  // (128·24 + 256·104 ≤ 384·80).
-  static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
+  // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168), or 32 and 232 (kWide, where
+  // ptxas spilled least: 48 bytes, against 144 at 24 and 240); two at 80: 24 and 104 (128·24 +
+  // 256·104 ≤ 384·80).
+  static constexpr int kProducerRegs = kBlocks == 1 && !kWide ? 56 : kWide ? 32 : 24, kConsumerRegs = kWide ? 232 : kBlocks == 1 ? 224 : 104;
   // Whether a tile's P·V stays in flight during the next tile's softmax (S, O and P all held at
   // once). At 104 registers that made ptxas serialise every wgmma of the kernel (C7512); with two
   // blocks an SM the other block's warpgroups fill the tensor pipe instead. H200, 2026-12-03
@@ -1064,14 +1068,15 @@ struct WsFwdCfg {
   static constexpr uint32_t kOffBlock = kOffInfo + kStages * 8;
   static constexpr size_t kSmem = kOffBlock + 12 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
+  static_assert(!kWide || kD == 128, "warp-specialised forward: 176-key tiles at head dim 128");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-template <int kD, bool kOptimistic>
-__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
+template <int kD, bool kOptimistic, bool kWide>
+__global__ void __launch_bounds__(WsFwdCfg<kD, kWide>::kThreads, WsFwdCfg<kD, kWide>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsFwdCfg<kD>;
+  using Cfg = WsFwdCfg<kD, kWide>;
   static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -1117,7 +1122,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     // (Issuing the first K/V stage, with its tile search, before Q's hand-over was level on the
     // H200, 2026-12-05: bench/RESULTS.md, twenty-second pass.)
     const int pt = threadIdx.x - Cfg::kConsumers;
-    static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
+
     const int n_blocks = query_blocks(p, kBr);
     int i = 0;  // ring steps, over all the block's query blocks
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
@@ -1145,7 +1150,8 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           info[2 * s] = n;
           info[2 * s + 1] = kind;
         }
-        if (n < n_end && pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
+        if (n < n_end)
+          for (int c = pt; c < kBc; c += Cfg::kProducers) seg_smem[s * kBc + c] = __ldg(segb + min(n * kBc + c, T - 1));
         if (n < n_end && pt == 0) {
           wg::mbar_arrive_expect_tx(full_k(s), Cfg::kTile);
           load_tile<kBc, kD>(aK + s * Cfg::kTile, p.k_map, g, n * kBc, b, full_k(s));
@@ -2218,12 +2224,21 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      // The optimistic softmax where P·V is not overlapped (head dim 64; see fwd_ws) unless
-      // MDLM_ATTN_FWD_OPT=0, read at every call.
-      auto kernel = fwd_ws<kD, !W::kOverlapPV>;
-      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
       const char* what = "attention forward (bf16 wgmma, warp-specialised)";
       zero_counter(p.tile_counter, stream, what);
+      if constexpr (kD == 128) {
+        // 176-key tiles on bidirectional attention with MDLM_ATTN_FWD_WIDE=1 (read at every call):
+        // an untimed experiment for an A/B (bench/cuda-run.sh attn-fwd-ab)
+        if (!p.causal && env_knob("MDLM_ATTN_FWD_WIDE") == "1") {
+          using X = WsFwdCfg<128, true>;
+          return launch_tiles(fwd_ws<128, false, true>, p.B * p.H, X::kBr, X::kThreads, X::kSmem, with_tile_maps(p, 64, X::kBc, false, what), false,
+                              stream, what, true);
+        }
+      }
+      // The optimistic softmax where P·V is not overlapped (head dim 64; see fwd_ws) unless
+      // MDLM_ATTN_FWD_OPT=0, read at every call.
+      auto kernel = fwd_ws<kD, !W::kOverlapPV, false>;
+      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false, false>;
       return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what, true);
     }
   }

@@ -388,6 +388,16 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     } finally {
       delete process.env.MDLM_ATTN_DQ_STORE;
     }
+    // And fwd_ws's 176-key tiles on bidirectional attention at head dim 128 (MDLM_ATTN_FWD_WIDE=1,
+    // an experiment read at every call): many query blocks, a partial last key tile.
+    process.env.MDLM_ATTN_FWD_WIDE = '1';
+    try {
+      const r = await checkParity(b, attention as OpDef<AttentionAttrs>, { label: 'B4 T256 H20 D128 bidirectional, 176-key tiles', attrs: { ...many(128), causal: false } }, { seed: freshSeed(), dtype: 'bf16' });
+      expect(r.error, JSON.stringify(r)).toBeUndefined();
+      expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+    } finally {
+      delete process.env.MDLM_ATTN_FWD_WIDE;
+    }
     // (The float64 CPU references of these shapes take most of the time: 89 s on the H200 machine's
     // CPU, 2026-12-05, where 90 s timed out once.)
   }, 300_000);
