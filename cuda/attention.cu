@@ -942,12 +942,18 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, co
 // Heads of a token bwd_dq_store turns with one set of angles (as rope's kernel, kRopeHeads).
 constexpr int kDqStoreHeads = 4;
 
-// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions), of heads [h0, h_end)
-// of a token: elements i..i+3 and their rope partners i + D/2.. (D a multiple of 8), with the
-// angles once. The accumulator is read through L2 (bwd_ws's in-kernel store reads what other
-// blocks' reductions left there).
-__device__ __forceinline__ void store_dq_heads(const Params& p, int64_t token, int h0, int h_end, int i) {
-  const int half = p.D / 2;
+// Items of a token's heads [h_first, h_end) for store_dq_heads: kDqStoreHeads heads × 4 pairs each.
+__host__ __device__ __forceinline__ int dq_store_items(const Params& p, int h_first, int h_end) {
+  return (h_end - h_first + kDqStoreHeads - 1) / kDqStoreHeads * (p.D / 8);
+}
+
+// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions), for item `item` of
+// heads [h_first, h_end) of a token: elements i..i+3 and their rope partners i + D/2.. (D a
+// multiple of 8) of up to kDqStoreHeads heads, with the angles once. The accumulator is read
+// through L2 (bwd_ws's in-kernel store reads what other blocks' reductions left there).
+__device__ __forceinline__ void store_dq_heads(const Params& p, int64_t token, int h_first, int h_end, int item) {
+  const int half = p.D / 2, quads = p.D / 8, h0 = h_first + item / quads * kDqStoreHeads, i = item % quads * 4;
+  h_end = min(h0 + kDqStoreHeads, h_end);
   float2 cs[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
@@ -969,19 +975,6 @@ __device__ __forceinline__ void store_dq_heads(const Params& p, int64_t token, i
   }
 }
 
-// dq of a (b, kv head) row (every token, the group's heads) from the accumulator, by bwd_ws's 256
-// consumer threads.
-__device__ __forceinline__ void store_dq_row(const Params& p, int b, int g) {
-  constexpr int kConsumers = 256;
-  const int quads = p.D / 8, chunks = (p.group + kDqStoreHeads - 1) / kDqStoreHeads, h_end = (g + 1) * p.group;
-#pragma unroll 1
-  for (int64_t item = threadIdx.x; item < (int64_t)p.T * chunks * quads; item += kConsumers) {
-    const int t = (int)(item / (chunks * quads)), rest = (int)(item % (chunks * quads));
-    const int h0 = g * p.group + rest / quads * kDqStoreHeads;
-    store_dq_heads(p, (int64_t)b * p.T + t, h0, min(h0 + kDqStoreHeads, h_end), rest % quads * 4);
-  }
-}
-
 // bwd_ws's 256 consumer threads (named barrier 4), after a key block's last dQ reductions, with
 // p.dq_rows_done: the key block counts for its (b, kv head) row, and the block that completes the
 // row stores the row's dq (every token, the group's heads), from the accumulator where the other
@@ -999,7 +992,10 @@ __device__ __forceinline__ void count_dq_row(const Params& p, int b, int g, int 
   }
   wg::bar_sync(4, kConsumers);
   if (!*last) return;
-  store_dq_row(p, b, g);
+  const int h_first = g * p.group, h_end = h_first + p.group, items = dq_store_items(p, h_first, h_end);
+#pragma unroll 1
+  for (int64_t item = threadIdx.x; item < (int64_t)p.T * items; item += kConsumers)
+    store_dq_heads(p, (int64_t)b * p.T + item / items, h_first, h_end, (int)(item % items));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1051,7 +1047,7 @@ struct WsFwdCfg {
   // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168), or 32 and 232 (kWide, where
   // ptxas spilled least: 48 bytes, against 144 at 24 and 240); two at 80: 24 and 104 (128·24 +
   // 256·104 ≤ 384·80).
-  static constexpr int kProducerRegs = kBlocks == 1 && !kWide ? 56 : kWide ? 32 : 24, kConsumerRegs = kWide ? 232 : kBlocks == 1 ? 224 : 104;
+  static constexpr int kProducerRegs = kWide ? 32 : kBlocks == 1 ? 56 : 24, kConsumerRegs = kWide ? 232 : kBlocks == 1 ? 224 : 104;
   // Whether a tile's P·V stays in flight during the next tile's softmax (S, O and P all held at
   // once). At 104 registers that made ptxas serialise every wgmma of the kernel (C7512); with two
   // blocks an SM the other block's warpgroups fill the tensor pipe instead. H200, 2026-12-03
@@ -1122,7 +1118,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kWide>::kThreads, WsFwdCfg<kD, kW
     // (Issuing the first K/V stage, with its tile search, before Q's hand-over was level on the
     // H200, 2026-12-05: bench/RESULTS.md, twenty-second pass.)
     const int pt = threadIdx.x - Cfg::kConsumers;
-
     const int n_blocks = query_blocks(p, kBr);
     int i = 0;  // ring steps, over all the block's query blocks
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
@@ -1748,11 +1743,9 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
 
 // The f32 accumulator into dq: a thread per (token, kDqStoreHeads heads, 4 pairs).
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
-  const int quads = p.D / 8, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
-  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
-  if (token >= (int64_t)p.B * p.T) return;
-  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads;
-  store_dq_heads(p, token, h0, min(h0 + kDqStoreHeads, p.H), rest % quads * 4);
+  const int items = dq_store_items(p, 0, p.H);
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / items;
+  if (token < (int64_t)p.B * p.T) store_dq_heads(p, token, 0, p.H, (int)(item - token * items));
 }
 
 // dq or dk turned back through rope where it lies, after kernels that store it unturned: a
@@ -2290,7 +2283,7 @@ void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
     if (!dq_in_ws) {
-      const int64_t items = (int64_t)p.B * p.T * ceil_div(p.H, kDqStoreHeads) * (p.D / 8);
+      const int64_t items = (int64_t)p.B * p.T * dq_store_items(p, 0, p.H);
       launch(bwd_dq_store, dim3((unsigned)ceil_div64(items, 256)), 256, 0, p, stream, "attention backward dq store");
     }
     return rope_passes<bf16>(p, true, dk_turned, stream);
