@@ -91,9 +91,6 @@ struct Params {
   float* dsum;      // backward scratch: Drow = rowsum(dO∘O), [B, H, T]
   float* dq_accum;  // fused backward scratch: dQ / scale in f32, laid out like dq
   int* tile_counter;  // scratch: the tiles a persistent kernel (fwd_ws, bwd_ws) has handed out past its grid, zeroed before it
-  // fused backward scratch, with MDLM_ATTN_DQ_STORE=ws: bwd_ws's key blocks done per (b, kv head)
-  // row, [B, G], zeroed by bwd_prep; the block that completes a row stores its dq. Else null.
-  int* dq_rows_done;
   int B, T, H, G, D, group;
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
@@ -939,65 +936,6 @@ __device__ __forceinline__ void bwd_store_dkdv(const Params& p, int b, int g, co
   }
 }
 
-// Heads of a token bwd_dq_store turns with one set of angles (as rope's kernel, kRopeHeads).
-constexpr int kDqStoreHeads = 4;
-
-// Items of a token's heads [h_first, h_end) for store_dq_heads: kDqStoreHeads heads × 4 pairs each.
-__host__ __device__ __forceinline__ int dq_store_items(const Params& p, int h_first, int h_end) {
-  return (h_end - h_first + kDqStoreHeads - 1) / kDqStoreHeads * (p.D / 8);
-}
-
-// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions), for item `item` of
-// heads [h_first, h_end) of a token: elements i..i+3 and their rope partners i + D/2.. (D a
-// multiple of 8) of up to kDqStoreHeads heads, with the angles once. The accumulator is read
-// through L2 (bwd_ws's in-kernel store reads what other blocks' reductions left there).
-__device__ __forceinline__ void store_dq_heads(const Params& p, int64_t token, int h_first, int h_end, int item) {
-  const int half = p.D / 2, quads = p.D / 8, h0 = h_first + item / quads * kDqStoreHeads, i = item % quads * 4;
-  h_end = min(h0 + kDqStoreHeads, h_end);
-  float2 cs[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
-  const float s = p.scale;
-  for (int h = h0; h < h_end; ++h) {
-    const float* a = p.dq_accum + (token * p.H + h) * p.D + i;
-    float lo[4], up[4];
-    *reinterpret_cast<float4*>(lo) = load_l2(reinterpret_cast<const float4*>(a));
-    *reinterpret_cast<float4*>(up) = load_l2(reinterpret_cast<const float4*>(a + half));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      turn_pair(lo[e], up[e], cs[e]);
-      lo[e] *= s;
-      up[e] *= s;
-    }
-    bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
-    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]));
-    *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0], up[1]), pack_bf16(up[2], up[3]));
-  }
-}
-
-// bwd_ws's 256 consumer threads (named barrier 4), after a key block's last dQ reductions, with
-// p.dq_rows_done: the key block counts for its (b, kv head) row, and the block that completes the
-// row stores the row's dq (every token, the group's heads), from the accumulator where the other
-// blocks' reductions left it in L2. `last` is a shared int. Every thread's reductions, a fence
-// (each thread's, and thread 0's after the barrier, as CUTLASS's semaphore), then the count; the
-// count, a fence, then the reads.
-__device__ __forceinline__ void count_dq_row(const Params& p, int b, int g, int key_rows, int* last) {
-  constexpr int kConsumers = 256;
-  fence_gpu();
-  wg::bar_sync(4, kConsumers);
-  if (threadIdx.x == 0) {
-    fence_gpu();
-    *last = fetch_increment(p.dq_rows_done + b * p.G + g) == (p.T + key_rows - 1) / key_rows - 1;
-    fence_gpu();
-  }
-  wg::bar_sync(4, kConsumers);
-  if (!*last) return;
-  const int h_first = g * p.group, h_end = h_first + p.group, items = dq_store_items(p, h_first, h_end);
-#pragma unroll 1
-  for (int64_t item = threadIdx.x; item < (int64_t)p.T * items; item += kConsumers)
-    store_dq_heads(p, (int64_t)b * p.T + item / items, h_first, h_end, (int)(item % items));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Forward, Hopper (sm_90a), warp-specialised: a producer warpgroup and two ping-ponging consumers
 // ---------------------------------------------------------------------------------------------
@@ -1033,21 +971,17 @@ constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 // as long as the products), with 64-key tiles to fit 104 registers a consumer thread. H200,
 // 2026-12-03 (bench/RESULTS.md, thirteenth pass), against one block of 128-key tiles: causal B16
 // T1024 H12 0.122-0.124 vs 0.137-0.141 ms, B8 0.069-0.072 vs 0.071-0.074, the rest level to 2%.
-// kWide (head dim 128, MDLM_ATTN_FWD_WIDE=1 on bidirectional attention, an untimed experiment):
-// 176-key tiles in two stages, FlashAttention-3's tile for non-causal head dim 128: 1.375× the
-// products between a tile's waits and reductions, S taking 88 registers.
-template <int kD, bool kWide = false>
+template <int kD>
 struct WsFwdCfg {
   static constexpr int kBlocks = kD == 64 ? 2 : 1;
   // Three stages: at head dim 128, two were up to 9% slower on the bench shapes and level on the
   // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
-  // 0.485 ms); three fill 227 KB there (two, of 176 keys, with kWide).
-  static constexpr int kBr = 128, kBc = kWide ? 176 : kBlocks == 1 ? 128 : 64, kStages = kWide ? 2 : 3;
+  // 0.485 ms); three fill 227 KB there.
+  static constexpr int kBr = 128, kBc = kBlocks == 1 ? 128 : 64, kStages = 3;
   // setmaxnreg works on warpgroups (setmaxnreg_fits). One block an SM launches at 168 registers a
-  // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168), or 32 and 232 (kWide, where
-  // ptxas spilled least: 48 bytes, against 144 at 24 and 240); two at 80: 24 and 104 (128·24 +
-  // 256·104 ≤ 384·80).
-  static constexpr int kProducerRegs = kWide ? 32 : kBlocks == 1 ? 56 : 24, kConsumerRegs = kWide ? 232 : kBlocks == 1 ? 224 : 104;
+  // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two at 80: 24 and 104
+  // (128·24 + 256·104 ≤ 384·80).
+  static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
   // Whether a tile's P·V stays in flight during the next tile's softmax (S, O and P all held at
   // once). At 104 registers that made ptxas serialise every wgmma of the kernel (C7512); with two
   // blocks an SM the other block's warpgroups fill the tensor pipe instead. H200, 2026-12-03
@@ -1064,15 +998,14 @@ struct WsFwdCfg {
   static constexpr uint32_t kOffBlock = kOffInfo + kStages * 8;
   static constexpr size_t kSmem = kOffBlock + 12 + 1024;
   static_assert(kD == 64 || kD == 128, "warp-specialised forward: head dim 64 or 128");
-  static_assert(!kWide || kD == 128, "warp-specialised forward: 176-key tiles at head dim 128");
   static_assert(kBlocks * (kSmem + 1024) <= 228 * 1024, "blocks an SM: shared memory");
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-template <int kD, bool kOptimistic, bool kWide>
-__global__ void __launch_bounds__(WsFwdCfg<kD, kWide>::kThreads, WsFwdCfg<kD, kWide>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
+template <int kD, bool kOptimistic>
+__global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = WsFwdCfg<kD, kWide>;
+  using Cfg = WsFwdCfg<kD>;
   static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -1118,6 +1051,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kWide>::kThreads, WsFwdCfg<kD, kW
     // (Issuing the first K/V stage, with its tile search, before Q's hand-over was level on the
     // H200, 2026-12-05: bench/RESULTS.md, twenty-second pass.)
     const int pt = threadIdx.x - Cfg::kConsumers;
+    static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
     const int n_blocks = query_blocks(p, kBr);
     int i = 0;  // ring steps, over all the block's query blocks
     for (int blk_index = blockIdx.x;; blk_index = blocks.next(p, pt, 3, Cfg::kProducers)) {
@@ -1145,8 +1079,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD, kWide>::kThreads, WsFwdCfg<kD, kW
           info[2 * s] = n;
           info[2 * s + 1] = kind;
         }
-        if (n < n_end)
-          for (int c = pt; c < kBc; c += Cfg::kProducers) seg_smem[s * kBc + c] = __ldg(segb + min(n * kBc + c, T - 1));
+        if (n < n_end && pt < kBc) seg_smem[s * kBc + pt] = __ldg(segb + min(n * kBc + pt, T - 1));
         if (n < n_end && pt == 0) {
           wg::mbar_arrive_expect_tx(full_k(s), Cfg::kTile);
           load_tile<kBc, kD>(aK + s * Cfg::kTile, p.k_map, g, n * kBc, b, full_k(s));
@@ -1443,8 +1376,7 @@ struct WsBwdCfg {
   // K, V, kStages × Q, kStages × dO, kdSBufs × dSᵀ [kBc][kBr]; then kStages × (lse, Drow, segment
   // id) of kBr, kStages × the tile's (head, query tile, kind, -), and the mbarriers: full and empty
   // of each stage, written and read of each dSᵀ buffer, and K and V's; the key block of K and V,
-  // the producer's next one and its count of key blocks handed over, and the consumers' flag of a
-  // row to store (count_dq_row); the producer's walk.
+  // the producer's next one and its count of key blocks handed over; the producer's walk.
   static constexpr uint32_t kOffQ = 2 * kKV, kOffdO = kOffQ + kStages * kQ, kOffdS = kOffdO + kStages * kQ;
   static constexpr uint32_t kOffRows = kOffdS + kdSBufs * kdS, kOffInfo = kOffRows + 3 * kStages * kBr * 4;
   static constexpr uint32_t kOffBar = kOffInfo + kStages * 16, kOffBlock = kOffBar + (2 * (kStages + kdSBufs) + 2) * 8;
@@ -1455,7 +1387,7 @@ struct WsBwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, 1), "setmaxnreg budget");
 };
 
-template <int kD, bool kDqRows>
+template <int kD>
 __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsBwdCfg<kD>;
@@ -1700,8 +1632,6 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
     ++i;  // past the end's stage
     wg::fence_operand(dk);
     bwd_store_dkdv<kD>(p, end_block.b, end_block.g, krow, dk, dv);
-    // (an instantiation of its own: the row store's registers made ptxas spill in this loop)
-    if constexpr (kDqRows) count_dq_row(p, end_block.b, end_block.g, kBc, reinterpret_cast<int*>(smem + Cfg::kOffBlock + 12));
   }
 #endif
 }
@@ -1719,8 +1649,6 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   const int D = p.D;
   const bool ok = row < (int64_t)p.B * p.T * p.H && c * 8 < D;
   if (p.tile_counter && blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
-  if (p.dq_rows_done && blockIdx.x == 0)
-    for (int i = threadIdx.x; i < p.B * p.G; i += blockDim.x) p.dq_rows_done[i] = 0;
   float acc = 0.f;
   if (ok) {
     const int64_t e = row * D + c * 8;
@@ -1741,11 +1669,36 @@ __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   }
 }
 
-// The f32 accumulator into dq: a thread per (token, kDqStoreHeads heads, 4 pairs).
+// Heads of a token bwd_dq_store turns with one set of angles (as rope's kernel, kRopeHeads).
+constexpr int kDqStoreHeads = 4;
+
+// dq = bf16(scale · dQ accumulator), turned back through rope (p.positions): a thread takes
+// elements i..i+3 and their rope partners i + D/2.. (D a multiple of 8) of up to kDqStoreHeads
+// heads of a token, with the angles once.
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
-  const int items = dq_store_items(p, 0, p.H);
-  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / items;
-  if (token < (int64_t)p.B * p.T) store_dq_heads(p, token, 0, p.H, (int)(item - token * items));
+  const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
+  if (token >= (int64_t)p.B * p.T) return;
+  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
+  float2 cs[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
+  const float s = p.scale;
+  for (int h = h0; h < min(h0 + kDqStoreHeads, p.H); ++h) {
+    const float* a = p.dq_accum + (token * p.H + h) * p.D + i;
+    float lo[4], up[4];
+    *reinterpret_cast<float4*>(lo) = *reinterpret_cast<const float4*>(a);
+    *reinterpret_cast<float4*>(up) = *reinterpret_cast<const float4*>(a + half);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      turn_pair(lo[e], up[e], cs[e]);
+      lo[e] *= s;
+      up[e] *= s;
+    }
+    bf16* out = static_cast<bf16*>(p.dq) + token * p.dq_stride + (int64_t)h * p.D + i;
+    *reinterpret_cast<uint2*>(out) = make_uint2(pack_bf16(lo[0], lo[1]), pack_bf16(lo[2], lo[3]));
+    *reinterpret_cast<uint2*>(out + half) = make_uint2(pack_bf16(up[0], up[1]), pack_bf16(up[2], up[3]));
+  }
 }
 
 // dq or dk turned back through rope where it lies, after kernels that store it unturned: a
@@ -2217,21 +2170,12 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      const char* what = "attention forward (bf16 wgmma, warp-specialised)";
-      zero_counter(p.tile_counter, stream, what);
-      if constexpr (kD == 128) {
-        // 176-key tiles on bidirectional attention with MDLM_ATTN_FWD_WIDE=1 (read at every call):
-        // an untimed experiment for an A/B (bench/cuda-run.sh attn-fwd-ab)
-        if (!p.causal && env_knob("MDLM_ATTN_FWD_WIDE") == "1") {
-          using X = WsFwdCfg<128, true>;
-          return launch_tiles(fwd_ws<128, false, true>, p.B * p.H, X::kBr, X::kThreads, X::kSmem, with_tile_maps(p, 64, X::kBc, false, what), false,
-                              stream, what, true);
-        }
-      }
       // The optimistic softmax where P·V is not overlapped (head dim 64; see fwd_ws) unless
       // MDLM_ATTN_FWD_OPT=0, read at every call.
-      auto kernel = fwd_ws<kD, !W::kOverlapPV, false>;
-      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false, false>;
+      auto kernel = fwd_ws<kD, !W::kOverlapPV>;
+      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
+      const char* what = "attention forward (bf16 wgmma, warp-specialised)";
+      zero_counter(p.tile_counter, stream, what);
       return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what, true);
     }
   }
@@ -2262,33 +2206,23 @@ template <int kD>
 void backward_mma(const Params& p, cudaStream_t stream, bool wgmma) {
   using C = Tiles<kD>;
   const int64_t n = (int64_t)p.B * p.T * p.H * p.D;
+  launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   if (p.dq_accum) {
-    // MDLM_ATTN_DQ_STORE=ws (read at every call): bwd_ws stores each (b, kv head) row's dq when
-    // its last key block is done, from the accumulator in L2, in place of bwd_dq_store's pass over
-    // it. Untimed: an experiment for an A/B (bench/cuda-run.sh attn-bwd-ab).
-    Params pp = p;
-    const bool dq_in_ws = (kD == 64 || kD == 128) && wgmma && env_knob("MDLM_ATTN_DQ_STORE") == "ws";
-    pp.dq_rows_done = dq_in_ws ? p.tile_counter + 1 : nullptr;
-    launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, pp, stream, "attention backward Drow");
     bool dk_turned = false;
     if constexpr (kD == 64 || kD == 128) {
       if (wgmma) {
         const char* what = "attention backward dq/dk/dv (bf16 wgmma, warp-specialised)";
         using W = WsBwdCfg<kD>;
-        const Params pm = with_tile_maps(pp, W::kBr, W::kBc, true, what);
-        if (dq_in_ws) launch_tiles(bwd_ws<kD, true>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
-        else launch_tiles(bwd_ws<kD, false>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
+        const Params pm = with_tile_maps(p, W::kBr, W::kBc, true, what);
+        launch_tiles(bwd_ws<kD>, p.B * p.G, W::kBc, W::kThreads, W::kSmem, pm, true, stream, what, true);
         dk_turned = ws_turns_dk<kD>(p);
       }
     }
     if (!wgmma) launch_fused<kD, C::kBr, C::uW, C::kM>(p, stream);
-    if (!dq_in_ws) {
-      const int64_t items = (int64_t)p.B * p.T * dq_store_items(p, 0, p.H);
-      launch(bwd_dq_store, dim3((unsigned)ceil_div64(items, 256)), 256, 0, p, stream, "attention backward dq store");
-    }
+    const int64_t items = (int64_t)p.B * p.T * ceil_div(p.H, kDqStoreHeads) * (p.D / 8);
+    launch(bwd_dq_store, dim3((unsigned)ceil_div64(items, 256)), 256, 0, p, stream, "attention backward dq store");
     return rope_passes<bf16>(p, true, dk_turned, stream);
   }
-  launch(bwd_prep, dim3((unsigned)ceil_div64(n / p.D * 16, 256)), 256, 0, p, stream, "attention backward Drow");
   using Q = DqCfg<kD, C::qBc, C::qW, C::qM>;
   using K = DkvCfg<kD, C::kBr, C::kW, C::kM, false>;
   launch_tiles(bwd_dq_mma<kD, C::qBc, C::qW, C::qM>, p.B * p.H, Q::kBr, Q::kThreads, Q::kSmem, p, true, stream, "attention backward dq (bf16 mma)");
@@ -2477,16 +2411,14 @@ MDLM_OP(attention_backward) {
   }
   const size_t rows = (size_t)p.B * p.H * p.T;
   const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
-  // The fused backward takes counters (bwd_ws's key blocks, then its rows done: MDLM_ATTN_DQ_STORE,
-  // read at every call, decides in backward_mma whether they are used) and the f32 dQ accumulator
-  // after Drow in the scratch (each 256-byte aligned).
+  // The fused backward takes a counter (bwd_ws's key blocks) and the f32 dQ accumulator after Drow
+  // in the scratch (each 256-byte aligned).
   const bool fused = mma && !deterministic_backward();
   const size_t drow_bytes = (sizeof(float) * rows + 255) / 256 * 256;
-  const size_t counter_bytes = (sizeof(int) * (1 + (size_t)p.B * p.G) + 255) / 256 * 256;
-  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? counter_bytes + sizeof(float) * rows * p.D : 0)));
+  char* scratch = static_cast<char*>(call.scratch->get(drow_bytes + (fused ? 256 + sizeof(float) * rows * p.D : 0)));
   p.dsum = reinterpret_cast<float*>(scratch);
   p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
-  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + counter_bytes) : nullptr;
+  p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {

@@ -310,23 +310,6 @@ __device__ __forceinline__ int fetch_increment(int* addr) {
 #endif
 }
 
-// Four floats of global memory read through L2 (not this SM's L1, which other blocks' atomics do
-// not update).
-__device__ __forceinline__ float4 load_l2(const float4* addr) {
-#ifdef MDLM_ATTN_EMULATE
-  return *addr;
-#else
-  return __ldcg(addr);
-#endif
-}
-
-// Orders this thread's global writes and reductions before its later ones, GPU-wide.
-__device__ __forceinline__ void fence_gpu() {
-#ifndef MDLM_ATTN_EMULATE  // (the emulator's memory is sequentially consistent)
-  __threadfence();
-#endif
-}
-
 // *addr += v for four adjacent floats of global memory (16-byte aligned), atomically per float
 // (the dQ accumulator of the fused backwards). sm_90 has a vector reduction; older GPUs take four.
 __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {

@@ -181,12 +181,6 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('D=64', { MDLM_ATTN_FWD_OPT: '0', DTYPE: 'bf16' }, 6);
     // And the persistent kernels launched a block a tile (MDLM_ATTN_PERSISTENT=0), skewed.
     await expectCasesPass('multi', { MDLM_ATTN_PERSISTENT: '0', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 11);
-    // And fwd_ws's 176-key tiles on bidirectional attention at head dim 128 (MDLM_ATTN_FWD_WIDE=1),
-    // skewed with copies landing early.
-    await expectCasesPass('D=128 bidir', { MDLM_ATTN_FWD_WIDE: '1', EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 3);
-    // And bwd_ws storing each row's dq itself when its last key block is done (MDLM_ATTN_DQ_STORE=ws),
-    // skewed, with rope's turn and the gradient's token stride.
-    await expectCasesPass('multi', { MDLM_ATTN_DQ_STORE: 'ws', EMU_SCHEDULE: 'skewed', ROPE: '10000', GRAD_STRIDE_EXTRA: '72', DTYPE: 'bf16' }, 11);
     // And the gradients written with their tokens further apart (gradStride), their gaps left
     // alone, and dq and dk turned back through rope (ropeBase): 16-byte rows through the
     // tensor-core kernels, then rows the SIMT kernels take (bf16) and f32; the turn in registers
