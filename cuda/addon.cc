@@ -1,6 +1,7 @@
 // The Node addon: device memory, copies, the op launcher call and the capability probe, for
 // src/backend/cuda/cuda.ts. One device (CUDA_VISIBLE_DEVICES picks it), one stream, one scratch
-// arena, one cuBLASLt handle with its workspace. Pointers travel to JavaScript as BigInt.
+// arena, one cuBLASLt handle with its workspace; with MDLM_CUDA_SIDE_STREAM=1 a second stream for
+// ops run aside while a graph is captured. Pointers travel to JavaScript as BigInt.
 //
 // Errors: an OpError (a user mistake the kernel detected) becomes a JS Error with `mdlmCode` set,
 // which the TypeScript side rethrows as an MdlmError; CUDA and cuBLASLt failures become plain
@@ -27,6 +28,11 @@ using mdlm::launch_set_above;
 constexpr size_t kAlign = 256;
 // cuBLASLt's recommended workspace on Hopper; enough for every algorithm it picks on Ampere too.
 constexpr size_t kCublasLtWorkspace = 32u << 20;
+// Events the side stream records, reused round-robin: a wait on one re-recorded since waits for
+// later side work as well, which is still correct.
+constexpr int kSideEvents = 64;
+
+bool side_stream_enabled() { return mdlm::env_knob("MDLM_CUDA_SIDE_STREAM") == "1"; }
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
@@ -107,6 +113,15 @@ class Arena final : public mdlm::Scratch {
   std::vector<void*> extra_;
 };
 
+// The scratch of side-stream calls: none. The ops run aside while capturing (matmuls: their
+// autotune, the one use of scratch, never runs in a capture) ask for none.
+class NoScratch final : public mdlm::Scratch {
+ public:
+  void* get(size_t) override {
+    throw OpError("BAD_ARGUMENT", "cuda: an op run aside (on the side stream) asked for scratch memory, which the side stream has none of");
+  }
+};
+
 void check_lt(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasLtGetStatusString(s));
 }
@@ -130,16 +145,39 @@ struct Device {
   cudaStream_t work() const { return in_body ? body_stream : stream; }
   // MDLM_CUDA_SYNC=1: wait after every op, so a fault inside a kernel names its op (debugging).
   bool sync_each_op = false;
+  // The side stream (MDLM_CUDA_SIDE_STREAM=1; null otherwise), at the lowest priority with the
+  // main stream at the highest: while a graph is captured, runAside puts an op there after the
+  // main stream's work so far (fork_event), and side_events[i % kSideEvents] marks the end of its
+  // i-th op, which joinAside makes the main stream wait for. It has its own cuBLASLt workspace and
+  // no scratch. side_joined: the side ops the main stream has waited for (the capture's end waits
+  // for the rest); capture_first_side: the first side op of the capture under way.
+  cudaStream_t side_stream = nullptr;
+  void* side_workspace = nullptr;
+  cudaEvent_t fork_event = nullptr;
+  std::vector<cudaEvent_t> side_events;
+  int64_t side_ops = 0, side_joined = 0, capture_first_side = 0;
+  NoScratch no_scratch;
 
   Device() {
     sync_each_op = mdlm::env_knob("MDLM_CUDA_SYNC") == "1";
     check_cuda(cudaGetDevice(&index), "cudaGetDevice");
     check_cuda(cudaSetDevice(index), "cudaSetDevice");
     check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
-    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaStreamCreateWithFlags(&body_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check_lt(cublasLtCreate(&lt), "cublasLtCreate");
     workspace = device_alloc(kCublasLtWorkspace, "the cuBLASLt workspace");
+    if (side_stream_enabled()) {
+      int lowest = 0, highest = 0;
+      check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
+      check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highest), "cudaStreamCreateWithPriority");
+      check_cuda(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, lowest), "cudaStreamCreateWithPriority");
+      side_workspace = device_alloc(kCublasLtWorkspace, "the side stream's cuBLASLt workspace");
+      check_cuda(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming), "cudaEventCreate");
+      side_events.resize(kSideEvents);
+      for (cudaEvent_t& e : side_events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    } else {
+      check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
     scratch = std::make_unique<Arena>(stream);
   }
   Device(const Device&) = delete;
@@ -151,8 +189,22 @@ struct Device {
     scratch.reset();
     cudaFree(workspace);
     cublasLtDestroy(lt);
+    if (side_stream) {
+      for (cudaEvent_t e : side_events) cudaEventDestroy(e);
+      cudaEventDestroy(fork_event);
+      cudaFree(side_workspace);
+      cudaStreamDestroy(side_stream);
+    }
     cudaStreamDestroy(body_stream);
     cudaStreamDestroy(stream);
+  }
+
+  // The main stream waits for every side op of the capture it has not waited for (a capture must
+  // end with the streams it forked joined back).
+  void join_side() {
+    if (side_joined >= side_ops) return;
+    check_cuda(cudaStreamWaitEvent(stream, side_events[(side_ops - 1) % kSideEvents], 0), "join the side stream: cudaStreamWaitEvent");
+    side_joined = side_ops;
   }
 };
 
@@ -271,6 +323,7 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   out.Set("multiprocessors", p.multiProcessorCount);
   out.Set("bf16", p.major >= 8);
   out.Set("fp8", p.major * 10 + p.minor >= 89);
+  out.Set("sideStream", side_stream_enabled());
   return out;
 }
 
@@ -329,54 +382,96 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
   });
 }
 
-// run(op, args: [name, ptr, dtype, numel][], nums: {name: number}, strs: {name: string})
-Napi::Value Run(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    Napi::Env env = info.Env();
-    Device& d = device(env);
-    mdlm::OpCall call;
-    call.op = info[0].As<Napi::String>().Utf8Value();
-    const mdlm::Launcher launch = mdlm::find_launcher(call.op);
-    if (!launch) throw OpError("UNSUPPORTED_OP", "cuda: no kernel for op '" + call.op + "' (kernels: " + mdlm::registered_ops() + ")");
-    Napi::Array args = info[1].As<Napi::Array>();
-    for (uint32_t i = 0; i < args.Length(); i++) {
-      Napi::Array a = args.Get(i).As<Napi::Array>();
-      mdlm::Arg arg;
-      arg.ptr = pointer_arg(a.Get(1u), "run");
-      const int code = a.Get(2u).As<Napi::Number>().Int32Value();
-      if (code < 0 || code > static_cast<int>(mdlm::DType::u32)) throw std::runtime_error(call.op + ": unknown dtype code " + std::to_string(code));
-      arg.dtype = static_cast<mdlm::DType>(code);
-      arg.numel = a.Get(3u).As<Napi::Number>().Int64Value();
-      call.args[a.Get(0u).As<Napi::String>().Utf8Value()] = arg;
-    }
-    Napi::Object nums = info[2].As<Napi::Object>();
-    Napi::Array keys = nums.GetPropertyNames();
-    for (uint32_t i = 0; i < keys.Length(); i++) {
-      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
-      call.nums[key] = nums.Get(key).As<Napi::Number>().DoubleValue();
-    }
-    Napi::Object strs = info[3].As<Napi::Object>();
-    keys = strs.GetPropertyNames();
-    for (uint32_t i = 0; i < keys.Length(); i++) {
-      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
-      call.strs[key] = strs.Get(key).As<Napi::String>().Utf8Value();
-    }
+// Launches the op of a run/runAside call (op, args, nums, strs) on the main stream, or on the side
+// stream when `side`.
+void launch_op(const Napi::CallbackInfo& info, Device& d, bool side) {
+  mdlm::OpCall call;
+  call.op = info[0].As<Napi::String>().Utf8Value();
+  const mdlm::Launcher launch = mdlm::find_launcher(call.op);
+  if (!launch) throw OpError("UNSUPPORTED_OP", "cuda: no kernel for op '" + call.op + "' (kernels: " + mdlm::registered_ops() + ")");
+  Napi::Array args = info[1].As<Napi::Array>();
+  for (uint32_t i = 0; i < args.Length(); i++) {
+    Napi::Array a = args.Get(i).As<Napi::Array>();
+    mdlm::Arg arg;
+    arg.ptr = pointer_arg(a.Get(1u), "run");
+    const int code = a.Get(2u).As<Napi::Number>().Int32Value();
+    if (code < 0 || code > static_cast<int>(mdlm::DType::u32)) throw std::runtime_error(call.op + ": unknown dtype code " + std::to_string(code));
+    arg.dtype = static_cast<mdlm::DType>(code);
+    arg.numel = a.Get(3u).As<Napi::Number>().Int64Value();
+    call.args[a.Get(0u).As<Napi::String>().Utf8Value()] = arg;
+  }
+  Napi::Object nums = info[2].As<Napi::Object>();
+  Napi::Array keys = nums.GetPropertyNames();
+  for (uint32_t i = 0; i < keys.Length(); i++) {
+    const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+    call.nums[key] = nums.Get(key).As<Napi::Number>().DoubleValue();
+  }
+  Napi::Object strs = info[3].As<Napi::Object>();
+  keys = strs.GetPropertyNames();
+  for (uint32_t i = 0; i < keys.Length(); i++) {
+    const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+    call.strs[key] = strs.Get(key).As<Napi::String>().Utf8Value();
+  }
+  call.device = &d.prop;
+  call.cublaslt = d.lt;
+  call.cublaslt_workspace_bytes = kCublasLtWorkspace;
+  if (side) {
+    call.stream = d.side_stream;
+    call.scratch = &d.no_scratch;
+    call.cublaslt_workspace = d.side_workspace;
+  } else {
     d.scratch->begin_call();
     call.stream = d.work();
     call.scratch = d.scratch.get();
-    call.device = &d.prop;
-    call.cublaslt = d.lt;
     call.cublaslt_workspace = d.workspace;
-    call.cublaslt_workspace_bytes = kCublasLtWorkspace;
-    try {
-      launch(call);
-      if (d.sync_each_op && !d.capturing) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
-    } catch (const OpError&) {
-      throw;
-    } catch (const std::exception& e) {
-      throw std::runtime_error("cuda: op '" + call.op + "': " + e.what());
+  }
+  try {
+    launch(call);
+    if (d.sync_each_op && !d.capturing) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
+  } catch (const OpError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cuda: op '" + call.op + "': " + e.what());
+  }
+}
+
+// run(op, args: [name, ptr, dtype, numel][], nums: {name: number}, strs: {name: string})
+Napi::Value Run(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    launch_op(info, device(info.Env()), false);
+    return info.Env().Undefined();
+  });
+}
+
+// runAside(op, args, nums, strs) -> event: the op on the side stream, after the main stream's work
+// so far; joinAside(event) makes the main stream wait for it. Only while a graph is captured, and
+// not inside a conditional region (its body cannot wait on the side stream).
+Napi::Value RunAside(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    if (!d.side_stream) throw std::runtime_error("runAside: the side stream is off (MDLM_CUDA_SIDE_STREAM=1 turns it on)");
+    if (!d.capturing || d.in_body) throw std::runtime_error("runAside: only while a graph is captured, outside conditional regions");
+    check_cuda(cudaEventRecord(d.fork_event, d.stream), "runAside: cudaEventRecord");
+    check_cuda(cudaStreamWaitEvent(d.side_stream, d.fork_event, 0), "runAside: cudaStreamWaitEvent");
+    launch_op(info, d, true);
+    const int64_t event = d.side_ops;
+    check_cuda(cudaEventRecord(d.side_events[event % kSideEvents], d.side_stream), "runAside: cudaEventRecord");
+    d.side_ops++;
+    return Napi::Number::New(info.Env(), static_cast<double>(event));
+  });
+}
+
+Napi::Value JoinAside(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    Device& d = device(info.Env());
+    const int64_t event = info[0].As<Napi::Number>().Int64Value();
+    if (!d.capturing || d.in_body) throw std::runtime_error("joinAside: only while a graph is captured, outside conditional regions");
+    if (event < d.capture_first_side || event >= d.side_ops) {
+      throw std::runtime_error("joinAside: event " + std::to_string(event) + " is not a side op of this capture");
     }
-    return env.Undefined();
+    check_cuda(cudaStreamWaitEvent(d.stream, d.side_events[event % kSideEvents], 0), "joinAside: cudaStreamWaitEvent");
+    if (event + 1 > d.side_joined) d.side_joined = event + 1;
+    return info.Env().Undefined();
   });
 }
 
@@ -390,6 +485,7 @@ Napi::Value CaptureBegin(const Napi::CallbackInfo& info) {
     d.scratch->settle();
     check_cuda(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     d.capturing = true;
+    d.capture_first_side = d.side_ops;
     d.scratch->set_capturing(true);
     return info.Env().Undefined();
   });
@@ -449,6 +545,7 @@ Napi::Value ConditionalEnd(const Napi::CallbackInfo& info) {
 // Ends the capture; returns the graph (nullptr when the capture was invalidated).
 cudaGraph_t end_capture(Device& d) {
   if (d.in_body) throw std::runtime_error("captureEnd: a conditional region is still open (conditionalEnd missing)");
+  d.join_side();
   d.capturing = false;
   d.scratch->set_capturing(false);
   cudaGraph_t graph = nullptr;
@@ -489,6 +586,8 @@ Napi::Value CaptureAbort(const Napi::CallbackInfo& info) {
     }
     if (d.capturing) {
       cudaGraph_t graph = nullptr;
+      if (d.side_joined < d.side_ops) cudaStreamWaitEvent(d.stream, d.side_events[(d.side_ops - 1) % kSideEvents], 0);
+      d.side_joined = d.side_ops;
       d.capturing = false;
       d.scratch->set_capturing(false);
       cudaStreamEndCapture(d.stream, &graph);
@@ -553,6 +652,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("graphDestroy", Napi::Function::New(env, GraphDestroy, "graphDestroy"));
   exports.Set("download", Napi::Function::New(env, Download, "download"));
   exports.Set("run", Napi::Function::New(env, Run, "run"));
+  exports.Set("runAside", Napi::Function::New(env, RunAside, "runAside"));
+  exports.Set("joinAside", Napi::Function::New(env, JoinAside, "joinAside"));
   exports.Set("sync", Napi::Function::New(env, Sync, "sync"));
   return exports;
 }

@@ -41,7 +41,7 @@ export interface Backend {
   /** Whether this backend has a kernel for the op. */
   supports(opName: string): boolean;
   /** Validate the call against the op's declaration and enqueue it. */
-  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void;
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A, options?: RunOptions): void;
   /** Wait for all enqueued work; rethrows device errors raised meanwhile. */
   sync(): Promise<void>;
   /**
@@ -64,6 +64,17 @@ export interface Backend {
   readonly skipsConditional: 'always' | 'recorded' | 'never';
   poolStats(): PoolStats;
   destroy(): void;
+}
+
+/** How `Backend.run` may schedule an op. */
+export interface RunOptions {
+  /**
+   * The op may run beside the ops enqueued after it, as long as none of them writes what it reads
+   * or touches what it writes: a weight gradient beside the input-gradient chain. CUDA runs it on
+   * a second stream while a graph is recorded (MDLM_CUDA_SIDE_STREAM=1); elsewhere it is a hint
+   * that changes nothing.
+   */
+  readonly aside?: boolean;
 }
 
 /** Work recorded by `Backend.record`. */

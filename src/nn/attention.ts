@@ -25,7 +25,7 @@ import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { PARAM_ALIGN } from '../config/model-size.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
-import { Linear, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
+import { Linear, WEIGHT_GRAD, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
 import type { Param, ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
 
@@ -237,7 +237,7 @@ export class SelfAttention {
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
-      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }));
+      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }), WEIGHT_GRAD);
       b.run(matmul, { a: dqkv, b: this.wqkv(b, this.q.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
       return;
     }

@@ -3,6 +3,13 @@
  * pointers, and kernels that are the ops' float64 references over the stored dtypes. It lets
  * machines without a GPU (CI) run src/backend/cuda/cuda.ts itself: pointer and view arithmetic,
  * dtype codes, attribute marshalling, narrow-float encoding, raw bytes, error translation.
+ *
+ * With `sideStream`, ops run aside while capturing go to a simulated side stream that a graph
+ * launch runs as late as its joins allow: each waits until the main stream reaches a joinAside on
+ * it (or one after it), or the graph's end. A missing join then shows: the main stream reads a
+ * gradient before it is written, or overwrites an input before the side op has read it.
+ * `ignoreJoins` drops the joins (every side op runs at the graph's end), for tests to show that
+ * they matter.
  */
 import type { CudaAddon, CudaArg, CudaProbeInfo } from '../../src/backend/cuda/cuda.js';
 import { decodeFloats, encodeFloats } from '../../src/convert.js';
@@ -17,22 +24,45 @@ function addonError(code: string, message: string): Error {
   return Object.assign(new Error(message), { mdlmCode: code });
 }
 
+/** A step of a captured graph: main-stream work, a side-stream op, or the main stream's wait for side op `event`. */
+type Step = { readonly work: () => void } | { readonly side: number; readonly work: () => void } | { readonly join: number };
+
+export interface SimulatedCudaOptions {
+  readonly sideStream?: boolean;
+  readonly ignoreJoins?: boolean;
+}
+
 /** The simulated addon, and how many conditional bodies its graph launches have skipped. */
-export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () => number } {
+export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon & { readonly skippedBodies: () => number; readonly sideOps: () => number } {
   const blocks = new Map<bigint, Uint8Array>();
   let next = 1n << 20n;
   let used = 0;
   // A "graph" is the list of device calls made while capturing, run again on launch.
-  let capture: (() => void)[] | null = null;
+  let capture: Step[] | null = null;
   /** The main capture's list while a conditional body is captured into `capture`. */
-  let outer: (() => void)[] | null = null;
+  let outer: Step[] | null = null;
   let skipped = 0;
-  const graphs = new Map<number, (() => void)[]>();
+  let sideOps = 0;
+  const graphs = new Map<number, Step[]>();
   let nextGraph = 1;
   /** Device work: recorded while capturing, else done now. */
   const enqueue = (work: () => void): void => {
-    if (capture) capture.push(work);
+    if (capture) capture.push({ work });
     else work();
+  };
+  /** A graph's steps: main work in order, each side op as late as the joins allow. */
+  const launch = (steps: readonly Step[]): void => {
+    const waiting: { event: number; work: () => void }[] = [];
+    const runUpTo = (event: number) => {
+      while (waiting.length > 0 && waiting[0]!.event <= event) waiting.shift()!.work();
+    };
+    for (const step of steps) {
+      if ('side' in step) waiting.push({ event: step.side, work: step.work });
+      else if ('join' in step) {
+        if (!opts.ignoreJoins) runUpTo(step.join);
+      } else step.work();
+    }
+    runUpTo(Infinity);
   };
   const host = (what: string): void => {
     if (capture) throw new Error(`simulated cuda: ${what} while capturing (cudaErrorStreamCaptureUnsupported)`);
@@ -67,10 +97,44 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
   const info: CudaProbeInfo = {
     available: true, device: 'simulated device', sm: '9.0', memoryBytes: MEMORY, multiprocessors: 1, bf16: true, fp8: true,
     driver: 'simulated', runtime: 'simulated', cublasLt: 'simulated', cudnn: 'none (simulated)', nccl: 'none (simulated)', ops: OPS.map((o) => o.name),
+    sideStream: opts.sideStream === true,
+  };
+
+  /** The op's reference over the stored dtypes, as device work to do later. */
+  function kernel(name: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): () => void {
+    const op = findOp(name);
+    if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
+    const attrs = { ...nums, ...strs };
+    const views = new Map<string, [DType, Uint8Array]>();
+    for (const [arg, ptr, code, numel] of args) {
+      const dtype = DTYPES[code]!;
+      views.set(arg, [dtype, at(ptr, numel * DTYPE_BYTES[dtype])]);
+    }
+    return () => {
+      const ref: RefArgs = {};
+      for (const [arg, [dtype, bytes]] of views) ref[arg] = read(dtype, bytes);
+      op.reference(ref, attrs);
+      const rows = op.rowLayout?.(attrs) ?? {};
+      for (const a of op.args) {
+        if (a.role === 'in') continue;
+        const [dtype, bytes] = views.get(a.name)!;
+        const size = DTYPE_BYTES[dtype];
+        const r = ref[a.name]!;
+        for (const [from, to] of writtenSpans(rows[a.name], r.length)) write(dtype, r.subarray(from, to), bytes.subarray(from * size, to * size));
+      }
+    };
+  }
+
+  /** What the addon checks before runAside and joinAside. */
+  const sideCall = (what: string): Step[] => {
+    if (!info.sideStream) throw new Error(`simulated cuda: ${what}: the side stream is off`);
+    if (!capture || outer) throw new Error(`simulated cuda: ${what}: only while a graph is captured, outside conditional regions`);
+    return capture;
   };
 
   return {
     skippedBodies: () => skipped,
+    sideOps: () => sideOps,
     probe: () => info,
     malloc(bytes) {
       if (used + bytes > MEMORY) throw addonError('OUT_OF_MEMORY', `cuda: cannot allocate ${bytes} bytes (${MEMORY - used} free of ${MEMORY})`);
@@ -98,10 +162,12 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
       if (outer) throw new Error('simulated cuda: conditional regions do not nest');
       if (!capture) return;
       const count = at(countPtr, 4);
-      const body: (() => void)[] = [];
-      capture.push(() => {
-        if (new Int32Array(count.slice().buffer)[0]! > threshold) for (const work of body) work();
-        else skipped++;
+      const body: Step[] = [];
+      capture.push({
+        work: () => {
+          if (new Int32Array(count.slice().buffer)[0]! > threshold) launch(body);
+          else skipped++;
+        },
       });
       outer = capture;
       capture = body;
@@ -130,7 +196,7 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
       host('graphLaunch');
       const g = graphs.get(id);
       if (!g) throw new Error(`simulated cuda: no graph ${id}`);
-      for (const work of g) work();
+      launch(g);
     },
     graphDestroy(id) {
       if (!graphs.delete(id)) throw new Error(`simulated cuda: no graph ${id}`);
@@ -140,27 +206,18 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
       return at(ptr, bytes).slice().buffer;
     },
     run(name: string, args: readonly CudaArg[], nums, strs) {
-      const op = findOp(name);
-      if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
-      const attrs = { ...nums, ...strs };
-      const views = new Map<string, [DType, Uint8Array]>();
-      for (const [arg, ptr, code, numel] of args) {
-        const dtype = DTYPES[code]!;
-        views.set(arg, [dtype, at(ptr, numel * DTYPE_BYTES[dtype])]);
-      }
-      enqueue(() => {
-        const ref: RefArgs = {};
-        for (const [arg, [dtype, bytes]] of views) ref[arg] = read(dtype, bytes);
-        op.reference(ref, attrs);
-        const rows = op.rowLayout?.(attrs) ?? {};
-        for (const a of op.args) {
-          if (a.role === 'in') continue;
-          const [dtype, bytes] = views.get(a.name)!;
-          const size = DTYPE_BYTES[dtype];
-          const r = ref[a.name]!;
-          for (const [from, to] of writtenSpans(rows[a.name], r.length)) write(dtype, r.subarray(from, to), bytes.subarray(from * size, to * size));
-        }
-      });
+      enqueue(kernel(name, args, nums, strs));
+    },
+    runAside(name: string, args: readonly CudaArg[], nums, strs) {
+      const steps = sideCall('runAside');
+      const event = sideOps++;
+      steps.push({ side: event, work: kernel(name, args, nums, strs) });
+      return event;
+    },
+    joinAside(event: number) {
+      const steps = sideCall('joinAside');
+      if (!Number.isInteger(event) || event < 0 || event >= sideOps) throw new Error(`simulated cuda: joinAside: no side op ${event}`);
+      steps.push({ join: event });
     },
     sync() {
       host('sync');

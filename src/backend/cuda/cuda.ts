@@ -5,11 +5,12 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type Recording, type RunOptions, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
 import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor } from '../../tensor.js';
+import { type Access, type ByteRange, SideStreamHazards } from './side_stream.js';
 
 /** What the addon's probe() reports. Device fields are present when `available`. */
 export interface CudaProbeInfo {
@@ -33,6 +34,8 @@ export interface CudaProbeInfo {
   readonly nccl: string;
   /** Ops with a registered kernel. */
   readonly ops: readonly string[];
+  /** Whether ops run with `aside` go to a second stream while a graph is captured (MDLM_CUDA_SIDE_STREAM=1). */
+  readonly sideStream?: boolean;
 }
 
 /** One argument of a kernel call: name, device pointer (already offset), dtype code (index in DTYPES), element count. */
@@ -61,6 +64,14 @@ export interface CudaAddon {
   /** Waits for earlier work, then copies. */
   download(ptr: bigint, bytes: number): ArrayBuffer;
   run(op: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): void;
+  /**
+   * While a graph is captured (outside conditional regions), with the side stream on: run the op
+   * on the side stream, after everything enqueued on the main stream so far. Returns the event
+   * joinAside waits on.
+   */
+  runAside(op: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): number;
+  /** The main stream waits for the side-stream op that runAside returned `event` for (and those before it). */
+  joinAside(event: number): void;
   sync(): void;
 }
 
@@ -109,6 +120,11 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   private readonly ops: ReadonlySet<string>;
   /** Inside `record`: only ops and zeroes may be enqueued. */
   private recording = false;
+  /** Inside a conditional region's body, whose work cannot wait for the side stream. */
+  private inBody = false;
+  /** Ops run `aside` go to the addon's side stream while recording (probe's sideStream). */
+  private readonly sideStream: boolean;
+  private readonly hazards = new SideStreamHazards();
 
   constructor(private readonly addon: CudaAddon) {
     super();
@@ -117,6 +133,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     this.info = info;
     if (info.memoryBytes !== undefined) this.memoryBytes = info.memoryBytes;
     this.ops = new Set(info.ops);
+    this.sideStream = info.sideStream === true;
     this.description = `${info.device} (sm ${info.sm}, ${gib(info.memoryBytes ?? 0)}, ${info.multiprocessors} SMs; CUDA ${info.runtime}, driver ${info.driver}, cuBLASLt ${info.cublasLt})`;
     this.store = new TensorStore('cuda', new BufferPool((bytes) => native(() => addon.malloc(bytes)), (ptr) => addon.free(ptr)));
   }
@@ -153,6 +170,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   }
 
   zero(t: Tensor): void {
+    this.waitForSide({ reads: [], writes: [this.range(t)] });
     native(() => this.addon.memset(this.pointer(t), t.byteSize));
   }
 
@@ -187,7 +205,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     return this.ops.has(opName);
   }
 
-  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void {
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A, options: RunOptions = {}): void {
     if (!this.ops.has(op.name)) fail('UNSUPPORTED_OP', `cuda: no kernel for op '${op.name}' (the addon has ${[...this.ops].join(', ')})`);
     const floatDtype = validateCall(op, args, attrs);
     if (!this.floatDtypes.has(floatDtype)) fail('UNSUPPORTED_DTYPE', `${op.name}: cuda kernels take f32 or bf16 tensors, got ${floatDtype}`);
@@ -205,7 +223,38 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
       else if (typeof v === 'string') strs[k] = v;
       else if (v !== undefined) throw new Error(`${op.name}: attribute '${k}' is a ${typeof v}; CUDA kernels take numbers, booleans and strings`);
     }
+    if (!this.sideStream || !this.recording) return native(() => this.addon.run(op.name, list, nums, strs));
+    const access = this.access(op, args);
+    if (options.aside && !this.inBody) {
+      this.hazards.add(access, native(() => this.addon.runAside(op.name, list, nums, strs)));
+      return;
+    }
+    this.waitForSide(access);
     native(() => this.addon.run(op.name, list, nums, strs));
+  }
+
+  /** The bytes an op's call reads ('in', 'inout') and writes ('out', 'inout'). */
+  private access<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>): Access {
+    const reads: ByteRange[] = [];
+    const writes: ByteRange[] = [];
+    for (const a of op.args) {
+      const r = this.range(args[a.name]!);
+      if (a.role !== 'out') reads.push(r);
+      if (a.role !== 'in') writes.push(r);
+    }
+    return { reads, writes };
+  }
+
+  /** The main stream waits for the side-stream ops `access` conflicts with (SideStreamHazards). */
+  private waitForSide(access: Access): void {
+    const event = this.hazards.waitBefore(access);
+    if (event !== null) native(() => this.addon.joinAside(event));
+  }
+
+  /** The main stream waits for every side-stream op enqueued so far. */
+  private joinSide(): void {
+    const event = this.hazards.waitAll();
+    if (event !== null) native(() => this.addon.joinAside(event));
   }
 
   sync(): Promise<void> {
@@ -226,8 +275,10 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     let id: number;
     try {
       fn();
+      this.joinSide();  // a capture ends with every stream joined back into the main one
     } catch (e) {
       this.recording = false;
+      this.hazards.waitAll();  // the addon's abort joins and drops them
       native(() => this.addon.captureAbort());
       throw e;
     }
@@ -250,7 +301,10 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   protected override conditional(count: Tensor, threshold: number, fn: () => void): void {
     if (!this.recording) return fn();
+    // The conditional node waits for the side stream: work in its body cannot wait on an event.
+    this.joinSide();
     native(() => this.addon.conditionalBegin(this.pointer(count), threshold));
+    this.inBody = true;
     try {
       fn();
     } catch (e) {
@@ -259,6 +313,8 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
         this.addon.conditionalEnd();
       } catch {}
       throw e;
+    } finally {
+      this.inBody = false;
     }
     native(() => this.addon.conditionalEnd());
   }
@@ -269,5 +325,10 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   private pointer(t: Tensor): bigint {
     return this.store.handleOf(t).buffer + BigInt(t.offset * DTYPE_BYTES[t.dtype]);
+  }
+
+  private range(t: Tensor): ByteRange {
+    const start = this.pointer(t);
+    return [start, start + BigInt(t.byteSize)];
   }
 }

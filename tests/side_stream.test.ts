@@ -1,0 +1,106 @@
+import { describe, expect, it } from 'vitest';
+import { CudaBackend } from '../src/backend/cuda/cuda.js';
+import { type Access, type ByteRange, SideStreamHazards, conflicts } from '../src/backend/cuda/side_stream.js';
+import { resolveConfig } from '../src/config/load.js';
+import type { ActivationSaving } from '../src/config/model-size.js';
+import { LlamaModel } from '../src/model/llama.js';
+import { simulatedCudaAddon } from './support/simulated_cuda.js';
+
+const r = (start: number, end: number): ByteRange => [BigInt(start), BigInt(end)];
+const access = (reads: ByteRange[], writes: ByteRange[]): Access => ({ reads, writes });
+
+describe('SideStreamHazards', () => {
+  it('a later main-stream op conflicts with a side op when it writes what that op reads or touches what it writes', () => {
+    const side = access([r(0, 100)], [r(200, 300)]);
+    expect(conflicts(side, access([r(0, 100)], []))).toBe(false); // both read
+    expect(conflicts(side, access([], [r(50, 60)]))).toBe(true); // overwrites its input
+    expect(conflicts(side, access([r(299, 400)], []))).toBe(true); // reads its output
+    expect(conflicts(side, access([], [r(250, 251)]))).toBe(true); // writes its output
+    expect(conflicts(side, access([r(100, 200)], [r(300, 400)]))).toBe(false); // touching ends only
+  });
+
+  it('waits for the newest conflicting side op, forgets it and those before it, keeps those after', () => {
+    const h = new SideStreamHazards();
+    h.add(access([r(0, 10)], [r(100, 110)]), 7);
+    h.add(access([r(20, 30)], [r(120, 130)]), 8);
+    h.add(access([r(40, 50)], [r(140, 150)]), 9);
+    expect(h.waitBefore(access([r(0, 10)], [r(500, 600)]))).toBeNull();
+    expect(h.size).toBe(3);
+    // Conflicts with the second only: waiting for it covers the first as well.
+    expect(h.waitBefore(access([r(125, 126)], []))).toBe(8);
+    expect(h.size).toBe(1);
+    expect(h.waitBefore(access([], [r(0, 10)]))).toBeNull(); // the first is no longer pending
+    expect(h.waitAll()).toBe(9);
+    expect(h.size).toBe(0);
+    expect(h.waitAll()).toBeNull();
+  });
+});
+
+const variants: [string, Record<string, string>, ActivationSaving][] = [
+  ['tied, multi-head', {}, {}],
+  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }, {}],
+  ['q/k/v biases', { 'model.qkvBias': 'true' }, {}],
+  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, {}],
+  ['SwiGLU product recomputed', {}, { recompute: 'swiglu' }],
+  ['logits in blocks', {}, { logitChunks: 2 }],
+  ['loss rows packed', {}, { packLossRows: true }],
+];
+
+describe('weight gradients on the side stream (simulated CUDA, side ops run as late as the joins allow)', () => {
+  const cfgOf = (over: Record<string, string>) =>
+    resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '48', ...over } }).model;
+  const batch = 3, N = batch * 48;
+  const rows = {
+    inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256),
+    targets: Int32Array.from({ length: N }, (_, i) => (i % 11 === 0 ? -1 : (i * 31 + 2) % 256)),
+    segIds: Int32Array.from({ length: N }, (_, i) => (i % 48 < 30 ? 0 : 1)),
+    positions: Int32Array.from({ length: N }, (_, i) => (i % 48 < 30 ? i % 48 : (i % 48) - 30)),
+  };
+  const weights = Float32Array.from({ length: N }, (_, i) => (i % 3 === 1 ? 0.5 + (i % 5) : 0));
+
+  /** Losses and gradients of four recorded passes (direct, recording, two replays), alternating causal and bidirectional. */
+  const passes = async (addon: ReturnType<typeof simulatedCudaAddon>, over: Record<string, string>, saving: ActivationSaving) => {
+    const b = new CudaBackend(addon);
+    const m = new LlamaModel(b, cfgOf(over), batch, 5, { dtype: 'bf16', record: true, ...saving });
+    m.setBatch(rows, false);
+    m.setWeights(weights);
+    const out: { loss: number; grad: Float32Array }[] = [];
+    for (let p = 0; p < 4; p++) {
+      m.forwardBackward(p % 2 === 0);
+      out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
+    }
+    m.destroy();
+    return out;
+  };
+
+  for (const [label, over, saving] of variants) {
+    it(`gives the same losses and gradients, to the bit, as one stream: ${label}`, async () => {
+      const one = await passes(simulatedCudaAddon(), over, saving);
+      const side = simulatedCudaAddon({ sideStream: true });
+      const two = await passes(side, over, saving);
+      expect(side.sideOps()).toBeGreaterThan(0);
+      expect(two.map((p) => p.loss)).toEqual(one.map((p) => p.loss));
+      for (const [p, pass] of two.entries()) expect(pass.grad, `pass ${p}`).toEqual(one[p]!.grad);
+    });
+  }
+
+  it('would not without its joins: the side ops run at the graph end then, after what overwrites their inputs', async () => {
+    const one = await passes(simulatedCudaAddon(), {}, {});
+    const unjoined = await passes(simulatedCudaAddon({ sideStream: true, ignoreJoins: true }), {}, {});
+    // The first two passes run unrecorded (no side stream); the replays differ.
+    expect(unjoined[0]!.grad).toEqual(one[0]!.grad);
+    expect(unjoined[3]!.grad).not.toEqual(one[3]!.grad);
+  });
+
+  it('runs nothing aside outside a recording, nor with the side stream off', async () => {
+    for (const [addon, record] of [[simulatedCudaAddon({ sideStream: true }), false], [simulatedCudaAddon(), true]] as const) {
+      const b = new CudaBackend(addon);
+      const m = new LlamaModel(b, cfgOf({}), batch, 5, { dtype: 'bf16', record });
+      m.setBatch(rows, false);
+      for (let p = 0; p < 3; p++) m.forwardBackward(true);
+      await b.sync();
+      expect(addon.sideOps()).toBe(0);
+      m.destroy();
+    }
+  });
+});
