@@ -453,10 +453,17 @@ Napi::Value RunAside(const Napi::CallbackInfo& info) {
     if (!d.capturing || d.in_body) throw std::runtime_error("runAside: only while a graph is captured, outside conditional regions");
     check_cuda(cudaEventRecord(d.fork_event, d.stream), "runAside: cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(d.side_stream, d.fork_event, 0), "runAside: cudaStreamWaitEvent");
-    launch_op(info, d, true);
-    const int64_t event = d.side_ops;
-    check_cuda(cudaEventRecord(d.side_events[event % kSideEvents], d.side_stream), "runAside: cudaEventRecord");
-    d.side_ops++;
+    // The side stream is in the capture now: its event is recorded even when the launch fails, so
+    // that the capture's end (or abort) can join it back.
+    const int64_t event = d.side_ops++;
+    cudaEvent_t done = d.side_events[event % kSideEvents];
+    try {
+      launch_op(info, d, true);
+    } catch (...) {
+      cudaEventRecord(done, d.side_stream);
+      throw;
+    }
+    check_cuda(cudaEventRecord(done, d.side_stream), "runAside: cudaEventRecord");
     return Napi::Number::New(info.Env(), static_cast<double>(event));
   });
 }
