@@ -203,6 +203,14 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
 
+  it('computes random shapes within tolerance too: tile edges, documents of any length, GQA, wide scores (bf16, fixed seeds)', async () => {
+    // 24 cases of fuzz_cases (attention_check.cc) a seed, round-robin, then under a slow thread
+    // with eager copies, then with the gradients strided and turned through rope.
+    await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '1', DTYPE: 'bf16' }, 24);
+    await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '2', EMU_SCHEDULE: 'random:3', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
+    await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '3', GRAD_STRIDE_EXTRA: '8', ROPE: '10000', DTYPE: 'bf16' }, 24);
+  }, EMU_TIMEOUT);
+
   it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {
     // A random priority order with one thread held, at random points, until every other thread
     // is blocked (warp_emu.h, EMU_SCHEDULE=random). Seed 8 holds lane 0 of warp 8, the producer

@@ -15,7 +15,7 @@
 // GRAD_STRIDE_EXTRA=n writes dQ, dK and dV with their tokens H·D + n elements apart (the op's
 // gradStride), the gaps checked to stay poisoned; ROPE=base turns dQ and dK back through rope at
 // random packed positions (the op's ropeBase; cases whose head dim is a multiple of 8), checked
-// against the reference's turn.
+// against the reference's turn. FUZZ=n runs n random cases instead (fuzz_cases; FUZZ_SEED picks them).
 #include "../attention.cu"
 
 #include <cstdio>
@@ -48,6 +48,7 @@ struct Case {
   bool random_ids = false;  // unsorted document ids
   int cut = 0;              // > 0: every row two documents, the second from row `cut`
   double q_scale = 1;       // q's values times this: scores whose row maxima move far between key tiles
+  int max_docs = 0;         // > 0: 1 to max_docs documents a row (random cuts) instead of 1 + row % 3
 };
 
 using Vec = std::vector<double>;
@@ -198,7 +199,7 @@ std::vector<int> seg_ids(std::mt19937_64& rng, const Case& c) {
       for (int t = 0; t < c.T; ++t) seg[b * c.T + t] = static_cast<int>(rng() % 3);
       continue;
     }
-    const int docs = std::min(1 + b % 3, c.T);
+    const int docs = std::min(c.max_docs > 0 ? 1 + static_cast<int>(rng() % c.max_docs) : 1 + b % 3, c.T);
     std::vector<int> cuts;
     while ((int)cuts.size() < docs - 1) {
       const int x = 1 + static_cast<int>(rng() % (c.T - 1));
@@ -351,6 +352,36 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
   return r;
 }
 
+// FUZZ=n: n random cases instead of the list, from FUZZ_SEED (default 1): head dims mostly 64 and
+// 128 (Hopper's warpgroup kernels), lengths at and around the 64-row tile edges or anywhere up to
+// 400, GQA, up to 8 documents a row (some one token long), unsorted ids, a cut, wide scores. A
+// case's label is its shape, so a failure can be run again from the list.
+std::vector<Case> fuzz_cases(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto pick = [&](std::initializer_list<int> xs) { return *(xs.begin() + rng() % xs.size()); };
+  std::vector<Case> cases;
+  for (int i = 0; i < n; ++i) {
+    Case c;
+    c.D = rng() % 4 == 0 ? pick({16, 32, 44, 80, 96, 120}) : pick({64, 128});
+    c.T = rng() % 2 == 0 ? std::max(1, 64 * (1 + static_cast<int>(rng() % 4)) + pick({-1, 0, 1})) : 1 + static_cast<int>(rng() % 400);
+    c.B = 1 + static_cast<int>(rng() % 3);
+    c.G = pick({1, 2, 4});
+    c.H = c.G * pick({1, 2, 4});
+    c.causal = rng() % 2 == 0;
+    const int layout = static_cast<int>(rng() % 5);
+    if (layout == 0) c.random_ids = true;
+    else if (layout == 1 && c.T > 1) c.cut = 1 + static_cast<int>(rng() % (c.T - 1));
+    else if (layout == 2) c.max_docs = 8;
+    if (rng() % 4 == 0) c.q_scale = 6;
+    char label[160];
+    std::snprintf(label, sizeof label, "fuzz %d: B%d T%d H%d/%d D%d %s%s%s%s", i, c.B, c.T, c.H, c.G, c.D, c.causal ? "causal" : "bidir",
+                  c.random_ids ? " random ids" : "", c.cut ? (" cut " + std::to_string(c.cut)).c_str() : "", c.max_docs ? " docs<=8" : "");
+    c.label = std::string(label) + (c.q_scale != 1 ? " wide" : "");
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -389,6 +420,7 @@ int main(int argc, char** argv) {
       // 128-key blocks of one document: a tile classified from its first 32 rows would be full
       {"cut at 170 D=128 bidir T=256", 2, 256, 2, 2, 128, false, false, 170},
   };
+  if (const char* fuzz = getenv("FUZZ")) cases = fuzz_cases(std::atoi(fuzz), getenv("FUZZ_SEED") ? std::strtoull(getenv("FUZZ_SEED"), nullptr, 10) : 1);
   std::printf("%-40s %-5s %12s %5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst", "det relerr", "worst");
   int failed = 0;
   for (const Case& c : cases) {
