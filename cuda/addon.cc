@@ -28,9 +28,10 @@ using mdlm::launch_set_above;
 constexpr size_t kAlign = 256;
 // cuBLASLt's recommended workspace on Hopper; enough for every algorithm it picks on Ampere too.
 constexpr size_t kCublasLtWorkspace = 32u << 20;
-// Events the side stream records, reused round-robin: a wait on one re-recorded since waits for
-// later side work as well, which is still correct.
-constexpr int kSideEvents = 64;
+// Events the side stream records, reused round-robin: more than a recorded pass's side ops (five a
+// layer), so that a join waits for just the op it names; a wait on one re-recorded since would wait
+// for later side work as well, which is still correct.
+constexpr int kSideEvents = 1024;
 
 bool side_stream_enabled() { return mdlm::env_knob("MDLM_CUDA_SIDE_STREAM") == "1"; }
 
