@@ -6,28 +6,19 @@ import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { MdlmError } from '../src/errors.js';
 import { activationSaving, checkTrainingFits, recordsSteps, withMemoryEstimate } from '../src/train/memory.js';
 import { expectMdlmError } from './support/contracts.js';
+import { MODEL_VARIANTS } from './support/model_variants.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 import { resolveConfig } from '../src/config/load.js';
-import { type ActivationSaving, flatParamElements, logitChunksOf, logitRows, paramCount, trainingMemory } from '../src/config/model-size.js';
+import { flatParamElements, logitChunksOf, logitRows, paramCount, trainingMemory } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
 import type { Recompute } from '../src/config/schema.js';
-
-const variants: [string, Record<string, string>, ActivationSaving][] = [
-  ['tied, multi-head', {}, {}],
-  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }, {}],
-  ['q/k/v biases', { 'model.qkvBias': 'true' }, {}],
-  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, {}],
-  ['SwiGLU product recomputed', {}, { recompute: 'swiglu' }],
-  ['logits in blocks', { 'model.seqLen': '48' }, { logitChunks: 2 }],
-  ['loss rows packed', { 'model.seqLen': '48' }, { packLossRows: true }],
-];
 
 const smallModel = (over: Record<string, string> = {}) =>
   resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '24', ...over } });
 
 describe('trainingMemory', () => {
-  for (const [label, over, saving] of variants) {
+  for (const [label, over, saving] of MODEL_VARIANTS) {
     for (const dtype of ['f32', 'bf16'] as const) {
       it(`matches the model's allocations exactly: ${label}, ${dtype}`, () => {
         const cfg = smallModel(over);

@@ -4,6 +4,7 @@ import { type Access, type ByteRange, SideStreamHazards, conflicts } from '../sr
 import { resolveConfig } from '../src/config/load.js';
 import type { ActivationSaving } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
+import { MODEL_VARIANTS } from './support/model_variants.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 
 const r = (start: number, end: number): ByteRange => [BigInt(start), BigInt(end)];
@@ -36,15 +37,6 @@ describe('SideStreamHazards', () => {
   });
 });
 
-const variants: [string, Record<string, string>, ActivationSaving][] = [
-  ['tied, multi-head', {}, {}],
-  ['untied, grouped-query', { 'model.tieEmbeddings': 'false', 'model.nKvHeads': '2' }, {}],
-  ['q/k/v biases', { 'model.qkvBias': 'true' }, {}],
-  ['q/k norms, grouped-query', { 'model.qkNorm': 'true', 'model.nKvHeads': '1' }, {}],
-  ['SwiGLU product recomputed', {}, { recompute: 'swiglu' }],
-  ['logits in blocks', {}, { logitChunks: 2 }],
-  ['loss rows packed', {}, { packLossRows: true }],
-];
 
 describe('weight gradients on the side stream (simulated CUDA, side ops run as late as the joins allow)', () => {
   const cfgOf = (over: Record<string, string>) =>
@@ -73,7 +65,7 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
     return out;
   };
 
-  for (const [label, over, saving] of variants) {
+  for (const [label, over, saving] of MODEL_VARIANTS) {
     it(`gives the same losses and gradients, to the bit, as one stream: ${label}`, async () => {
       const one = await passes(simulatedCudaAddon(), over, saving);
       const side = simulatedCudaAddon({ sideStream: true });
