@@ -146,12 +146,14 @@ struct Device {
   cudaStream_t work() const { return in_body ? body_stream : stream; }
   // MDLM_CUDA_SYNC=1: wait after every op, so a fault inside a kernel names its op (debugging).
   bool sync_each_op = false;
-  // The side stream (MDLM_CUDA_SIDE_STREAM=1; null otherwise), at the lowest priority with the
-  // main stream at the highest: while a graph is captured, runAside puts an op there after the
-  // main stream's work so far (fork_event), and side_events[i % kSideEvents] marks the end of its
-  // i-th op, which joinAside makes the main stream wait for. It has its own cuBLASLt workspace and
-  // no scratch. side_joined: the side ops the main stream has waited for (the capture's end waits
-  // for the rest); capture_first_side: the first side op of the capture under way.
+  // The side stream, made by the first capture that begins with MDLM_CUDA_SIDE_STREAM=1 and used by
+  // the captures that do (side_on), at the lowest priority (the main stream is at the highest when
+  // the knob is set at start-up): runAside puts an op there after the main stream's work so far
+  // (fork_event), and side_events[i % kSideEvents] marks the end of its i-th op, which joinAside
+  // makes the main stream wait for. It has its own cuBLASLt workspace and no scratch. side_joined:
+  // the side ops the main stream has waited for (the capture's end waits for the rest);
+  // capture_first_side: the first side op of the capture under way.
+  bool side_on = false;
   cudaStream_t side_stream = nullptr;
   void* side_workspace = nullptr;
   cudaEvent_t fork_event = nullptr;
@@ -171,15 +173,22 @@ struct Device {
       int lowest = 0, highest = 0;
       check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
       check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highest), "cudaStreamCreateWithPriority");
-      check_cuda(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, lowest), "cudaStreamCreateWithPriority");
-      side_workspace = device_alloc(kCublasLtWorkspace, "the side stream's cuBLASLt workspace");
-      check_cuda(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming), "cudaEventCreate");
-      side_events.resize(kSideEvents);
-      for (cudaEvent_t& e : side_events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     } else {
       check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     }
     scratch = std::make_unique<Arena>(stream);
+  }
+
+  // The side stream and what it needs, once (outside a capture: it allocates).
+  void make_side_stream() {
+    if (side_stream) return;
+    int lowest = 0, highest = 0;
+    check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
+    check_cuda(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, lowest), "cudaStreamCreateWithPriority");
+    side_workspace = device_alloc(kCublasLtWorkspace, "the side stream's cuBLASLt workspace");
+    check_cuda(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming), "cudaEventCreate");
+    side_events.resize(kSideEvents);
+    for (cudaEvent_t& e : side_events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -324,7 +333,6 @@ Napi::Value Probe(const Napi::CallbackInfo& info) {
   out.Set("multiprocessors", p.multiProcessorCount);
   out.Set("bf16", p.major >= 8);
   out.Set("fp8", p.major * 10 + p.minor >= 89);
-  out.Set("sideStream", side_stream_enabled());
   return out;
 }
 
@@ -450,7 +458,7 @@ Napi::Value Run(const Napi::CallbackInfo& info) {
 Napi::Value RunAside(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Device& d = device(info.Env());
-    if (!d.side_stream) throw std::runtime_error("runAside: the side stream is off (MDLM_CUDA_SIDE_STREAM=1 turns it on)");
+    if (!d.side_on) throw std::runtime_error("runAside: the side stream is off in this capture (MDLM_CUDA_SIDE_STREAM=1 when it began turns it on)");
     if (!d.capturing || d.in_body) throw std::runtime_error("runAside: only while a graph is captured, outside conditional regions");
     check_cuda(cudaEventRecord(d.fork_event, d.stream), "runAside: cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(d.side_stream, d.fork_event, 0), "runAside: cudaStreamWaitEvent");
@@ -483,19 +491,23 @@ Napi::Value JoinAside(const Napi::CallbackInfo& info) {
   });
 }
 
-// captureBegin(): record the stream's work from here on into a graph (nothing runs meanwhile).
+// captureBegin() -> whether the side stream is on: record the stream's work from here on into a
+// graph (nothing runs meanwhile); with MDLM_CUDA_SIDE_STREAM=1 (read here, at every capture),
+// runAside may put ops on the side stream until captureEnd.
 // Thread-local mode: an unsafe call from this thread (a cudaMalloc, a synchronisation) fails the
 // capture instead of running; the TypeScript side refuses those before they reach here.
 Napi::Value CaptureBegin(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Device& d = device(info.Env());
     if (d.capturing) throw std::runtime_error("captureBegin: a capture is already under way");
+    d.side_on = side_stream_enabled();
+    if (d.side_on) d.make_side_stream();
     d.scratch->settle();
     check_cuda(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     d.capturing = true;
     d.capture_first_side = d.side_ops;
     d.scratch->set_capturing(true);
-    return info.Env().Undefined();
+    return Napi::Boolean::New(info.Env(), d.side_on);
   });
 }
 
@@ -555,6 +567,7 @@ cudaGraph_t end_capture(Device& d) {
   if (d.in_body) throw std::runtime_error("captureEnd: a conditional region is still open (conditionalEnd missing)");
   d.join_side();
   d.capturing = false;
+  d.side_on = false;
   d.scratch->set_capturing(false);
   cudaGraph_t graph = nullptr;
   const cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
@@ -597,6 +610,7 @@ Napi::Value CaptureAbort(const Napi::CallbackInfo& info) {
       if (d.side_joined < d.side_ops) cudaStreamWaitEvent(d.stream, d.side_events[(d.side_ops - 1) % kSideEvents], 0);
       d.side_joined = d.side_ops;
       d.capturing = false;
+      d.side_on = false;
       d.scratch->set_capturing(false);
       cudaStreamEndCapture(d.stream, &graph);
       cudaGetLastError();  // an invalidated capture's error is the one already reported

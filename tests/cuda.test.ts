@@ -342,6 +342,47 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
+  it('runs recorded passes with the weight gradients on the side stream (MDLM_CUDA_SIDE_STREAM=1) to the losses and gradients of one stream', async () => {
+    const b = await cuda();
+    const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '128', 'model.nLayers': '2', 'model.nHeads': '2', 'model.ffnHidden': '256', 'model.seqLen': '128' } }).model;
+    const batch = 4, N = batch * 128;
+    const rows = {
+      inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 31 + 2) % 256),
+      segIds: Int32Array.from({ length: N }, (_, i) => (i % 128 < 80 ? 0 : 1)), positions: Int32Array.from({ length: N }, (_, i) => (i % 128 < 80 ? i % 128 : (i % 128) - 80)),
+    };
+    // Six passes each, causal and bidirectional in turn: unrecorded, recorded, replayed.
+    const passes = async (side: boolean) => {
+      process.env.MDLM_CUDA_SIDE_STREAM = side ? '1' : '0';
+      const before = b.opsAside;
+      const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
+      m.setWeights(Float32Array.from({ length: N }, (_, i) => (i % 3 === 1 ? 0.5 + (i % 5) : 1)));
+      const out: { loss: number; grad: Float32Array }[] = [];
+      for (let p = 0; p < 6; p++) {
+        m.setBatch(rows, p % 2 === 0);
+        m.forwardBackward(true);
+        out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
+      }
+      m.destroy();
+      return { out, aside: b.opsAside - before };
+    };
+    // The deterministic attention backward, so that the only difference could be the streams.
+    process.env.MDLM_ATTN_DETERMINISTIC = '1';
+    try {
+      const one = await passes(false);
+      const two = await passes(true);
+      expect(one.aside).toBe(0);
+      expect(two.aside).toBeGreaterThan(0);
+      expect(one.out[5]!.grad.reduce((m, x) => Math.max(m, Math.abs(x)), 0)).toBeGreaterThan(0);
+      for (const [p, pass] of two.out.entries()) {
+        expect(Math.abs(pass.loss - one.out[p]!.loss), `pass ${p} loss`).toBeLessThanOrEqual(1e-5 * Math.abs(one.out[p]!.loss));
+        expect(relativeError(pass.grad, one.out[p]!.grad, false), `pass ${p} gradients`).toBeLessThanOrEqual(1e-5);
+      }
+    } finally {
+      delete process.env.MDLM_ATTN_DETERMINISTIC;
+      delete process.env.MDLM_CUDA_SIDE_STREAM;
+    }
+  });
+
   it('runs head-dim-64 attention with many query tiles a key block and several key blocks a row, and the persistent kernels with more blocks than are resident, within tolerance', async () => {
     const b = await cuda();
     // bwd_ws's 128-row steps at head dim 64 (each warpgroup a half of every step's dQ): many steps

@@ -97,8 +97,9 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
   const info: CudaProbeInfo = {
     available: true, device: 'simulated device', sm: '9.0', memoryBytes: MEMORY, multiprocessors: 1, bf16: true, fp8: true,
     driver: 'simulated', runtime: 'simulated', cublasLt: 'simulated', cudnn: 'none (simulated)', nccl: 'none (simulated)', ops: OPS.map((o) => o.name),
-    sideStream: opts.sideStream === true,
   };
+  /** The capture under way has the side stream. */
+  let sideOn = false;
 
   /** The op's reference over the stored dtypes, as device work to do later. */
   function kernel(name: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): () => void {
@@ -127,7 +128,7 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
 
   /** What the addon checks before runAside and joinAside. */
   const sideCall = (what: string): Step[] => {
-    if (!info.sideStream) throw new Error(`simulated cuda: ${what}: the side stream is off`);
+    if (!sideOn) throw new Error(`simulated cuda: ${what}: the side stream is off in this capture`);
     if (!capture || outer) throw new Error(`simulated cuda: ${what}: only while a graph is captured, outside conditional regions`);
     return capture;
   };
@@ -180,17 +181,21 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
     captureBegin() {
       if (capture) throw new Error('simulated cuda: captureBegin during a capture');
       capture = [];
+      sideOn = opts.sideStream === true;
+      return sideOn;
     },
     captureEnd() {
       if (!capture) throw new Error('simulated cuda: captureEnd without a capture');
       if (outer) throw new Error('simulated cuda: captureEnd inside a conditional region');
       graphs.set(nextGraph, capture);
       capture = null;
+      sideOn = false;
       return nextGraph++;
     },
     captureAbort() {
       capture = null;
       outer = null;
+      sideOn = false;
     },
     graphLaunch(id) {
       host('graphLaunch');

@@ -34,8 +34,6 @@ export interface CudaProbeInfo {
   readonly nccl: string;
   /** Ops with a registered kernel. */
   readonly ops: readonly string[];
-  /** Whether ops run with `aside` go to a second stream while a graph is captured (MDLM_CUDA_SIDE_STREAM=1). */
-  readonly sideStream?: boolean;
 }
 
 /** One argument of a kernel call: name, device pointer (already offset), dtype code (index in DTYPES), element count. */
@@ -48,8 +46,11 @@ export interface CudaAddon {
   free(ptr: bigint): void;
   /** Enqueued after earlier work; the bytes are staged before it returns. */
   upload(ptr: bigint, bytes: ArrayBufferView): void;
-  /** Start capturing the stream's work into a CUDA graph (settles the scratch arena first). */
-  captureBegin(): void;
+  /**
+   * Start capturing the stream's work into a CUDA graph (settles the scratch arena first). Returns
+   * whether this capture has the side stream (MDLM_CUDA_SIDE_STREAM=1, read at every capture).
+   */
+  captureBegin(): boolean;
   /** End the capture and instantiate the graph; returns its id. */
   captureEnd(): number;
   /** End a capture that failed part way, discarding what was captured. */
@@ -122,9 +123,11 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   private recording = false;
   /** Inside a conditional region's body, whose work cannot wait for the side stream. */
   private inBody = false;
-  /** Ops run `aside` go to the addon's side stream while recording (probe's sideStream). */
-  private readonly sideStream: boolean;
+  /** The recording under way has the side stream: ops run `aside` go there (captureBegin). */
+  private sideStream = false;
   private readonly hazards = new SideStreamHazards();
+  /** Ops sent to the side stream so far (recorded once each, however often their graph replays). */
+  opsAside = 0;
 
   constructor(private readonly addon: CudaAddon) {
     super();
@@ -133,7 +136,6 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     this.info = info;
     if (info.memoryBytes !== undefined) this.memoryBytes = info.memoryBytes;
     this.ops = new Set(info.ops);
-    this.sideStream = info.sideStream === true;
     this.description = `${info.device} (sm ${info.sm}, ${gib(info.memoryBytes ?? 0)}, ${info.multiprocessors} SMs; CUDA ${info.runtime}, driver ${info.driver}, cuBLASLt ${info.cublasLt})`;
     this.store = new TensorStore('cuda', new BufferPool((bytes) => native(() => addon.malloc(bytes)), (ptr) => addon.free(ptr)));
   }
@@ -227,6 +229,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     const access = this.access(op, args);
     if (options.aside && !this.inBody) {
       this.hazards.add(access, native(() => this.addon.runAside(op.name, list, nums, strs)));
+      this.opsAside++;
       return;
     }
     this.waitForSide(access);
@@ -270,7 +273,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   record(fn: () => void): Recording {
     this.notRecording('record');
-    native(() => this.addon.captureBegin());
+    this.sideStream = native(() => this.addon.captureBegin());
     this.recording = true;
     let id: number;
     try {
@@ -278,11 +281,13 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
       this.joinSide();  // a capture ends with every stream joined back into the main one
     } catch (e) {
       this.recording = false;
+      this.sideStream = false;
       this.hazards.waitAll();  // the addon's abort joins and drops them
       native(() => this.addon.captureAbort());
       throw e;
     }
     this.recording = false;
+    this.sideStream = false;
     id = native(() => this.addon.captureEnd());
     let live = true;
     return {
