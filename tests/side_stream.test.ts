@@ -4,6 +4,7 @@ import { type Access, type ByteRange, SideStreamHazards, conflicts } from '../sr
 import { resolveConfig } from '../src/config/load.js';
 import type { ActivationSaving } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
+import { benchConfig, benchSetup, benchTrainMdlm, describeThroughput } from '../src/bench/train.js';
 import { MODEL_VARIANTS } from './support/model_variants.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 
@@ -93,6 +94,19 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
       await b.sync();
       expect(addon.sideOps()).toBe(0);
       m.destroy();
+    }
+  });
+
+  it('bench train reports how many ops its recorded pass put on the side stream, and nothing without one', async () => {
+    for (const side of [true, false]) {
+      const b = new CudaBackend(simulatedCudaAddon({ sideStream: side }));
+      const overrides = { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.vocabSize': '264' };
+      const cfg = benchConfig({ preset: 'tiny', objective: 'ar', backend: 'cuda', batch: 2, seqLen: 32, steps: 2, warmup: 2, precision: 'bf16', overrides });
+      const r = await benchTrainMdlm(cfg, benchSetup(cfg, 'tiny', undefined, b), b, 2, 2);
+      b.destroy();
+      // Two layers of five (four weight gradients and the v projection), and the head's weight gradient.
+      expect(r.ops_aside).toBe(side ? 11 : undefined);
+      expect(describeThroughput(r).includes('ops recorded on the side stream')).toBe(side);
     }
   });
 });
