@@ -126,8 +126,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   /** The recording under way has the side stream: ops run `aside` go there (captureBegin). */
   private sideStream = false;
   private readonly hazards = new SideStreamHazards();
-  /** Ops sent to the side stream so far (recorded once each, however often their graph replays). */
-  opsAside = 0;
+  private asideCount = 0;
 
   constructor(private readonly addon: CudaAddon) {
     super();
@@ -143,6 +142,11 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   /** What a graph cannot hold (host copies, waits) or must not see change under it (memory). */
   private notRecording(what: string): void {
     if (this.recording) fail('BAD_ARGUMENT', `cuda.${what} while recording a CUDA graph: a recording may only enqueue ops and zero tensors`);
+  }
+
+  /** Ops sent to the side stream so far (recorded once each, however often their graph replays). */
+  get opsAside(): number {
+    return this.asideCount;
   }
 
   // --- memory ---
@@ -229,7 +233,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     const access = this.access(op, args);
     if (options.aside && !this.inBody) {
       this.hazards.add(access, native(() => this.addon.runAside(op.name, list, nums, strs)));
-      this.opsAside++;
+      this.asideCount++;
       return;
     }
     this.waitForSide(access);
