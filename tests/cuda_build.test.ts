@@ -205,11 +205,13 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
 
   it('computes random shapes within tolerance too: tile edges, documents of any length, GQA, wide scores (bf16, fixed seeds)', async () => {
     // 24 cases of fuzz_cases (attention_check.cc) a seed, round-robin, then with eager copies, then
-    // with the gradients strided and turned through rope (about a minute in all here; the skewed and
+    // with the gradients strided and turned through rope (about 75 s in all here; the skewed and
     // random schedules take 80-105 s a seed, so they run over the case list only).
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '1', DTYPE: 'bf16' }, 24);
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '2', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '3', GRAD_STRIDE_EXTRA: '8', ROPE: '10000', DTYPE: 'bf16' }, 24);
+    // And the mma.sync kernels that Ampere and Ada run.
+    await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
 
   it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {
