@@ -210,11 +210,11 @@ struct Device {
   }
 
   // The main stream waits for every side op of the capture it has not waited for (a capture must
-  // end with the streams it forked joined back).
-  void join_side() {
-    if (side_joined >= side_ops) return;
-    check_cuda(cudaStreamWaitEvent(stream, side_events[(side_ops - 1) % kSideEvents], 0), "join the side stream: cudaStreamWaitEvent");
+  // end with the streams it forked joined back); the wait's error, for the caller to check or not.
+  cudaError_t join_side() {
+    if (side_joined >= side_ops) return cudaSuccess;
     side_joined = side_ops;
+    return cudaStreamWaitEvent(stream, side_events[(side_ops - 1) % kSideEvents], 0);
   }
 };
 
@@ -565,7 +565,7 @@ Napi::Value ConditionalEnd(const Napi::CallbackInfo& info) {
 // Ends the capture; returns the graph (nullptr when the capture was invalidated).
 cudaGraph_t end_capture(Device& d) {
   if (d.in_body) throw std::runtime_error("captureEnd: a conditional region is still open (conditionalEnd missing)");
-  d.join_side();
+  check_cuda(d.join_side(), "captureEnd: join the side stream");
   d.capturing = false;
   d.side_on = false;
   d.scratch->set_capturing(false);
@@ -607,8 +607,7 @@ Napi::Value CaptureAbort(const Napi::CallbackInfo& info) {
     }
     if (d.capturing) {
       cudaGraph_t graph = nullptr;
-      if (d.side_joined < d.side_ops) cudaStreamWaitEvent(d.stream, d.side_events[(d.side_ops - 1) % kSideEvents], 0);
-      d.side_joined = d.side_ops;
+      d.join_side();  // best effort, as the rest of the abort
       d.capturing = false;
       d.side_on = false;
       d.scratch->set_capturing(false);

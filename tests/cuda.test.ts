@@ -28,6 +28,7 @@ import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
+import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { expectCrossEntropyInPlace } from './support/in_place.js';
 import { expectBf16Tracks, runLosses, tinyConfig, tinyRunRoot, tinyTrainer } from './support/train.js';
@@ -346,16 +347,13 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     const b = await cuda();
     const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '128', 'model.nLayers': '2', 'model.nHeads': '2', 'model.ffnHidden': '256', 'model.seqLen': '128' } }).model;
     const batch = 4, N = batch * 128;
-    const rows = {
-      inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 31 + 2) % 256),
-      segIds: Int32Array.from({ length: N }, (_, i) => (i % 128 < 80 ? 0 : 1)), positions: Int32Array.from({ length: N }, (_, i) => (i % 128 < 80 ? i % 128 : (i % 128) - 80)),
-    };
+    const rows = tokenBatch(N, 128, { secondDoc: 80 });
     // Six passes each, causal and bidirectional in turn: unrecorded, recorded, replayed.
     const passes = async (side: boolean) => {
       process.env.MDLM_CUDA_SIDE_STREAM = side ? '1' : '0';
       const before = b.opsAside;
       const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
-      m.setWeights(Float32Array.from({ length: N }, (_, i) => (i % 3 === 1 ? 0.5 + (i % 5) : 1)));
+      m.setWeights(lossWeights(N, 1));
       const out: { loss: number; grad: Float32Array }[] = [];
       for (let p = 0; p < 6; p++) {
         m.setBatch(rows, p % 2 === 0);

@@ -7,6 +7,7 @@ import { MdlmError } from '../src/errors.js';
 import { activationSaving, checkTrainingFits, recordsSteps, withMemoryEstimate } from '../src/train/memory.js';
 import { expectMdlmError } from './support/contracts.js';
 import { MODEL_VARIANTS } from './support/model_variants.js';
+import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 import { resolveConfig } from '../src/config/load.js';
@@ -45,7 +46,7 @@ describe('trainingMemory', () => {
     const run = async (recompute: Recompute) => {
       const b = new CpuBackend();
       const m = new LlamaModel(b, cfg.model, batch, 5, { recompute });
-      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 31 + 2) % 256), segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % cfg.model.seqLen) }, true);
+      m.setBatch(tokenBatch(N, cfg.model.seqLen), true);
       m.setWeights(new Float32Array(N).fill(1));
       m.forwardBackward();
       const out = { loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array };
@@ -101,13 +102,7 @@ describe('trainingMemory', () => {
 
   // Masked-diffusion-like rows: a third carry a weight (some of those an ignored target), so with
   // blocks of 64, 64 and 16 rows (8 chunks, rounded up to 64 rows) the packed rows fill the first block only.
-  const packedBatch = (N: number) => ({
-    batch: {
-      inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i % 11 === 0 ? -1 : (i * 31 + 2) % 256)),
-      segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 48),
-    },
-    weights: Float32Array.from({ length: N }, (_, i) => (i % 3 === 1 ? 0.5 + (i % 5) : 0)),
-  });
+  const packedBatch = (N: number) => ({ batch: tokenBatch(N, 48, { ignoreEvery: 11 }), weights: lossWeights(N) });
   const packedBackends: [string, () => Promise<Backend>, boolean][] = [['cpu', async () => new CpuBackend(), false], ['simulated cuda, recorded', async () => new CudaBackend(simulatedCudaAddon()), true]];
   if (hasWebGpu) packedBackends.push(['webgpu', async () => (await webgpuBackend())!, false]);
   for (const [bname, get, record] of packedBackends) it(`train.lossRows weighted (${bname}): forwardBackward over the packed rows gives the loss of every row, and gradients equal to rounding, as the same backend unpacked`, async () => {

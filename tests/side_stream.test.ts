@@ -6,6 +6,7 @@ import type { ActivationSaving } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
 import { benchConfig, benchSetup, benchTrainMdlm, describeThroughput } from '../src/bench/train.js';
 import { MODEL_VARIANTS } from './support/model_variants.js';
+import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 
 const r = (start: number, end: number): ByteRange => [BigInt(start), BigInt(end)];
@@ -43,13 +44,8 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
   const cfgOf = (over: Record<string, string>) =>
     resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '64', 'model.nLayers': '2', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.seqLen': '48', ...over } }).model;
   const batch = 3, N = batch * 48;
-  const rows = {
-    inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256),
-    targets: Int32Array.from({ length: N }, (_, i) => (i % 11 === 0 ? -1 : (i * 31 + 2) % 256)),
-    segIds: Int32Array.from({ length: N }, (_, i) => (i % 48 < 30 ? 0 : 1)),
-    positions: Int32Array.from({ length: N }, (_, i) => (i % 48 < 30 ? i % 48 : (i % 48) - 30)),
-  };
-  const weights = Float32Array.from({ length: N }, (_, i) => (i % 3 === 1 ? 0.5 + (i % 5) : 0));
+  const rows = tokenBatch(N, 48, { secondDoc: 30, ignoreEvery: 11 });
+  const weights = lossWeights(N);
 
   /** Losses and gradients of four recorded passes (direct, recording, two replays), alternating causal and bidirectional. */
   const passes = async (addon: ReturnType<typeof simulatedCudaAddon>, over: Record<string, string>, saving: ActivationSaving) => {
