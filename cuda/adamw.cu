@@ -1,20 +1,20 @@
 // adamw: one fused AdamW step over flat f32 buffers (param, m, v updated in place), the gradient
 // scaled by clip[1] (grad_norm's output, read on the device); a non-finite norm clip[0] makes the
-// step the identity (the host queues the update without reading the norm first). The bias
-// corrections and decay factor are computed once in float64 on the host, as adamwScalars in
-// src/ops/adamw.ts.
+// step the identity (the host queues the update without reading the norm first). The learning
+// rate and the bias corrections are read on the device too, from sched = [lr, lr / (1 - beta1^step),
+// 1 / sqrt(1 - beta2^step)] (adamwSchedule in src/ops/adamw.ts), so a recorded update serves every
+// step.
 // adamw_cast: the same step, the updated values also stored into `work` in the compute dtype
 // (the bf16 working copy), so no cast pass reads the f32 masters again: 30 bytes a parameter
 // moved instead of 28 + 6.
-#include <cmath>
-
 #include "common.cuh"
 
 namespace mdlm {
 
 struct AdamwStep {
   const float* clip;
-  float beta1, beta2, eps, decay, step_size, inv_sqrt_bc2;
+  const float* sched;
+  float beta1, beta2, eps, weight_decay;
 
   // in: param, grad, m, v; out: param, m, v
   __device__ void operator()(const float (&in)[4], float (&out)[3]) const {
@@ -23,10 +23,11 @@ struct AdamwStep {
       out[0] = in[0], out[1] = in[2], out[2] = in[3];
       return;
     }
+    const float lr = __ldg(sched), step_size = __ldg(sched + 1), inv_sqrt_bc2 = __ldg(sched + 2);
     const float g = in[1] * __ldg(clip + 1);
     const float m1 = beta1 * in[2] + (1.0f - beta1) * g;
     const float v1 = beta2 * in[3] + (1.0f - beta2) * g * g;
-    out[0] = decay * in[0] - step_size * m1 / (sqrtf(v1) * inv_sqrt_bc2 + eps);
+    out[0] = (1.0f - lr * weight_decay) * in[0] - step_size * m1 / (sqrtf(v1) * inv_sqrt_bc2 + eps);
     out[1] = m1;
     out[2] = v1;
   }
@@ -74,16 +75,13 @@ __global__ void __launch_bounds__(256)
 // One step over the call's buffers; `work` null (adamw) or the working copy (adamw_cast).
 template <typename W>
 void launch_adamw(const OpCall& call, W* work) {
-  const double lr = call.num("lr"), beta1 = call.num("beta1"), beta2 = call.num("beta2");
-  const double step = static_cast<double>(call.i64("step"));
   const AdamwStep f{
       static_cast<const float*>(call.arg("clip").ptr),
-      static_cast<float>(beta1),
-      static_cast<float>(beta2),
+      static_cast<const float*>(call.arg("sched").ptr),
+      static_cast<float>(call.num("beta1")),
+      static_cast<float>(call.num("beta2")),
       static_cast<float>(call.num("eps")),
-      static_cast<float>(1.0 - lr * call.num("weightDecay")),
-      static_cast<float>(lr / (1.0 - std::pow(beta1, step))),
-      static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2, step))),
+      static_cast<float>(call.num("weightDecay")),
   };
   float* param = static_cast<float*>(call.arg("param").ptr);
   const float* grad = static_cast<const float*>(call.arg("grad").ptr);

@@ -1,6 +1,7 @@
 // adamw: one fused AdamW step over flat fp32 buffers; one vec4 per thread, the last vec4 masked
-// lane by lane. A non-finite norm clip[0] makes the step the identity (a skipped step). Bias
-// corrections and the decay factor arrive precomputed (float64 on the host).
+// lane by lane. A non-finite norm clip[0] makes the step the identity (a skipped step). The
+// learning rate and the bias corrections are read from `sched` (adamwSchedule in src/ops/adamw.ts),
+// so an update recorded once serves every step.
 // adamw_cast (entry main_cast): the same step, the updated values also stored into `work` (the
 // working copy; f32 here, as WebGPU computes in f32).
 struct Params {
@@ -8,9 +9,7 @@ struct Params {
   beta1: f32,
   beta2: f32,
   eps: f32,
-  decay: f32,      // 1 - lr * weightDecay
-  stepSize: f32,   // lr / (1 - beta1^step)
-  invSqrtBc2: f32, // 1 / sqrt(1 - beta2^step)
+  weightDecay: f32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -19,7 +18,8 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> m: array<vec4f>;
 @group(0) @binding(4) var<storage, read_write> v: array<vec4f>;
 @group(0) @binding(5) var<storage, read> clip: array<f32>; // grad_norm's [norm, scale]
-@group(0) @binding(6) var<storage, read_write> work: array<vec4f>;
+@group(0) @binding(6) var<storage, read> sched: array<f32>; // [lr, lr / (1 - beta1^step), 1 / sqrt(1 - beta2^step)]
+@group(0) @binding(7) var<storage, read_write> work: array<vec4f>;
 
 fn group_index(gid: vec3u, nwg: vec3u) -> u32 {
   return gid.x + gid.y * nwg.x * 256u;
@@ -32,7 +32,7 @@ fn update(i: u32) -> vec4f {
   let g = grad[i] * clip[1];
   let m1 = select(params.beta1 * m[i] + (1.0 - params.beta1) * g, m[i], skip);
   let v1 = select(params.beta2 * v[i] + (1.0 - params.beta2) * g * g, v[i], skip);
-  let p1 = select(params.decay * param[i] - params.stepSize * m1 / (sqrt(v1) * params.invSqrtBc2 + params.eps), param[i], skip);
+  let p1 = select((1.0 - sched[0] * params.weightDecay) * param[i] - sched[1] * m1 / (sqrt(v1) * sched[2] + params.eps), param[i], skip);
   let first = 4u * i;
   if (first + 4u <= params.n) {
     m[i] = m1;

@@ -22,6 +22,12 @@ import { RMSNorm } from '../nn/rmsnorm.js';
 import type { ModelConfig } from '../config/schema.js';
 import { type ActivationSaving, logitChunksOf, logitRows } from '../config/model-size.js';
 
+/** Work a pass queues first, before its forward (forwardBackward); `key` tells its recordings from the pass's others. */
+export interface PassPrelude {
+  readonly key: string;
+  run(): void;
+}
+
 /** One block of rows of the LM head and the loss: views of the per-token buffers. */
 interface LogitBlock {
   readonly rows: number;
@@ -319,12 +325,14 @@ export class LlamaModel {
    * inputs live in fixed device buffers, so a replay reads whatever setBatch and the objective
    * put there. `overwriteGrads`: the pass's gradients replace what the gradient buffer holds, so
    * it needs no zeroing first (a step's first micro-batch; ParamStore.beginGradients); else they
-   * add to it. Each setting records its own pass.
+   * add to it. `prelude` is queued first, inside the recording (a deferred optimizer update:
+   * AdamW.takeDeferred). Each setting records its own pass.
    */
-  forwardBackward(overwriteGrads = false): void {
+  forwardBackward(overwriteGrads = false, prelude?: PassPrelude): void {
     // forward() then backward() with the loss and its gradient in one op (cross_entropy_fused): the
     // loss gradient dLoss is known before the forward, and each row of logits is read once.
     const run = (): void => {
+      prelude?.run();
       this.store.beginGradients(overwriteGrads);
       this.forwardHidden();
       const lossBlock = (v: LogitBlock): void => {
@@ -340,7 +348,7 @@ export class LlamaModel {
       this.store.endGradients();
     };
     if (!this.recordSteps) return run();
-    const key = `${this.causal} ${overwriteGrads}`;
+    const key = `${this.causal} ${overwriteGrads} ${prelude?.key ?? ''}`;
     const rec = this.recordings.get(key);
     if (rec) return rec.replay();
     if (!this.warmed.has(key)) {

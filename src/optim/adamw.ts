@@ -1,14 +1,22 @@
 /**
  * AdamW over the flat parameter buffers: one global gradient norm (with the clip coefficient
- * computed on the device, so clipping needs no host round-trip), then the fused update on the
- * decayed range and on the rest with weight decay 0. Under mixed precision the update also writes
- * the working copy (adamw_cast), so it needs no cast pass of its own.
+ * computed on the device, so clipping needs no host round-trip), then the fused update. Under
+ * mixed precision the update also writes the working copy (adamw_cast), so it needs no cast pass
+ * of its own.
+ *
+ * The learning rate and bias corrections live on the device (`schedule`, adamw's `sched`), so the
+ * update's ops are the same every step and a step can queue its update into the next step's
+ * recorded pass (`defer`, `takeDeferred`): it then runs chunk by chunk in the order the forward
+ * reads the parameters, each chunk `aside`, so with a side stream (CUDA) the forward waits only
+ * for the chunk its next op reads, not for the whole update.
  */
 import type { Backend } from '../backend/backend.js';
-import type { ParamRange, ParamStore } from '../nn/params.js';
-import { adamw, adamwCast } from '../ops/adamw.js';
+import { PARAM_ALIGN } from '../config/model-size.js';
+import type { PassPrelude } from '../model/llama.js';
+import type { Param, ParamStore } from '../nn/params.js';
+import { adamw, adamwCast, adamwSchedule } from '../ops/adamw.js';
 import { gradNorm } from '../ops/grad_norm.js';
-import type { Tensor } from '../tensor.js';
+import { type Tensor, numel } from '../tensor.js';
 
 export interface AdamWOptions {
   readonly beta1: number;
@@ -19,12 +27,60 @@ export interface AdamWOptions {
   readonly gradClip: number;
 }
 
+/** A contiguous range of the flat buffers that one adamw op updates. */
+interface UpdateChunk {
+  readonly offset: number;
+  readonly size: number;
+  readonly weightDecay: number;
+}
+
+/** The transformer layer a parameter belongs to ('layers.3.' for 'layers.3.attn.wq'), else its own name. */
+function layerOf(p: Param): string {
+  return /^layers\.\d+\./.exec(p.name)?.[0] ?? p.name;
+}
+
+/**
+ * The update's chunks in the order a forward pass first reads them: the parameters without decay
+ * (the norms and biases: small, and the first layer's first op reads one) in one chunk, then the
+ * decayed ones in declaration order, one chunk per layer (adjacent in the flat buffer: the
+ * norms are stored after all of them).
+ */
+export function updateChunks(store: ParamStore, weightDecay: number): UpdateChunk[] {
+  const chunks: UpdateChunk[] = [];
+  const rest = store.noDecayRange;
+  if (rest.size > 0) chunks.push({ offset: rest.offset, size: rest.size, weightDecay: 0 });
+  let open: { offset: number; size: number; layer: string } | undefined;
+  const close = (): void => {
+    if (open) chunks.push({ offset: open.offset, size: open.size, weightDecay });
+  };
+  for (const p of store.list.filter((q) => q.decay)) {
+    const size = Math.ceil(numel(p.shape) / PARAM_ALIGN) * PARAM_ALIGN;
+    const layer = layerOf(p);
+    if (open && open.layer === layer && open.offset + open.size === p.offset) {
+      open.size += size;
+      continue;
+    }
+    close();
+    open = { offset: p.offset, size, layer };
+  }
+  close();
+  // Together they tile the buffers exactly: sorted by offset, each starts where the last ended.
+  const end = [...chunks].sort((a, c) => a.offset - c.offset).reduce((at, c) => (c.offset === at ? at + c.size : NaN), 0);
+  if (end !== store.decayRange.size + rest.size) throw new Error('AdamW: the update chunks do not cover the parameter buffers exactly once');
+  return chunks;
+}
+
 export class AdamW {
   readonly m: Tensor;
   readonly v: Tensor;
   /** [norm, clip scale] of the last step's gradient. */
   readonly normOut: Tensor;
+  /** adamw's sched for the next update: [lr, lr / (1 − β1^step), 1 / √(1 − β2^step)]. */
+  readonly schedule: Tensor;
   private readonly backend: Backend;
+  private readonly chunks: readonly UpdateChunk[];
+  /** An update is deferred: its schedule is on the device, its ops not yet queued. */
+  private pending = false;
 
   constructor(readonly store: ParamStore, readonly opts: AdamWOptions) {
     const b = store.backend;
@@ -35,6 +91,8 @@ export class AdamW {
     b.zero(this.m);
     b.zero(this.v);
     this.normOut = b.alloc([2], 'f32');
+    this.schedule = b.alloc([3], 'f32');
+    this.chunks = updateChunks(store, opts.weightDecay);
   }
 
   /** Compute the gradient norm of the accumulated gradients (before `update`). */
@@ -43,26 +101,57 @@ export class AdamW {
     b.run(gradNorm, { x: this.store.grad, out: this.normOut }, { n: this.store.grad.size, maxNorm: this.opts.gradClip });
   }
 
-  /** Apply one update with learning rate `lr` at 1-based `step` (bias correction). */
+  /** Apply one update with learning rate `lr` at 1-based `step` (bias correction) now. */
   update(lr: number, step: number): void {
-    this.updateRange(this.store.decayRange, lr, step, this.opts.weightDecay);
-    this.updateRange(this.store.noDecayRange, lr, step, 0);
+    this.flush();
+    this.setSchedule(lr, step);
+    this.apply();
   }
 
-  private updateRange(r: ParamRange, lr: number, step: number, weightDecay: number): void {
-    if (r.size === 0) return;
+  /**
+   * The update with learning rate `lr` at 1-based `step`, from the gradients and norm as they
+   * are now, left for the next pass to queue first (`takeDeferred`), or for `flush`. Nothing
+   * may write the gradients or the norm before then but that pass (whose forward comes first).
+   */
+  defer(lr: number, step: number): void {
+    this.flush();
+    this.setSchedule(lr, step);
+    this.pending = true;
+  }
+
+  /** The deferred update, as the prelude of the pass that takes it over; undefined when none is deferred. */
+  takeDeferred(): PassPrelude | undefined {
+    if (!this.pending) return undefined;
+    this.pending = false;
+    return { key: 'adamw', run: () => this.apply() };
+  }
+
+  /** Queue the deferred update, if any, now: before anything reads the parameters or the optimizer state. */
+  flush(): void {
+    if (!this.pending) return;
+    this.pending = false;
+    this.apply();
+  }
+
+  private setSchedule(lr: number, step: number): void {
+    this.backend.upload(this.schedule, adamwSchedule(lr, step, this.opts.beta1, this.opts.beta2));
+  }
+
+  private apply(): void {
     const b = this.backend;
     const { beta1, beta2, eps } = this.opts;
-    const args = { param: r.value, grad: r.grad, m: b.view(this.m, r.offset, [r.size]), v: b.view(this.v, r.offset, [r.size]), clip: this.normOut };
-    const attrs = { n: r.size, lr, beta1, beta2, eps, weightDecay, step };
-    const work = this.store.workingCopy;
-    if (work) b.run(adamwCast, { ...args, work: b.view(work, r.offset, [r.size]) }, attrs);
-    else b.run(adamw, args, attrs);
+    const store = this.store;
+    const work = store.workingCopy;
+    for (const { offset, size, weightDecay } of this.chunks) {
+      const view = (t: Tensor): Tensor => b.view(t, offset, [size]);
+      const args = { param: view(store.value), grad: view(store.grad), m: view(this.m), v: view(this.v), clip: this.normOut, sched: this.schedule };
+      const attrs = { n: size, beta1, beta2, eps, weightDecay };
+      if (work) b.run(adamwCast, { ...args, work: view(work) }, attrs, { aside: true });
+      else b.run(adamw, args, attrs, { aside: true });
+    }
   }
 
   destroy(): void {
-    this.backend.free(this.m);
-    this.backend.free(this.v);
-    this.backend.free(this.normOut);
+    for (const t of [this.m, this.v, this.normOut, this.schedule]) this.backend.free(t);
   }
 }

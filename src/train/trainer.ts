@@ -173,6 +173,7 @@ export class Trainer {
 
   async save(): Promise<string> {
     const b = this.opts.backend;
+    this.optimizer.flush();
     await b.sync();
     const values = (await b.download(this.model.store.value)) as Float32Array;
     const tensors: Record<string, Float32Array> = {};
@@ -191,6 +192,7 @@ export class Trainer {
   async evaluate(): Promise<EvalMetrics | undefined> {
     const val = this.opts.val;
     if (!val) return undefined;
+    this.optimizer.flush();
     const cfg = this.cfg;
     const e = await evaluateModel(this.model, this.objective, val, {
       seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, maxBatches: cfg.train.evalBatches,
@@ -310,7 +312,11 @@ export async function optimizerStep(
 }
 
 /**
- * optimizerStep's work without its read-back: the micro-batches, the gradient norm and AdamW, queued.
+ * optimizerStep's work without its read-back: the micro-batches and the gradient norm queued, and
+ * AdamW deferred: the next step's first pass queues it before its forward, inside its recording,
+ * where (on CUDA with the side stream) it runs beside that forward; whatever reads the parameters
+ * before then calls `optimizer.flush()` first (the Trainer does). The first pass also queues the
+ * update deferred by the step before, if any.
  * Returns the loss of the micro-batches before the last (read before the next overwrites it; 0
  * with one), as a share of the step's mean; the last one's is in the model's loss buffer.
  */
@@ -320,12 +326,12 @@ export async function queueStep(parts: StepParts, batches: Lookahead<unknown>, s
   for (let micro = 0; micro < gradAccum; micro++) {
     await objective.prepare(model, batches.take(), step * gradAccum + micro, 0);
     // The first micro-batch's gradients replace the last step's: no zeroing, no read-back in the GEMMs.
-    model.forwardBackward(micro === 0);
+    model.forwardBackward(micro === 0, micro === 0 ? optimizer.takeDeferred() : undefined);
     batches.prefetch();
     if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
   }
   optimizer.measure();
-  optimizer.update(lr, step + 1);
+  optimizer.defer(lr, step + 1);
   return loss;
 }
 

@@ -9,6 +9,9 @@ import type { Backend } from '../../src/backend/backend.js';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/convert.js';
 import type { TrainConfig } from '../../src/config/schema.js';
+import type { Tensor } from '../../src/tensor.js';
+import { createLoader } from '../../src/data/loader.js';
+import { learningRate } from '../../src/optim/lr.js';
 import { openRunData } from '../../src/train/data.js';
 import { type Trainer, computeDtype } from '../../src/train/trainer.js';
 import { expectBf16Tracks, runLosses as runOn, tinyConfig as tinyIn, tinyRunRoot, tinyTrainer } from '../support/train.js';
@@ -137,6 +140,42 @@ describe('training', () => {
       expect(Array.from((await cpu.download(t.optimizer.v)) as Float32Array).every((x) => x === 0)).toBe(true);
       t.destroy();
     }
+  });
+
+  // The Trainer defers each step's AdamW into the next step's pass (and flushes it at the end):
+  // the same arithmetic in the same order as updating at once.
+  it('the deferred update gives the losses and parameters of updating at the end of each step', async () => {
+    const cfg = tinyConfig('deferred', { 'train.steps': '3', 'train.gradAccum': '2' });
+    const deferred = await trainer(cfg, new CpuBackend());
+    const { losses } = await deferred.run();
+    const cpu = new CpuBackend();
+    const t = await trainer(cfg, cpu);
+    const data = await openRunData(cfg, () => {});
+    const loader = createLoader(data.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
+    const schedule = { lr: cfg.train.lr, minLr: cfg.train.minLr, warmupSteps: cfg.train.warmupSteps, totalSteps: cfg.train.steps, decay: cfg.train.decay, wsdDecayFraction: cfg.train.wsdDecayFraction };
+    t.model.setLossScale(1 / 2);
+    const atOnce: number[] = [];
+    for (let step = 0; step < 3; step++) {
+      let loss = 0;
+      for (let micro = 0; micro < 2; micro++) {
+        await t.objective.prepare(t.model, loader.next(), step * 2 + micro, 0);
+        t.model.forwardBackward(micro === 0);
+        loss += (await t.model.loss()) / 2;
+      }
+      t.optimizer.measure();
+      t.optimizer.update(learningRate(schedule, step), step + 1);
+      atOnce.push(loss);
+    }
+    expect(losses).toEqual(atOnce);
+    // The index of the first value that differs (vitest's diff of 10⁵ floats takes minutes).
+    const firstDifference = async (a: Tensor, b: Tensor) => {
+      const [x, y] = [await deferred.model.backend.download(a), await cpu.download(b)];
+      return x.findIndex((v, i) => !Object.is(v, y[i]));
+    };
+    expect(await firstDifference(deferred.model.store.value, t.model.store.value)).toBe(-1);
+    expect(await firstDifference(deferred.optimizer.v, t.optimizer.v)).toBe(-1);
+    deferred.destroy();
+    t.destroy();
   });
 
   it('a checkpoint round-trips parameters and optimizer state bit-exactly', async () => {
