@@ -2,13 +2,14 @@
 # Same-machine A/B of training steps: `mdlm bench train --peer none`, the sides alternating run by
 # run (A, B, A, B, ...) so that clock and power drift fall on all of them. Prints each run's
 # ms/step and each side's median against the first side's.
-# Sides are either
-#   - two commits (the default): this tree's dist/ and addon ("head") and the dist/ packed from
-#     another commit ("base", .device/dist-base.tar.xz: `bash bench/pack-device.sh <commit>`), with
-#     that commit's addon built from its cuda/ (.device/cuda-base.tar.xz, packed beside it) when
+# A side (AB_SIDES, space-separated; default "head base") is a tree and environment settings,
+# joined by '+':
+#   - the tree: "head" (the default), this tree's dist/ and addon, or "base", the dist/ packed from
+#     another commit (.device/dist-base.tar.xz: `bash bench/pack-device.sh <commit>`), with that
+#     commit's addon built from its cuda/ (.device/cuda-base.tar.xz, packed beside it) when
 #     AB_BACKEND is cuda;
-#   - or environment settings on this tree (AB_SIDES, space-separated, a side's variables joined by
-#     '+'): e.g. AB_SIDES="MDLM_ATTN_POLY_EXP=0 MDLM_ATTN_POLY_EXP=2" for a kernel knob.
+#   - settings: e.g. AB_SIDES="MDLM_ATTN_POLY_EXP=0 MDLM_ATTN_POLY_EXP=2" for a kernel knob on this
+#     tree, or "base head head+MDLM_CUDA_SIDE_STREAM=1" for two commits and a knob.
 # Usage: bash bench/train-ab.sh   (env: AB_SIDES, AB_RUNS=3 rounds, AB_CASES="llama-124m:mdlm
 #   llama-1.3b:mdlm", AB_BACKEND=cuda, AB_STEPS=20 timed steps (1.3B: 5), AB_ARGS more bench train
 #   options; OUT)
@@ -17,7 +18,11 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sides=${AB_SIDES:-head base}
 rm -f /tmp/ab-head-addon.node
-if [ -z "${AB_SIDES:-}" ]; then
+# The tree and the settings of side $1.
+tree_of() { local t; for t in $(echo "$1" | tr '+' ' '); do [ "$t" = base ] && { echo base; return; }; done; echo head; }
+settings_of() { echo "$1" | tr '+' '\n' | grep = | tr '\n' ' '; }
+uses_base=0; for side in $sides; do [ "$(tree_of "$side")" = base ] && uses_base=1; done
+if [ "$uses_base" = 1 ]; then
   base_tar=${AB_BASE:-.device/dist-base.tar.xz}
   [ -f "$base_tar" ] || { echo "train-ab: no $base_tar (make it with: bash bench/pack-device.sh <commit>)"; exit 2; }
   rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar -xJf "$base_tar" -C /tmp/ab-base || exit 2
@@ -44,11 +49,12 @@ for case in ${AB_CASES:-llama-124m:mdlm llama-1.3b:mdlm}; do
   for r in $(seq "${AB_RUNS:-3}"); do
     for side in $sides; do
       f="$OUT/ab-$preset-$objective-$(label "$side")-$r"
-      env_side=()
-      if [ -n "${AB_SIDES:-}" ]; then read -ra env_side <<< "$(echo "$side" | tr '+' ' ')"; elif [ "$side" = base ]; then use base; fi
+      read -ra env_side <<< "$(settings_of "$side")"
+      tree=$(tree_of "$side")
+      [ "$tree" = base ] && use base
       env "${env_side[@]}" node bin/mdlm.js bench train --preset "$preset" --objective "$objective" --backend "${AB_BACKEND:-cuda}" --steps "$steps" --warmup 3 \
         --peer none --json ${AB_ARGS:-} > "$f.json" 2> "$f.err"
-      [ -z "${AB_SIDES:-}" ] && [ "$side" = base ] && use head
+      [ "$tree" = base ] && use head
       node -e "const j = require('$f.json'); console.log('$preset $objective run $r $side', j.ms_step.toFixed(3), 'ms/step')" \
         || { echo "train-ab: $preset $objective $side run $r failed:"; tail -n 5 "$f.err"; }
     done
