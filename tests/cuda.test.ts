@@ -26,6 +26,7 @@ import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 import { createBackend, probeCuda } from '../src/runtime/backends.js';
 import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
+import { AdamW } from '../src/optim/adamw.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { lossWeights, tokenBatch } from './support/model_batch.js';
@@ -343,25 +344,32 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
-  it('runs recorded passes with the weight gradients on the side stream (MDLM_CUDA_SIDE_STREAM=1) to the losses and gradients of one stream', async () => {
+  it('runs recorded passes with the weight gradients and the deferred AdamW update on the side stream (MDLM_CUDA_SIDE_STREAM=1) to the losses, gradients and parameters of one stream', async () => {
     const b = await cuda();
     const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '128', 'model.nLayers': '2', 'model.nHeads': '2', 'model.ffnHidden': '256', 'model.seqLen': '128' } }).model;
     const batch = 4, N = batch * 128;
     const rows = tokenBatch(N, 128, { secondDoc: 80 });
-    // Six passes each, causal and bidirectional in turn: unrecorded, recorded, replayed.
+    // Eight training steps each, causal and bidirectional in turn (unrecorded, recorded, replayed),
+    // each step's AdamW deferred into the next pass as the Trainer does.
     const passes = async (side: boolean) => {
       process.env.MDLM_CUDA_SIDE_STREAM = side ? '1' : '0';
       const before = b.opsAside;
       const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
+      const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
       m.setWeights(lossWeights(N, 1));
       const out: { loss: number; grad: Float32Array }[] = [];
-      for (let p = 0; p < 6; p++) {
+      for (let p = 0; p < 8; p++) {
         m.setBatch(rows, p % 2 === 0);
-        m.forwardBackward(true);
+        m.forwardBackward(true, opt.takeDeferred());
         out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
+        opt.measure();
+        opt.defer(1e-3, p + 1);
       }
+      opt.flush();
+      const params = (await b.download(m.store.value)) as Float32Array;
+      opt.destroy();
       m.destroy();
-      return { out, aside: b.opsAside - before };
+      return { out, params, aside: b.opsAside - before };
     };
     // The deterministic attention backward, so that the only difference could be the streams.
     process.env.MDLM_ATTN_DETERMINISTIC = '1';
@@ -370,11 +378,12 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       const two = await passes(true);
       expect(one.aside).toBe(0);
       expect(two.aside).toBeGreaterThan(0);
-      expect(one.out[5]!.grad.reduce((m, x) => Math.max(m, Math.abs(x)), 0)).toBeGreaterThan(0);
+      expect(one.out[7]!.grad.reduce((m, x) => Math.max(m, Math.abs(x)), 0)).toBeGreaterThan(0);
       for (const [p, pass] of two.out.entries()) {
         expect(Math.abs(pass.loss - one.out[p]!.loss), `pass ${p} loss`).toBeLessThanOrEqual(1e-5 * Math.abs(one.out[p]!.loss));
         expect(relativeError(pass.grad, one.out[p]!.grad, false), `pass ${p} gradients`).toBeLessThanOrEqual(1e-5);
       }
+      expect(relativeError(two.params, one.params, false), 'parameters after the last update').toBeLessThanOrEqual(1e-6);
     } finally {
       delete process.env.MDLM_ATTN_DETERMINISTIC;
       delete process.env.MDLM_CUDA_SIDE_STREAM;
