@@ -27,12 +27,15 @@ if [ "$uses_base" = 1 ]; then
   [ -f "$base_tar" ] || { echo "train-ab: no $base_tar (make it with: bash bench/pack-device.sh <commit>)"; exit 2; }
   rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar -xJf "$base_tar" -C /tmp/ab-base || exit 2
   [ -d /tmp/ab-base/dist ] || { echo "train-ab: $base_tar holds no dist/"; exit 2; }
-  # The base addon, built under .device/ (so its build finds this tree's node_modules)
-  addon=cuda/build/Release/mdlm_cuda.node base_addon=.device/ab-base/cuda/build/Release/mdlm_cuda.node
+  # The base addon, built in /tmp/ab-base-cuda beside a link to this tree's node_modules. The
+  # build is incremental and the archive keeps the commit's file times, so a later A/B on the
+  # same machine and base rebuilds nothing.
+  base_build=/tmp/ab-base-cuda
+  addon=cuda/build/Release/mdlm_cuda.node base_addon=$base_build/cuda/build/Release/mdlm_cuda.node
   if [ "${AB_BACKEND:-cuda}" = cuda ]; then
     [ -f .device/cuda-base.tar.xz ] || { echo "train-ab: no .device/cuda-base.tar.xz (bash bench/pack-device.sh <commit>)"; exit 2; }
-    rm -rf .device/ab-base && mkdir -p .device/ab-base && tar -xJf .device/cuda-base.tar.xz -C .device/ab-base || exit 2
-    node .device/ab-base/cuda/build.mjs > "$OUT/ab-base-build.log" 2>&1 || { tail -n 20 "$OUT/ab-base-build.log"; echo "train-ab: the base addon did not build"; exit 2; }
+    mkdir -p $base_build && ln -sfn "$PWD/node_modules" $base_build/node_modules && tar -xJf .device/cuda-base.tar.xz -C $base_build || exit 2
+    node $base_build/cuda/build.mjs > "$OUT/ab-base-build.log" 2>&1 || { tail -n 20 "$OUT/ab-base-build.log"; echo "train-ab: the base addon did not build"; exit 2; }
     cp "$addon" /tmp/ab-head-addon.node
   fi
 fi
