@@ -11,12 +11,11 @@
  * for the chunk its next op reads, not for the whole update.
  */
 import type { Backend } from '../backend/backend.js';
-import { PARAM_ALIGN } from '../config/model-size.js';
 import type { PassPrelude } from '../model/llama.js';
 import type { Param, ParamStore } from '../nn/params.js';
-import { adamw, adamwCast, adamwSchedule } from '../ops/adamw.js';
+import { type AdamwAttrs, adamw, adamwCast, adamwSchedule } from '../ops/adamw.js';
 import { gradNorm } from '../ops/grad_norm.js';
-import { type Tensor, numel } from '../tensor.js';
+import type { Tensor } from '../tensor.js';
 
 export interface AdamWOptions {
   readonly beta1: number;
@@ -49,24 +48,21 @@ export function updateChunks(store: ParamStore, weightDecay: number): UpdateChun
   const chunks: UpdateChunk[] = [];
   const rest = store.noDecayRange;
   if (rest.size > 0) chunks.push({ offset: rest.offset, size: rest.size, weightDecay: 0 });
+  // Each decayed parameter's extent, padding included: up to the next one, the last to the range's end.
+  const decayed = store.list.filter((p) => p.decay);
+  const byOffset = [...decayed].sort((a, b) => a.offset - b.offset);
+  const end = new Map(byOffset.map((p, i) => [p, byOffset[i + 1]?.offset ?? store.decayRange.offset + store.decayRange.size]));
   let open: { offset: number; size: number; layer: string } | undefined;
-  const close = (): void => {
-    if (open) chunks.push({ offset: open.offset, size: open.size, weightDecay });
-  };
-  for (const p of store.list.filter((q) => q.decay)) {
-    const size = Math.ceil(numel(p.shape) / PARAM_ALIGN) * PARAM_ALIGN;
+  for (const p of decayed) {
     const layer = layerOf(p);
     if (open && open.layer === layer && open.offset + open.size === p.offset) {
-      open.size += size;
+      open.size = end.get(p)! - open.offset;
       continue;
     }
-    close();
-    open = { offset: p.offset, size, layer };
+    if (open) chunks.push({ offset: open.offset, size: open.size, weightDecay });
+    open = { offset: p.offset, size: end.get(p)! - p.offset, layer };
   }
-  close();
-  // Together they tile the buffers exactly: sorted by offset, each starts where the last ended.
-  const end = [...chunks].sort((a, c) => a.offset - c.offset).reduce((at, c) => (c.offset === at ? at + c.size : NaN), 0);
-  if (end !== store.decayRange.size + rest.size) throw new Error('AdamW: the update chunks do not cover the parameter buffers exactly once');
+  if (open) chunks.push({ offset: open.offset, size: open.size, weightDecay });
   return chunks;
 }
 
@@ -78,7 +74,8 @@ export class AdamW {
   /** adamw's sched for the next update: [lr, lr / (1 − β1^step), 1 / √(1 − β2^step)]. */
   readonly schedule: Tensor;
   private readonly backend: Backend;
-  private readonly chunks: readonly UpdateChunk[];
+  /** The update's ops, a chunk each (updateChunks), with their views made once. */
+  private readonly updates: readonly { op: typeof adamw; args: Record<string, Tensor>; attrs: AdamwAttrs }[];
   /** An update is deferred: its schedule is on the device, its ops not yet queued. */
   private pending = false;
 
@@ -92,7 +89,14 @@ export class AdamW {
     b.zero(this.v);
     this.normOut = b.alloc([2], 'f32');
     this.schedule = b.alloc([3], 'f32');
-    this.chunks = updateChunks(store, opts.weightDecay);
+    const { beta1, beta2, eps } = opts;
+    const work = store.workingCopy;
+    this.updates = updateChunks(store, opts.weightDecay).map(({ offset, size, weightDecay }) => {
+      const view = (t: Tensor): Tensor => b.view(t, offset, [size]);
+      const args = { param: view(store.value), grad: view(store.grad), m: view(this.m), v: view(this.v), clip: this.normOut, sched: this.schedule };
+      const attrs = { n: size, beta1, beta2, eps, weightDecay };
+      return work ? { op: adamwCast, args: { ...args, work: view(work) }, attrs } : { op: adamw, args, attrs };
+    });
   }
 
   /** Compute the gradient norm of the accumulated gradients (before `update`). */
@@ -138,17 +142,7 @@ export class AdamW {
   }
 
   private apply(): void {
-    const b = this.backend;
-    const { beta1, beta2, eps } = this.opts;
-    const store = this.store;
-    const work = store.workingCopy;
-    for (const { offset, size, weightDecay } of this.chunks) {
-      const view = (t: Tensor): Tensor => b.view(t, offset, [size]);
-      const args = { param: view(store.value), grad: view(store.grad), m: view(this.m), v: view(this.v), clip: this.normOut, sched: this.schedule };
-      const attrs = { n: size, beta1, beta2, eps, weightDecay };
-      if (work) b.run(adamwCast, { ...args, work: view(work) }, attrs, { aside: true });
-      else b.run(adamw, args, attrs, { aside: true });
-    }
+    for (const { op, args, attrs } of this.updates) this.backend.run(op, args, attrs, { aside: true });
   }
 
   destroy(): void {
