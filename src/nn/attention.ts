@@ -190,11 +190,12 @@ export class SelfAttention {
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
     if (this.fused) {
-      // v = x · Wvᵀ straight into the saved v (one GEMM for all three would leave v to copy), aside:
-      // beside the q/k GEMM and rope, until the attention reads it;
+      // v = x · Wvᵀ straight into the saved v (one GEMM for all three would leave v to copy);
       // [rows, (H + G)·D] = x · [Wq; Wk]ᵀ, whose q and k parts rope turns into the saved q and k.
+      // Not aside: on the side stream, behind a deferred AdamW update's chunks, the attention would
+      // wait for the whole update (src/optim/adamw.ts).
       const qk = (s.heads + s.kvHeads) * s.headDim;
-      this.v.forward(b, x, b.view(this.savedV, 0, [rows, s.kvHeads * s.headDim]), rows, { aside: true });
+      this.v.forward(b, x, b.view(this.savedV, 0, [rows, s.kvHeads * s.headDim]), rows);
       b.run(matmul, { a: as3d(b, x), b: this.wqkv(b, this.q.weight.compute, qk), out: b.view(sc.qkv, 0, [1, rows, qk]) }, matmulAttrs(1, rows, qk, this.q.inFeatures, false, true));
       const saved = [this.savedQ, this.savedK];
       this.qkvParts().slice(0, 2).forEach(([offset, heads], i) => {

@@ -24,8 +24,8 @@ export class Linear {
   }
 
   /** y [rows, out] = x [rows, in] · Wᵀ */
-  forward(b: Backend, x: Tensor, y: Tensor, rows: number, options?: RunOptions): void {
-    b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.compute), out: as3d(b, y) }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true), options);
+  forward(b: Backend, x: Tensor, y: Tensor, rows: number): void {
+    b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.compute), out: as3d(b, y) }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
   }
 
   /**

@@ -24,8 +24,11 @@ function addonError(code: string, message: string): Error {
   return Object.assign(new Error(message), { mdlmCode: code });
 }
 
-/** A step of a captured graph: main-stream work, a side-stream op, or the main stream's wait for side op `event`. */
-type Step = { readonly work: () => void } | { readonly side: number; readonly work: () => void } | { readonly join: number };
+/** A step of a captured graph: main-stream work, a side-stream op, or the main stream's wait for side op `event`; `op` names an op's kernel. */
+type Step = { readonly work: () => void; readonly op?: string } | { readonly side: number; readonly work: () => void; readonly op: string } | { readonly join: number };
+
+/** A captured graph's steps as data (lastGraph: the last one captured): main-stream ops and zeroes ('zero', 'copy', ...), side ops, joins. */
+export type TraceStep = { readonly main: string } | { readonly side: string; readonly event: number } | { readonly join: number };
 
 export interface SimulatedCudaOptions {
   readonly sideStream?: boolean;
@@ -33,7 +36,9 @@ export interface SimulatedCudaOptions {
 }
 
 /** The simulated addon, and how many conditional bodies its graph launches have skipped. */
-export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon & { readonly skippedBodies: () => number; readonly sideOps: () => number } {
+export function simulatedCudaAddon(
+  opts: SimulatedCudaOptions = {},
+): CudaAddon & { readonly skippedBodies: () => number; readonly sideOps: () => number; readonly lastGraph: () => TraceStep[] } {
   const blocks = new Map<bigint, Uint8Array>();
   let next = 1n << 20n;
   let used = 0;
@@ -44,10 +49,12 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
   let skipped = 0;
   let sideOps = 0;
   const graphs = new Map<number, Step[]>();
+  /** The last graph captured (kept after it is destroyed), for lastGraph. */
+  let lastCaptured: Step[] = [];
   let nextGraph = 1;
   /** Device work: recorded while capturing, else done now. */
-  const enqueue = (work: () => void): void => {
-    if (capture) capture.push({ work });
+  const enqueue = (work: () => void, op?: string): void => {
+    if (capture) capture.push(op === undefined ? { work } : { work, op });
     else work();
   };
   /** A graph's steps: main work in order, each side op as late as the joins allow. */
@@ -136,6 +143,12 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
   return {
     skippedBodies: () => skipped,
     sideOps: () => sideOps,
+    lastGraph: () =>
+      lastCaptured.map((step): TraceStep => {
+        if ('join' in step) return { join: step.join };
+        if ('side' in step) return { side: step.op, event: step.side };
+        return { main: step.op ?? 'device work' };
+      }),
     probe: () => info,
     malloc(bytes) {
       if (used + bytes > MEMORY) throw addonError('OUT_OF_MEMORY', `cuda: cannot allocate ${bytes} bytes (${MEMORY - used} free of ${MEMORY})`);
@@ -188,6 +201,7 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
       if (!capture) throw new Error('simulated cuda: captureEnd without a capture');
       if (outer) throw new Error('simulated cuda: captureEnd inside a conditional region');
       graphs.set(nextGraph, capture);
+      lastCaptured = capture;
       capture = null;
       sideOn = false;
       return nextGraph++;
@@ -211,12 +225,12 @@ export function simulatedCudaAddon(opts: SimulatedCudaOptions = {}): CudaAddon &
       return at(ptr, bytes).slice().buffer;
     },
     run(name: string, args: readonly CudaArg[], nums, strs) {
-      enqueue(kernel(name, args, nums, strs));
+      enqueue(kernel(name, args, nums, strs), name);
     },
     runAside(name: string, args: readonly CudaArg[], nums, strs) {
       const steps = sideCall('runAside');
       const event = sideOps++;
-      steps.push({ side: event, work: kernel(name, args, nums, strs) });
+      steps.push({ side: event, work: kernel(name, args, nums, strs), op: name });
       return event;
     },
     joinAside(event: number) {
