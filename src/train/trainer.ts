@@ -290,8 +290,8 @@ export class Lookahead<S> {
 /**
  * One optimizer step at 0-based `step`: `gradAccum` micro-batches of (prepare, forward, backward;
  * the first one's gradients overwrite the last step's), the global gradient norm, then AdamW at
- * `lr`, skipped where the loss or the norm is not finite (an error under nonFinite 'stop', a
- * skipped update under 'skip').
+ * `lr` (deferred into the next step's first pass: queueStep), skipped where the loss or the norm
+ * is not finite (an error under nonFinite 'stop', a skipped update under 'skip').
  * The update is queued without reading the norm first: a non-finite norm makes the device's AdamW
  * step the identity (src/ops/adamw.ts), and a non-finite loss comes from non-finite logits, so
  * with a non-finite norm. The loss and the norm are read once, after the whole step, so the
