@@ -28,12 +28,17 @@ using mdlm::launch_set_above;
 constexpr size_t kAlign = 256;
 // cuBLASLt's recommended workspace on Hopper; enough for every algorithm it picks on Ampere too.
 constexpr size_t kCublasLtWorkspace = 32u << 20;
-// Events the side stream records, reused round-robin: more than a recorded pass's side ops (five a
-// layer), so that a join waits for just the op it names; a wait on one re-recorded since would wait
+// Events the side stream records, reused round-robin: more than a recorded pass's side ops (four a
+// layer and the update's chunk), so that a join waits for just the op it names; a wait on one re-recorded since would wait
 // for later side work as well, which is still correct.
 constexpr int kSideEvents = 1024;
 
-bool side_stream_enabled() { return mdlm::env_knob("MDLM_CUDA_SIDE_STREAM") == "1"; }
+// MDLM_CUDA_SIDE_STREAM: 1, or `gradients` / `update` (which ops go there: the TypeScript side
+// decides); unset, empty or 0: off.
+bool side_stream_enabled() {
+  const std::string knob = mdlm::env_knob("MDLM_CUDA_SIDE_STREAM");
+  return !knob.empty() && knob != "0";
+}
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 

@@ -136,6 +136,28 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
     expect(mainOps(joins[1]!.at, joins[2]!.at)).toBeGreaterThan(5);
   });
 
+  it('MDLM_CUDA_SIDE_STREAM=gradients or update sends one kind aside, the other to the main stream, with the same results', async () => {
+    const one = await steps(simulatedCudaAddon());
+    const sideOf = async (knob: string | undefined) => {
+      const before = process.env.MDLM_CUDA_SIDE_STREAM;
+      if (knob === undefined) delete process.env.MDLM_CUDA_SIDE_STREAM;
+      else process.env.MDLM_CUDA_SIDE_STREAM = knob;
+      try {
+        const addon = simulatedCudaAddon({ sideStream: true });
+        const r = await steps(addon);
+        expect(r.params).toEqual(one.params);
+        return [...new Set(addon.lastGraph().flatMap((s) => ('side' in s ? [s.side] : [])))].sort();
+      } finally {
+        if (before === undefined) delete process.env.MDLM_CUDA_SIDE_STREAM;
+        else process.env.MDLM_CUDA_SIDE_STREAM = before;
+      }
+    };
+    expect(await sideOf('update')).toEqual(['adamw_cast']);
+    expect(await sideOf('gradients')).toEqual(['matmul']);
+    expect(await sideOf('1')).toEqual(['adamw_cast', 'matmul']);
+    expect(await sideOf(undefined)).toEqual(['adamw_cast', 'matmul']);
+  });
+
   it('runs nothing aside outside a recording, nor with the side stream off', async () => {
     for (const [addon, record] of [[simulatedCudaAddon({ sideStream: true }), false], [simulatedCudaAddon(), true]] as const) {
       const b = new CudaBackend(addon);

@@ -67,14 +67,17 @@ export interface Backend {
 }
 
 /** How `Backend.run` may schedule an op. */
+/** What an op run aside is: a weight gradient (beside the input-gradient chain) or an optimizer update (beside the forward). */
+export type AsideKind = 'gradient' | 'update';
+
 export interface RunOptions {
   /**
    * The op may run beside the ops enqueued after it, as long as none of them writes what it reads
-   * or touches what it writes: a weight gradient beside the input-gradient chain. CUDA runs it on
-   * a second stream while a graph is recorded (MDLM_CUDA_SIDE_STREAM=1); elsewhere it is a hint
-   * that changes nothing.
+   * or touches what it writes. CUDA runs it on a second stream while a graph is recorded
+   * (MDLM_CUDA_SIDE_STREAM: 1 for both kinds, or `gradients` or `update` for one); elsewhere it is
+   * a hint that changes nothing.
    */
-  readonly aside?: boolean;
+  readonly aside?: AsideKind;
 }
 
 /** Work recorded by `Backend.record`. */

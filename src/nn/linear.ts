@@ -45,7 +45,7 @@ export class Linear {
  * How weight (and bias) gradients are run: aside, since nothing in the backward pass reads them
  * (CUDA overlaps them with the input-gradient chain on a second stream: Backend.run's options).
  */
-export const WEIGHT_GRAD: RunOptions = { aside: true };
+export const WEIGHT_GRAD: RunOptions = { aside: 'gradient' };
 
 /** A 2-D tensor seen as a batch of one matrix. */
 export function as3d(b: Backend, t: Tensor): Tensor {

@@ -142,7 +142,7 @@ export class AdamW {
   }
 
   private apply(): void {
-    for (const { op, args, attrs } of this.updates) this.backend.run(op, args, attrs, { aside: true });
+    for (const { op, args, attrs } of this.updates) this.backend.run(op, args, attrs, { aside: 'update' });
   }
 
   destroy(): void {

@@ -5,12 +5,12 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, PooledBackend, type Recording, type RunOptions, TensorStore, checkUpload } from '../backend.js';
+import { type AsideKind, type Backend, BufferPool, PooledBackend, type Recording, type RunOptions, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
 import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor } from '../../tensor.js';
-import { type Access, type ByteRange, SideStreamHazards } from './side_stream.js';
+import { type Access, type ByteRange, SideStreamHazards, sideStreamKinds } from './side_stream.js';
 
 /** What the addon's probe() reports. Device fields are present when `available`. */
 export interface CudaProbeInfo {
@@ -125,6 +125,8 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   private inBody = false;
   /** The recording under way has the side stream: ops run `aside` go there (captureBegin). */
   private sideStream = false;
+  /** Which aside ops it takes (MDLM_CUDA_SIDE_STREAM, read with it at every recording). */
+  private sideKinds: ReadonlySet<AsideKind> = new Set();
   private readonly hazards = new SideStreamHazards();
   private asideCount = 0;
 
@@ -231,7 +233,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     }
     if (!this.sideStream || !this.recording) return native(() => this.addon.run(op.name, list, nums, strs));
     const access = this.access(op, args);
-    if (options.aside && !this.inBody) {
+    if (options.aside && this.sideKinds.has(options.aside) && !this.inBody) {
       this.hazards.add(access, native(() => this.addon.runAside(op.name, list, nums, strs)));
       this.asideCount++;
       return;
@@ -278,6 +280,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   record(fn: () => void): Recording {
     this.notRecording('record');
     this.sideStream = native(() => this.addon.captureBegin());
+    this.sideKinds = sideStreamKinds(process.env.MDLM_CUDA_SIDE_STREAM);
     this.recording = true;
     let id: number;
     try {

@@ -1,13 +1,25 @@
 /**
- * When the main stream must wait for the side stream. Ops run with `{ aside: true }` (weight
- * gradients) go to a second CUDA stream while a graph is recorded: each starts after everything
- * enqueued on the main stream before it, and the side stream runs its ops in order. What the main
+ * When the main stream must wait for the side stream. Ops run `aside` (weight gradients, the
+ * deferred optimizer update) go to a second CUDA stream while a graph is recorded: each starts
+ * after everything enqueued on the main stream before it, and the side stream runs its ops in
+ * order. What the main
  * stream enqueues later must wait for a side op when it writes bytes that op reads (the op would
  * read the new values) or touches bytes that op writes (it would read stale values, or race the
  * write). SideStreamHazards keeps the side ops not yet waited for, with their byte ranges, and
  * names the newest one a main-stream access conflicts with: waiting for it waits for every side
  * op before it too, so those are forgotten with it.
  */
+import type { AsideKind } from '../backend.js';
+
+/**
+ * The kinds of aside op a capture's side stream takes (when the addon turned it on), from
+ * MDLM_CUDA_SIDE_STREAM: `gradients` or `update` for one kind, anything else (1) for both.
+ */
+export function sideStreamKinds(knob: string | undefined): ReadonlySet<AsideKind> {
+  if (knob === 'gradients') return new Set(['gradient']);
+  if (knob === 'update') return new Set(['update']);
+  return new Set(['gradient', 'update']);
+}
 
 /** A range [start, end) of device bytes. */
 export type ByteRange = readonly [start: bigint, end: bigint];
