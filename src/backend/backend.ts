@@ -66,10 +66,10 @@ export interface Backend {
   destroy(): void;
 }
 
-/** How `Backend.run` may schedule an op. */
 /** What an op run aside is: a weight gradient (beside the input-gradient chain) or an optimizer update (beside the forward). */
 export type AsideKind = 'gradient' | 'update';
 
+/** How `Backend.run` may schedule an op. */
 export interface RunOptions {
   /**
    * The op may run beside the ops enqueued after it, as long as none of them writes what it reads

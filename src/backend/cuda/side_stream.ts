@@ -2,12 +2,11 @@
  * When the main stream must wait for the side stream. Ops run `aside` (weight gradients, the
  * deferred optimizer update) go to a second CUDA stream while a graph is recorded: each starts
  * after everything enqueued on the main stream before it, and the side stream runs its ops in
- * order. What the main
- * stream enqueues later must wait for a side op when it writes bytes that op reads (the op would
- * read the new values) or touches bytes that op writes (it would read stale values, or race the
- * write). SideStreamHazards keeps the side ops not yet waited for, with their byte ranges, and
- * names the newest one a main-stream access conflicts with: waiting for it waits for every side
- * op before it too, so those are forgotten with it.
+ * order. What the main stream enqueues later must wait for a side op when it writes bytes that op
+ * reads (the op would read the new values) or touches bytes that op writes (it would read stale
+ * values, or race the write). SideStreamHazards keeps the side ops not yet waited for, with their
+ * byte ranges, and names the newest one a main-stream access conflicts with: waiting for it waits
+ * for every side op before it too, so those are forgotten with it.
  */
 import type { AsideKind } from '../backend.js';
 
