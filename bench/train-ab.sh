@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Same-machine A/B of training steps: `mdlm bench train --peer none`, the sides alternating run by
 # run (A, B, A, B, ...) so that clock and power drift fall on all of them. Prints each run's
-# ms/step and each side's median against the first side's.
+# ms/step (and how many ops its recorded pass ran on the CUDA side stream, if any) and each side's
+# median against the first side's.
 # A side (AB_SIDES, space-separated; default "head base") is a tree and environment settings,
 # joined by '+':
 #   - the tree: "head" (the default), this tree's dist/ and addon, or "base", the dist/ packed from
@@ -58,7 +59,7 @@ for case in ${AB_CASES:-llama-124m:mdlm llama-1.3b:mdlm}; do
       env "${env_side[@]}" node bin/mdlm.js bench train --preset "$preset" --objective "$objective" --backend "${AB_BACKEND:-cuda}" --steps "$steps" --warmup 3 \
         --peer none --json ${AB_ARGS:-} > "$f.json" 2> "$f.err"
       [ "$tree" = base ] && use head
-      node -e "const j = require('$f.json'); console.log('$preset $objective run $r $side', j.ms_step.toFixed(3), 'ms/step')" \
+      node -e "const j = require('$f.json'); console.log('$preset $objective run $r $side', j.ms_step.toFixed(3), 'ms/step' + (j.ops_aside ? ', ' + j.ops_aside + ' ops aside' : ''))" \
         || { echo "train-ab: $preset $objective $side run $r failed:"; tail -n 5 "$f.err"; }
     done
   done
