@@ -48,52 +48,24 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
   const rows = tokenBatch(N, 48, { secondDoc: 30, ignoreEvery: 11 });
   const weights = lossWeights(N);
 
-  /** Losses and gradients of four recorded passes (direct, recording, two replays), alternating causal and bidirectional. */
-  const passes = async (addon: ReturnType<typeof simulatedCudaAddon>, over: Record<string, string>, saving: ActivationSaving) => {
+  /**
+   * `steps` training steps of `accum` passes each (the first overwriting the gradients), each step's
+   * AdamW deferred into the next step's first pass as the Trainer does: every pass's loss and
+   * gradients, and the parameters after the last update.
+   */
+  const train = async (addon: ReturnType<typeof simulatedCudaAddon>, opts: { over?: Record<string, string>; saving?: ActivationSaving; steps?: number; accum?: number } = {}) => {
+    const { over = {}, saving = {}, steps = 4, accum = 1 } = opts;
     const b = new CudaBackend(addon);
     const m = new LlamaModel(b, cfgOf(over), batch, 5, { dtype: 'bf16', record: true, ...saving });
-    m.setBatch(rows, false);
-    m.setWeights(weights);
-    const out: { loss: number; grad: Float32Array }[] = [];
-    for (let p = 0; p < 4; p++) {
-      m.forwardBackward(p % 2 === 0);
-      out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
-    }
-    m.destroy();
-    return out;
-  };
-
-  for (const [label, over, saving] of MODEL_VARIANTS) {
-    it(`gives the same losses and gradients, to the bit, as one stream: ${label}`, async () => {
-      const one = await passes(simulatedCudaAddon(), over, saving);
-      const side = simulatedCudaAddon({ sideStream: true });
-      const two = await passes(side, over, saving);
-      expect(side.sideOps()).toBeGreaterThan(0);
-      expect(two.map((p) => p.loss)).toEqual(one.map((p) => p.loss));
-      for (const [p, pass] of two.entries()) expect(pass.grad, `pass ${p}`).toEqual(one[p]!.grad);
-    });
-  }
-
-  it('would not without its joins: the side ops run at the graph end then, after what overwrites their inputs', async () => {
-    const one = await passes(simulatedCudaAddon(), {}, {});
-    const unjoined = await passes(simulatedCudaAddon({ sideStream: true, ignoreJoins: true }), {}, {});
-    // The first two passes run unrecorded (no side stream); the replays differ.
-    expect(unjoined[0]!.grad).toEqual(one[0]!.grad);
-    expect(unjoined[3]!.grad).not.toEqual(one[3]!.grad);
-  });
-
-  /** Losses of four training steps, AdamW deferred into the next pass, and the parameters after. */
-  const steps = async (addon: ReturnType<typeof simulatedCudaAddon>) => {
-    const b = new CudaBackend(addon);
-    const m = new LlamaModel(b, cfgOf({}), batch, 5, { dtype: 'bf16', record: true });
     const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
     m.setBatch(rows, false);
     m.setWeights(weights);
-    const losses: number[] = [];
-    // Passes 0 and 1 run directly (without and with the update first), 2 records, 3 replays.
-    for (let s = 0; s < 4; s++) {
-      m.forwardBackward(true, opt.takeDeferred());
-      losses.push(await m.loss());
+    const out: { loss: number; grad: Float32Array }[] = [];
+    for (let s = 0; s < steps; s++) {
+      for (let micro = 0; micro < accum; micro++) {
+        m.forwardBackward(micro === 0, micro === 0 ? opt.takeDeferred() : undefined);
+        out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
+      }
       opt.measure();
       opt.defer(5e-3, s + 1);
     }
@@ -101,26 +73,48 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
     const params = (await b.download(m.store.value)) as Float32Array;
     opt.destroy();
     m.destroy();
-    return { losses, params };
+    return { losses: out.map((p) => p.loss), grads: out.map((p) => p.grad), params };
   };
 
+  // Four steps of two passes: each setting (the first pass with the update, the first without it,
+  // the accumulating pass) runs directly, then is recorded, then replayed.
+  for (const [label, over, saving] of MODEL_VARIANTS) {
+    it(`gives the same losses, gradients and parameters, to the bit, as one stream: ${label}`, async () => {
+      const one = await train(simulatedCudaAddon(), { over, saving, accum: 2 });
+      const side = simulatedCudaAddon({ sideStream: true });
+      const two = await train(side, { over, saving, accum: 2 });
+      expect(side.sideOps()).toBeGreaterThan(0);
+      expect(two.losses).toEqual(one.losses);
+      for (const [p, grad] of two.grads.entries()) expect(grad, `pass ${p}`).toEqual(one.grads[p]);
+      expect(two.params).toEqual(one.params);
+    });
+  }
+
+  it('would not without its joins: the side ops run at the graph end then, after what overwrites their inputs', async () => {
+    const one = await train(simulatedCudaAddon(), { accum: 2 });
+    const unjoined = await train(simulatedCudaAddon({ sideStream: true, ignoreJoins: true }), { accum: 2 });
+    // The first three passes run unrecorded (no side stream); the replays differ.
+    expect(unjoined.grads[0]).toEqual(one.grads[0]);
+    expect(unjoined.grads[7]).not.toEqual(one.grads[7]);
+  });
+
   it('a deferred AdamW update recorded aside into the next pass: the losses and parameters of one stream, and not without its joins', async () => {
-    const one = await steps(simulatedCudaAddon());
+    const one = await train(simulatedCudaAddon());
     const side = simulatedCudaAddon({ sideStream: true });
-    const two = await steps(side);
+    const two = await train(side);
     expect(side.sideOps()).toBeGreaterThan(0);
     expect(two.losses).toEqual(one.losses);
     expect(two.params).toEqual(one.params);
     // The update changed something between the passes.
     expect(new Set(one.losses).size).toBe(4);
-    const unjoined = await steps(simulatedCudaAddon({ sideStream: true, ignoreJoins: true }));
+    const unjoined = await train(simulatedCudaAddon({ sideStream: true, ignoreJoins: true }));
     expect(unjoined.losses.slice(0, 2)).toEqual(one.losses.slice(0, 2));
     expect(unjoined.losses[3]).not.toEqual(one.losses[3]);
   });
 
   it('the recorded forward waits for the update chunk by chunk: the embedding for the first two, each layer for its own', async () => {
     const side = simulatedCudaAddon({ sideStream: true });
-    await steps(side);
+    await train(side);
     const g = side.lastGraph();
     const asideOps = g.flatMap((s) => ('side' in s ? [s] : []));
     // The update's chunks (the norms, the embedding, two layers) come first on the side stream.
@@ -137,14 +131,14 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
   });
 
   it('MDLM_CUDA_SIDE_STREAM=gradients or update sends one kind aside, the other to the main stream, with the same results', async () => {
-    const one = await steps(simulatedCudaAddon());
+    const one = await train(simulatedCudaAddon());
     const sideOf = async (knob: string | undefined) => {
       const before = process.env.MDLM_CUDA_SIDE_STREAM;
       if (knob === undefined) delete process.env.MDLM_CUDA_SIDE_STREAM;
       else process.env.MDLM_CUDA_SIDE_STREAM = knob;
       try {
         const addon = simulatedCudaAddon({ sideStream: true });
-        const r = await steps(addon);
+        const r = await train(addon);
         expect(r.params).toEqual(one.params);
         return [...new Set(addon.lastGraph().flatMap((s) => ('side' in s ? [s.side] : [])))].sort();
       } finally {
