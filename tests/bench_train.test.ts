@@ -3,11 +3,20 @@ import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 import { paramCount } from '../src/config/model-size.js';
 import type { Backend } from '../src/backend/backend.js';
+import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { ProfiledBackend } from '../src/bench/profile.js';
+import { benchTrain, peersFitBeside } from '../src/bench/train.js';
 import { resolveConfig } from '../src/config/load.js';
+
+// In-process benchTrain gets a CPU backend that says it has deviceMemory bytes, as CUDA's does.
+const deviceMemory = vi.hoisted(() => ({ bytes: 0 }));
+vi.mock('../src/runtime/backends.js', async (original) => ({
+  ...(await original<typeof import('../src/runtime/backends.js')>()),
+  createBackend: async () => Object.defineProperty(new CpuBackend(), 'memoryBytes', { value: deviceMemory.bytes }),
+}));
 
 const dir = mkdtempSync(join(tmpdir(), 'mdlm-bench-train-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -94,6 +103,38 @@ describe('mdlm bench train', () => {
     // Alternating: each peer run follows an mdlm window.
     const order = r.stderr.split('\n').filter((l) => /^(mdlm round|PyTorch eager: \d+ warmup)/.test(l)).map((l) => (l.startsWith('mdlm') ? 'm' : 'p'));
     expect(order.join('')).toBe('mpmpmp');
+  });
+
+  it('runs the peers after mdlm where the device cannot hold both at once', async () => {
+    const GiB = 2 ** 30;
+    // The peer's peak ran 3-6% above mdlm's: llama-1.3b's 47.65 GiB and a peer fit an H200, not an H100.
+    expect(peersFitBeside(47.65 * GiB, 139.8 * GiB)).toBe(true);
+    expect(peersFitBeside(47.65 * GiB, 79.2 * GiB)).toBe(false);
+    expect(peersFitBeside(8.59 * GiB, 79.2 * GiB)).toBe(true);
+    expect(peersFitBeside(47.65 * GiB, undefined)).toBe(true);
+
+    const python = fakePython('peer-memory', `echo '{"tokens_per_s": 10, "mfu": null, "ms_step": 1, "peak_mem_gib": 1, "impl": "torch fake eager", "device": "cpu", "precision": "bf16", "steps": 2, "loss": 5.5}'`);
+    const saved = process.env.PYTHON;
+    process.env.PYTHON = python;
+    const order = async (bytes: number) => {
+      deviceMemory.bytes = bytes;
+      const lines: string[] = [];
+      const rep = await benchTrain(
+        { preset: 'tiny', objective: 'ar', backend: 'cpu', batch: 2, seqLen: 32, steps: 1, warmup: 0, precision: 'f32', rounds: 2, log: (l) => lines.push(l) },
+        ['eager'],
+      );
+      expect(rep.rounds!.map((x) => x.peers.eager)).toEqual([10, 10]);
+      return { order: lines.filter((l) => /^(mdlm round|PyTorch eager: \d+ warmup)/.test(l)).map((l) => (l.startsWith('mdlm') ? 'm' : 'p')).join(''), lines };
+    };
+    try {
+      expect((await order(2 ** 40)).order).toBe('mpmp');
+      const small = await order(GiB);
+      expect(small.order).toBe('mmpp');
+      expect(small.lines.join('\n')).toMatch(/the device's 1\.00 GiB cannot hold mdlm's [\d.]+ MiB and a peer's \(about as much\) at once: the peers run after mdlm has freed its memory/);
+    } finally {
+      if (saved === undefined) delete process.env.PYTHON;
+      else process.env.PYTHON = saved;
+    }
   });
 
   it('fails with the exit code and the last lines of a peer that fails, or names a missing interpreter', () => {

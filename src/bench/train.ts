@@ -24,7 +24,7 @@ import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
-import { activationSaving, checkTrainingFits, recordsSteps, withMemoryEstimate } from '../train/memory.js';
+import { activationSaving, checkTrainingFits, gib, recordsSteps, withMemoryEstimate } from '../train/memory.js';
 import { Lookahead, computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
 
 export const PEER_MODES = ['eager', 'compile'] as const;
@@ -47,7 +47,8 @@ export interface BenchTrainOptions {
   readonly profileSteps?: number;
   /**
    * Rounds of `steps` timed mdlm steps, each followed by one run of every peer (default 1: mdlm,
-   * then the peers once its memory is freed; with more, both hold device memory at once).
+   * then the peers once its memory is freed; with more, both hold device memory at once, unless
+   * the device is too small for that: peersFitBeside).
    */
   readonly rounds?: number;
   /** Config overrides (dotted keys), applied last. */
@@ -220,6 +221,16 @@ export async function benchTrainMdlm(
   }
 }
 
+/**
+ * Whether a PyTorch peer can run while mdlm holds `heldBytes` of a device of `memoryBytes` (unknown:
+ * assumed so). The peer's peak ran 3-6% above mdlm's at the same configuration (bench/RESULTS.md:
+ * 48.97 against 47.65 GiB at llama-1.3b, 9.06 against 8.59 at llama-124m), so it is taken as 1.1×
+ * mdlm's, plus 1 GiB for the second process's CUDA context.
+ */
+export function peersFitBeside(heldBytes: number, memoryBytes: number | undefined): boolean {
+  return memoryBytes === undefined || heldBytes * 2.1 + 2 ** 30 <= memoryBytes;
+}
+
 export const TORCH_PEER = join(PACKAGE_ROOT, 'bench', 'peers', 'train_torch.py');
 
 /** The PyTorch peer in `mode`, on the same model, objective and shapes; its one JSON line parsed. */
@@ -280,8 +291,9 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
   const backend = await createBackend(opts.backend);
   const peerModes = peerChoice === 'auto' ? (backend.name === 'cuda' ? PEER_MODES : []) : peerChoice;
   const rounds = opts.rounds ?? 1;
-  // With rounds, the peers run between mdlm's timed windows; else after mdlm has freed its memory.
-  const interleave = rounds > 1 && peerModes.length > 0;
+  // With rounds, the peers run between mdlm's timed windows (where the device holds both); else
+  // after mdlm has freed its memory.
+  let interleave = rounds > 1 && peerModes.length > 0;
   const runs: Partial<Record<PeerMode, TrainThroughput[]>> = {};
   const runPeers = (): void => {
     for (const mode of peerModes) {
@@ -303,6 +315,14 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
     log(`mdlm on ${backend.description}: ${opts.warmup} warmup + ${rounds > 1 ? `${rounds} rounds of ` : ''}${opts.steps} timed steps`);
     mine = await benchTrainMdlm(cfg, setup, backend, opts.steps, opts.warmup, opts.profileSteps ?? 0, rounds, (r, ms) => {
       if (rounds > 1) log(`mdlm round ${r + 1} of ${rounds}: ${ms.toFixed(2)} ms/step`);
+      if (r === 0 && interleave) {
+        const pool = backend.poolStats();
+        const held = pool.liveBytes + pool.pooledBytes;
+        if (!peersFitBeside(held, backend.memoryBytes)) {
+          interleave = false;
+          log(`bench train: the device's ${gib(backend.memoryBytes!)} cannot hold mdlm's ${gib(held)} and a peer's (about as much) at once: the peers run after mdlm has freed its memory`);
+        }
+      }
       if (interleave) runPeers();
     });
   } finally {

@@ -171,7 +171,7 @@ export function benchCommand(): Command {
     .option('--logit-chunks <n>', "train.logitChunks: the LM head and loss over this many blocks of tokens, holding one block of logits (default: the preset's)", intOption('--logit-chunks', 1))
     .option('--peer <list>', `PyTorch peer modes, comma-separated: ${PEER_MODES.join(', ')}, or none (default: both on cuda, none elsewhere)`)
     .option('--peak-tflops <x>', "the device's dense bf16 peak for MFU (default: known GPUs, e.g. 989 for H100/H200)", numberOption('--peak-tflops', 0, Infinity, true))
-    .option('--rounds <n>', "alternate mdlm's timed steps with a run of each peer n times and report medians (both hold device memory at once)", intOption('--rounds', 1), 1)
+    .option('--rounds <n>', "alternate mdlm's timed steps with a run of each peer n times and report medians (both hold device memory at once where it fits)", intOption('--rounds', 1), 1)
     .option('--profile <steps>', 'then run this many steps op by op and print where the time goes (cpu, cuda)', intOption('--profile', 1))
     .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers, the speedups (and the profile)')
     .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; recompute: Recompute; lossRows?: (typeof LOSS_ROWS)[number]; logitChunks?: number; peer?: string; peakTflops?: number; rounds: number; profile?: number; json?: boolean }) => {

@@ -15,7 +15,8 @@ export function deviceReserve(memoryBytes: number): number {
   return Math.min(2 * 2 ** 30, memoryBytes / 10);
 }
 
-function gib(bytes: number): string {
+/** Bytes for a message: GiB with two decimals, or MiB below one GiB. */
+export function gib(bytes: number): string {
   return bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GiB` : `${(bytes / 2 ** 20).toFixed(1)} MiB`;
 }
 
