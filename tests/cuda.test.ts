@@ -26,9 +26,9 @@ import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 import { createBackend, probeCuda } from '../src/runtime/backends.js';
 import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
-import { AdamW } from '../src/optim/adamw.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
+import { deferredSteps } from './support/deferred_steps.js';
 import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { expectCrossEntropyInPlace } from './support/in_place.js';
@@ -355,19 +355,8 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       process.env.MDLM_CUDA_SIDE_STREAM = side ? '1' : '0';
       const before = b.opsAside;
       const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
-      const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
       m.setWeights(lossWeights(N, 1));
-      const out: { loss: number; grad: Float32Array }[] = [];
-      for (let p = 0; p < 8; p++) {
-        m.setBatch(rows, p % 2 === 0);
-        m.forwardBackward(true, opt.takeDeferred());
-        out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
-        opt.measure();
-        opt.defer(1e-3, p + 1);
-      }
-      opt.flush();
-      const params = (await b.download(m.store.value)) as Float32Array;
-      opt.destroy();
+      const { passes: out, params } = await deferredSteps(m, { steps: 8, accum: 1, lr: 1e-3, beforePass: (p) => m.setBatch(rows, p % 2 === 0) });
       m.destroy();
       return { out, params, aside: b.opsAside - before };
     };

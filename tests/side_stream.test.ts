@@ -4,8 +4,8 @@ import { type Access, type ByteRange, SideStreamHazards, conflicts } from '../sr
 import { resolveConfig } from '../src/config/load.js';
 import type { ActivationSaving } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
-import { AdamW } from '../src/optim/adamw.js';
 import { benchConfig, benchSetup, benchTrainMdlm, describeThroughput } from '../src/bench/train.js';
+import { deferredSteps } from './support/deferred_steps.js';
 import { MODEL_VARIANTS } from './support/model_variants.js';
 import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
@@ -57,23 +57,11 @@ describe('weight gradients on the side stream (simulated CUDA, side ops run as l
     const { over = {}, saving = {}, steps = 4, accum = 1 } = opts;
     const b = new CudaBackend(addon);
     const m = new LlamaModel(b, cfgOf(over), batch, 5, { dtype: 'bf16', record: true, ...saving });
-    const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
     m.setBatch(rows, false);
     m.setWeights(weights);
-    const out: { loss: number; grad: Float32Array }[] = [];
-    for (let s = 0; s < steps; s++) {
-      for (let micro = 0; micro < accum; micro++) {
-        m.forwardBackward(micro === 0, micro === 0 ? opt.takeDeferred() : undefined);
-        out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
-      }
-      opt.measure();
-      opt.defer(5e-3, s + 1);
-    }
-    opt.flush();
-    const params = (await b.download(m.store.value)) as Float32Array;
-    opt.destroy();
+    const { passes, params } = await deferredSteps(m, { steps, accum, lr: 5e-3 });
     m.destroy();
-    return { losses: out.map((p) => p.loss), grads: out.map((p) => p.grad), params };
+    return { losses: passes.map((p) => p.loss), grads: passes.map((p) => p.grad), params };
   };
 
   // Four steps of two passes: each setting (the first pass with the update, the first without it,
