@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Same-machine A/B of training steps: `mdlm bench train --peer none`, the sides alternating run by
 # run (A, B, A, B, ...) so that clock and power drift fall on all of them. Prints each run's
-# ms/step (and how many ops its recorded pass ran on the CUDA side stream, if any) and each side's
-# median against the first side's.
+# ms/step and each side's median against the first side's.
 # A side (AB_SIDES, space-separated; default "head base") is a tree and environment settings,
 # joined by '+':
 #   - the tree: "head" (the default), this tree's dist/ and addon, or "base", the dist/ packed from
 #     another commit (.device/dist-base.tar.xz: `bash bench/pack-device.sh <commit>`), with that
 #     commit's addon built from its cuda/ (.device/cuda-base.tar.xz, packed beside it) when
 #     AB_BACKEND is cuda;
-#   - settings: e.g. AB_SIDES="MDLM_ATTN_POLY_EXP=0 MDLM_ATTN_POLY_EXP=2" for a kernel knob on this
-#     tree, or "base head head+MDLM_CUDA_SIDE_STREAM=1" for two commits and a knob.
+#   - settings: e.g. AB_SIDES="MDLM_ATTN_GROUP_ROWS=8 MDLM_ATTN_GROUP_ROWS=16" for a kernel knob on this
+#     tree, or "base head head+MDLM_ATTN_GROUP_ROWS=16" for two commits and a knob.
 # Usage: bash bench/train-ab.sh   (env: AB_SIDES, AB_RUNS=3 rounds, AB_CASES="llama-124m:mdlm
 #   llama-1.3b:mdlm", AB_BACKEND=cuda, AB_STEPS=20 timed steps (1.3B: 5), AB_ARGS more bench train
 #   options; OUT)
@@ -59,7 +58,7 @@ for case in ${AB_CASES:-llama-124m:mdlm llama-1.3b:mdlm}; do
       env "${env_side[@]}" node bin/mdlm.js bench train --preset "$preset" --objective "$objective" --backend "${AB_BACKEND:-cuda}" --steps "$steps" --warmup 3 \
         --peer none --json ${AB_ARGS:-} > "$f.json" 2> "$f.err"
       [ "$tree" = base ] && use head
-      node -e "const j = require('$f.json'); console.log('$preset $objective run $r $side', j.ms_step.toFixed(3), 'ms/step' + (j.ops_aside ? ', ' + j.ops_aside + ' ops aside' : ''))" \
+      node -e "const j = require('$f.json'); console.log('$preset $objective run $r $side', j.ms_step.toFixed(3), 'ms/step')" \
         || { echo "train-ab: $preset $objective $side run $r failed:"; tail -n 5 "$f.err"; }
     done
   done

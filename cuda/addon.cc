@@ -1,7 +1,6 @@
 // The Node addon: device memory, copies, the op launcher call and the capability probe, for
 // src/backend/cuda/cuda.ts. One device (CUDA_VISIBLE_DEVICES picks it), one stream, one scratch
-// arena, one cuBLASLt handle with its workspace; with MDLM_CUDA_SIDE_STREAM=1 a second stream for
-// ops run aside while a graph is captured. Pointers travel to JavaScript as BigInt.
+// arena, one cuBLASLt handle with its workspace. Pointers travel to JavaScript as BigInt.
 //
 // Errors: an OpError (a user mistake the kernel detected) becomes a JS Error with `mdlmCode` set,
 // which the TypeScript side rethrows as an MdlmError; CUDA and cuBLASLt failures become plain
@@ -28,17 +27,6 @@ using mdlm::launch_set_above;
 constexpr size_t kAlign = 256;
 // cuBLASLt's recommended workspace on Hopper; enough for every algorithm it picks on Ampere too.
 constexpr size_t kCublasLtWorkspace = 32u << 20;
-// Events the side stream records, reused round-robin: more than a recorded pass's side ops (four a
-// layer and the update's chunk), so that a join waits for just the op it names; a wait on one re-recorded since would wait
-// for later side work as well, which is still correct.
-constexpr int kSideEvents = 1024;
-
-// MDLM_CUDA_SIDE_STREAM: 1, or `gradients` / `update` (which ops go there: the TypeScript side
-// decides); unset, empty or 0: off.
-bool side_stream_enabled() {
-  const std::string knob = mdlm::env_knob("MDLM_CUDA_SIDE_STREAM");
-  return !knob.empty() && knob != "0";
-}
 
 size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
@@ -119,15 +107,6 @@ class Arena final : public mdlm::Scratch {
   std::vector<void*> extra_;
 };
 
-// The scratch of side-stream calls: none. The ops run aside while capturing (matmuls: their
-// autotune, the one use of scratch, never runs in a capture) ask for none.
-class NoScratch final : public mdlm::Scratch {
- public:
-  void* get(size_t) override {
-    throw OpError("BAD_ARGUMENT", "cuda: an op run aside (on the side stream) asked for scratch memory, which the side stream has none of");
-  }
-};
-
 void check_lt(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": " + cublasLtGetStatusString(s));
 }
@@ -151,49 +130,17 @@ struct Device {
   cudaStream_t work() const { return in_body ? body_stream : stream; }
   // MDLM_CUDA_SYNC=1: wait after every op, so a fault inside a kernel names its op (debugging).
   bool sync_each_op = false;
-  // The side stream, made by the first capture that begins with MDLM_CUDA_SIDE_STREAM=1 and used by
-  // the captures that do (side_on), at the lowest priority (the main stream is at the highest when
-  // the knob is set at start-up): runAside puts an op there after the main stream's work so far
-  // (fork_event), and side_events[i % kSideEvents] marks the end of its i-th op, which joinAside
-  // makes the main stream wait for. It has its own cuBLASLt workspace and no scratch. side_joined:
-  // the side ops the main stream has waited for (the capture's end waits for the rest);
-  // capture_first_side: the first side op of the capture under way.
-  bool side_on = false;
-  cudaStream_t side_stream = nullptr;
-  void* side_workspace = nullptr;
-  cudaEvent_t fork_event = nullptr;
-  std::vector<cudaEvent_t> side_events;
-  int64_t side_ops = 0, side_joined = 0, capture_first_side = 0;
-  NoScratch no_scratch;
 
   Device() {
     sync_each_op = mdlm::env_knob("MDLM_CUDA_SYNC") == "1";
     check_cuda(cudaGetDevice(&index), "cudaGetDevice");
     check_cuda(cudaSetDevice(index), "cudaSetDevice");
     check_cuda(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaStreamCreateWithFlags(&body_stream, cudaStreamNonBlocking), "cudaStreamCreate");
     check_lt(cublasLtCreate(&lt), "cublasLtCreate");
     workspace = device_alloc(kCublasLtWorkspace, "the cuBLASLt workspace");
-    if (side_stream_enabled()) {
-      int lowest = 0, highest = 0;
-      check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
-      check_cuda(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highest), "cudaStreamCreateWithPriority");
-    } else {
-      check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-    }
     scratch = std::make_unique<Arena>(stream);
-  }
-
-  // The side stream and what it needs, once (outside a capture: it allocates).
-  void make_side_stream() {
-    if (side_stream) return;
-    int lowest = 0, highest = 0;
-    check_cuda(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "cudaDeviceGetStreamPriorityRange");
-    check_cuda(cudaStreamCreateWithPriority(&side_stream, cudaStreamNonBlocking, lowest), "cudaStreamCreateWithPriority");
-    side_workspace = device_alloc(kCublasLtWorkspace, "the side stream's cuBLASLt workspace");
-    check_cuda(cudaEventCreateWithFlags(&fork_event, cudaEventDisableTiming), "cudaEventCreate");
-    side_events.resize(kSideEvents);
-    for (cudaEvent_t& e : side_events) check_cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
   }
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
@@ -204,22 +151,8 @@ struct Device {
     scratch.reset();
     cudaFree(workspace);
     cublasLtDestroy(lt);
-    if (side_stream) {
-      for (cudaEvent_t e : side_events) cudaEventDestroy(e);
-      cudaEventDestroy(fork_event);
-      cudaFree(side_workspace);
-      cudaStreamDestroy(side_stream);
-    }
     cudaStreamDestroy(body_stream);
     cudaStreamDestroy(stream);
-  }
-
-  // The main stream waits for every side op of the capture it has not waited for (a capture must
-  // end with the streams it forked joined back); the wait's error, for the caller to check or not.
-  cudaError_t join_side() {
-    if (side_joined >= side_ops) return cudaSuccess;
-    side_joined = side_ops;
-    return cudaStreamWaitEvent(stream, side_events[(side_ops - 1) % kSideEvents], 0);
   }
 };
 
@@ -396,123 +329,69 @@ Napi::Value Download(const Napi::CallbackInfo& info) {
   });
 }
 
-// Launches the op of a run/runAside call (op, args, nums, strs) on the main stream, or on the side
-// stream when `side`.
-void launch_op(const Napi::CallbackInfo& info, Device& d, bool side) {
-  mdlm::OpCall call;
-  call.op = info[0].As<Napi::String>().Utf8Value();
-  const mdlm::Launcher launch = mdlm::find_launcher(call.op);
-  if (!launch) throw OpError("UNSUPPORTED_OP", "cuda: no kernel for op '" + call.op + "' (kernels: " + mdlm::registered_ops() + ")");
-  Napi::Array args = info[1].As<Napi::Array>();
-  for (uint32_t i = 0; i < args.Length(); i++) {
-    Napi::Array a = args.Get(i).As<Napi::Array>();
-    mdlm::Arg arg;
-    arg.ptr = pointer_arg(a.Get(1u), "run");
-    const int code = a.Get(2u).As<Napi::Number>().Int32Value();
-    if (code < 0 || code > static_cast<int>(mdlm::DType::u32)) throw std::runtime_error(call.op + ": unknown dtype code " + std::to_string(code));
-    arg.dtype = static_cast<mdlm::DType>(code);
-    arg.numel = a.Get(3u).As<Napi::Number>().Int64Value();
-    call.args[a.Get(0u).As<Napi::String>().Utf8Value()] = arg;
-  }
-  Napi::Object nums = info[2].As<Napi::Object>();
-  Napi::Array keys = nums.GetPropertyNames();
-  for (uint32_t i = 0; i < keys.Length(); i++) {
-    const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
-    call.nums[key] = nums.Get(key).As<Napi::Number>().DoubleValue();
-  }
-  Napi::Object strs = info[3].As<Napi::Object>();
-  keys = strs.GetPropertyNames();
-  for (uint32_t i = 0; i < keys.Length(); i++) {
-    const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
-    call.strs[key] = strs.Get(key).As<Napi::String>().Utf8Value();
-  }
-  call.device = &d.prop;
-  call.cublaslt = d.lt;
-  call.cublaslt_workspace_bytes = kCublasLtWorkspace;
-  if (side) {
-    call.stream = d.side_stream;
-    call.scratch = &d.no_scratch;
-    call.cublaslt_workspace = d.side_workspace;
-  } else {
-    d.scratch->begin_call();
-    call.stream = d.work();
-    call.scratch = d.scratch.get();
-    call.cublaslt_workspace = d.workspace;
-  }
-  try {
-    launch(call);
-    if (d.sync_each_op && !d.capturing) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
-  } catch (const OpError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw std::runtime_error("cuda: op '" + call.op + "': " + e.what());
-  }
-}
-
 // run(op, args: [name, ptr, dtype, numel][], nums: {name: number}, strs: {name: string})
 Napi::Value Run(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
-    launch_op(info, device(info.Env()), false);
-    return info.Env().Undefined();
-  });
-}
-
-// runAside(op, args, nums, strs) -> event: the op on the side stream, after the main stream's work
-// so far; joinAside(event) makes the main stream wait for it. Only while a graph is captured, and
-// not inside a conditional region (its body cannot wait on the side stream).
-Napi::Value RunAside(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    Device& d = device(info.Env());
-    if (!d.side_on) throw std::runtime_error("runAside: the side stream is off in this capture (MDLM_CUDA_SIDE_STREAM=1 when it began turns it on)");
-    if (!d.capturing || d.in_body) throw std::runtime_error("runAside: only while a graph is captured, outside conditional regions");
-    check_cuda(cudaEventRecord(d.fork_event, d.stream), "runAside: cudaEventRecord");
-    check_cuda(cudaStreamWaitEvent(d.side_stream, d.fork_event, 0), "runAside: cudaStreamWaitEvent");
-    // The side stream is in the capture now: its event is recorded even when the launch fails, so
-    // that the capture's end (or abort) can join it back.
-    const int64_t event = d.side_ops++;
-    cudaEvent_t done = d.side_events[event % kSideEvents];
+    Napi::Env env = info.Env();
+    Device& d = device(env);
+    mdlm::OpCall call;
+    call.op = info[0].As<Napi::String>().Utf8Value();
+    const mdlm::Launcher launch = mdlm::find_launcher(call.op);
+    if (!launch) throw OpError("UNSUPPORTED_OP", "cuda: no kernel for op '" + call.op + "' (kernels: " + mdlm::registered_ops() + ")");
+    Napi::Array args = info[1].As<Napi::Array>();
+    for (uint32_t i = 0; i < args.Length(); i++) {
+      Napi::Array a = args.Get(i).As<Napi::Array>();
+      mdlm::Arg arg;
+      arg.ptr = pointer_arg(a.Get(1u), "run");
+      const int code = a.Get(2u).As<Napi::Number>().Int32Value();
+      if (code < 0 || code > static_cast<int>(mdlm::DType::u32)) throw std::runtime_error(call.op + ": unknown dtype code " + std::to_string(code));
+      arg.dtype = static_cast<mdlm::DType>(code);
+      arg.numel = a.Get(3u).As<Napi::Number>().Int64Value();
+      call.args[a.Get(0u).As<Napi::String>().Utf8Value()] = arg;
+    }
+    Napi::Object nums = info[2].As<Napi::Object>();
+    Napi::Array keys = nums.GetPropertyNames();
+    for (uint32_t i = 0; i < keys.Length(); i++) {
+      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+      call.nums[key] = nums.Get(key).As<Napi::Number>().DoubleValue();
+    }
+    Napi::Object strs = info[3].As<Napi::Object>();
+    keys = strs.GetPropertyNames();
+    for (uint32_t i = 0; i < keys.Length(); i++) {
+      const std::string key = keys.Get(i).As<Napi::String>().Utf8Value();
+      call.strs[key] = strs.Get(key).As<Napi::String>().Utf8Value();
+    }
+    d.scratch->begin_call();
+    call.stream = d.work();
+    call.scratch = d.scratch.get();
+    call.device = &d.prop;
+    call.cublaslt = d.lt;
+    call.cublaslt_workspace = d.workspace;
+    call.cublaslt_workspace_bytes = kCublasLtWorkspace;
     try {
-      launch_op(info, d, true);
-    } catch (...) {
-      cudaEventRecord(done, d.side_stream);
+      launch(call);
+      if (d.sync_each_op && !d.capturing) check_cuda(cudaStreamSynchronize(d.stream), "kernel execution (MDLM_CUDA_SYNC=1)");
+    } catch (const OpError&) {
       throw;
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cuda: op '" + call.op + "': " + e.what());
     }
-    check_cuda(cudaEventRecord(done, d.side_stream), "runAside: cudaEventRecord");
-    return Napi::Number::New(info.Env(), static_cast<double>(event));
+    return env.Undefined();
   });
 }
 
-Napi::Value JoinAside(const Napi::CallbackInfo& info) {
-  return guarded(info, [&]() -> Napi::Value {
-    Device& d = device(info.Env());
-    const int64_t event = info[0].As<Napi::Number>().Int64Value();
-    if (!d.capturing || d.in_body) throw std::runtime_error("joinAside: only while a graph is captured, outside conditional regions");
-    if (event < d.capture_first_side || event >= d.side_ops) {
-      throw std::runtime_error("joinAside: event " + std::to_string(event) + " is not a side op of this capture");
-    }
-    check_cuda(cudaStreamWaitEvent(d.stream, d.side_events[event % kSideEvents], 0), "joinAside: cudaStreamWaitEvent");
-    if (event + 1 > d.side_joined) d.side_joined = event + 1;
-    return info.Env().Undefined();
-  });
-}
-
-// captureBegin() -> whether the side stream is on: record the stream's work from here on into a
-// graph (nothing runs meanwhile); with MDLM_CUDA_SIDE_STREAM=1 (read here, at every capture),
-// runAside may put ops on the side stream until captureEnd.
+// captureBegin(): record the stream's work from here on into a graph (nothing runs meanwhile).
 // Thread-local mode: an unsafe call from this thread (a cudaMalloc, a synchronisation) fails the
 // capture instead of running; the TypeScript side refuses those before they reach here.
 Napi::Value CaptureBegin(const Napi::CallbackInfo& info) {
   return guarded(info, [&]() -> Napi::Value {
     Device& d = device(info.Env());
     if (d.capturing) throw std::runtime_error("captureBegin: a capture is already under way");
-    d.side_on = side_stream_enabled();
-    if (d.side_on) d.make_side_stream();
     d.scratch->settle();
     check_cuda(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     d.capturing = true;
-    d.capture_first_side = d.side_ops;
     d.scratch->set_capturing(true);
-    return Napi::Boolean::New(info.Env(), d.side_on);
+    return info.Env().Undefined();
   });
 }
 
@@ -570,9 +449,7 @@ Napi::Value ConditionalEnd(const Napi::CallbackInfo& info) {
 // Ends the capture; returns the graph (nullptr when the capture was invalidated).
 cudaGraph_t end_capture(Device& d) {
   if (d.in_body) throw std::runtime_error("captureEnd: a conditional region is still open (conditionalEnd missing)");
-  check_cuda(d.join_side(), "captureEnd: join the side stream");
   d.capturing = false;
-  d.side_on = false;
   d.scratch->set_capturing(false);
   cudaGraph_t graph = nullptr;
   const cudaError_t e = cudaStreamEndCapture(d.stream, &graph);
@@ -612,9 +489,7 @@ Napi::Value CaptureAbort(const Napi::CallbackInfo& info) {
     }
     if (d.capturing) {
       cudaGraph_t graph = nullptr;
-      d.join_side();  // best effort, as the rest of the abort
       d.capturing = false;
-      d.side_on = false;
       d.scratch->set_capturing(false);
       cudaStreamEndCapture(d.stream, &graph);
       cudaGetLastError();  // an invalidated capture's error is the one already reported
@@ -678,8 +553,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("graphDestroy", Napi::Function::New(env, GraphDestroy, "graphDestroy"));
   exports.Set("download", Napi::Function::New(env, Download, "download"));
   exports.Set("run", Napi::Function::New(env, Run, "run"));
-  exports.Set("runAside", Napi::Function::New(env, RunAside, "runAside"));
-  exports.Set("joinAside", Napi::Function::New(env, JoinAside, "joinAside"));
   exports.Set("sync", Napi::Function::New(env, Sync, "sync"));
   return exports;
 }

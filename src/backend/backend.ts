@@ -41,7 +41,7 @@ export interface Backend {
   /** Whether this backend has a kernel for the op. */
   supports(opName: string): boolean;
   /** Validate the call against the op's declaration and enqueue it. */
-  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A, options?: RunOptions): void;
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void;
   /** Wait for all enqueued work; rethrows device errors raised meanwhile. */
   sync(): Promise<void>;
   /**
@@ -64,20 +64,6 @@ export interface Backend {
   readonly skipsConditional: 'always' | 'recorded' | 'never';
   poolStats(): PoolStats;
   destroy(): void;
-}
-
-/** What an op run aside is: a weight gradient (beside the input-gradient chain) or an optimizer update (beside the forward). */
-export type AsideKind = 'gradient' | 'update';
-
-/** How `Backend.run` may schedule an op. */
-export interface RunOptions {
-  /**
-   * The op may run beside the ops enqueued after it, as long as none of them writes what it reads
-   * or touches what it writes. CUDA runs it on a second stream while a graph is recorded
-   * (MDLM_CUDA_SIDE_STREAM: 1 for both kinds, or `gradients` or `update` for one); elsewhere it is
-   * a hint that changes nothing.
-   */
-  readonly aside?: AsideKind;
 }
 
 /** Work recorded by `Backend.record`. */

@@ -6,7 +6,7 @@
  * backend that can wait synchronously (cpu, cuda); recordings are re-run op by op, so CUDA graphs
  * never hide the ops from it.
  */
-import { type Backend, type PoolStats, type Recording, type RunOptions, rerun } from '../backend/backend.js';
+import { type Backend, type PoolStats, type Recording, rerun } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import type { OpDef } from '../ops/op.js';
 import { type DType, type HostArray, type Shape, type Tensor, shapeStr } from '../tensor.js';
@@ -92,11 +92,11 @@ export class ProfiledBackend implements Backend {
     this.inner.whenAbove(count, threshold, fn);
   }
 
-  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A, options?: RunOptions): void {
-    if (!this.timing) return this.inner.run(op, args, attrs, options);
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void {
+    if (!this.timing) return this.inner.run(op, args, attrs);
     this.waitNow();
     const t0 = performance.now();
-    this.inner.run(op, args, attrs, options);
+    this.inner.run(op, args, attrs);
     this.waitNow();
     const ms = performance.now() - t0;
     const shapes = op.args.map((a) => shapeStr(args[a.name]?.shape ?? [])).join(' ');

@@ -68,8 +68,6 @@ export interface TrainThroughput {
   readonly steps: number;
   /** Mean loss of the timed steps (a sanity check that both sides train the same thing). */
   readonly loss: number;
-  /** Ops the recorded pass runs on CUDA's side stream (MDLM_CUDA_SIDE_STREAM=1); absent when none. */
-  readonly ops_aside?: number;
 }
 
 export interface BenchTrainSetup {
@@ -190,7 +188,6 @@ export async function benchTrainMdlm(
     const msStep = median(windows);
     const tokensPerS = (t.batchSize * cfg.model.seqLen) / (msStep / 1000);
     const pool = backend.poolStats();
-    const opsAside = (backend as { opsAside?: number }).opsAside ?? 0;
     let profile: OpProfileRow[] | undefined;
     if (profiler) {
       model.stopRecording();
@@ -212,7 +209,6 @@ export async function benchTrainMdlm(
       steps,
       loss: loss / (rounds * steps),
       rounds_ms_step: windows,
-      ...(opsAside > 0 ? { ops_aside: opsAside } : {}),
       ...(profile ? { profile } : {}),
     };
   } finally {
@@ -367,6 +363,5 @@ export function formatProfile(rows: readonly OpProfileRow[], minShare = 0.005): 
 
 export function describeThroughput(r: TrainThroughput): string {
   const mfu = r.mfu === null ? '' : `, MFU ${(100 * r.mfu).toFixed(1)}%`;
-  const aside = r.ops_aside ? `, ${r.ops_aside} ops recorded on the side stream` : '';
-  return `${r.impl} (${r.precision}): ${Math.round(r.tokens_per_s).toLocaleString('en-US')} tokens/s, ${r.ms_step.toFixed(1)} ms/step${mfu}, peak ${r.peak_mem_gib.toFixed(2)} GiB, loss ${r.loss.toFixed(4)}${aside}`;
+  return `${r.impl} (${r.precision}): ${Math.round(r.tokens_per_s).toLocaleString('en-US')} tokens/s, ${r.ms_step.toFixed(1)} ms/step${mfu}, peak ${r.peak_mem_gib.toFixed(2)} GiB, loss ${r.loss.toFixed(4)}`;
 }

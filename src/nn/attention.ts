@@ -25,7 +25,7 @@ import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { PARAM_ALIGN } from '../config/model-size.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
-import { Linear, WEIGHT_GRAD, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
+import { Linear, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
 import type { Param, ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
 
@@ -190,13 +190,11 @@ export class SelfAttention {
     const rows = s.batch * s.seqLen;
     const sc = this.scratch;
     if (this.fused) {
-      // v = x · Wvᵀ straight into the saved v (one GEMM for all three would leave v to copy);
-      // [rows, (H + G)·D] = x · [Wq; Wk]ᵀ, whose q and k parts rope turns into the saved q and k.
-      // Not aside: on the side stream, behind a deferred AdamW update's chunks, the attention would
-      // wait for the whole update (src/optim/adamw.ts).
+      // [rows, (H + G)·D] = x · [Wq; Wk]ᵀ, whose q and k parts rope turns into the saved q and k;
+      // v = x · Wvᵀ straight into the saved v (one GEMM for all three would leave v to copy).
       const qk = (s.heads + s.kvHeads) * s.headDim;
-      this.v.forward(b, x, b.view(this.savedV, 0, [rows, s.kvHeads * s.headDim]), rows);
       b.run(matmul, { a: as3d(b, x), b: this.wqkv(b, this.q.weight.compute, qk), out: b.view(sc.qkv, 0, [1, rows, qk]) }, matmulAttrs(1, rows, qk, this.q.inFeatures, false, true));
+      this.v.forward(b, x, b.view(this.savedV, 0, [rows, s.kvHeads * s.headDim]), rows);
       const saved = [this.savedQ, this.savedK];
       this.qkvParts().slice(0, 2).forEach(([offset, heads], i) => {
         b.run(rope, { x: this.qkvSpan(b, offset, heads, qk), positions, y: saved[i]! }, this.ropeAttrs(heads, { xStride: qk }));
@@ -239,7 +237,7 @@ export class SelfAttention {
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
-      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }), WEIGHT_GRAD);
+      b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }));
       b.run(matmul, { a: dqkv, b: this.wqkv(b, this.q.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
       return;
     }

@@ -3,7 +3,7 @@
  * forward and input gradient use the weight's working copy (the compute dtype); the weight
  * gradient accumulates in f32 straight into the master gradient (matmul with accumulate, outF32).
  */
-import type { Backend, RunOptions } from '../backend/backend.js';
+import type { Backend } from '../backend/backend.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
@@ -28,24 +28,14 @@ export class Linear {
     b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.compute), out: as3d(b, y) }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
   }
 
-  /**
-   * dW += dyᵀ · x (f32; or = on the pass's first write: ParamStore.accumulates); dx = or += dy · W
-   * (per `mode`). The weight gradient is enqueued first and aside (WEIGHT_GRAD), so that it may run
-   * beside dx and what follows.
-   */
+  /** dW += dyᵀ · x (f32; or = on the pass's first write: ParamStore.accumulates); dx = or += dy · W (per `mode`). */
   backward(b: Backend, x: Tensor, dy: Tensor, dx: Tensor | null, mode: GradMode, rows: number): void {
     const accumulate = this.weight.store.accumulates(this.weight);
-    b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate, outF32: true }), WEIGHT_GRAD);
+    b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate, outF32: true }));
     if (mode === 'none' || !dx) return;
     b.run(matmul, { a: as3d(b, dy), b: as3d(b, this.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, this.inFeatures, this.outFeatures, false, false, { accumulate: mode === 'add' }));
   }
 }
-
-/**
- * How weight (and bias) gradients are run: aside, since nothing in the backward pass reads them
- * (CUDA overlaps them with the input-gradient chain on a second stream: Backend.run's options).
- */
-export const WEIGHT_GRAD: RunOptions = { aside: 'gradient' };
 
 /** A 2-D tensor seen as a batch of one matrix. */
 export function as3d(b: Backend, t: Tensor): Tensor {
@@ -66,5 +56,5 @@ export function addRowBias(b: Backend, y: Tensor, bias: Param, ones: Tensor, row
 export function accumulateBiasGrad(b: Backend, dy: Tensor, bias: Param, ones: Tensor, rows: number): void {
   const n = bias.value.size;
   const accumulate = bias.store.accumulates(bias);
-  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: b.view(bias.grad, 0, [1, 1, n]) }, matmulAttrs(1, 1, n, rows, true, false, { accumulate, outF32: true }), WEIGHT_GRAD);
+  b.run(matmul, { a: b.view(ones, 0, [1, rows, 1]), b: as3d(b, dy), out: b.view(bias.grad, 0, [1, 1, n]) }, matmulAttrs(1, 1, n, rows, true, false, { accumulate, outF32: true }));
 }

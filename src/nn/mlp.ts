@@ -15,7 +15,7 @@ import { matmul, matmulAttrs } from '../ops/matmul.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
-import { Linear, WEIGHT_GRAD, as3d } from './linear.js';
+import { Linear, as3d } from './linear.js';
 import type { ParamStore } from './params.js';
 
 /** Temporaries shared by every MLP (only one runs at a time). */
@@ -108,14 +108,14 @@ export class SwiGluMlp {
     const dhT = b.view(sc.dHidden, 0, [F, R]);
     // dWdown [d, F] (+)= doutᵀ · (hᵀ)ᵀ;  dhᵀ [F, rows] = Wdownᵀ · doutᵀ
     const store = this.down.weight.store;
-    b.run(matmul, { a: as3d(b, dout), b: as3d(b, hT), out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: store.accumulates(this.down.weight), outF32: true }), WEIGHT_GRAD);
+    b.run(matmul, { a: as3d(b, dout), b: as3d(b, hT), out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: store.accumulates(this.down.weight), outF32: true }));
     b.run(matmul, { a: as3d(b, this.down.weight.compute), b: as3d(b, dout), out: as3d(b, dhT) }, matmulAttrs(1, F, R, d, true, true));
     const [gT, uT] = SwiGluMlp.halves(b, this.gu, F, R);
     const [dgT, duT] = SwiGluMlp.halves(b, sc.dGateUp, F, R);
     b.run(swigluBackward, { dout: dhT, gate: gT, up: uT, dgate: dgT, dup: duT }, { rows: F, hidden: R });
     const dguT = m(b, sc.dGateUp, 2 * F, R);
     // dWgu [2F, d] (+)= [dGᵀ; dUᵀ] · x;  dx [rows, d] = [dGᵀ; dUᵀ]ᵀ · Wgu
-    b.run(matmul, { a: dguT, b: as3d(b, x), out: m(b, this.gate.weight.grad, 2 * F, d) }, matmulAttrs(1, 2 * F, d, R, false, false, { accumulate: store.accumulates(this.gate.weight, this.up.weight), outF32: true }), WEIGHT_GRAD);
+    b.run(matmul, { a: dguT, b: as3d(b, x), out: m(b, this.gate.weight.grad, 2 * F, d) }, matmulAttrs(1, 2 * F, d, R, false, false, { accumulate: store.accumulates(this.gate.weight, this.up.weight), outF32: true }));
     b.run(matmul, { a: dguT, b: m(b, this.gate.weight.compute, 2 * F, d), out: as3d(b, dx) }, matmulAttrs(1, R, d, 2 * F, true, false));
   }
 }

@@ -7,8 +7,7 @@
  * The learning rate and bias corrections live on the device (`schedule`, adamw's `sched`), so the
  * update's ops are the same every step and a step can queue its update into the next step's
  * recorded pass (`defer`, `takeDeferred`): it then runs chunk by chunk in the order the forward
- * reads the parameters, each chunk `aside`, so with a side stream (CUDA) the forward waits only
- * for the chunk its next op reads, not for the whole update.
+ * reads the parameters, first in that pass's graph.
  */
 import type { Backend } from '../backend/backend.js';
 import type { PassPrelude } from '../model/llama.js';
@@ -142,7 +141,7 @@ export class AdamW {
   }
 
   private apply(): void {
-    for (const { op, args, attrs } of this.updates) this.backend.run(op, args, attrs, { aside: 'update' });
+    for (const { op, args, attrs } of this.updates) this.backend.run(op, args, attrs);
   }
 
   destroy(): void {

@@ -1,4 +1,4 @@
-/** Training steps as the Trainer queues them, driven by hand: each step's AdamW deferred into the next step's first pass. */
+/** Training steps as the Trainer queues them, driven by hand: each step's AdamW deferred into the next step's first pass (or, with `deferred: false`, queued at the step's end). */
 import type { LlamaModel } from '../../src/model/llama.js';
 import { AdamW } from '../../src/optim/adamw.js';
 
@@ -8,7 +8,7 @@ import { AdamW } from '../../src/optim/adamw.js';
  * gradients, and the parameters once the last update is flushed.
  */
 export async function deferredSteps(
-  m: LlamaModel, opts: { steps: number; accum: number; lr: number; beforePass?: (step: number, micro: number) => void },
+  m: LlamaModel, opts: { steps: number; accum: number; lr: number; deferred?: boolean; beforePass?: (step: number, micro: number) => void },
 ): Promise<{ passes: { loss: number; grad: Float32Array }[]; params: Float32Array }> {
   const b = m.backend;
   const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
@@ -21,6 +21,7 @@ export async function deferredSteps(
     }
     opt.measure();
     opt.defer(opts.lr, s + 1);
+    if (opts.deferred === false) opt.flush();
   }
   opt.flush();
   const params = (await b.download(m.store.value)) as Float32Array;

@@ -3,13 +3,6 @@
  * pointers, and kernels that are the ops' float64 references over the stored dtypes. It lets
  * machines without a GPU (CI) run src/backend/cuda/cuda.ts itself: pointer and view arithmetic,
  * dtype codes, attribute marshalling, narrow-float encoding, raw bytes, error translation.
- *
- * With `sideStream`, ops run aside while capturing go to a simulated side stream that a graph
- * launch runs as late as its joins allow: each waits until the main stream reaches a joinAside on
- * it (or one after it), or the graph's end. A missing join then shows: the main stream reads a
- * gradient before it is written, or overwrites an input before the side op has read it.
- * `ignoreJoins` drops the joins (every side op runs at the graph's end), for tests to show that
- * they matter.
  */
 import type { CudaAddon, CudaArg, CudaProbeInfo } from '../../src/backend/cuda/cuda.js';
 import { decodeFloats, encodeFloats } from '../../src/convert.js';
@@ -24,52 +17,22 @@ function addonError(code: string, message: string): Error {
   return Object.assign(new Error(message), { mdlmCode: code });
 }
 
-/** A step of a captured graph: main-stream work, a side-stream op, or the main stream's wait for side op `event`; `op` names an op's kernel. */
-type Step = { readonly work: () => void; readonly op?: string } | { readonly side: number; readonly work: () => void; readonly op: string } | { readonly join: number };
-
-/** A captured graph's steps as data (lastGraph: the last one captured): main-stream ops and zeroes ('zero', 'copy', ...), side ops, joins. */
-export type TraceStep = { readonly main: string } | { readonly side: string; readonly event: number } | { readonly join: number };
-
-export interface SimulatedCudaOptions {
-  readonly sideStream?: boolean;
-  readonly ignoreJoins?: boolean;
-}
-
 /** The simulated addon, and how many conditional bodies its graph launches have skipped. */
-export function simulatedCudaAddon(
-  opts: SimulatedCudaOptions = {},
-): CudaAddon & { readonly skippedBodies: () => number; readonly sideOps: () => number; readonly lastGraph: () => TraceStep[] } {
+export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () => number } {
   const blocks = new Map<bigint, Uint8Array>();
   let next = 1n << 20n;
   let used = 0;
   // A "graph" is the list of device calls made while capturing, run again on launch.
-  let capture: Step[] | null = null;
+  let capture: (() => void)[] | null = null;
   /** The main capture's list while a conditional body is captured into `capture`. */
-  let outer: Step[] | null = null;
+  let outer: (() => void)[] | null = null;
   let skipped = 0;
-  let sideOps = 0;
-  const graphs = new Map<number, Step[]>();
-  /** The last graph captured (kept after it is destroyed), for lastGraph. */
-  let lastCaptured: Step[] = [];
+  const graphs = new Map<number, (() => void)[]>();
   let nextGraph = 1;
   /** Device work: recorded while capturing, else done now. */
-  const enqueue = (work: () => void, op?: string): void => {
-    if (capture) capture.push(op === undefined ? { work } : { work, op });
+  const enqueue = (work: () => void): void => {
+    if (capture) capture.push(work);
     else work();
-  };
-  /** A graph's steps: main work in order, each side op as late as the joins allow. */
-  const launch = (steps: readonly Step[]): void => {
-    const waiting: { event: number; work: () => void }[] = [];
-    const runUpTo = (event: number) => {
-      while (waiting.length > 0 && waiting[0]!.event <= event) waiting.shift()!.work();
-    };
-    for (const step of steps) {
-      if ('side' in step) waiting.push({ event: step.side, work: step.work });
-      else if ('join' in step) {
-        if (!opts.ignoreJoins) runUpTo(step.join);
-      } else step.work();
-    }
-    runUpTo(Infinity);
   };
   const host = (what: string): void => {
     if (capture) throw new Error(`simulated cuda: ${what} while capturing (cudaErrorStreamCaptureUnsupported)`);
@@ -105,50 +68,9 @@ export function simulatedCudaAddon(
     available: true, device: 'simulated device', sm: '9.0', memoryBytes: MEMORY, multiprocessors: 1, bf16: true, fp8: true,
     driver: 'simulated', runtime: 'simulated', cublasLt: 'simulated', cudnn: 'none (simulated)', nccl: 'none (simulated)', ops: OPS.map((o) => o.name),
   };
-  /** The capture under way has the side stream. */
-  let sideOn = false;
-
-  /** The op's reference over the stored dtypes, as device work to do later. */
-  function kernel(name: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): () => void {
-    const op = findOp(name);
-    if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
-    const attrs = { ...nums, ...strs };
-    const views = new Map<string, [DType, Uint8Array]>();
-    for (const [arg, ptr, code, numel] of args) {
-      const dtype = DTYPES[code]!;
-      views.set(arg, [dtype, at(ptr, numel * DTYPE_BYTES[dtype])]);
-    }
-    return () => {
-      const ref: RefArgs = {};
-      for (const [arg, [dtype, bytes]] of views) ref[arg] = read(dtype, bytes);
-      op.reference(ref, attrs);
-      const rows = op.rowLayout?.(attrs) ?? {};
-      for (const a of op.args) {
-        if (a.role === 'in') continue;
-        const [dtype, bytes] = views.get(a.name)!;
-        const size = DTYPE_BYTES[dtype];
-        const r = ref[a.name]!;
-        for (const [from, to] of writtenSpans(rows[a.name], r.length)) write(dtype, r.subarray(from, to), bytes.subarray(from * size, to * size));
-      }
-    };
-  }
-
-  /** What the addon checks before runAside and joinAside. */
-  const sideCall = (what: string): Step[] => {
-    if (!sideOn) throw new Error(`simulated cuda: ${what}: the side stream is off in this capture`);
-    if (!capture || outer) throw new Error(`simulated cuda: ${what}: only while a graph is captured, outside conditional regions`);
-    return capture;
-  };
 
   return {
     skippedBodies: () => skipped,
-    sideOps: () => sideOps,
-    lastGraph: () =>
-      lastCaptured.map((step): TraceStep => {
-        if ('join' in step) return { join: step.join };
-        if ('side' in step) return { side: step.op, event: step.side };
-        return { main: step.op ?? 'device work' };
-      }),
     probe: () => info,
     malloc(bytes) {
       if (used + bytes > MEMORY) throw addonError('OUT_OF_MEMORY', `cuda: cannot allocate ${bytes} bytes (${MEMORY - used} free of ${MEMORY})`);
@@ -176,12 +98,10 @@ export function simulatedCudaAddon(
       if (outer) throw new Error('simulated cuda: conditional regions do not nest');
       if (!capture) return;
       const count = at(countPtr, 4);
-      const body: Step[] = [];
-      capture.push({
-        work: () => {
-          if (new Int32Array(count.slice().buffer)[0]! > threshold) launch(body);
-          else skipped++;
-        },
+      const body: (() => void)[] = [];
+      capture.push(() => {
+        if (new Int32Array(count.slice().buffer)[0]! > threshold) for (const work of body) work();
+        else skipped++;
       });
       outer = capture;
       capture = body;
@@ -194,28 +114,23 @@ export function simulatedCudaAddon(
     captureBegin() {
       if (capture) throw new Error('simulated cuda: captureBegin during a capture');
       capture = [];
-      sideOn = opts.sideStream === true;
-      return sideOn;
     },
     captureEnd() {
       if (!capture) throw new Error('simulated cuda: captureEnd without a capture');
       if (outer) throw new Error('simulated cuda: captureEnd inside a conditional region');
       graphs.set(nextGraph, capture);
-      lastCaptured = capture;
       capture = null;
-      sideOn = false;
       return nextGraph++;
     },
     captureAbort() {
       capture = null;
       outer = null;
-      sideOn = false;
     },
     graphLaunch(id) {
       host('graphLaunch');
       const g = graphs.get(id);
       if (!g) throw new Error(`simulated cuda: no graph ${id}`);
-      launch(g);
+      for (const work of g) work();
     },
     graphDestroy(id) {
       if (!graphs.delete(id)) throw new Error(`simulated cuda: no graph ${id}`);
@@ -225,18 +140,27 @@ export function simulatedCudaAddon(
       return at(ptr, bytes).slice().buffer;
     },
     run(name: string, args: readonly CudaArg[], nums, strs) {
-      enqueue(kernel(name, args, nums, strs), name);
-    },
-    runAside(name: string, args: readonly CudaArg[], nums, strs) {
-      const steps = sideCall('runAside');
-      const event = sideOps++;
-      steps.push({ side: event, work: kernel(name, args, nums, strs), op: name });
-      return event;
-    },
-    joinAside(event: number) {
-      const steps = sideCall('joinAside');
-      if (!Number.isInteger(event) || event < 0 || event >= sideOps) throw new Error(`simulated cuda: joinAside: no side op ${event}`);
-      steps.push({ join: event });
+      const op = findOp(name);
+      if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
+      const attrs = { ...nums, ...strs };
+      const views = new Map<string, [DType, Uint8Array]>();
+      for (const [arg, ptr, code, numel] of args) {
+        const dtype = DTYPES[code]!;
+        views.set(arg, [dtype, at(ptr, numel * DTYPE_BYTES[dtype])]);
+      }
+      enqueue(() => {
+        const ref: RefArgs = {};
+        for (const [arg, [dtype, bytes]] of views) ref[arg] = read(dtype, bytes);
+        op.reference(ref, attrs);
+        const rows = op.rowLayout?.(attrs) ?? {};
+        for (const a of op.args) {
+          if (a.role === 'in') continue;
+          const [dtype, bytes] = views.get(a.name)!;
+          const size = DTYPE_BYTES[dtype];
+          const r = ref[a.name]!;
+          for (const [from, to] of writtenSpans(rows[a.name], r.length)) write(dtype, r.subarray(from, to), bytes.subarray(from * size, to * size));
+        }
+      });
     },
     sync() {
       host('sync');

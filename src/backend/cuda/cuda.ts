@@ -5,12 +5,11 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type AsideKind, type Backend, BufferPool, PooledBackend, type Recording, type RunOptions, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
 import { DTYPES, DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor } from '../../tensor.js';
-import { type Access, type ByteRange, SideStreamHazards, sideStreamKinds } from './side_stream.js';
 
 /** What the addon's probe() reports. Device fields are present when `available`. */
 export interface CudaProbeInfo {
@@ -46,11 +45,8 @@ export interface CudaAddon {
   free(ptr: bigint): void;
   /** Enqueued after earlier work; the bytes are staged before it returns. */
   upload(ptr: bigint, bytes: ArrayBufferView): void;
-  /**
-   * Start capturing the stream's work into a CUDA graph (settles the scratch arena first). Returns
-   * whether this capture has the side stream (MDLM_CUDA_SIDE_STREAM=1, read at every capture).
-   */
-  captureBegin(): boolean;
+  /** Start capturing the stream's work into a CUDA graph (settles the scratch arena first). */
+  captureBegin(): void;
   /** End the capture and instantiate the graph; returns its id. */
   captureEnd(): number;
   /** End a capture that failed part way, discarding what was captured. */
@@ -65,14 +61,6 @@ export interface CudaAddon {
   /** Waits for earlier work, then copies. */
   download(ptr: bigint, bytes: number): ArrayBuffer;
   run(op: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): void;
-  /**
-   * While a graph is captured (outside conditional regions), with the side stream on: run the op
-   * on the side stream, after everything enqueued on the main stream so far. Returns the event
-   * joinAside waits on.
-   */
-  runAside(op: string, args: readonly CudaArg[], nums: Readonly<Record<string, number>>, strs: Readonly<Record<string, string>>): number;
-  /** The main stream waits for the side-stream op that runAside returned `event` for (and those before it). */
-  joinAside(event: number): void;
   sync(): void;
 }
 
@@ -121,14 +109,6 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   private readonly ops: ReadonlySet<string>;
   /** Inside `record`: only ops and zeroes may be enqueued. */
   private recording = false;
-  /** Inside a conditional region's body, whose work cannot wait for the side stream. */
-  private inBody = false;
-  /** The recording under way has the side stream: ops run `aside` go there (captureBegin). */
-  private sideStream = false;
-  /** Which aside ops it takes (MDLM_CUDA_SIDE_STREAM, read with it at every recording). */
-  private sideKinds: ReadonlySet<AsideKind> = new Set();
-  private readonly hazards = new SideStreamHazards();
-  private asideCount = 0;
 
   constructor(private readonly addon: CudaAddon) {
     super();
@@ -144,11 +124,6 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   /** What a graph cannot hold (host copies, waits) or must not see change under it (memory). */
   private notRecording(what: string): void {
     if (this.recording) fail('BAD_ARGUMENT', `cuda.${what} while recording a CUDA graph: a recording may only enqueue ops and zero tensors`);
-  }
-
-  /** Ops sent to the side stream so far (recorded once each, however often their graph replays). */
-  get opsAside(): number {
-    return this.asideCount;
   }
 
   // --- memory ---
@@ -178,7 +153,6 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   }
 
   zero(t: Tensor): void {
-    this.waitForSide({ reads: [], writes: [this.range(t)] });
     native(() => this.addon.memset(this.pointer(t), t.byteSize));
   }
 
@@ -213,7 +187,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     return this.ops.has(opName);
   }
 
-  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A, options: RunOptions = {}): void {
+  run<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A): void {
     if (!this.ops.has(op.name)) fail('UNSUPPORTED_OP', `cuda: no kernel for op '${op.name}' (the addon has ${[...this.ops].join(', ')})`);
     const floatDtype = validateCall(op, args, attrs);
     if (!this.floatDtypes.has(floatDtype)) fail('UNSUPPORTED_DTYPE', `${op.name}: cuda kernels take f32 or bf16 tensors, got ${floatDtype}`);
@@ -231,39 +205,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
       else if (typeof v === 'string') strs[k] = v;
       else if (v !== undefined) throw new Error(`${op.name}: attribute '${k}' is a ${typeof v}; CUDA kernels take numbers, booleans and strings`);
     }
-    if (!this.sideStream || !this.recording) return native(() => this.addon.run(op.name, list, nums, strs));
-    const access = this.access(op, args);
-    if (options.aside && this.sideKinds.has(options.aside) && !this.inBody) {
-      this.hazards.add(access, native(() => this.addon.runAside(op.name, list, nums, strs)));
-      this.asideCount++;
-      return;
-    }
-    this.waitForSide(access);
     native(() => this.addon.run(op.name, list, nums, strs));
-  }
-
-  /** The bytes an op's call reads ('in', 'inout') and writes ('out', 'inout'). */
-  private access<A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>): Access {
-    const reads: ByteRange[] = [];
-    const writes: ByteRange[] = [];
-    for (const a of op.args) {
-      const r = this.range(args[a.name]!);
-      if (a.role !== 'out') reads.push(r);
-      if (a.role !== 'in') writes.push(r);
-    }
-    return { reads, writes };
-  }
-
-  /** The main stream waits for the side-stream ops `access` conflicts with (SideStreamHazards). */
-  private waitForSide(access: Access): void {
-    const event = this.hazards.waitBefore(access);
-    if (event !== null) native(() => this.addon.joinAside(event));
-  }
-
-  /** The main stream waits for every side-stream op enqueued so far. */
-  private joinSide(): void {
-    const event = this.hazards.waitAll();
-    if (event !== null) native(() => this.addon.joinAside(event));
   }
 
   sync(): Promise<void> {
@@ -279,22 +221,17 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   record(fn: () => void): Recording {
     this.notRecording('record');
-    this.sideStream = native(() => this.addon.captureBegin());
-    this.sideKinds = sideStreamKinds(process.env.MDLM_CUDA_SIDE_STREAM);
+    native(() => this.addon.captureBegin());
     this.recording = true;
     let id: number;
     try {
       fn();
-      this.joinSide();  // a capture ends with every stream joined back into the main one
     } catch (e) {
       this.recording = false;
-      this.sideStream = false;
-      this.hazards.waitAll();  // the addon's abort joins and drops them
       native(() => this.addon.captureAbort());
       throw e;
     }
     this.recording = false;
-    this.sideStream = false;
     id = native(() => this.addon.captureEnd());
     let live = true;
     return {
@@ -313,10 +250,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   protected override conditional(count: Tensor, threshold: number, fn: () => void): void {
     if (!this.recording) return fn();
-    // The conditional node waits for the side stream: work in its body cannot wait on an event.
-    this.joinSide();
     native(() => this.addon.conditionalBegin(this.pointer(count), threshold));
-    this.inBody = true;
     try {
       fn();
     } catch (e) {
@@ -325,8 +259,6 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
         this.addon.conditionalEnd();
       } catch {}
       throw e;
-    } finally {
-      this.inBody = false;
     }
     native(() => this.addon.conditionalEnd());
   }
@@ -337,10 +269,5 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
 
   private pointer(t: Tensor): bigint {
     return this.store.handleOf(t).buffer + BigInt(t.offset * DTYPE_BYTES[t.dtype]);
-  }
-
-  private range(t: Tensor): ByteRange {
-    const start = this.pointer(t);
-    return [start, start + BigInt(t.byteSize)];
   }
 }
