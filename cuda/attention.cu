@@ -1218,9 +1218,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
         if constexpr (Cfg::kOverlapPV) {
-          // The previous P·V has landed: its V buffer is free, O can be rescaled. Waited for after
-          // the row sums, so that this warpgroup's exponentials run under that product.
-          wg::wgmma_wait_after<0>(lrow[0] + lrow[1]);
+          wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
           if (!first) wg::mbar_arrive(empty_v((i - 1) % kS));
         }
         if (__any_sync(kFull32, grow)) {

@@ -204,8 +204,6 @@ __device__ __forceinline__ void wgmma_fence() {}
 __device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { ::emu::wgmma_wait(N); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait_after(float) { ::emu::wgmma_wait(N); }
 __device__ __forceinline__ void fence_proxy_async() {}
 template <int N>
 __device__ __forceinline__ void fence_operand(float (&)[N]) {}
@@ -229,18 +227,6 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// wgmma_wait<N>() once `after` is computed. ptxas schedules a wait as early as nothing forbids: in
-// fwd_ws<128> it put the wait for a tile's P·V before the next tile's softmax, which was to run
-// under that product (ncu SASS, H200, 2026-12-05). Here the wait is on both sides of a branch on a
-// warp vote over `after`, so it cannot issue before `after` is known. (One wait guarded by a
-// predicate on `after` made ptxas serialise the wgmmas, C7514, as did a pair guarded by the
-// predicate and its negation; the two sides' texts differ so that the compiler keeps both.) Every
-// warp takes the first side for the values callers pass: a sum of exponentials, or NaN.
-template <int N>
-__device__ __forceinline__ void wgmma_wait_after(float after) {
-  if (__all_sync(0xffffffffu, !(after < 0.f))) wgmma_wait<N>();
-  else asm volatile("wgmma.wait_group.sync.aligned %0; // the other side\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Pins an accumulator's registers at this point of the program: the compiler neither moves their
