@@ -1,4 +1,5 @@
 /** The CLI as a user runs it: bin/mdlm.js over the compiled dist/ (npm test builds it first). */
+import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { attention } from '../src/ops/attention.js';
 import { mdlm, mdlmWithEnv } from './support/cli.js';
@@ -27,6 +28,18 @@ describe('mdlm CLI', () => {
     expect(webgpu.available).toBe(false);
     expect(webgpu.reason).toMatch(/no-such-backend/);
     expect(webgpu.reason).toContain("MDLM_DAWN_FLAGS='backend=no-such-backend'");
+  });
+
+  it('writes all of a long --json into a shell pipe (none of it lost at exit)', () => {
+    // More than a pipe's 64 KiB of records, into a pipe read only after 6 s (about 3 s more than the
+    // command takes here): what the CLI still had queued when it exited was dropped there.
+    const cmd = `"${process.execPath}" bin/mdlm.js bench kernels --backend cpu --dtype f32,bf16 --no-gradients --reps 0 --json | (sleep 6; cat)`;
+    const r = spawnSync('sh', ['-c', cmd], { encoding: 'utf8', timeout: 120_000, maxBuffer: 1 << 24 });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout.length).toBeGreaterThan(65536);
+    const records = JSON.parse(r.stdout) as { op: string; pass: boolean }[];
+    expect(records.length).toBeGreaterThan(100);
+    expect(records.every((rec) => rec.pass)).toBe(true);
   });
 
   it('bench kernels --json emits passing records for the chosen ops', () => {
