@@ -26,9 +26,9 @@ import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 import { createBackend, probeCuda } from '../src/runtime/backends.js';
 import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
+import { AdamW } from '../src/optim/adamw.js';
 import { DTYPE_BYTES, type FloatDType, type Tensor } from '../src/tensor.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
-import { deferredSteps } from './support/deferred_steps.js';
 import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { expectCrossEntropyInPlace } from './support/in_place.js';
@@ -349,13 +349,26 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '128', 'model.nLayers': '2', 'model.nHeads': '2', 'model.ffnHidden': '256', 'model.seqLen': '128' } }).model;
     const batch = 4, N = batch * 128;
     const rows = tokenBatch(N, 128, { secondDoc: 80 });
-    // Eight training steps each, causal and bidirectional in turn (unrecorded, recorded, replayed).
+    // Eight training steps each, causal and bidirectional in turn (unrecorded, recorded, replayed),
+    // each step's AdamW taken over by the next pass (as the Trainer does) or queued at once.
     const passes = async (deferred: boolean) => {
       const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
+      const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
       m.setWeights(lossWeights(N, 1));
-      const r = await deferredSteps(m, { steps: 8, accum: 1, lr: 1e-3, deferred, beforePass: (p) => m.setBatch(rows, p % 2 === 0) });
+      const out: { loss: number; grad: Float32Array }[] = [];
+      for (let p = 0; p < 8; p++) {
+        m.setBatch(rows, p % 2 === 0);
+        m.forwardBackward(true, opt.takeDeferred());
+        out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
+        opt.measure();
+        opt.defer(1e-3, p + 1);
+        if (!deferred) opt.flush();
+      }
+      opt.flush();
+      const params = (await b.download(m.store.value)) as Float32Array;
+      opt.destroy();
       m.destroy();
-      return r;
+      return { passes: out, params };
     };
     // The deterministic attention backward, so that the only difference could be where the update runs.
     process.env.MDLM_ATTN_DETERMINISTIC = '1';
