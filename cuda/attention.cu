@@ -2301,8 +2301,10 @@ bool use_wgmma_forward(const OpCall& call, const Params& p) {
 // D128 causal 1.346 ms against 1.068 in 16-row groups; B16 T1024 H12 D64 causal 0.393 against
 // 0.335-0.349 in 8- to 64-row groups); 4-row groups were too small (B4 T2048 H16/4 D128 causal
 // 0.657 against 0.501). The causal forward took 12-row groups of 64 rows, the last of 4 (B4 T2048
-// H16 D128 causal 0.194 ms against 0.170 in 8-row and 0.172 in 16-row groups). MDLM_ATTN_GROUP_ROWS=n
-// sets it (the emulator's checks take small groups, so a partial last group runs).
+// H16 D128 causal 0.194 ms against 0.170 in 8-row and 0.172 in 16-row groups). A sweep of 4 to 24
+// rows over the backward's bench shapes (H200, 2026-12-05, sixteenth session) beat this rule nowhere
+// by more than a run's spread. MDLM_ATTN_GROUP_ROWS=n sets it (the emulator's checks take small
+// groups, so a partial last group runs).
 int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int resident_blocks) {
   if (const int n = std::atoi(env_knob("MDLM_ATTN_GROUP_ROWS").c_str()); n > 0) return n;
   const int64_t per_row = (int64_t)8 * p.T * p.D * (backward ? p.group : 1);
