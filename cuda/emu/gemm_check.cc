@@ -1,0 +1,128 @@
+// Runs cuda/gemm_ws.cuh's kernel on the CPU through the warp emulator (cuda/emu/warp_emu.h) and
+// compares its output with a float64 product of the same bf16 inputs (turned by rope in float64
+// for the rope epilogue's cases, with the angles' table the kernel reads): relative error
+// ‖out − ref‖ / ‖ref‖ per case, and every element of the outputs outside the product (the gap
+// between rows when their stride is wider) still holding its NaN poison.
+//
+//   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
+//       cuda/emu/gemm_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/gemm_check && /tmp/gemm_check
+//
+// Exits non-zero when a case is over tolerance or wrote outside the product (tests/cuda_build.test.ts
+// runs it in CI, also under EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager and EMU_SCHEDULE=random:<seed>).
+#include "../gemm_ws.cuh"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Case {
+  const char* label;
+  int batch, m, n, k, pad;  // pad: elements between out's rows beyond n
+  int rope_d = 0;           // > 0: the rope epilogue, heads of rope_d columns, columns from split to out2
+  int split = 0;
+};
+
+using mdlm::gemm::bf16;
+
+template <int kRopeD>
+void launch(const mdlm::gemm::Params& p, int tiles) {
+  // Three blocks (fewer with fewer tiles), so that each walks several tiles, as on the GPU.
+  ::emu::launch(mdlm::gemm::gemm_ws_nt<kRopeD>, dim3(std::min(tiles, 3)), mdlm::gemm::kThreads, mdlm::gemm::kSmem, p);
+}
+
+bool run_case(const Case& c, double& rel) {
+  std::mt19937_64 rng(1234 + c.m * 131 + c.n * 17 + c.k);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto fill = [&](size_t count) {
+    std::vector<bf16> v(count);
+    for (auto& x : v) x = __float2bfloat16_rn(normal(rng));
+    return v;
+  };
+  const std::vector<bf16> a = fill((size_t)c.batch * c.m * c.k), w = fill((size_t)c.batch * c.n * c.k);
+  // Output columns [0, n1) in out, [n1, n) in out2 (rope only), each with `pad` more a row.
+  const int n1 = c.rope_d ? c.split : c.n, n2 = c.n - n1;
+  const int64_t ldo = n1 + c.pad, ldo2 = n2 + c.pad;
+  const bf16 poison = __float2bfloat16_rn(NAN);
+  std::vector<bf16> out((size_t)c.batch * c.m * ldo, poison), out2((size_t)c.m * ldo2, poison);
+  mdlm::gemm::Params p{};
+  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo)) {
+    std::printf("%s: %s\n", c.label, err);
+    return false;
+  }
+  const int tiles = c.batch * p.tiles_m * p.tiles_n;
+  // Rope: positions restart at random (packed documents), up to 300.
+  const int max_pos = 300, half = c.rope_d / 2;
+  std::vector<int> positions(c.m);
+  std::vector<float2> table((size_t)max_pos * std::max(half, 1));
+  for (int i = 0, pos = 0; i < c.m; ++i, ++pos) positions[i] = (pos = (rng() % 50 == 0 || pos >= max_pos) ? 0 : pos);
+  if (c.rope_d) {
+    p.out2 = out2.data(), p.ldo2 = ldo2, p.split = c.split, p.positions = positions.data(), p.rope_cs = table.data();
+    const int entries = max_pos * half;
+    ::emu::launch(mdlm::gemm::make_rope_table, dim3((entries + 255) / 256), 256, 0, table.data(), max_pos, c.rope_d, 10000.0);
+  }
+  switch (c.rope_d) {
+    case 0: launch<0>(p, tiles); break;
+    case 64: launch<64>(p, tiles); break;
+    case 128: launch<128>(p, tiles); break;
+    default: std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d); return false;
+  }
+  auto product = [&](int b, int i, int j) {
+    double r = 0;
+    for (int q = 0; q < c.k; ++q) r += (double)__bfloat162float(a[((size_t)b * c.m + i) * c.k + q]) * __bfloat162float(w[((size_t)b * c.n + j) * c.k + q]);
+    return r;
+  };
+  double err2 = 0, ref2 = 0;
+  bool gaps_poisoned = true;
+  for (int b = 0; b < c.batch; ++b)
+    for (int i = 0; i < c.m; ++i) {
+      std::vector<double> ref(c.n);
+      for (int j = 0; j < c.n; ++j) ref[j] = product(b, i, j);
+      for (int j = 0; c.rope_d && j < c.n; ++j) {  // turn each head's low half and its partner
+        const int e = j % c.rope_d;
+        if (e >= half) continue;
+        const float2 cs = table[(size_t)positions[i] * half + e];
+        const double lo = ref[j], hi = ref[j + half];
+        ref[j] = lo * cs.x - hi * cs.y;
+        ref[j + half] = hi * cs.x + lo * cs.y;
+      }
+      for (int j = 0; j < c.n; ++j) {
+        const bool second = j >= n1;
+        const float got = __bfloat162float(second ? out2[(size_t)i * ldo2 + j - n1] : out[((size_t)b * c.m + i) * ldo + j]);
+        err2 += (got - ref[j]) * (got - ref[j]);
+        ref2 += ref[j] * ref[j];
+      }
+      for (int j = n1; j < ldo; ++j) gaps_poisoned = gaps_poisoned && std::isnan(__bfloat162float(out[((size_t)b * c.m + i) * ldo + j]));
+      for (int j = n2; c.rope_d && j < ldo2; ++j) gaps_poisoned = gaps_poisoned && std::isnan(__bfloat162float(out2[(size_t)i * ldo2 + j]));
+    }
+  rel = std::sqrt(err2 / ref2);
+  if (!gaps_poisoned) std::printf("%s: wrote outside the product\n", c.label);
+  return gaps_poisoned && rel <= 5e-3;  // bf16 output rounding: about 2^-9 relative
+}
+
+}  // namespace
+
+int main() {
+  const Case cases[] = {
+      {"one tile 128x128x64", 1, 128, 128, 64, 0},
+      {"tails 200x136x72", 1, 200, 136, 72, 0},
+      {"k one step short 64x96x8", 1, 64, 96, 8, 0},
+      {"batched 2x257x300x136, padded rows", 2, 257, 300, 136, 8},
+      {"many tiles 1100x260x192 (groups of 8 tile rows, a partial one)", 1, 1100, 260, 192, 0},
+      {"odd n 130x77x64", 1, 130, 77, 64, 3},
+      {"rope D=64: q 256 + k 128 columns, 300 rows", 1, 300, 384, 96, 8, 64, 256},
+      {"rope D=128: q 256 + k 256 columns, 200 rows", 1, 200, 512, 64, 0, 128, 256},
+  };
+  int failed = 0;
+  for (const Case& c : cases) {
+    double rel = NAN;
+    const bool ok = run_case(c, rel);
+    failed += !ok;
+    std::printf("%-64s rel err %.3e%s\n", c.label, rel, ok ? "  ok" : "  FAIL");
+    std::fflush(stdout);
+  }
+  return failed ? 1 : 0;
+}

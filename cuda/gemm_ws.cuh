@@ -1,0 +1,218 @@
+// A warp-specialised Hopper GEMM (sm_90a: TMA, mbarriers, wgmma), the base for element-wise work
+// fused into a GEMM's epilogue, which cuBLASLt's epilogues cannot express (rope on the q/k
+// projection, SwiGLU on the gate/up projection: bench/RESULTS.md, sixteenth session, puts those
+// kernels at 0.4 ms each of a llama-124m ar step, at the H200's bandwidth).
+//
+//   out[b][m][n] = Σ_k a[b][m][k] · w[b][n][k]      (bf16 in, f32 accumulate, bf16 out)
+//
+// Both operands K-major (row-major with k fastest): the x · Wᵀ layout of a projection. A block
+// takes 128 × 128 output tiles in a grouped order (kGroupM tile rows at a time, for L2 reuse of
+// the w tiles), persistently: as many blocks as SMs, each walking tiles blockIdx.x, +gridDim.x, ...
+// Warpgroup 2 is the producer: its thread 0 loads each k step's [128][64] tiles of a and w by TMA
+// into a ring of kStages stages. Warpgroups 0 and 1 are the consumers: each multiplies its 64 rows
+// of the a tile by the w tile (wgmma m64n128k16, both operands from shared memory, four a stage),
+// keeping one stage's products in flight, and stores its [64][128] result. While the consumers
+// store a tile, the producer is already loading the next one's stages. Tails (m, n, k not
+// multiples of the tile) load as zeros (TMA's out-of-bounds fill) and are not stored.
+//
+// With kRopeD > 0 the epilogue is rope's (cuda/rope.cu): every kRopeD columns are a head whose
+// element i < kRopeD/2 pairs with i + kRopeD/2, turned by the angle of the row's position, and the
+// columns from `split` on go to a second output (the q/k projection: q and k, roped, each into its
+// own buffer, where the unfused path writes [rows, (H + G)·D] and rope reads it back). The pair
+// of a column is in the same thread (the accumulator holds columns 8j + 2·tig + e, j < 16: the
+// partner is j + kRopeD/16). The angles' (cos, sin) come from a table, rope_cs[pos][i], made once
+// (make_rope_table): sincosf for each of a thread's 16 to 32 angles a tile would cost about a
+// third of a K = 768 tile's main loop.
+//
+// Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/gemm_check.cc).
+#pragma once
+
+#include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
+#include "wgmma.cuh"
+
+namespace mdlm {
+namespace gemm {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4, kGroupM = 8;
+constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
+// setmaxnreg: one block an SM launches at 168 registers a thread (65536 / 384, a multiple of 8);
+// the producer gives back to 40 and the consumers take 232 (128·40 + 256·232 ≤ 384·168).
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int kTileBytes = kBM * kBK * 2;  // one operand's [128][64] bf16 tile (kBM == kBN)
+constexpr int kStageBytes = 2 * kTileBytes;
+constexpr int kOffBar = kStages * kStageBytes;
+constexpr size_t kSmem = kOffBar + 2 * kStages * 8 + 1024;  // the ring, full and empty mbarriers, 1024-byte alignment
+
+struct Params {
+  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 rows × 64
+  bf16* out;                 // [batch][m][n], rows ldo elements apart
+  int64_t ldo, out_batch;    // elements between rows, and between batches, of out
+  int batch, m, n, k;
+  int tiles_m, tiles_n;
+  // kRopeD > 0 (batch 1): columns [split, n) go to out2 (rows ldo2 apart) at column − split;
+  // positions[row], and rope_cs[pos · kRopeD/2 + i] = (cos, sin) of pos · inv_freq[i].
+  bf16* out2;
+  int64_t ldo2;
+  int split;
+  const int* positions;
+  const float2* rope_cs;
+};
+
+struct Tile {
+  int b, m0, n0;
+};
+
+// Tile `t` of the grouped order: kGroupM tile rows (the last group fewer), column by column.
+__device__ __forceinline__ Tile tile_at(const Params& p, int t) {
+  const int per_batch = p.tiles_m * p.tiles_n;
+  const int b = t / per_batch, r = t - b * per_batch;
+  const int first = r / (kGroupM * p.tiles_n) * kGroupM, rows = min(kGroupM, p.tiles_m - first);
+  const int in_group = r - first * p.tiles_n;
+  return {b, (first + in_group % rows) * kBM, in_group / rows * kBN};
+}
+
+// Stores this warpgroup's [64][128] part of tile `tl` (rope turned first when kRopeD > 0):
+// acc[4j + 2h + e] = out[16·warp + gid + 8h][8j + 2·tig + e] of the warpgroup's 64 rows.
+template <int kRopeD>
+__device__ __forceinline__ void store_tile(const Params& p, const Tile& tl, int wgi, int warp, int gid, int tig, float (&acc)[kBN / 2]) {
+  bf16* out = p.out + (int64_t)tl.b * p.out_batch;
+  int64_t ldo = p.ldo;
+  int n0 = tl.n0, n = p.n;
+  if (kRopeD > 0 && tl.n0 >= p.split) out = p.out2, ldo = p.ldo2, n0 -= p.split, n -= p.split;
+  const bool pairs = ldo % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = tl.m0 + 64 * wgi + 16 * warp + gid + 8 * h;
+    if (row >= p.m) continue;
+    if constexpr (kRopeD > 0) {
+      constexpr int kD = kRopeD > 0 ? kRopeD : 1;  // (nvcc checks the % below for kRopeD = 0 too)
+      constexpr int kPair = kD / 16;               // j between a column and its partner
+      const float2* cs = p.rope_cs + (int64_t)__ldg(p.positions + row) * (kRopeD / 2);
+#pragma unroll
+      for (int j = 0; j < kBN / 8; ++j) {
+        if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float2 c = __ldg(cs + (8 * j + 2 * tig + e) % kD);
+          float& lo = acc[4 * j + 2 * h + e];
+          float& hi = acc[4 * (j + kPair) + 2 * h + e];
+          const float l = lo, u = hi;
+          lo = l * c.x - u * c.y;
+          hi = u * c.x + l * c.y;
+        }
+      }
+    }
+    bf16* const orow = out + (int64_t)row * ldo;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int col = n0 + 8 * j + 2 * tig;
+      const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+      if (pairs && col + 1 < n) {
+        *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        if (col < n) orow[col] = __float2bfloat16_rn(v0);
+        if (col + 1 < n) orow[col + 1] = __float2bfloat16_rn(v1);
+      }
+    }
+  }
+}
+
+template <int kRopeD>
+__global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
+  static_assert(kRopeD == 0 || (kRopeD >= 16 && kRopeD <= kBN && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
+#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
+  const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
+  const uint32_t bar = base + kOffBar;
+  auto stage_a = [&](int s) { return base + s * kStageBytes; };
+  auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
+  auto full = [&](int s) { return bar + 8 * s; };
+  auto empty = [&](int s) { return bar + 8 * (kStages + s); };
+  const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      wg::mbar_init(full(s), 1);                 // the producer's arrival with the stage's bytes
+      wg::mbar_init(empty(s), kConsumers / 128);  // one arrival a consumer warpgroup
+    }
+    wg::fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x >= kConsumers) {
+    wg::regs_dec<kProducerRegs>();
+    if (threadIdx.x != kConsumers) return;
+    int i = 0;  // ring steps, over all the block's tiles
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const Tile tl = tile_at(p, t);
+      for (int ks = 0; ks < ksteps; ++ks, ++i) {
+        const int s = i % kStages;
+        if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
+        wg::mbar_arrive_expect_tx(full(s), kStageBytes);
+        wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
+        wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
+      }
+    }
+    return;
+  }
+
+  wg::regs_inc<kConsumerRegs>();
+  const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  int i = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const Tile tl = tile_at(p, t);
+    float acc[kBN / 2];
+#pragma unroll
+    for (int e = 0; e < kBN / 2; ++e) acc[e] = 0.f;
+    for (int ks = 0; ks < ksteps; ++ks, ++i) {
+      const int s = i % kStages;
+      wg::mbar_wait(full(s), (uint32_t)(i / kStages) & 1u);
+      wg::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        wg::wgmma_ss<kBN, 0, 0>(acc, wg::desc_k_major(stage_a(s), kBM, 64 * wgi, kk), wg::desc_k_major(stage_w(s), kBN, 0, kk), true);
+      }
+      wg::wgmma_commit();
+      // The previous stage's products are done once at most this one's group is pending: free it.
+      wg::wgmma_wait<1>();
+      wg::fence_operand(acc);
+      if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
+    }
+    wg::wgmma_wait<0>();
+    wg::fence_operand(acc);
+    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
+
+    store_tile<kRopeD>(p, tl, wgi, warp, gid, tig, acc);
+  }
+#endif
+}
+
+// Encodes p's tile maps for a [batch][m][k] and w [batch][n][k] (16-byte aligned, k a multiple of
+// 8) and sets its tile counts (the rope fields unset). Returns an error message, or nullptr.
+inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo) {
+  p = Params{};
+  p.out = out;
+  p.ldo = ldo;
+  p.out_batch = (int64_t)m * ldo;
+  p.batch = batch, p.m = m, p.n = n, p.k = k;
+  p.tiles_m = (m + kBM - 1) / kBM;
+  p.tiles_n = (n + kBN - 1) / kBN;
+  const char* err = wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
+  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, kBN);
+}
+
+// rope_cs[pos · (head_dim/2) + i] = (cos, sin) of f32(pos) · inv_freq[i] for pos < positions, as
+// rope_kernel computes them (cuda/rope.cu): the table gemm_ws_nt<head_dim> reads.
+__global__ void make_rope_table(float2* rope_cs, int positions, int head_dim, double base) {
+  const int half = head_dim / 2;
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (int64_t)positions * half) return;
+  float s, c;
+  sincosf(static_cast<float>(i / half) * rope_inv_freq(base, (int)(i % half), head_dim), &s, &c);
+  rope_cs[i] = make_float2(c, s);
+}
+
+}  // namespace gemm
+}  // namespace mdlm
