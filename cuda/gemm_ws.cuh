@@ -9,10 +9,10 @@
 // takes 128 × 128 output tiles in a grouped order (kGroupM tile rows at a time, for L2 reuse of
 // the w tiles), persistently: as many blocks as SMs, each walking tiles blockIdx.x, +gridDim.x, ...
 // Warpgroup 2 is the producer: its thread 0 loads each k step's [128][64] tiles of a and w by TMA
-// into a ring of kStages stages. Warpgroups 0 and 1 are the consumers: each multiplies its 64 rows
-// of the a tile by the w tile (wgmma m64n128k16, both operands from shared memory, four a stage),
-// keeping one stage's products in flight, and stores its [64][128] result. While the consumers
-// store a tile, the producer is already loading the next one's stages. Tails (m, n, k not
+// into a ring of kStages stages, tile after tile. Warpgroups 0 and 1 are the consumers (wgmma
+// m64n128k16, both operands from shared memory, four a stage, one stage's products kept in
+// flight), in one of two schedules (Schedule): both on each tile, or each on every other tile.
+// While consumers store a tile, the producer is already loading the next one's stages. Tails (m, n, k not
 // multiples of the tile) load as zeros (TMA's out-of-bounds fill) and are not stored.
 //
 // With kRopeD > 0 the epilogue is rope's (cuda/rope.cu): every kRopeD columns are a head whose
@@ -73,10 +73,10 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t) {
   return {b, (first + in_group % rows) * kBM, in_group / rows * kBN};
 }
 
-// Stores this warpgroup's [64][128] part of tile `tl` (rope turned first when kRopeD > 0):
-// acc[4j + 2h + e] = out[16·warp + gid + 8h][8j + 2·tig + e] of the warpgroup's 64 rows.
+// Stores rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (rope turned first when
+// kRopeD > 0): acc[4j + 2h + e] = out[row0 + 16·warp + gid + 8h][8j + 2·tig + e].
 template <int kRopeD>
-__device__ __forceinline__ void store_tile(const Params& p, const Tile& tl, int wgi, int warp, int gid, int tig, float (&acc)[kBN / 2]) {
+__device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2]) {
   bf16* out = p.out + (int64_t)tl.b * p.out_batch;
   int64_t ldo = p.ldo;
   int n0 = tl.n0, n = p.n;
@@ -84,7 +84,7 @@ __device__ __forceinline__ void store_tile(const Params& p, const Tile& tl, int 
   const bool pairs = ldo % 2 == 0;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = tl.m0 + 64 * wgi + 16 * warp + gid + 8 * h;
+    const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
     if (row >= p.m) continue;
     if constexpr (kRopeD > 0) {
       constexpr int kD = kRopeD > 0 ? kRopeD : 1;  // (nvcc checks the % below for kRopeD = 0 too)
@@ -119,10 +119,22 @@ __device__ __forceinline__ void store_tile(const Params& p, const Tile& tl, int 
   }
 }
 
-template <int kRopeD>
+// The two consumer warpgroups' schedules. kCooperative: both work on each tile, 64 rows each,
+// and store it together (the tensor cores idle while they store). kPingPong: each takes every
+// other tile of the block, all 128 rows (two accumulators), and their main loops take turns, so
+// one stores its tile while the other multiplies (CUTLASS's "ping-pong" schedule): for short K
+// (768 at llama-124m: 12 stages a tile) the store is a large part of a tile's time. The turns are
+// named barriers 1 and 2, and they are what keeps the ring's parities apart: a warpgroup waits
+// for a stage's phase by its parity, which only tells it from the phase before, so it must not
+// wait on a stage while the previous phase, the other warpgroup's, may be incomplete (run ahead,
+// it would pass on the stale phase: the emulator's random schedules caught that).
+enum Schedule { kCooperative, kPingPong };
+
+template <int kRopeD, Schedule kSched>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   static_assert(kRopeD == 0 || (kRopeD >= 16 && kRopeD <= kBN && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kPing = kSched == kPingPong;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   const uint32_t bar = base + kOffBar;
@@ -134,8 +146,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      wg::mbar_init(full(s), 1);                 // the producer's arrival with the stage's bytes
-      wg::mbar_init(empty(s), kConsumers / 128);  // one arrival a consumer warpgroup
+      wg::mbar_init(full(s), 1);                          // the producer's arrival with the stage's bytes
+      wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
     wg::fence_mbarrier_init();
   }
@@ -160,31 +172,49 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 
   wg::regs_inc<kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-  int i = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  constexpr int kAcc = kPing ? 2 : 1;  // 64-row accumulators a warpgroup
+  // Ping-pong turns: warpgroup w's main loop for the block's tile `seq` waits on barrier 1 + w,
+  // which the other warpgroup's arrival opens once it has waited on every stage of tile seq − 1
+  // (warpgroup 1 opens warpgroup 0's first). Arrivals only for a tile that exists, so none is
+  // left unmatched at the end.
+  auto has_tile = [&](int seq) { return blockIdx.x + seq * gridDim.x < (unsigned)tiles; };
+  if (kPing && wgi == 1) wg::bar_arrive(1, kConsumers);
+  // The block's tiles this warpgroup takes: every one (cooperative), or every other from the
+  // warpgroup's index (ping-pong); `seq` counts the block's tiles, so the ring step of a tile's
+  // first stage is seq · ksteps either way.
+  for (int seq = kPing ? wgi : 0, t = blockIdx.x + seq * gridDim.x; t < tiles; seq += kPing ? 2 : 1, t = blockIdx.x + seq * gridDim.x) {
     const Tile tl = tile_at(p, t);
-    float acc[kBN / 2];
+    float acc[kAcc][kBN / 2];
 #pragma unroll
-    for (int e = 0; e < kBN / 2; ++e) acc[e] = 0.f;
-    for (int ks = 0; ks < ksteps; ++ks, ++i) {
-      const int s = i % kStages;
+    for (int r = 0; r < kAcc; ++r)
+#pragma unroll
+      for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
+    const int i0 = seq * ksteps;
+    if (kPing) wg::bar_sync(1 + wgi, kConsumers);
+    for (int ks = 0; ks < ksteps; ++ks) {
+      const int i = i0 + ks, s = i % kStages;
       wg::mbar_wait(full(s), (uint32_t)(i / kStages) & 1u);
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        wg::wgmma_ss<kBN, 0, 0>(acc, wg::desc_k_major(stage_a(s), kBM, 64 * wgi, kk), wg::desc_k_major(stage_w(s), kBN, 0, kk), true);
+        const uint64_t w_desc = wg::desc_k_major(stage_w(s), kBN, 0, kk);
+#pragma unroll
+        for (int r = 0; r < kAcc; ++r) wg::wgmma_ss<kBN, 0, 0>(acc[r], wg::desc_k_major(stage_a(s), kBM, kPing ? 64 * r : 64 * wgi, kk), w_desc, true);
       }
       wg::wgmma_commit();
       // The previous stage's products are done once at most this one's group is pending: free it.
       wg::wgmma_wait<1>();
-      wg::fence_operand(acc);
+#pragma unroll
+      for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
       if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
     }
+    if (kPing && has_tile(seq + 1)) wg::bar_arrive(2 - wgi, kConsumers);
     wg::wgmma_wait<0>();
-    wg::fence_operand(acc);
-    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
-
-    store_tile<kRopeD>(p, tl, wgi, warp, gid, tig, acc);
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
+    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
+#pragma unroll
+    for (int r = 0; r < kAcc; ++r) store_rows<kRopeD>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
   }
 #endif
 }

@@ -67,6 +67,12 @@ describe.runIf(nvcc)('cuda kernels compile for sm_90a', () => {
     for (let j = 0; j < Math.min(Math.max(1, availableParallelism() - 1), sources.length); j++) void worker();
   });
 
+  it('gemm_ws.cuh (every instantiation: tests/support/gemm_ws_kernels.cu)', async () => {
+    const { errors, output } = await compile(join(import.meta.dirname, 'support', 'gemm_ws_kernels.cu'));
+    expect(errors, `nvcc gemm_ws_kernels.cu:\n${errors}`).toBeNull();
+    expect(output, output).not.toMatch(/wgmma\.mma_async instructions are serialized/);
+  }, COMPILE_TIMEOUT);
+
   for (const src of sources) {
     it(basename(src), async () => {
       const { errors, output } = await compiled.get(src)!;
@@ -212,6 +218,18 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '3', GRAD_STRIDE_EXTRA: '8', ROPE: '10000', DTYPE: 'bf16' }, 24);
     // And the mma.sync kernels that Ampere and Ada run.
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 24);
+  }, EMU_TIMEOUT);
+
+  it('runs the Hopper GEMM (cuda/gemm_ws.cuh) in both schedules, plain and with rope, within bf16 rounding of float64, under every kind of schedule', async () => {
+    const exe = await buildEmu('gemm_check.cc', 'gemm_check');
+    // Random seed 11 holds a producer thread back: it caught the ping-pong schedule's consumers
+    // waiting on a stage whose other-warpgroup phase was still open (the turns' barriers fix it).
+    for (const extra of [{}, { EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager' }, { EMU_SCHEDULE: 'random:11' }, { EMU_SCHEDULE: 'random:8' }]) {
+      const { stdout } = await run(exe, [], { env: env(extra), maxBuffer: 1 << 24 });
+      const lines = stdout.trim().split('\n');
+      expect(lines.length, stdout).toBe(16);
+      for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
+    }
   }, EMU_TIMEOUT);
 
   it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {

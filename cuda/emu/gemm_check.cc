@@ -29,12 +29,14 @@ struct Case {
 using mdlm::gemm::bf16;
 
 template <int kRopeD>
-void launch(const mdlm::gemm::Params& p, int tiles) {
+void launch(const mdlm::gemm::Params& p, int tiles, mdlm::gemm::Schedule sched) {
   // Three blocks (fewer with fewer tiles), so that each walks several tiles, as on the GPU.
-  ::emu::launch(mdlm::gemm::gemm_ws_nt<kRopeD>, dim3(std::min(tiles, 3)), mdlm::gemm::kThreads, mdlm::gemm::kSmem, p);
+  const dim3 grid(std::min(tiles, 3));
+  if (sched == mdlm::gemm::kPingPong) ::emu::launch(mdlm::gemm::gemm_ws_nt<kRopeD, mdlm::gemm::kPingPong>, grid, mdlm::gemm::kThreads, mdlm::gemm::kSmem, p);
+  else ::emu::launch(mdlm::gemm::gemm_ws_nt<kRopeD, mdlm::gemm::kCooperative>, grid, mdlm::gemm::kThreads, mdlm::gemm::kSmem, p);
 }
 
-bool run_case(const Case& c, double& rel) {
+bool run_case(const Case& c, mdlm::gemm::Schedule sched, double& rel) {
   std::mt19937_64 rng(1234 + c.m * 131 + c.n * 17 + c.k);
   std::normal_distribution<float> normal(0.f, 1.f);
   auto fill = [&](size_t count) {
@@ -65,9 +67,9 @@ bool run_case(const Case& c, double& rel) {
     ::emu::launch(mdlm::gemm::make_rope_table, dim3((entries + 255) / 256), 256, 0, table.data(), max_pos, c.rope_d, 10000.0);
   }
   switch (c.rope_d) {
-    case 0: launch<0>(p, tiles); break;
-    case 64: launch<64>(p, tiles); break;
-    case 128: launch<128>(p, tiles); break;
+    case 0: launch<0>(p, tiles, sched); break;
+    case 64: launch<64>(p, tiles, sched); break;
+    case 128: launch<128>(p, tiles, sched); break;
     default: std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d); return false;
   }
   auto product = [&](int b, int i, int j) {
@@ -118,11 +120,13 @@ int main() {
   };
   int failed = 0;
   for (const Case& c : cases) {
-    double rel = NAN;
-    const bool ok = run_case(c, rel);
-    failed += !ok;
-    std::printf("%-64s rel err %.3e%s\n", c.label, rel, ok ? "  ok" : "  FAIL");
-    std::fflush(stdout);
+    for (const auto sched : {mdlm::gemm::kCooperative, mdlm::gemm::kPingPong}) {
+      double rel = NAN;
+      const bool ok = run_case(c, sched, rel);
+      failed += !ok;
+      std::printf("%-64s %-11s rel err %.3e%s\n", c.label, sched == mdlm::gemm::kPingPong ? "ping-pong" : "cooperative", rel, ok ? "  ok" : "  FAIL");
+      std::fflush(stdout);
+    }
   }
   return failed ? 1 : 0;
 }
