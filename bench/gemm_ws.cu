@@ -7,10 +7,10 @@
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/gemm_ws.cu -lcublasLt -o /tmp/gemm_ws \
 //     && /tmp/gemm_ws [reps]         (bench/cuda-run.sh gemm-ws)
 //
-// Prints, a shape a line: ms and TFLOP/s of cuBLASLt and of ours in each schedule (cooperative,
-// ping-pong: cuda/gemm_ws.cuh), each one's relative difference from cuBLASLt's output, and, where
-// the shape is a q/k projection, ours with the rope epilogue in both schedules (the unfused path
-// adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and its
+// Prints, a shape a line: ms and TFLOP/s of cuBLASLt and of each variant of ours (schedule and
+// tile width: cuda/gemm_ws.cuh), each one's relative difference from cuBLASLt's output, and,
+// where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
+// adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64. Exits non-zero when a difference or error is over 5e-3.
 #include <cublasLt.h>
 
@@ -120,25 +120,20 @@ __global__ void fill_normal(bf16* x, size_t n, uint64_t seed) {
 
 using mdlm::gemm::Schedule;
 
-template <int kRopeD, Schedule kSched>
-void launch(const mdlm::gemm::Params& p, int sms) {
-  const int tiles = p.batch * p.tiles_m * p.tiles_n;
-  mdlm::gemm::gemm_ws_nt<kRopeD, kSched><<<std::min(tiles, sms), mdlm::gemm::kThreads, mdlm::gemm::kSmem>>>(p);
-}
+// The kernel's variants: schedule and tile width (cuda/gemm_ws.cuh).
+struct Variant {
+  const char* name;
+  Schedule sched;
+  int tile_n;
+};
+constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128}, {"ping 128", mdlm::gemm::kPingPong, 128}, {"coop 256", mdlm::gemm::kCooperative, 256}};
+constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
-// Our kernel for the rope head dim (0: none) and schedule.
-void launch(const mdlm::gemm::Params& p, int sms, int rope_d, Schedule sched) {
-  const bool ping = sched == mdlm::gemm::kPingPong;
-  if (rope_d == 0) ping ? launch<0, mdlm::gemm::kPingPong>(p, sms) : launch<0, mdlm::gemm::kCooperative>(p, sms);
-  else if (rope_d == 64) ping ? launch<64, mdlm::gemm::kPingPong>(p, sms) : launch<64, mdlm::gemm::kCooperative>(p, sms);
-  else ping ? launch<128, mdlm::gemm::kPingPong>(p, sms) : launch<128, mdlm::gemm::kCooperative>(p, sms);
-}
-
-template <int kRopeD>
-void allow_smem() {
-  for (auto kernel : {mdlm::gemm::gemm_ws_nt<kRopeD, mdlm::gemm::kCooperative>, mdlm::gemm::gemm_ws_nt<kRopeD, mdlm::gemm::kPingPong>}) {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::kSmem), "smem");
-  }
+void launch(const mdlm::gemm::Params& p, int sms, int rope_d, const Variant& v) {
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(rope_d, v.sched, v.tile_n);
+  const size_t smem = mdlm::gemm::smem_bytes(v.tile_n);
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "smem");
+  kernel<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, smem>>>(p);
 }
 
 std::vector<float> download(const bf16* d, size_t n) {
@@ -164,15 +159,15 @@ int main(int argc, char** argv) {
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
-  allow_smem<0>();
-  allow_smem<64>();
-  allow_smem<128>();
   cublasLtHandle_t handle;
   check(cublasLtCreate(&handle), "cublasLtCreate");
   void* workspace;
   check(cudaMalloc(&workspace, size_t(32) << 20), "workspace");
-  std::printf("%-44s %8s %6s | %8s %6s %8s | %8s %6s %8s | %8s %8s %8s\n", "shape", "lt ms", "TF/s", "coop ms", "TF/s", "diff", "ping ms", "TF/s", "diff",
-              "coop+rope", "ping+rope", "rope err");
+  std::printf("%-44s %8s %6s", "shape", "lt ms", "TF/s");
+  for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
+  std::printf(" | rope:");
+  for (const Variant& v : kVariants) std::printf(" %8s", v.name);
+  std::printf(" %8s\n", "rope err");
   int failed = 0;
   for (const Shape& s : shapes) {
     bf16 *a, *w, *out_lt, *out, *out2 = nullptr;
@@ -185,28 +180,28 @@ int main(int argc, char** argv) {
     fill_normal<<<(nw + 255) / 256, 256>>>(w, nw, 2);
     const Lt lt = make_lt(handle, a, w, out_lt, s, workspace, reps);
     const float lt_ms = time_ms([&] { lt.run(); }, reps);
-    mdlm::gemm::Params p;
-    if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n)) {
-      std::printf("%s: %s\n", s.label, err);
-      return 1;
-    }
-    // Each schedule, then its output against cuBLASLt's: both round f32 sums of the same products to bf16.
+    // Each variant, then its output against cuBLASLt's: both round f32 sums of the same products to bf16.
     const std::vector<float> want = download(out_lt, no);
-    float ours_ms[2];
-    double diff[2];
-    for (int sc = 0; sc < 2; ++sc) {
-      const Schedule sched = sc ? mdlm::gemm::kPingPong : mdlm::gemm::kCooperative;
+    float ours_ms[kNumVariants];
+    double diff[kNumVariants];
+    for (int vi = 0; vi < kNumVariants; ++vi) {
+      mdlm::gemm::Params p;
+      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n)) {
+        std::printf("%s: %s\n", s.label, err);
+        return 1;
+      }
       check(cudaMemset(out, 0xff, no * 2), "poison");
-      ours_ms[sc] = time_ms([&] { launch(p, sms, 0, sched); }, reps);
+      ours_ms[vi] = time_ms([&] { launch(p, sms, 0, kVariants[vi]); }, reps);
       check(cudaDeviceSynchronize(), "ours");
       const std::vector<float> got = download(out, no);
       double d2 = 0, r2 = 0;
       for (size_t i = 0; i < no; ++i) d2 += (got[i] - want[i]) * (double)(got[i] - want[i]), r2 += want[i] * (double)want[i];
-      diff[sc] = std::sqrt(d2 / r2);
-      failed += !(diff[sc] <= 5e-3);
+      diff[vi] = std::sqrt(d2 / r2);
+      failed += !(diff[vi] <= 5e-3);
     }
     const double tflop = 2.0 * s.m * s.n * s.k / 1e12;
-    float rope_ms[2] = {NAN, NAN};
+    float rope_ms[kNumVariants];
+    std::fill(rope_ms, rope_ms + kNumVariants, NAN);
     double rope_err = 0;
     if (s.rope_d) {
       // rope: q into out (split columns), k into out2; positions 0..T-1 per sequence of 1024
@@ -220,9 +215,6 @@ int main(int argc, char** argv) {
       check(cudaMemcpy(positions, pos.data(), s.m * sizeof(int), cudaMemcpyHostToDevice), "positions");
       mdlm::gemm::make_rope_table<<<(max_pos * half + 255) / 256, 256>>>(table, max_pos, s.rope_d, 10000.0);
       check(cudaMalloc(&out2, (size_t)s.m * (s.n - s.split) * 2), "out2");
-      mdlm::gemm::Params pr;
-      mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split);
-      pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
       // Six rows (the first four and the last two) against float64, with the table's angles as
       // the kernel reads them.
       std::vector<float2> cs((size_t)max_pos * half);
@@ -254,19 +246,24 @@ int main(int argc, char** argv) {
         }
         return std::sqrt(e2 / f2);
       };
-      for (int sc = 0; sc < 2; ++sc) {
-        const Schedule sched = sc ? mdlm::gemm::kPingPong : mdlm::gemm::kCooperative;
+      for (int vi = 0; vi < kNumVariants; ++vi) {
+        mdlm::gemm::Params pr;
+        mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
+        pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
         check(cudaMemset(out, 0xff, (size_t)s.m * s.split * 2), "poison");
         check(cudaMemset(out2, 0xff, (size_t)s.m * (s.n - s.split) * 2), "poison");
-        rope_ms[sc] = time_ms([&] { launch(pr, sms, s.rope_d, sched); }, reps);
+        rope_ms[vi] = time_ms([&] { launch(pr, sms, s.rope_d, kVariants[vi]); }, reps);
         check(cudaDeviceSynchronize(), "ours, rope");
         rope_err = std::max(rope_err, error());
       }
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    std::printf("%-44s %8.4f %6.1f | %8.4f %6.1f %8.1e | %8.4f %6.1f %8.1e | %8.4f %8.4f %8.1e\n", s.label, lt_ms, tflop / lt_ms * 1e3, ours_ms[0],
-                tflop / ours_ms[0] * 1e3, diff[0], ours_ms[1], tflop / ours_ms[1] * 1e3, diff[1], rope_ms[0], rope_ms[1], rope_err);
+    std::printf("%-44s %8.4f %6.1f", s.label, lt_ms, tflop / lt_ms * 1e3);
+    for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
+    std::printf(" |      ");
+    for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
+    std::printf(" %8.1e\n", s.rope_d ? rope_err : NAN);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

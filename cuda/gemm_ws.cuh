@@ -19,13 +19,15 @@
 // element i < kRopeD/2 pairs with i + kRopeD/2, turned by the angle of the row's position, and the
 // columns from `split` on go to a second output (the q/k projection: q and k, roped, each into its
 // own buffer, where the unfused path writes [rows, (H + G)·D] and rope reads it back). The pair
-// of a column is in the same thread (the accumulator holds columns 8j + 2·tig + e, j < 16: the
+// of a column is in the same thread (the accumulator holds columns 8j + 2·tig + e, j < kBN/8: the
 // partner is j + kRopeD/16). The angles' (cos, sin) come from a table, rope_cs[pos][i], made once
 // (make_rope_table): sincosf for each of a thread's 16 to 32 angles a tile would cost about a
 // third of a K = 768 tile's main loop.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/gemm_check.cc).
 #pragma once
+
+#include <type_traits>
 
 #include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
 #include "wgmma.cuh"
@@ -35,22 +37,24 @@ namespace gemm {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kBM = 128, kBN = 128, kBK = 64, kStages = 4, kGroupM = 8;
+// Tiles of 128 rows × kBN columns (kBN 128 or 256: the width is the kernel's template argument
+// and Params::tile_n), k steps of 64.
+constexpr int kBM = 128, kBK = 64, kStages = 4, kGroupM = 8;
 constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
 // setmaxnreg: one block an SM launches at 168 registers a thread (65536 / 384, a multiple of 8);
 // the producer gives back to 40 and the consumers take 232 (128·40 + 256·232 ≤ 384·168).
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
-constexpr int kTileBytes = kBM * kBK * 2;  // one operand's [128][64] bf16 tile (kBM == kBN)
-constexpr int kStageBytes = 2 * kTileBytes;
-constexpr int kOffBar = kStages * kStageBytes;
-constexpr size_t kSmem = kOffBar + 2 * kStages * 8 + 1024;  // the ring, full and empty mbarriers, 1024-byte alignment
+constexpr int kTileABytes = kBM * kBK * 2;  // a's [128][64] bf16 tile of a stage
+__host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
+// The ring, its full and empty mbarriers, and the 1024-byte alignment of the swizzled tiles.
+__host__ __device__ constexpr size_t smem_bytes(int tile_n) { return (size_t)kStages * stage_bytes(tile_n) + 2 * kStages * 8 + 1024; }
 
 struct Params {
-  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 rows × 64
+  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
   bf16* out;                 // [batch][m][n], rows ldo elements apart
   int64_t ldo, out_batch;    // elements between rows, and between batches, of out
   int batch, m, n, k;
-  int tiles_m, tiles_n;
+  int tile_n, tiles_m, tiles_n;
   // kRopeD > 0 (batch 1): columns [split, n) go to out2 (rows ldo2 apart) at column − split;
   // positions[row], and rope_cs[pos · kRopeD/2 + i] = (cos, sin) of pos · inv_freq[i].
   bf16* out2;
@@ -65,6 +69,7 @@ struct Tile {
 };
 
 // Tile `t` of the grouped order: kGroupM tile rows (the last group fewer), column by column.
+template <int kBN>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t) {
   const int per_batch = p.tiles_m * p.tiles_n;
   const int b = t / per_batch, r = t - b * per_batch;
@@ -75,7 +80,7 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t) {
 
 // Stores rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (rope turned first when
 // kRopeD > 0): acc[4j + 2h + e] = out[row0 + 16·warp + gid + 8h][8j + 2·tig + e].
-template <int kRopeD>
+template <int kRopeD, int kBN>
 __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2]) {
   bf16* out = p.out + (int64_t)tl.b * p.out_batch;
   int64_t ldo = p.ldo;
@@ -130,16 +135,18 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
 // it would pass on the stale phase: the emulator's random schedules caught that).
 enum Schedule { kCooperative, kPingPong };
 
-template <int kRopeD, Schedule kSched>
+template <int kRopeD, Schedule kSched, int kBN>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
-  static_assert(kRopeD == 0 || (kRopeD >= 16 && kRopeD <= kBN && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
+  static_assert(kRopeD == 0 || (kRopeD >= 16 && kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
+  static_assert(kBN == 128 || (kBN == 256 && kSched == kCooperative), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kPing = kSched == kPingPong;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
-  const uint32_t bar = base + kOffBar;
+  constexpr int kStageBytes = stage_bytes(kBN);
+  const uint32_t bar = base + kStages * kStageBytes;
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
-  auto stage_w = [&](int s) { return base + s * kStageBytes + kTileBytes; };
+  auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
   auto empty = [&](int s) { return bar + 8 * (kStages + s); };
   const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     if (threadIdx.x != kConsumers) return;
     int i = 0;  // ring steps, over all the block's tiles
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const Tile tl = tile_at(p, t);
+      const Tile tl = tile_at<kBN>(p, t);
       for (int ks = 0; ks < ksteps; ++ks, ++i) {
         const int s = i % kStages;
         if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
@@ -183,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   // warpgroup's index (ping-pong); `seq` counts the block's tiles, so the ring step of a tile's
   // first stage is seq · ksteps either way.
   for (int seq = kPing ? wgi : 0, t = blockIdx.x + seq * gridDim.x; t < tiles; seq += kPing ? 2 : 1, t = blockIdx.x + seq * gridDim.x) {
-    const Tile tl = tile_at(p, t);
+    const Tile tl = tile_at<kBN>(p, t);
     float acc[kAcc][kBN / 2];
 #pragma unroll
     for (int r = 0; r < kAcc; ++r)
@@ -214,28 +221,48 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
     if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
 #pragma unroll
-    for (int r = 0; r < kAcc; ++r) store_rows<kRopeD>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
+    for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
   }
 #endif
 }
 
 // Encodes p's tile maps for a [batch][m][k] and w [batch][n][k] (16-byte aligned, k a multiple of
-// 8) and sets its tile counts (the rope fields unset). Returns an error message, or nullptr.
-inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo) {
+// 8) and sets its tile counts for tiles tile_n wide (the rope fields unset). Returns an error
+// message, or nullptr.
+inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo, int tile_n) {
   p = Params{};
+  p.tile_n = tile_n;
   p.out = out;
   p.ldo = ldo;
   p.out_batch = (int64_t)m * ldo;
   p.batch = batch, p.m = m, p.n = n, p.k = k;
   p.tiles_m = (m + kBM - 1) / kBM;
-  p.tiles_n = (n + kBN - 1) / kBN;
+  p.tiles_n = (n + tile_n - 1) / tile_n;
   const char* err = wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
-  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, kBN);
+  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
+}
+
+// The kernel for a rope head dim (0: none; 64 or 128), schedule and tile width (128, or 256 when
+// cooperative), launched with kThreads threads and smem_bytes(tile_n) bytes of shared memory; null
+// for another combination.
+using Kernel = void (*)(const Params);
+inline Kernel kernel_for(int rope_d, Schedule sched, int tile_n) {
+  const auto pick = [&](auto rope) -> Kernel {
+    constexpr int kR = decltype(rope)::value;
+    if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kR, kPingPong, 128> : nullptr;
+    return tile_n == 128 ? gemm_ws_nt<kR, kCooperative, 128> : tile_n == 256 ? gemm_ws_nt<kR, kCooperative, 256> : nullptr;
+  };
+  switch (rope_d) {
+    case 0: return pick(std::integral_constant<int, 0>{});
+    case 64: return pick(std::integral_constant<int, 64>{});
+    case 128: return pick(std::integral_constant<int, 128>{});
+    default: return nullptr;
+  }
 }
 
 // rope_cs[pos · (head_dim/2) + i] = (cos, sin) of f32(pos) · inv_freq[i] for pos < positions, as
 // rope_kernel computes them (cuda/rope.cu): the table gemm_ws_nt<head_dim> reads.
-__global__ void make_rope_table(float2* rope_cs, int positions, int head_dim, double base) {
+static __global__ void make_rope_table(float2* rope_cs, int positions, int head_dim, double base) {
   const int half = head_dim / 2;
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (int64_t)positions * half) return;

@@ -18,14 +18,22 @@
 // bits, so a process's choices are fixed once made, but two processes may choose differently.
 // Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with 2-byte alignment,
 // say), a plain kernel computes it: one thread per output, f32 sums in k order.
+//
+// MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 x·Wᵀ products (transB, bf16 out
+// written, not accumulated, operands 16-byte aligned, k a multiple of 8) on an sm_90 GPU go through
+// cuda/gemm_ws.cuh's kernel in that schedule and tile width (128 columns, or 256) instead: an A/B
+// of our Hopper GEMM against cuBLASLt in training, the step before element-wise work is fused
+// into its epilogue.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <string>
 #include <tuple>
 
 #include "common.cuh"
+#include "gemm_ws.cuh"
 
 namespace mdlm {
 namespace {
@@ -178,6 +186,32 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
   return p;
 }
 
+// The call through gemm_ws_nt when MDLM_MATMUL_WS asks for it and the call is one it takes (see
+// the top of the file); false when it is not.
+bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
+  const std::string knob = env_knob("MDLM_MATMUL_WS");
+  const int tile_n = knob == "coop256" ? 256 : 128;
+  const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(0, gemm::kCooperative, tile_n)
+                              : knob == "ping"                    ? gemm::kernel_for(0, gemm::kPingPong, tile_n)
+                                                                  : nullptr;
+  if (!kernel || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || key.trans_a || !key.trans_b || key.k % 8 != 0 ||
+      key.align_a < 16 || key.align_b < 16 || key.align_out < 16 || !call.device || call.device->major != 9 ||
+      std::max({key.batch, key.m, key.n, key.k}) > std::numeric_limits<int>::max()) {
+    return false;
+  }
+  gemm::Params p;
+  if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n)) return false;
+  static std::map<gemm::Kernel, bool> smem_allowed;
+  if (!smem_allowed[kernel]) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm::smem_bytes(tile_n)), "gemm_ws_nt: shared memory");
+    smem_allowed[kernel] = true;
+  }
+  const int64_t tiles = key.batch * p.tiles_m * p.tiles_n;
+  kernel<<<(unsigned)std::min<int64_t>(tiles, call.device->multiProcessorCount), gemm::kThreads, gemm::smem_bytes(tile_n), call.stream>>>(p);
+  check_launch("gemm_ws_nt");
+  return true;
+}
+
 }  // namespace
 }  // namespace mdlm
 
@@ -199,9 +233,10 @@ MDLM_OP(matmul) {
                     alignment(a.ptr),
                     alignment(b.ptr),
                     alignment(out.ptr)};
+  const bool accumulate = call.flag("accumulate");
+  if (launch_ws(call, key, a.ptr, b.ptr, out.ptr, accumulate)) return;
   // One device and one handle per process, and the JavaScript side calls from one thread.
   static std::map<PlanKey, Plan> plans;
-  const bool accumulate = call.flag("accumulate");
   auto it = plans.find(key);
   if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate)).first;
   const Plan& p = it->second;

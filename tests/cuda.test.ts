@@ -307,6 +307,26 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     [x, sums, g, norm, ids, dout, dtable].forEach((t) => b.free(t));
   });
 
+  // cuda/gemm_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
+  // matmul op never dispatches it, so the test says it skipped.
+  it('runs bf16 x·Wᵀ products through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256) within the matmul tolerance: tails, batches, many tiles', async (ctx) => {
+    const b = await cuda();
+    if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the kernel is for sm 9.0`);
+    const shapes = [matmulAttrs(1, 300, 260, 136, false, true), matmulAttrs(2, 257, 300, 72, false, true), matmulAttrs(1, 2048, 768, 768, false, true), matmulAttrs(3, 64, 96, 8, false, true)];
+    try {
+      for (const schedule of ['coop', 'ping', 'coop256']) {
+        process.env.MDLM_MATMUL_WS = schedule;
+        for (const attrs of shapes) {
+          const r = await checkParity(b, matmul, { label: `${schedule} ${JSON.stringify(attrs)}`, attrs }, { seed: freshSeed(), dtype: 'bf16' });
+          expect(r.error, JSON.stringify(r)).toBeUndefined();
+          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+        }
+      }
+    } finally {
+      delete process.env.MDLM_MATMUL_WS;
+    }
+  });
+
   it('runs the deterministic attention backward (MDLM_ATTN_DETERMINISTIC=1) within tolerance, with the same bits every run, close to the fused default', async () => {
     const b = await cuda();
     const downloadGrads = async (t: Record<string, Tensor>) => Promise.all(['dq', 'dk', 'dv'].map(async (n) => (await b.download(t[n]!)) as Float32Array));

@@ -28,15 +28,15 @@ struct Case {
 
 using mdlm::gemm::bf16;
 
-template <int kRopeD>
-void launch(const mdlm::gemm::Params& p, int tiles, mdlm::gemm::Schedule sched) {
-  // Three blocks (fewer with fewer tiles), so that each walks several tiles, as on the GPU.
-  const dim3 grid(std::min(tiles, 3));
-  if (sched == mdlm::gemm::kPingPong) ::emu::launch(mdlm::gemm::gemm_ws_nt<kRopeD, mdlm::gemm::kPingPong>, grid, mdlm::gemm::kThreads, mdlm::gemm::kSmem, p);
-  else ::emu::launch(mdlm::gemm::gemm_ws_nt<kRopeD, mdlm::gemm::kCooperative>, grid, mdlm::gemm::kThreads, mdlm::gemm::kSmem, p);
-}
+// A variant of the kernel: schedule and tile width.
+struct Variant {
+  const char* name;
+  mdlm::gemm::Schedule sched;
+  int tile_n;
+};
+constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128}, {"ping 128", mdlm::gemm::kPingPong, 128}, {"coop 256", mdlm::gemm::kCooperative, 256}};
 
-bool run_case(const Case& c, mdlm::gemm::Schedule sched, double& rel) {
+bool run_case(const Case& c, const Variant& v, double& rel) {
   std::mt19937_64 rng(1234 + c.m * 131 + c.n * 17 + c.k);
   std::normal_distribution<float> normal(0.f, 1.f);
   auto fill = [&](size_t count) {
@@ -51,7 +51,7 @@ bool run_case(const Case& c, mdlm::gemm::Schedule sched, double& rel) {
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> out((size_t)c.batch * c.m * ldo, poison), out2((size_t)c.m * ldo2, poison);
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo)) {
+  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n)) {
     std::printf("%s: %s\n", c.label, err);
     return false;
   }
@@ -66,12 +66,13 @@ bool run_case(const Case& c, mdlm::gemm::Schedule sched, double& rel) {
     const int entries = max_pos * half;
     ::emu::launch(mdlm::gemm::make_rope_table, dim3((entries + 255) / 256), 256, 0, table.data(), max_pos, c.rope_d, 10000.0);
   }
-  switch (c.rope_d) {
-    case 0: launch<0>(p, tiles, sched); break;
-    case 64: launch<64>(p, tiles, sched); break;
-    case 128: launch<128>(p, tiles, sched); break;
-    default: std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d); return false;
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n);
+  if (!kernel) {
+    std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d);
+    return false;
   }
+  // Three blocks (fewer with fewer tiles), so that each walks several tiles, as on the GPU.
+  ::emu::launch(kernel, dim3(std::min(tiles, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n), p);
   auto product = [&](int b, int i, int j) {
     double r = 0;
     for (int q = 0; q < c.k; ++q) r += (double)__bfloat162float(a[((size_t)b * c.m + i) * c.k + q]) * __bfloat162float(w[((size_t)b * c.n + j) * c.k + q]);
@@ -120,11 +121,11 @@ int main() {
   };
   int failed = 0;
   for (const Case& c : cases) {
-    for (const auto sched : {mdlm::gemm::kCooperative, mdlm::gemm::kPingPong}) {
+    for (const Variant& v : kVariants) {
       double rel = NAN;
-      const bool ok = run_case(c, sched, rel);
+      const bool ok = run_case(c, v, rel);
       failed += !ok;
-      std::printf("%-64s %-11s rel err %.3e%s\n", c.label, sched == mdlm::gemm::kPingPong ? "ping-pong" : "cooperative", rel, ok ? "  ok" : "  FAIL");
+      std::printf("%-64s %-8s rel err %.3e%s\n", c.label, v.name, rel, ok ? "  ok" : "  FAIL");
       std::fflush(stdout);
     }
   }

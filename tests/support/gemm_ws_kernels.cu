@@ -1,16 +1,17 @@
-// Every instantiation of cuda/gemm_ws.cuh's kernel, for tests/cuda_build.test.ts to compile for
-// sm_90a (no cuda/*.cu launches them yet: bench/gemm_ws.cu times them against cuBLASLt).
+// Every kernel cuda/gemm_ws.cuh's kernel_for hands out, for tests/cuda_build.test.ts to compile for
+// sm_90a and check for serialised wgmmas (cuda/matmul.cu launches only the plain ones).
 #include "../../cuda/gemm_ws.cuh"
 
 namespace mdlm::gemm {
 
 void launch_all(const Params& p, float2* table) {
-  gemm_ws_nt<0, kCooperative><<<1, kThreads, kSmem>>>(p);
-  gemm_ws_nt<64, kCooperative><<<1, kThreads, kSmem>>>(p);
-  gemm_ws_nt<128, kCooperative><<<1, kThreads, kSmem>>>(p);
-  gemm_ws_nt<0, kPingPong><<<1, kThreads, kSmem>>>(p);
-  gemm_ws_nt<64, kPingPong><<<1, kThreads, kSmem>>>(p);
-  gemm_ws_nt<128, kPingPong><<<1, kThreads, kSmem>>>(p);
+  for (const int rope_d : {0, 64, 128}) {
+    for (const Schedule sched : {kCooperative, kPingPong}) {
+      for (const int tile_n : {128, 256}) {
+        if (const Kernel kernel = kernel_for(rope_d, sched, tile_n)) kernel<<<1, kThreads, smem_bytes(tile_n)>>>(p);
+      }
+    }
+  }
   make_rope_table<<<1, 256>>>(table, 1, 64, 10000.0);
 }
 
