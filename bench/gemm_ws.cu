@@ -11,7 +11,9 @@
 // tile width: cuda/gemm_ws.cuh), each one's relative difference from cuBLASLt's output, and,
 // where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
-// worst error against float64. Exits non-zero when a difference or error is over 5e-3.
+// worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
+// SwiGLU epilogue (writing G, U and h; the unfused path adds the swiglu kernel) and its worst
+// difference. Exits non-zero when a difference or error is over 5e-3.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -44,6 +46,7 @@ struct Shape {
   const char* label;
   int m, n, k;
   int rope_d, split;  // rope_d > 0: a q/k projection, q the first `split` columns
+  bool swiglu;        // the gate/up projection [Gᵀ; Uᵀ] (m = 2F): also timed with the SwiGLU epilogue
 };
 
 // Milliseconds a launch of f, the mean of `reps` after a warm-up.
@@ -151,11 +154,11 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {
       {"124M q/k proj 16384x1536x768 (rope D64)", 16384, 1536, 768, 64, 768},
       {"124M v or o proj 16384x768x768", 16384, 768, 768, 0, 0},
-      {"124M gate/up [2F, rows] 4096x16384x768", 4096, 16384, 768, 0, 0},
+      {"124M gate/up [2F, rows] 4096x16384x768", 4096, 16384, 768, 0, 0, true},
       {"124M LM head 16384x50304x768", 16384, 50304, 768, 0, 0},
       {"1.3B q/k proj 16384x4096x2048 (rope D128)", 16384, 4096, 2048, 128, 2048},
       {"1.3B o proj 16384x2048x2048", 16384, 2048, 2048, 0, 0},
-      {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0},
+      {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
@@ -259,11 +262,42 @@ int main(int argc, char** argv) {
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
+    float swiglu_ms = NAN;
+    double swiglu_diff = NAN;
+    if (s.swiglu) {
+      // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
+      // silu(G)·U computed here from cuBLASLt's G and U.
+      const int F = s.m / 2, rows = s.n;
+      bf16* h;
+      check(cudaMalloc(&h, (size_t)F * rows * 2), "h");
+      mdlm::gemm::Params ps;
+      if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k)) {
+        std::printf("%s: %s\n", s.label, err);
+        return 1;
+      }
+      const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128);
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(128)), "smem");
+      check(cudaMemset(out, 0xff, no * 2), "poison");
+      swiglu_ms = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
+      check(cudaDeviceSynchronize(), "ours, swiglu");
+      const std::vector<float> gu = download(out, no), hv = download(h, (size_t)F * rows);
+      double d2 = 0, r2 = 0;
+      for (size_t i = 0; i < no; ++i) d2 += (gu[i] - want[i]) * (double)(gu[i] - want[i]), r2 += want[i] * (double)want[i];
+      double h2 = 0, hr2 = 0;
+      for (size_t i = 0; i < (size_t)F * rows; ++i) {
+        const float g = want[i], u = want[(size_t)F * rows + i];
+        const float ref = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
+        h2 += (hv[i] - ref) * (double)(hv[i] - ref), hr2 += ref * (double)ref;
+      }
+      swiglu_diff = std::max(std::sqrt(d2 / r2), std::sqrt(h2 / hr2));
+      failed += !(swiglu_diff <= 5e-3);
+      cudaFree(h);
+    }
     std::printf("%-44s %8.4f %6.1f", s.label, lt_ms, tflop / lt_ms * 1e3);
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e\n", s.rope_d ? rope_err : NAN);
+    std::printf(" %8.1e | swiglu %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms, swiglu_diff);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

@@ -24,6 +24,14 @@
 // (make_rope_table): sincosf for each of a thread's 16 to 32 angles a tile would cost about a
 // third of a K = 768 tile's main loop.
 //
+// With the kSwiglu epilogue (ping-pong only) the product is the MLP's gate/up projection in its
+// transposed layout, [Gᵀ; Uᵀ] = Wgu · xᵀ (a = Wgu [2F][d], w = x [rows][d], out [2F][rows]): a
+// tile's 128 rows of a are 64 gate rows f0.. and the 64 up rows F + f0.. (two TMA boxes), so a
+// consumer's two accumulators hold the gate and up values of the same (f, token) in the same
+// registers, and its epilogue writes G, U and h = silu(G)·U (into out3, [F][rows]) at once, each
+// rounded as the unfused swiglu kernel would read and write them: the swiglu kernel, and its
+// second read of G and U, are saved.
+//
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/gemm_check.cc).
 #pragma once
 
@@ -62,20 +70,40 @@ struct Params {
   int split;
   const int* positions;
   const float2* rope_cs;
+  // kSwiglu: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
+  int swiglu_f;
+  bf16* out3;
+  int64_t ldo3;
 };
+
+// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's (above), or
+// rope's with that head dim (16, 32, 64 or 128).
+constexpr int kStore = 0, kSwiglu = 1;
 
 struct Tile {
   int b, m0, n0;
 };
 
-// Tile `t` of the grouped order: kGroupM tile rows (the last group fewer), column by column.
-template <int kBN>
+// Tile `t` of the grouped order: kGroupM tile rows (the last group fewer), column by column; a
+// tile is kTileM rows of out (128, or SwiGLU's 64 hidden units) by kBN columns.
+template <int kTileM, int kBN>
 __device__ __forceinline__ Tile tile_at(const Params& p, int t) {
   const int per_batch = p.tiles_m * p.tiles_n;
   const int b = t / per_batch, r = t - b * per_batch;
   const int first = r / (kGroupM * p.tiles_n) * kGroupM, rows = min(kGroupM, p.tiles_m - first);
   const int in_group = r - first * p.tiles_n;
-  return {b, (first + in_group % rows) * kBM, in_group / rows * kBN};
+  return {b, (first + in_group % rows) * kTileM, in_group / rows * kBN};
+}
+
+// Columns col and col + 1 of a bf16 row of n columns: one 4-byte store where both are in range and
+// `pairs` (an even row stride), else one at a time.
+__device__ __forceinline__ void store_pair(bf16* row, int col, int n, bool pairs, float v0, float v1) {
+  if (pairs && col + 1 < n) {
+    *reinterpret_cast<__nv_bfloat162*>(row + col) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    if (col < n) row[col] = __float2bfloat16_rn(v0);
+    if (col + 1 < n) row[col + 1] = __float2bfloat16_rn(v1);
+  }
 }
 
 // Stores rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (rope turned first when
@@ -111,15 +139,32 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
     }
     bf16* const orow = out + (int64_t)row * ldo;
 #pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) store_pair(orow, n0 + 8 * j + 2 * tig, n, pairs, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+// kSwiglu's store of tile `tl` (64 hidden units f0.. by kBN tokens) from a ping-pong consumer's
+// gate and up accumulators: G and U rounded to bf16 into out's rows f and F + f, then
+// h = G·sigmoid(G)·U from the rounded values (cuda/swiglu.cu's SwigluForward) into out3's row f.
+template <int kBN>
+__device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, int warp, int gid, int tig, const float (&g)[kBN / 2], const float (&u)[kBN / 2]) {
+  const int F = p.swiglu_f;
+  const bool pairs = p.ldo % 2 == 0 && p.ldo3 % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int f = tl.m0 + 16 * warp + gid + 8 * h;
+    if (f >= F) continue;
+    bf16* const grow = p.out + (int64_t)f * p.ldo;
+    bf16* const urow = p.out + (int64_t)(F + f) * p.ldo;
+    bf16* const hrow = p.out3 + (int64_t)f * p.ldo3;
+#pragma unroll
     for (int j = 0; j < kBN / 8; ++j) {
-      const int col = n0 + 8 * j + 2 * tig;
-      const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-      if (pairs && col + 1 < n) {
-        *reinterpret_cast<__nv_bfloat162*>(orow + col) = __floats2bfloat162_rn(v0, v1);
-      } else {
-        if (col < n) orow[col] = __float2bfloat16_rn(v0);
-        if (col + 1 < n) orow[col + 1] = __float2bfloat16_rn(v1);
-      }
+      const int col = tl.n0 + 8 * j + 2 * tig, e = 4 * j + 2 * h;
+      const float2 gr = __bfloat1622float2(__floats2bfloat162_rn(g[e], g[e + 1]));
+      const float2 ur = __bfloat1622float2(__floats2bfloat162_rn(u[e], u[e + 1]));
+      store_pair(grow, col, p.n, pairs, gr.x, gr.y);
+      store_pair(urow, col, p.n, pairs, ur.x, ur.y);
+      store_pair(hrow, col, p.n, pairs, gr.x * sigmoids(gr.x).pos * ur.x, gr.y * sigmoids(gr.y).pos * ur.y);
     }
   }
 }
@@ -135,12 +180,15 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
 // it would pass on the stale phase: the emulator's random schedules caught that).
 enum Schedule { kCooperative, kPingPong };
 
-template <int kRopeD, Schedule kSched, int kBN>
+template <int kEpi, Schedule kSched, int kBN>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
-  static_assert(kRopeD == 0 || (kRopeD >= 16 && kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
-  static_assert(kBN == 128 || (kBN == 256 && kSched == kCooperative), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
+  constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
+  constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
+  constexpr int kTileM = kSwi ? 64 : kBM;
+  static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
+  static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
+  static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kPing = kSched == kPingPong;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
@@ -165,12 +213,17 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     if (threadIdx.x != kConsumers) return;
     int i = 0;  // ring steps, over all the block's tiles
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-      const Tile tl = tile_at<kBN>(p, t);
+      const Tile tl = tile_at<kTileM, kBN>(p, t);
       for (int ks = 0; ks < ksteps; ++ks, ++i) {
         const int s = i % kStages;
         if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
         wg::mbar_arrive_expect_tx(full(s), kStageBytes);
-        wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
+        if constexpr (kSwi) {  // the gate rows, then the up rows under them (64 rows of 128 bytes)
+          wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
+          wg::tile_load_4d(stage_a(s) + 64 * 128, p.a_map, ks * kBK, 0, p.swiglu_f + tl.m0, tl.b, full(s));
+        } else {
+          wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
+        }
         wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
       }
     }
@@ -190,7 +243,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   // warpgroup's index (ping-pong); `seq` counts the block's tiles, so the ring step of a tile's
   // first stage is seq · ksteps either way.
   for (int seq = kPing ? wgi : 0, t = blockIdx.x + seq * gridDim.x; t < tiles; seq += kPing ? 2 : 1, t = blockIdx.x + seq * gridDim.x) {
-    const Tile tl = tile_at<kBN>(p, t);
+    const Tile tl = tile_at<kTileM, kBN>(p, t);
     float acc[kAcc][kBN / 2];
 #pragma unroll
     for (int r = 0; r < kAcc; ++r)
@@ -220,8 +273,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
     if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
+    if constexpr (kSwi) {
+      store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1]);
+    } else {
 #pragma unroll
-    for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
+      for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
+    }
   }
 #endif
 }
@@ -242,18 +299,35 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
 }
 
-// The kernel for a rope head dim (0: none; 64 or 128), schedule and tile width (128, or 256 when
-// cooperative), launched with kThreads threads and smem_bytes(tile_n) bytes of shared memory; null
-// for another combination.
+// p for kSwiglu: wgu [2F][d] (gate rows, then up rows), x [rows][d], G and U into gu [2F][rows]
+// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8). Returns an error message, or nullptr.
+inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d) {
+  p = Params{};
+  p.out = gu, p.ldo = rows, p.out_batch = (int64_t)2 * F * rows;
+  p.out3 = h, p.ldo3 = rows;
+  p.swiglu_f = F;
+  p.batch = 1, p.m = F, p.n = rows, p.k = d;
+  p.tile_n = 128;
+  p.tiles_m = (F + 63) / 64;
+  p.tiles_n = (rows + 127) / 128;
+  const char* err = wg::encode_head_rows(p.a_map, wgu, 1, 2 * F, 1, d, 64);
+  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
+}
+
+// The kernel for an epilogue (kStore, kSwiglu, or a rope head dim of 64 or 128), schedule and tile
+// width (128, or 256 when cooperative), launched with kThreads threads and smem_bytes(tile_n)
+// bytes of shared memory; null for another combination.
 using Kernel = void (*)(const Params);
-inline Kernel kernel_for(int rope_d, Schedule sched, int tile_n) {
-  const auto pick = [&](auto rope) -> Kernel {
-    constexpr int kR = decltype(rope)::value;
-    if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kR, kPingPong, 128> : nullptr;
-    return tile_n == 128 ? gemm_ws_nt<kR, kCooperative, 128> : tile_n == 256 ? gemm_ws_nt<kR, kCooperative, 256> : nullptr;
+inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n) {
+  const auto pick = [&](auto epi) -> Kernel {
+    constexpr int kE = decltype(epi)::value;
+    if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128> : nullptr;
+    if constexpr (kE == kSwiglu) return nullptr;
+    else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256> : nullptr;
   };
-  switch (rope_d) {
-    case 0: return pick(std::integral_constant<int, 0>{});
+  switch (epilogue) {
+    case kStore: return pick(std::integral_constant<int, kStore>{});
+    case kSwiglu: return pick(std::integral_constant<int, kSwiglu>{});
     case 64: return pick(std::integral_constant<int, 64>{});
     case 128: return pick(std::integral_constant<int, 128>{});
     default: return nullptr;

@@ -106,6 +106,46 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
   return gaps_poisoned && rel <= 5e-3;  // bf16 output rounding: about 2^-9 relative
 }
 
+// kSwiglu (ping-pong only): G and U of [Gᵀ; Uᵀ] = Wgu · xᵀ, and h = silu(G)·U, against float64
+// products rounded to bf16 as the kernel rounds them; the relative error of the worst of the three.
+bool run_swiglu(int F, int rows, int d, double& rel) {
+  std::mt19937_64 rng(99 + F * 7 + rows * 3 + d);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto fill = [&](size_t count) {
+    std::vector<bf16> v(count);
+    for (auto& x : v) x = __float2bfloat16_rn(normal(rng));
+    return v;
+  };
+  const std::vector<bf16> wgu = fill((size_t)2 * F * d), x = fill((size_t)rows * d);
+  const bf16 poison = __float2bfloat16_rn(NAN);
+  std::vector<bf16> gu((size_t)2 * F * rows, poison), h((size_t)F * rows, poison);
+  mdlm::gemm::Params p{};
+  if (const char* err = mdlm::gemm::make_swiglu_params(p, wgu.data(), x.data(), gu.data(), h.data(), F, rows, d)) {
+    std::printf("swiglu: %s\n", err);
+    return false;
+  }
+  const int tiles = p.tiles_m * p.tiles_n;
+  ::emu::launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), dim3(std::min(tiles, 3)), mdlm::gemm::kThreads,
+                mdlm::gemm::smem_bytes(128), p);
+  auto dot = [&](int row, int t) {
+    double r = 0;
+    for (int q = 0; q < d; ++q) r += (double)__bfloat162float(wgu[(size_t)row * d + q]) * __bfloat162float(x[(size_t)t * d + q]);
+    return r;
+  };
+  auto round = [](double v) { return (double)__bfloat162float(__float2bfloat16_rn((float)v)); };
+  double e2[3] = {0, 0, 0}, r2[3] = {0, 0, 0};
+  for (int f = 0; f < F; ++f)
+    for (int t = 0; t < rows; ++t) {
+      const double g = round(dot(f, t)), u = round(dot(F + f, t));
+      const double want[3] = {g, u, g / (1 + std::exp(-g)) * u};
+      const double got[3] = {__bfloat162float(gu[(size_t)f * rows + t]), __bfloat162float(gu[(size_t)(F + f) * rows + t]), __bfloat162float(h[(size_t)f * rows + t])};
+      for (int i = 0; i < 3; ++i) e2[i] += (got[i] - want[i]) * (got[i] - want[i]), r2[i] += want[i] * want[i];
+    }
+  rel = 0;
+  for (int i = 0; i < 3; ++i) rel = std::max(rel, std::sqrt(e2[i] / r2[i]));
+  return rel <= 5e-3;
+}
+
 }  // namespace
 
 int main() {
@@ -128,6 +168,16 @@ int main() {
       std::printf("%-64s %-8s rel err %.3e%s\n", c.label, v.name, rel, ok ? "  ok" : "  FAIL");
       std::fflush(stdout);
     }
+  }
+  const int swiglu_cases[][3] = {{64, 128, 64}, {100, 200, 72}, {256, 300, 136}};  // F, rows, d: tails in F and rows
+  for (const auto& c : swiglu_cases) {
+    double rel = NAN;
+    const bool ok = run_swiglu(c[0], c[1], c[2], rel);
+    failed += !ok;
+    char label[96];
+    std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
+    std::printf("%-64s %-8s rel err %.3e%s\n", label, "ping 128", rel, ok ? "  ok" : "  FAIL");
+    std::fflush(stdout);
   }
   return failed ? 1 : 0;
 }
