@@ -133,10 +133,20 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128}, {"
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int rope_d, const Variant& v) {
-  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(rope_d, v.sched, v.tile_n);
-  const size_t smem = mdlm::gemm::smem_bytes(v.tile_n);
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "smem");
-  kernel<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, smem>>>(p);
+  mdlm::gemm::kernel_for(rope_d, v.sched, v.tile_n)<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n)>>>(p);
+}
+
+// Lets every kernel kernel_for hands out take its shared memory (over the default 48 KB), once.
+void allow_smem() {
+  for (const int epilogue : {mdlm::gemm::kStore, mdlm::gemm::kSwiglu, 64, 128}) {
+    for (const Schedule sched : {mdlm::gemm::kCooperative, mdlm::gemm::kPingPong}) {
+      for (const int tile_n : {128, 256}) {
+        if (const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(epilogue, sched, tile_n)) {
+          check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(tile_n)), "smem");
+        }
+      }
+    }
+  }
 }
 
 std::vector<float> download(const bf16* d, size_t n) {
@@ -162,6 +172,7 @@ int main(int argc, char** argv) {
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
+  allow_smem();
   cublasLtHandle_t handle;
   check(cublasLtCreate(&handle), "cublasLtCreate");
   void* workspace;
@@ -276,7 +287,6 @@ int main(int argc, char** argv) {
         return 1;
       }
       const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128);
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(128)), "smem");
       check(cudaMemset(out, 0xff, no * 2), "poison");
       swiglu_ms = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
       check(cudaDeviceSynchronize(), "ours, swiglu");
