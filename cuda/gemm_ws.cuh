@@ -1,19 +1,20 @@
 // A warp-specialised Hopper GEMM (sm_90a: TMA, mbarriers, wgmma), the base for element-wise work
-// fused into a GEMM's epilogue, which cuBLASLt's epilogues cannot express (rope on the q/k
-// projection, SwiGLU on the gate/up projection: bench/RESULTS.md, sixteenth session, puts those
-// kernels at 0.4 ms each of a llama-124m ar step, at the H200's bandwidth).
+// fused into a GEMM's epilogue, which cuBLASLt's epilogues cannot express: rope on the q/k
+// projection and SwiGLU on the gate/up projection, whose own kernels take 0.43 and 0.60 ms of a
+// llama-124m ar step on the H200, at its bandwidth (bench/RESULTS.md, sixteenth session).
 //
 //   out[b][m][n] = Σ_k a[b][m][k] · w[b][n][k]      (bf16 in, f32 accumulate, bf16 out)
 //
 // Both operands K-major (row-major with k fastest): the x · Wᵀ layout of a projection. A block
-// takes 128 × 128 output tiles in a grouped order (kGroupM tile rows at a time, for L2 reuse of
-// the w tiles), persistently: as many blocks as SMs, each walking tiles blockIdx.x, +gridDim.x, ...
-// Warpgroup 2 is the producer: its thread 0 loads each k step's [128][64] tiles of a and w by TMA
-// into a ring of kStages stages, tile after tile. Warpgroups 0 and 1 are the consumers (wgmma
-// m64n128k16, both operands from shared memory, four a stage, one stage's products kept in
-// flight), in one of two schedules (Schedule): both on each tile, or each on every other tile.
-// While consumers store a tile, the producer is already loading the next one's stages. Tails (m, n, k not
-// multiples of the tile) load as zeros (TMA's out-of-bounds fill) and are not stored.
+// takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
+// at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
+// blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
+// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of kStages stages, tile after
+// tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
+// four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
+// on each tile, or each on every other tile. While consumers store a tile, the producer is
+// already loading the next one's stages. Tails (m, n, k not multiples of the tile) load as zeros
+// (TMA's out-of-bounds fill) and are not stored.
 //
 // With kRopeD > 0 the epilogue is rope's (cuda/rope.cu): every kRopeD columns are a head whose
 // element i < kRopeD/2 pairs with i + kRopeD/2, turned by the angle of the row's position, and the
