@@ -54,9 +54,13 @@ constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProdu
 // the producer gives back to 40 and the consumers take 232 (128·40 + 256·232 ≤ 384·168).
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kTileABytes = kBM * kBK * 2;  // a's [128][64] bf16 tile of a stage
+constexpr int kOutStageBytes = 64 * 128 * 2;  // a consumer's [64][128] bf16 tile of output, staged for its stores
 __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
-// The ring, its full and empty mbarriers, and the 1024-byte alignment of the swizzled tiles.
-__host__ __device__ constexpr size_t smem_bytes(int tile_n) { return (size_t)kStages * stage_bytes(tile_n) + 2 * kStages * 8 + 1024; }
+// The ring, the consumers' output tiles, the ring's full and empty mbarriers, and the 1024-byte
+// alignment of the swizzled tiles (4 · 48 KB + 32 KB + … ≤ 227 KB at 256 columns).
+__host__ __device__ constexpr size_t smem_bytes(int tile_n) {
+  return (size_t)kStages * stage_bytes(tile_n) + 2 * kOutStageBytes + 2 * kStages * 8 + 1024;
+}
 
 struct Params {
   wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
@@ -96,6 +100,12 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t) {
   return {b, (first + in_group % rows) * kTileM, in_group / rows * kBN};
 }
 
+// Two floats as bf16 in one register, the first in the low half (a fragment's column order).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // Columns col and col + 1 of a bf16 row of n columns: one 4-byte store where both are in range and
 // `pairs` (an even row stride), else one at a time.
 __device__ __forceinline__ void store_pair(bf16* row, int col, int n, bool pairs, float v0, float v1) {
@@ -107,23 +117,33 @@ __device__ __forceinline__ void store_pair(bf16* row, int col, int n, bool pairs
   }
 }
 
-// Stores rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (rope turned first when
-// kRopeD > 0): acc[4j + 2h + e] = out[row0 + 16·warp + gid + 8h][8j + 2·tig + e].
+// A warpgroup's staging of its output (the staged stores below): the [64][128] tile at shared
+// address `addr` (the same bytes at `ptr`) and the named barrier its 128 threads meet at.
+struct OutStage {
+  uint32_t addr;
+  unsigned char* ptr;
+  int barrier;
+};
+
+// Rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator, acc[4j + 2h + e] =
+// out[row0 + 16·warp + gid + 8h][8j + 2·tig + e], rope turned first when kRopeD > 0. Where out's
+// rows are 16-byte aligned they go through the warpgroup's staged tile 128 columns at a time:
+// stmatrix, the warpgroup's barrier, then 16-byte stores of whole 128-byte lines (8 a thread);
+// else a 4-byte store for each pair of columns.
 template <int kRopeD, int kBN>
-__device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2]) {
+__device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2],
+                                           const OutStage& st) {
   bf16* out = p.out + (int64_t)tl.b * p.out_batch;
   int64_t ldo = p.ldo;
   int n0 = tl.n0, n = p.n;
   if (kRopeD > 0 && tl.n0 >= p.split) out = p.out2, ldo = p.ldo2, n0 -= p.split, n -= p.split;
-  const bool pairs = ldo % 2 == 0;
+  if constexpr (kRopeD > 0) {
+    constexpr int kD = kRopeD > 0 ? kRopeD : 1;  // (nvcc checks the % below for kRopeD = 0 too)
+    constexpr int kPair = kD / 16;               // j between a column and its partner
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
-    if (row >= p.m) continue;
-    if constexpr (kRopeD > 0) {
-      constexpr int kD = kRopeD > 0 ? kRopeD : 1;  // (nvcc checks the % below for kRopeD = 0 too)
-      constexpr int kPair = kD / 16;               // j between a column and its partner
-      const float2* cs = p.rope_cs + (int64_t)__ldg(p.positions + row) * (kRopeD / 2);
+    for (int h = 0; h < 2; ++h) {
+      const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
+      const float2* cs = p.rope_cs + (int64_t)__ldg(p.positions + min(row, p.m - 1)) * (kRopeD / 2);
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
         if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
@@ -138,6 +158,46 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
         }
       }
     }
+  }
+  if (ldo % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    const int t = threadIdx.x % 128;
+#pragma unroll
+    for (int c = 0; c < kBN / 128; ++c) {
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk.. : j0 and j0 + 1, rows gid and gid + 8
+        const int j0 = 16 * c + 2 * kk;
+        const uint32_t r[4] = {pack_bf16(acc[4 * j0], acc[4 * j0 + 1]), pack_bf16(acc[4 * j0 + 2], acc[4 * j0 + 3]),
+                               pack_bf16(acc[4 * j0 + 4], acc[4 * j0 + 5]), pack_bf16(acc[4 * j0 + 6], acc[4 * j0 + 7])};
+        wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
+      }
+      wg::bar_sync(st.barrier, 128);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
+        const int orow = tl.m0 + row0 + row, col = n0 + 128 * c + 8 * chunk;
+        if (orow >= p.m || col >= n) continue;
+        const uint4 v = *reinterpret_cast<const uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk));
+        bf16* const dst = out + (int64_t)orow * ldo + col;
+        if (col + 8 <= n) {
+          *reinterpret_cast<uint4*>(dst) = v;
+        } else {
+          const __nv_bfloat162 e[4] = {*reinterpret_cast<const __nv_bfloat162*>(&v.x), *reinterpret_cast<const __nv_bfloat162*>(&v.y),
+                                       *reinterpret_cast<const __nv_bfloat162*>(&v.z), *reinterpret_cast<const __nv_bfloat162*>(&v.w)};
+#pragma unroll
+          for (int x = 0; x < 8; ++x) {  // constant indices: v stays in registers
+            if (col + x < n) dst[x] = x % 2 ? e[x / 2].y : e[x / 2].x;
+          }
+        }
+      }
+      wg::bar_sync(st.barrier, 128);  // all read: the tile is free for the next columns
+    }
+    return;
+  }
+  const bool pairs = ldo % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
+    if (row >= p.m) continue;
     bf16* const orow = out + (int64_t)row * ldo;
 #pragma unroll
     for (int j = 0; j < kBN / 8; ++j) store_pair(orow, n0 + 8 * j + 2 * tig, n, pairs, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
@@ -193,7 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
-  const uint32_t bar = base + kStages * kStageBytes;
+  const uint32_t out_tiles = base + kStages * kStageBytes, bar = out_tiles + 2 * kOutStageBytes;
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
   auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
@@ -233,6 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 
   wg::regs_inc<kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+  // This warpgroup's output tile, after the ring (named barriers 3 and 4: 1 and 2 are ping-pong's turns).
+  const OutStage out_stage{out_tiles + wgi * kOutStageBytes, smem_raw + (out_tiles - raw) + wgi * kOutStageBytes, 3 + wgi};
   constexpr int kAcc = kPing ? 2 : 1;  // 64-row accumulators a warpgroup
   // Ping-pong turns: warpgroup w's main loop for the block's tile `seq` waits on barrier 1 + w,
   // which the other warpgroup's arrival opens once it has waited on every stage of tile seq − 1
@@ -278,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1]);
     } else {
 #pragma unroll
-      for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
+      for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
     }
   }
 #endif
