@@ -191,8 +191,8 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
 bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
   const std::string knob = env_knob("MDLM_MATMUL_WS");
   const int tile_n = knob == "coop256" ? 256 : 128;
-  const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(0, gemm::kCooperative, tile_n)
-                              : knob == "ping"                    ? gemm::kernel_for(0, gemm::kPingPong, tile_n)
+  const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(gemm::kStore, gemm::kCooperative, tile_n)
+                              : knob == "ping"                    ? gemm::kernel_for(gemm::kStore, gemm::kPingPong, tile_n)
                                                                   : nullptr;
   if (!kernel || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || key.trans_a || !key.trans_b || key.k % 8 != 0 ||
       key.align_a < 16 || key.align_b < 16 || key.align_out < 16 || !call.device || call.device->major != 9 ||
