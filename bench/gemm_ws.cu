@@ -20,7 +20,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <vector>
 
 #include "gemm_ws.cuh"
@@ -181,7 +180,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s\n", "rope err");
+  std::printf(" %8s | swiglu %8s %8s\n", "rope err", "ping ms", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     bf16 *a, *w, *out_lt, *out, *out2 = nullptr;
@@ -206,6 +205,7 @@ int main(int argc, char** argv) {
       }
       check(cudaMemset(out, 0xff, no * 2), "poison");
       ours_ms[vi] = time_ms([&] { launch(p, sms, 0, kVariants[vi]); }, reps);
+      check(cudaGetLastError(), "ours: launch");
       check(cudaDeviceSynchronize(), "ours");
       const std::vector<float> got = download(out, no);
       double d2 = 0, r2 = 0;
@@ -267,6 +267,7 @@ int main(int argc, char** argv) {
         check(cudaMemset(out, 0xff, (size_t)s.m * s.split * 2), "poison");
         check(cudaMemset(out2, 0xff, (size_t)s.m * (s.n - s.split) * 2), "poison");
         rope_ms[vi] = time_ms([&] { launch(pr, sms, s.rope_d, kVariants[vi]); }, reps);
+        check(cudaGetLastError(), "ours, rope: launch");
         check(cudaDeviceSynchronize(), "ours, rope");
         rope_err = std::max(rope_err, error());
       }
@@ -289,6 +290,7 @@ int main(int argc, char** argv) {
       const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128);
       check(cudaMemset(out, 0xff, no * 2), "poison");
       swiglu_ms = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
+      check(cudaGetLastError(), "ours, swiglu: launch");
       check(cudaDeviceSynchronize(), "ours, swiglu");
       const std::vector<float> gu = download(out, no), hv = download(h, (size_t)F * rows);
       double d2 = 0, r2 = 0;
