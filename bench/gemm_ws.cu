@@ -5,7 +5,7 @@
 // cuda/matmul.cu gives it: the heuristic's first 8 algorithms, the fastest kept.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/gemm_ws.cu -lcublasLt -o /tmp/gemm_ws \
-//     && /tmp/gemm_ws [reps]         (bench/cuda-run.sh gemm-ws)
+//     && /tmp/gemm_ws [reps] [shape]   (bench/cuda-run.sh gemm-ws; shape: only the shapes whose label contains it)
 //
 // Prints, a shape a line: ms and TFLOP/s of cuBLASLt and of each variant of ours (schedule and
 // tile width: cuda/gemm_ws.cuh), each one's relative difference from cuBLASLt's output, and,
@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "gemm_ws.cuh"
@@ -160,6 +161,7 @@ std::vector<float> download(const bf16* d, size_t n) {
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 50;
+  const char* only = argc > 2 ? argv[2] : "";
   const Shape shapes[] = {
       {"124M q/k proj 16384x1536x768 (rope D64)", 16384, 1536, 768, 64, 768},
       {"124M v or o proj 16384x768x768", 16384, 768, 768, 0, 0},
@@ -183,6 +185,7 @@ int main(int argc, char** argv) {
   std::printf(" %8s | swiglu %8s %8s\n", "rope err", "ping ms", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
+    if (!std::strstr(s.label, only)) continue;
     bf16 *a, *w, *out_lt, *out, *out2 = nullptr;
     const size_t na = (size_t)s.m * s.k, nw = (size_t)s.n * s.k, no = (size_t)s.m * s.n;
     check(cudaMalloc(&a, na * 2), "a");
