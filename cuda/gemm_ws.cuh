@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
+#include "swiglu.cuh"
 #include "wgmma.cuh"
 
 namespace mdlm {
@@ -206,7 +207,7 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
 
 // kSwiglu's store of tile `tl` (64 hidden units f0.. by kBN tokens) from a ping-pong consumer's
 // gate and up accumulators: G and U rounded to bf16 into out's rows f and F + f, then
-// h = G·sigmoid(G)·U from the rounded values (cuda/swiglu.cu's SwigluForward) into out3's row f.
+// h = swiglu_forward(G, U) of the rounded values (cuda/swiglu.cuh) into out3's row f.
 template <int kBN>
 __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, int warp, int gid, int tig, const float (&g)[kBN / 2], const float (&u)[kBN / 2]) {
   const int F = p.swiglu_f;
@@ -225,7 +226,7 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
       const float2 ur = __bfloat1622float2(__floats2bfloat162_rn(u[e], u[e + 1]));
       store_pair(grow, col, p.n, pairs, gr.x, gr.y);
       store_pair(urow, col, p.n, pairs, ur.x, ur.y);
-      store_pair(hrow, col, p.n, pairs, gr.x * sigmoids(gr.x).pos * ur.x, gr.y * sigmoids(gr.y).pos * ur.y);
+      store_pair(hrow, col, p.n, pairs, swiglu_forward(gr.x, ur.x), swiglu_forward(gr.y, ur.y));
     }
   }
 }

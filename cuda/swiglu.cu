@@ -1,26 +1,18 @@
-// swiglu: out = silu(gate) · up, silu(g) = g · sigmoid(g); swiglu_backward:
-//   dgate = dout · up · (σ + g · σ · (1 − σ)),  dup = dout · g · σ,  σ = sigmoid(g).
+// swiglu: out = silu(gate) · up; swiglu_backward: dgate, dup (the math: swiglu.cuh).
 // Element-wise over rows · hidden (src/ops/swiglu.ts); see elementwise.cuh for the launch.
 #include "elementwise.cuh"
+#include "swiglu.cuh"
 
 namespace mdlm {
 
 struct SwigluForward {
   // in: gate, up; out: out
-  __device__ void operator()(const float (&in)[2], float (&out)[1]) const {
-    const float g = in[0];
-    out[0] = g * sigmoids(g).pos * in[1];
-  }
+  __device__ void operator()(const float (&in)[2], float (&out)[1]) const { out[0] = swiglu_forward(in[0], in[1]); }
 };
 
 struct SwigluBackward {
   // in: dout, gate, up; out: dgate, dup
-  __device__ void operator()(const float (&in)[3], float (&out)[2]) const {
-    const float dout = in[0], g = in[1], up = in[2];
-    const Sigmoids s = sigmoids(g);
-    out[0] = dout * up * (s.pos + g * s.pos * s.neg);
-    out[1] = dout * g * s.pos;
-  }
+  __device__ void operator()(const float (&in)[3], float (&out)[2]) const { swiglu_backward(in[0], in[1], in[2], out[0], out[1]); }
 };
 
 }  // namespace mdlm
