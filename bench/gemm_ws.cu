@@ -13,7 +13,9 @@
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
 // SwiGLU epilogue (writing G, U and h; the unfused path adds the swiglu kernel) and its worst
-// difference. Exits non-zero when a difference or error is over 5e-3.
+// difference, and, for the dh products (a transposed), each variant with SwiGLU's backward
+// epilogue (the unfused path adds swiglu_backward). Exits non-zero when a difference or error is
+// over 5e-3.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -47,6 +49,7 @@ struct Shape {
   int m, n, k;
   int rope_d, split;  // rope_d > 0: a q/k projection, q the first `split` columns
   bool swiglu;        // the gate/up projection [Gᵀ; Uᵀ] (m = 2F): also timed with the SwiGLU epilogue
+  bool a_t;           // a stored [k][m]: dh = Wdownᵀ · doutᵀ (m = F), also timed with SwiGLU's backward epilogue
 };
 
 // Milliseconds a launch of f, the mean of `reps` after a warm-up.
@@ -84,14 +87,15 @@ struct Lt {
 };
 
 Lt make_lt(cublasLtHandle_t handle, const bf16* a, const bf16* w, bf16* out, const Shape& s, void* workspace, int reps) {
+  // a [m][k] is the column-major k × m matrix (op N); a [k][m] (a_t) the column-major m × k (op T).
   Lt lt{handle};
   lt.a = a, lt.w = w, lt.out = out, lt.workspace = workspace;
   check(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+  const cublasOperation_t t = CUBLAS_OP_T, op_b = s.a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
   check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "transa");
-  check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)), "transb");
+  check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "transb");
   check(cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.k, s.n, s.k), "layout a");
-  check(cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.k, s.m, s.k), "layout b");
+  check(s.a_t ? cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.m, s.k, s.m) : cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.k, s.m, s.k), "layout b");
   check(cublasLtMatrixLayoutCreate(&lt.lc, CUDA_R_16BF, s.n, s.m, s.n), "layout c");
   cublasLtMatmulPreference_t pref;
   check(cublasLtMatmulPreferenceCreate(&pref), "pref");
@@ -132,17 +136,19 @@ struct Variant {
 constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128}, {"ping 128", mdlm::gemm::kPingPong, 128}, {"coop 256", mdlm::gemm::kCooperative, 256}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
-void launch(const mdlm::gemm::Params& p, int sms, int rope_d, const Variant& v) {
-  mdlm::gemm::kernel_for(rope_d, v.sched, v.tile_n)<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n)>>>(p);
+void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
+  mdlm::gemm::kernel_for(epilogue, v.sched, v.tile_n, a_t)<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n)>>>(p);
 }
 
 // Lets every kernel kernel_for hands out take its shared memory (over the default 48 KB), once.
 void allow_smem() {
-  for (const int epilogue : {mdlm::gemm::kStore, mdlm::gemm::kSwiglu, 64, 128}) {
+  for (const int epilogue : {mdlm::gemm::kStore, mdlm::gemm::kSwiglu, mdlm::gemm::kSwigluBwd, 64, 128}) {
     for (const Schedule sched : {mdlm::gemm::kCooperative, mdlm::gemm::kPingPong}) {
       for (const int tile_n : {128, 256}) {
-        if (const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(epilogue, sched, tile_n)) {
-          check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(tile_n)), "smem");
+        for (const bool a_t : {false, true}) {
+          if (const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(epilogue, sched, tile_n, a_t)) {
+            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(tile_n)), "smem");
+          }
         }
       }
     }
@@ -170,6 +176,8 @@ int main(int argc, char** argv) {
       {"1.3B q/k proj 16384x4096x2048 (rope D128)", 16384, 4096, 2048, 128, 2048},
       {"1.3B o proj 16384x2048x2048", 16384, 2048, 2048, 0, 0},
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
+      {"124M dh [F, rows] 2048x16384x768 (a transposed)", 2048, 16384, 768, 0, 0, false, true},
+      {"1.3B dh [F, rows] 5504x16384x2048 (a transposed)", 5504, 16384, 2048, 0, 0, false, true},
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
@@ -182,7 +190,9 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s\n", "rope err", "ping ms", "diff");
+  std::printf(" %8s | swiglu %8s %8s | swiglu bwd:", "rope err", "ping ms", "diff");
+  for (const Variant& v : kVariants) std::printf(" %8s", v.name);
+  std::printf(" %8s\n", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
@@ -202,12 +212,12 @@ int main(int argc, char** argv) {
     double diff[kNumVariants];
     for (int vi = 0; vi < kNumVariants; ++vi) {
       mdlm::gemm::Params p;
-      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n)) {
+      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t)) {
         std::printf("%s: %s\n", s.label, err);
         return 1;
       }
       check(cudaMemset(out, 0xff, no * 2), "poison");
-      ours_ms[vi] = time_ms([&] { launch(p, sms, 0, kVariants[vi]); }, reps);
+      ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi], s.a_t); }, reps);
       check(cudaGetLastError(), "ours: launch");
       check(cudaDeviceSynchronize(), "ours");
       const std::vector<float> got = download(out, no);
@@ -308,11 +318,47 @@ int main(int argc, char** argv) {
       failed += !(swiglu_diff <= 5e-3);
       cudaFree(h);
     }
+    float bwd_ms[kNumVariants];
+    std::fill(bwd_ms, bwd_ms + kNumVariants, NAN);
+    double bwd_diff = 0;
+    if (s.a_t) {
+      // SwiGLU's backward on the spot: dG and dU from dh (cuBLASLt's, as the unfused path would
+      // store it) and random G and U, against the same formula here.
+      const int F = s.m, rows = s.n;
+      const size_t ngu = (size_t)2 * F * rows;
+      bf16 *gu, *dgu;
+      check(cudaMalloc(&gu, ngu * 2), "gu");
+      check(cudaMalloc(&dgu, ngu * 2), "dgu");
+      fill_normal<<<(ngu + 255) / 256, 256>>>(gu, ngu, 3);
+      const std::vector<float> g_u = download(gu, ngu);
+      for (int vi = 0; vi < kNumVariants; ++vi) {
+        mdlm::gemm::Params pb;
+        mdlm::gemm::make_params(pb, a, w, dgu, 1, F, rows, s.k, rows, kVariants[vi].tile_n, true);
+        pb.swiglu_f = F, pb.aux = gu, pb.ld_aux = rows;
+        check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
+        bwd_ms[vi] = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[vi], true); }, reps);
+        check(cudaGetLastError(), "ours, swiglu backward: launch");
+        check(cudaDeviceSynchronize(), "ours, swiglu backward");
+        const std::vector<float> got = download(dgu, ngu);
+        double d2 = 0, r2 = 0;
+        for (size_t i = 0; i < (size_t)F * rows; ++i) {
+          const float dh = want[i], g = g_u[i], u = g_u[(size_t)F * rows + i], sg = 1.f / (1.f + std::exp(-g));
+          const float ref[2] = {__bfloat162float(__float2bfloat16_rn(dh * u * (sg + g * sg * (1.f - sg)))), __bfloat162float(__float2bfloat16_rn(dh * g * sg))};
+          const float out2[2] = {got[i], got[(size_t)F * rows + i]};
+          for (int e = 0; e < 2; ++e) d2 += (out2[e] - ref[e]) * (double)(out2[e] - ref[e]), r2 += ref[e] * (double)ref[e];
+        }
+        bwd_diff = std::max(bwd_diff, std::sqrt(d2 / r2));
+      }
+      failed += !(bwd_diff <= 5e-3);
+      cudaFree(gu), cudaFree(dgu);
+    }
     std::printf("%-44s %8.4f %6.1f", s.label, lt_ms, tflop / lt_ms * 1e3);
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms, swiglu_diff);
+    std::printf(" %8.1e | swiglu %8.4f %8.1e | swiglu bwd", s.rope_d ? rope_err : NAN, swiglu_ms, swiglu_diff);
+    for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", bwd_ms[vi]);
+    std::printf(" %8.1e\n", s.a_t ? bwd_diff : NAN);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

@@ -33,6 +33,12 @@
 // rounded as the unfused swiglu kernel would read and write them: the swiglu kernel, and its
 // second read of G and U, are saved.
 //
+// kAT: a is stored transposed, [b][k][m] (m fastest), loaded as [64 k][64 m] boxes and read
+// MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. Its kSwigluBwd epilogue
+// is SwiGLU's backward on the spot: with dh (rounded to bf16, as the unfused path stores it) and
+// G and U read from `aux` ([2F][n]), it writes dG and dU into out's rows f and F + f and never
+// writes dh (any schedule: every element's inputs are its own).
+//
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/gemm_check.cc).
 #pragma once
 
@@ -77,14 +83,17 @@ struct Params {
   const int* positions;
   const float2* rope_cs;
   // kSwiglu: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
+  // kSwigluBwd: F (= m), and G and U, [2F][n] with rows ld_aux apart.
   int swiglu_f;
   bf16* out3;
   int64_t ldo3;
+  const bf16* aux;
+  int64_t ld_aux;
 };
 
-// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's (above), or
-// rope's with that head dim (16, 32, 64 or 128).
-constexpr int kStore = 0, kSwiglu = 1;
+// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
+// backward (above), or rope's with that head dim (16, 32, 64 or 128).
+constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
 struct Tile {
   int b, m0, n0;
@@ -231,6 +240,43 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   }
 }
 
+// kSwigluBwd's store of rows row0..row0 + 63 of tile `tl` (hidden units) from a warpgroup's dh
+// accumulator: dG and dU of each (f, token) into out's rows f and F + f.
+template <int kBN>
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, const float (&dh)[kBN / 2]) {
+  const int F = p.swiglu_f;
+  const bool pairs = p.ldo % 2 == 0 && p.ld_aux % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int f = tl.m0 + row0 + 16 * warp + gid + 8 * h;
+    if (f >= F) continue;
+    const bf16* const grow = p.aux + (int64_t)f * p.ld_aux;
+    const bf16* const urow = p.aux + (int64_t)(F + f) * p.ld_aux;
+    bf16* const dgrow = p.out + (int64_t)f * p.ldo;
+    bf16* const durow = p.out + (int64_t)(F + f) * p.ldo;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int col = tl.n0 + 8 * j + 2 * tig, e = 4 * j + 2 * h;
+      if (col >= p.n) continue;
+      const bool two = col + 1 < p.n;
+      float g[2], u[2], dg[2], du[2];
+      if (pairs && two) {
+        const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(grow + col));
+        const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(urow + col));
+        g[0] = gv.x, g[1] = gv.y, u[0] = uv.x, u[1] = uv.y;
+      } else {
+        g[0] = __bfloat162float(grow[col]), u[0] = __bfloat162float(urow[col]);
+        g[1] = two ? __bfloat162float(grow[col + 1]) : 0.f, u[1] = two ? __bfloat162float(urow[col + 1]) : 0.f;
+      }
+      const float2 d = __bfloat1622float2(__floats2bfloat162_rn(dh[e], dh[e + 1]));
+      swiglu_backward(d.x, g[0], u[0], dg[0], du[0]);
+      swiglu_backward(d.y, g[1], u[1], dg[1], du[1]);
+      store_pair(dgrow, col, p.n, pairs, dg[0], dg[1]);
+      store_pair(durow, col, p.n, pairs, du[0], du[1]);
+    }
+  }
+}
+
 // The two consumer warpgroups' schedules. kCooperative: both work on each tile, 64 rows each,
 // and store it together (the tensor cores idle while they store). kPingPong: each takes every
 // other tile of the block, all 128 rows (two accumulators), and their main loops take turns, so
@@ -242,7 +288,7 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
 // it would pass on the stale phase: the emulator's random schedules caught that).
 enum Schedule { kCooperative, kPingPong };
 
-template <int kEpi, Schedule kSched, int kBN>
+template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
@@ -250,6 +296,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
+  static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -280,7 +327,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
         const int s = i % kStages;
         if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
         wg::mbar_arrive_expect_tx(full(s), kStageBytes);
-        if constexpr (kSwi) {  // the gate rows, then the up rows under them (64 rows of 128 bytes)
+        if constexpr (kAT) {  // two [64 k][64 m] slabs, 8 KB each
+          wg::tile_load_4d(stage_a(s), p.a_map, tl.m0, 0, ks * kBK, tl.b, full(s));
+          wg::tile_load_4d(stage_a(s) + 64 * 128, p.a_map, tl.m0 + 64, 0, ks * kBK, tl.b, full(s));
+        } else if constexpr (kSwi) {  // the gate rows, then the up rows under them (64 rows of 128 bytes)
           wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
           wg::tile_load_4d(stage_a(s) + 64 * 128, p.a_map, ks * kBK, 0, p.swiglu_f + tl.m0, tl.b, full(s));
         } else {
@@ -323,7 +373,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       for (int kk = 0; kk < kBK / 16; ++kk) {
         const uint64_t w_desc = wg::desc_k_major(stage_w(s), kBN, 0, kk);
 #pragma unroll
-        for (int r = 0; r < kAcc; ++r) wg::wgmma_ss<kBN, 0, 0>(acc[r], wg::desc_k_major(stage_a(s), kBM, kPing ? 64 * r : 64 * wgi, kk), w_desc, true);
+        for (int r = 0; r < kAcc; ++r) {
+          const int a_rows = kPing ? 64 * r : 64 * wgi;  // this accumulator's 64 rows of the a tile
+          if constexpr (kAT) wg::wgmma_ss<kBN, 1, 0>(acc[r], wg::desc_mn_major(stage_a(s), kBK, a_rows, kk), w_desc, true);
+          else wg::wgmma_ss<kBN, 0, 0>(acc[r], wg::desc_k_major(stage_a(s), kBM, a_rows, kk), w_desc, true);
+        }
       }
       wg::wgmma_commit();
       // The previous stage's products are done once at most this one's group is pending: free it.
@@ -339,6 +393,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
     if constexpr (kSwi) {
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1]);
+    } else if constexpr (kEpi == kSwigluBwd) {
+#pragma unroll
+      for (int r = 0; r < kAcc; ++r) store_swiglu_bwd<kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -347,10 +404,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #endif
 }
 
-// Encodes p's tile maps for a [batch][m][k] and w [batch][n][k] (16-byte aligned, k a multiple of
-// 8) and sets its tile counts for tiles tile_n wide (the rope fields unset). Returns an error
-// message, or nullptr.
-inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo, int tile_n) {
+// Encodes p's tile maps for a [batch][m][k] (or, a_t, [batch][k][m]: m a multiple of 8) and w
+// [batch][n][k] (16-byte aligned, k a multiple of 8) and sets its tile counts for tiles tile_n
+// wide (the epilogues' fields unset). Returns an error message, or nullptr.
+inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo, int tile_n,
+                               bool a_t = false) {
   p = Params{};
   p.tile_n = tile_n;
   p.out = out;
@@ -359,7 +417,7 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   p.batch = batch, p.m = m, p.n = n, p.k = k;
   p.tiles_m = (m + kBM - 1) / kBM;
   p.tiles_n = (n + tile_n - 1) / tile_n;
-  const char* err = wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
+  const char* err = a_t ? wg::encode_head_rows(p.a_map, a, batch, k, 1, m, 64) : wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
   return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
 }
 
@@ -378,22 +436,31 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
   return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
 
-// The kernel for an epilogue (kStore, kSwiglu, or a rope head dim of 64 or 128), schedule and tile
-// width (128, or 256 when cooperative), launched with kThreads threads and smem_bytes(tile_n)
-// bytes of shared memory; null for another combination.
+// The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
+// schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
+// kThreads threads and smem_bytes(tile_n) bytes of shared memory; null for another combination.
 using Kernel = void (*)(const Params);
-inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n) {
-  const auto pick = [&](auto epi) -> Kernel {
+inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {
+  const auto pick = [&](auto epi, auto at) -> Kernel {
     constexpr int kE = decltype(epi)::value;
-    if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128> : nullptr;
-    if constexpr (kE == kSwiglu) return nullptr;
-    else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256> : nullptr;
+    constexpr bool kT = decltype(at)::value;
+    if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
+      return nullptr;
+    } else {
+      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
+      if constexpr (kE == kSwiglu) return nullptr;
+      else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
+    }
+  };
+  const auto with_layout = [&](auto epi) -> Kernel {
+    return a_t ? pick(epi, std::true_type{}) : pick(epi, std::false_type{});
   };
   switch (epilogue) {
-    case kStore: return pick(std::integral_constant<int, kStore>{});
-    case kSwiglu: return pick(std::integral_constant<int, kSwiglu>{});
-    case 64: return pick(std::integral_constant<int, 64>{});
-    case 128: return pick(std::integral_constant<int, 128>{});
+    case kStore: return with_layout(std::integral_constant<int, kStore>{});
+    case kSwiglu: return with_layout(std::integral_constant<int, kSwiglu>{});
+    case kSwigluBwd: return with_layout(std::integral_constant<int, kSwigluBwd>{});
+    case 64: return with_layout(std::integral_constant<int, 64>{});
+    case 128: return with_layout(std::integral_constant<int, 128>{});
     default: return nullptr;
   }
 }

@@ -19,11 +19,11 @@
 // Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with 2-byte alignment,
 // say), a plain kernel computes it: one thread per output, f32 sums in k order.
 //
-// MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 x·Wᵀ products (transB, bf16 out
-// written, not accumulated, operands 16-byte aligned, k a multiple of 8) on an sm_90 GPU go through
-// cuda/gemm_ws.cuh's kernel in that schedule and tile width (128 columns, or 256) instead: an A/B
-// of our Hopper GEMM against cuBLASLt in training, the step before element-wise work is fused
-// into its epilogue.
+// MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 products with transB (x·Wᵀ, and
+// with transA too where m is a multiple of 8), bf16 out written, not accumulated, operands 16-byte
+// aligned and k a multiple of 8, on an sm_90 GPU go through cuda/gemm_ws.cuh's kernel in that
+// schedule and tile width (128 columns, or 256) instead: an A/B of our Hopper GEMM against
+// cuBLASLt in training, the step before element-wise work is fused into its epilogue.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -191,16 +191,16 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
 bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
   const std::string knob = env_knob("MDLM_MATMUL_WS");
   const int tile_n = knob == "coop256" ? 256 : 128;
-  const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(gemm::kStore, gemm::kCooperative, tile_n)
-                              : knob == "ping"                    ? gemm::kernel_for(gemm::kStore, gemm::kPingPong, tile_n)
+  const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(gemm::kStore, gemm::kCooperative, tile_n, key.trans_a)
+                              : knob == "ping"                    ? gemm::kernel_for(gemm::kStore, gemm::kPingPong, tile_n, key.trans_a)
                                                                   : nullptr;
-  if (!kernel || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || key.trans_a || !key.trans_b || key.k % 8 != 0 ||
+  if (!kernel || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || !key.trans_b || key.k % 8 != 0 || (key.trans_a && key.m % 8 != 0) ||
       key.align_a < 16 || key.align_b < 16 || key.align_out < 16 || !call.device || call.device->major != 9 ||
       std::max({key.batch, key.m, key.n, key.k}) > std::numeric_limits<int>::max()) {
     return false;
   }
   gemm::Params p;
-  if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n)) return false;
+  if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a)) return false;
   static std::map<gemm::Kernel, bool> smem_allowed;
   if (!smem_allowed[kernel]) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm::smem_bytes(tile_n)), "gemm_ws_nt: shared memory");

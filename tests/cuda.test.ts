@@ -309,10 +309,14 @@ describe.runIf(hasCuda)('cuda specifics', () => {
 
   // cuda/gemm_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
   // matmul op never dispatches it, so the test says it skipped.
-  it('runs bf16 x·Wᵀ products through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256) within the matmul tolerance: tails, batches, many tiles', async (ctx) => {
+  it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
     const b = await cuda();
     if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the kernel is for sm 9.0`);
-    const shapes = [matmulAttrs(1, 300, 260, 136, false, true), matmulAttrs(2, 257, 300, 72, false, true), matmulAttrs(1, 2048, 768, 768, false, true), matmulAttrs(3, 64, 96, 8, false, true)];
+    const shapes = [
+      matmulAttrs(1, 300, 260, 136, false, true), matmulAttrs(2, 257, 300, 72, false, true), matmulAttrs(1, 2048, 768, 768, false, true), matmulAttrs(3, 64, 96, 8, false, true),
+      // a transposed (the MLP's dh = Wdownᵀ · doutᵀ layout)
+      matmulAttrs(1, 264, 300, 136, true, true), matmulAttrs(2, 2048, 1024, 768, true, true),
+    ];
     try {
       for (const schedule of ['coop', 'ping', 'coop256']) {
         process.env.MDLM_MATMUL_WS = schedule;

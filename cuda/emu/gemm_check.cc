@@ -24,6 +24,7 @@ struct Case {
   int batch, m, n, k, pad;  // pad: elements between out's rows beyond n
   int rope_d = 0;           // > 0: the rope epilogue, heads of rope_d columns, columns from split to out2
   int split = 0;
+  bool a_t = false;  // a stored [k][m]
 };
 
 using mdlm::gemm::bf16;
@@ -51,7 +52,7 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> out((size_t)c.batch * c.m * ldo, poison), out2((size_t)c.m * ldo2, poison);
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n)) {
+  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n, c.a_t)) {
     std::printf("%s: %s\n", c.label, err);
     return false;
   }
@@ -66,7 +67,7 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
     const int entries = max_pos * half;
     ::emu::launch(mdlm::gemm::make_rope_table, dim3((entries + 255) / 256), 256, 0, table.data(), max_pos, c.rope_d, 10000.0);
   }
-  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n);
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n, c.a_t);
   if (!kernel) {
     std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d);
     return false;
@@ -75,7 +76,10 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
   ::emu::launch(kernel, dim3(std::min(tiles, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n), p);
   auto product = [&](int b, int i, int j) {
     double r = 0;
-    for (int q = 0; q < c.k; ++q) r += (double)__bfloat162float(a[((size_t)b * c.m + i) * c.k + q]) * __bfloat162float(w[((size_t)b * c.n + j) * c.k + q]);
+    for (int q = 0; q < c.k; ++q) {
+      const size_t ai = c.a_t ? ((size_t)b * c.k + q) * c.m + i : ((size_t)b * c.m + i) * c.k + q;
+      r += (double)__bfloat162float(a[ai]) * __bfloat162float(w[((size_t)b * c.n + j) * c.k + q]);
+    }
     return r;
   };
   double err2 = 0, ref2 = 0;
@@ -146,6 +150,42 @@ bool run_swiglu(int F, int rows, int d, double& rel) {
   return rel <= 5e-3;
 }
 
+// kSwigluBwd: dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and dout [rows][d], then dG and
+// dU from dh rounded to bf16 and G, U (random, in aux), against float64 in every schedule variant.
+bool run_swiglu_bwd(int F, int rows, int d, const Variant& v, double& rel) {
+  std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto fill = [&](size_t count) {
+    std::vector<bf16> x(count);
+    for (auto& e : x) e = __float2bfloat16_rn(normal(rng));
+    return x;
+  };
+  const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
+  std::vector<bf16> dgu((size_t)2 * F * rows, __float2bfloat16_rn(NAN));
+  mdlm::gemm::Params p{};
+  if (const char* err = mdlm::gemm::make_params(p, wdown.data(), dout.data(), dgu.data(), 1, F, rows, d, rows, v.tile_n, true)) {
+    std::printf("swiglu bwd: %s\n", err);
+    return false;
+  }
+  p.swiglu_f = F, p.aux = gu.data(), p.ld_aux = rows;
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, v.sched, v.tile_n, true);
+  ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n), p);
+  auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
+  double e2[2] = {0, 0}, r2[2] = {0, 0};
+  for (int f = 0; f < F; ++f)
+    for (int t = 0; t < rows; ++t) {
+      double dh = 0;
+      for (int q = 0; q < d; ++q) dh += f32(wdown[(size_t)q * F + f]) * f32(dout[(size_t)t * d + q]);
+      dh = __bfloat162float(__float2bfloat16_rn((float)dh));
+      const double g = f32(gu[(size_t)f * rows + t]), u = f32(gu[(size_t)(F + f) * rows + t]), s = 1 / (1 + std::exp(-g));
+      const double want[2] = {dh * u * (s + g * s * (1 - s)), dh * g * s};
+      const double got[2] = {f32(dgu[(size_t)f * rows + t]), f32(dgu[(size_t)(F + f) * rows + t])};
+      for (int i = 0; i < 2; ++i) e2[i] += (got[i] - want[i]) * (got[i] - want[i]), r2[i] += want[i] * want[i];
+    }
+  rel = std::max(std::sqrt(e2[0] / r2[0]), std::sqrt(e2[1] / r2[1]));
+  return rel <= 5e-3;
+}
+
 }  // namespace
 
 int main() {
@@ -158,6 +198,8 @@ int main() {
       {"odd n 130x77x64", 1, 130, 77, 64, 3},
       {"rope D=64: q 256 + k 128 columns, 300 rows", 1, 300, 384, 96, 8, 64, 256},
       {"rope D=128: q 256 + k 256 columns, 200 rows", 1, 200, 512, 64, 0, 128, 256},
+      {"a transposed: tails 200x136x72", 1, 200, 136, 72, 0, 0, 0, true},
+      {"a transposed: batched 2x264x300x136, padded rows", 2, 264, 300, 136, 8, 0, 0, true},
   };
   int failed = 0;
   for (const Case& c : cases) {
@@ -178,6 +220,18 @@ int main() {
     std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
     std::printf("%-64s %-8s rel err %.3e%s\n", label, "ping 128", rel, ok ? "  ok" : "  FAIL");
     std::fflush(stdout);
+  }
+  const int swiglu_bwd_cases[][3] = {{104, 200, 72}, {256, 300, 136}};  // F (a multiple of 8), rows, d
+  for (const auto& c : swiglu_bwd_cases) {
+    for (const Variant& v : kVariants) {
+      double rel = NAN;
+      const bool ok = run_swiglu_bwd(c[0], c[1], c[2], v, rel);
+      failed += !ok;
+      char label[96];
+      std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
+      std::printf("%-64s %-8s rel err %.3e%s\n", label, v.name, rel, ok ? "  ok" : "  FAIL");
+      std::fflush(stdout);
+    }
   }
   return failed ? 1 : 0;
 }
