@@ -103,7 +103,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
     gemm-ws)  # cuda/gemm_ws.cuh's GEMM (and its rope epilogue) against cuBLASLt on the training shapes
       cuda=${CUDA_HOME:-/usr/local/cuda}
-      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/gemm_ws.cu -L"$cuda/lib64" -lcublasLt -o /tmp/gemm_ws \
+      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/gemm_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/gemm_ws \
         && /tmp/gemm_ws "${GEMM_REPS:-50}" 2>&1 | tee "$OUT/gemm-ws.txt" ;;
     ncu-train)  # every kernel of llama-124m and llama-1.3b mdlm training steps (graph-replayed), timed one
       # by one by Nsight Compute, summed by kernel (bench/kernel-times.mjs): the step's GPU time

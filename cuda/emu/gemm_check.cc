@@ -29,6 +29,14 @@ struct Case {
 
 using mdlm::gemm::bf16;
 
+// `count` standard normal values rounded to bf16.
+std::vector<bf16> normal_bf16(std::mt19937_64& rng, size_t count) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<bf16> v(count);
+  for (auto& x : v) x = __float2bfloat16_rn(normal(rng));
+  return v;
+}
+
 // A variant of the kernel: schedule and tile width.
 struct Variant {
   const char* name;
@@ -39,12 +47,7 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128}, {"
 
 bool run_case(const Case& c, const Variant& v, double& rel) {
   std::mt19937_64 rng(1234 + c.m * 131 + c.n * 17 + c.k);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  auto fill = [&](size_t count) {
-    std::vector<bf16> v(count);
-    for (auto& x : v) x = __float2bfloat16_rn(normal(rng));
-    return v;
-  };
+  auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> a = fill((size_t)c.batch * c.m * c.k), w = fill((size_t)c.batch * c.n * c.k);
   // Output columns [0, n1) in out, [n1, n) in out2 (rope only), each with `pad` more a row.
   const int n1 = c.rope_d ? c.split : c.n, n2 = c.n - n1;
@@ -114,12 +117,7 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
 // products rounded to bf16 as the kernel rounds them; the relative error of the worst of the three.
 bool run_swiglu(int F, int rows, int d, double& rel) {
   std::mt19937_64 rng(99 + F * 7 + rows * 3 + d);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  auto fill = [&](size_t count) {
-    std::vector<bf16> v(count);
-    for (auto& x : v) x = __float2bfloat16_rn(normal(rng));
-    return v;
-  };
+  auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wgu = fill((size_t)2 * F * d), x = fill((size_t)rows * d);
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> gu((size_t)2 * F * rows, poison), h((size_t)F * rows, poison);
@@ -154,12 +152,7 @@ bool run_swiglu(int F, int rows, int d, double& rel) {
 // dU from dh rounded to bf16 and G, U (random, in aux), against float64 in every schedule variant.
 bool run_swiglu_bwd(int F, int rows, int d, const Variant& v, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
-  std::normal_distribution<float> normal(0.f, 1.f);
-  auto fill = [&](size_t count) {
-    std::vector<bf16> x(count);
-    for (auto& e : x) e = __float2bfloat16_rn(normal(rng));
-    return x;
-  };
+  auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
   std::vector<bf16> dgu((size_t)2 * F * rows, __float2bfloat16_rn(NAN));
   mdlm::gemm::Params p{};
