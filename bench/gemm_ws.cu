@@ -127,13 +127,19 @@ __global__ void fill_normal(bf16* x, size_t n, uint64_t seed) {
 
 using mdlm::gemm::Schedule;
 
-// The kernel's variants: schedule and tile width (cuda/gemm_ws.cuh).
+// The kernel's variants: schedule, tile width, and TMA stores of the staged output tiles
+// (cuda/gemm_ws.cuh).
 struct Variant {
   const char* name;
   Schedule sched;
   int tile_n;
+  bool tma = false;
 };
-constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128}, {"ping 128", mdlm::gemm::kPingPong, 128}, {"coop 256", mdlm::gemm::kCooperative, 256}};
+constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
+                                 {"ping 128", mdlm::gemm::kPingPong, 128},
+                                 {"coop 256", mdlm::gemm::kCooperative, 256},
+                                 {"coop256t", mdlm::gemm::kCooperative, 256, true},
+                                 {"ping128t", mdlm::gemm::kPingPong, 128, true}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
@@ -216,6 +222,7 @@ int main(int argc, char** argv) {
         std::printf("%s: %s\n", s.label, err);
         return 1;
       }
+      if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(p)) std::printf("%s: no TMA stores for %s\n", s.label, kVariants[vi].name);
       check(cudaMemset(out, 0xff, no * 2), "poison");
       ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi], s.a_t); }, reps);
       check(cudaGetLastError(), "ours: launch");
@@ -277,6 +284,7 @@ int main(int argc, char** argv) {
         mdlm::gemm::Params pr;
         mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
         pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
+        if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(pr)) std::printf("%s: no TMA stores for %s with rope\n", s.label, kVariants[vi].name);
         check(cudaMemset(out, 0xff, (size_t)s.m * s.split * 2), "poison");
         check(cudaMemset(out2, 0xff, (size_t)s.m * (s.n - s.split) * 2), "poison");
         rope_ms[vi] = time_ms([&] { launch(pr, sms, s.rope_d, kVariants[vi]); }, reps);

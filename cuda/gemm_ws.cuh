@@ -71,6 +71,10 @@ __host__ __device__ constexpr size_t smem_bytes(int tile_n) {
 
 struct Params {
   wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
+  // tma_store (use_tma_store): the staged output tiles leave by TMA stores through out_map (and
+  // out2_map, rope's k), boxes of 64 rows × 64 columns, instead of the consumers' own stores.
+  wg::TileMap out_map, out2_map;
+  bool tma_store;
   bf16* out;                 // [batch][m][n], rows ldo elements apart
   int64_t ldo, out_batch;    // elements between rows, and between batches, of out
   int batch, m, n, k;
@@ -138,8 +142,9 @@ struct OutStage {
 // Rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator, acc[4j + 2h + e] =
 // out[row0 + 16·warp + gid + 8h][8j + 2·tig + e], rope turned first when kRopeD > 0. Where out's
 // rows are 16-byte aligned they go through the warpgroup's staged tile 128 columns at a time:
-// stmatrix, the warpgroup's barrier, then 16-byte stores of whole 128-byte lines (8 a thread);
-// else a 4-byte store for each pair of columns.
+// stmatrix, the warpgroup's barrier, then 16-byte stores of whole 128-byte lines (8 a thread), or,
+// with p.tma_store, two TMA stores issued by one thread, which the warpgroup does not wait for
+// until it next needs the tile; else a 4-byte store for each pair of columns.
 template <int kRopeD, int kBN>
 __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2],
                                            const OutStage& st) {
@@ -169,16 +174,31 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
       }
     }
   }
-  if (ldo % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+  if (p.tma_store || (ldo % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0)) {
     const int t = threadIdx.x % 128;
 #pragma unroll
     for (int c = 0; c < kBN / 128; ++c) {
+      if (p.tma_store) {  // the staged tile is free once the last TMA store from it has read it
+        if (t == 0) wg::bulk_wait_read<0>();
+        wg::bar_sync(st.barrier, 128);
+      }
 #pragma unroll
       for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk.. : j0 and j0 + 1, rows gid and gid + 8
         const int j0 = 16 * c + 2 * kk;
         const uint32_t r[4] = {pack_bf16(acc[4 * j0], acc[4 * j0 + 1]), pack_bf16(acc[4 * j0 + 2], acc[4 * j0 + 3]),
                                pack_bf16(acc[4 * j0 + 4], acc[4 * j0 + 5]), pack_bf16(acc[4 * j0 + 6], acc[4 * j0 + 7])};
         wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
+      }
+      if (p.tma_store) {  // two [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
+        wg::fence_proxy_async();
+        wg::bar_sync(st.barrier, 128);
+        if (t == 0) {
+          const wg::TileMap& map = kRopeD > 0 && tl.n0 >= p.split ? p.out2_map : p.out_map;
+          wg::tile_store_4d(st.addr, map, n0 + 128 * c, 0, tl.m0 + row0, tl.b);
+          wg::tile_store_4d(st.addr + 64 * 128, map, n0 + 128 * c + 64, 0, tl.m0 + row0, tl.b);
+          wg::bulk_commit();
+        }
+        continue;
       }
       wg::bar_sync(st.barrier, 128);
 #pragma unroll
@@ -292,12 +312,12 @@ template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
-  constexpr int kTileM = kSwi ? 64 : kBM;
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
@@ -401,6 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
     }
   }
+  if (threadIdx.x % 128 == 0) wg::bulk_wait_read<0>();  // the last TMA stores have read their tile
 #endif
 }
 
@@ -419,6 +440,20 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   p.tiles_n = (n + tile_n - 1) / tile_n;
   const char* err = a_t ? wg::encode_head_rows(p.a_map, a, batch, k, 1, m, 64) : wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
   return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
+}
+
+// Sends the staged tiles of p's out (and, when rope splits the columns, out2) by TMA stores:
+// only where each is a dense [batch][rows][cols] tensor (rows ldo = n, or ldo2 = n − split,
+// apart), 16-byte aligned with 16-byte rows. Returns whether it did (else the consumers store).
+inline bool use_tma_store(Params& p) {
+  const auto fits = [](const void* base, int64_t ld, int cols) { return base && ld == cols && cols % 8 == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0; };
+  const bool split = p.out2 != nullptr;
+  const int n1 = split ? p.split : p.n;
+  if (!fits(p.out, p.ldo, n1) || (split && !fits(p.out2, p.ldo2, p.n - p.split))) return false;
+  if (wg::encode_head_rows(p.out_map, p.out, p.batch, p.m, 1, n1, 64)) return false;
+  if (split && wg::encode_head_rows(p.out2_map, p.out2, 1, p.m, 1, p.n - p.split, 64)) return false;
+  p.tma_store = true;
+  return true;
 }
 
 // p for kSwiglu: wgu [2F][d] (gate rows, then up rows), x [rows][d], G and U into gu [2F][rows]

@@ -132,6 +132,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
 __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
   ::emu::tile_load(dst, &map, {c0, c1, c2, c3, 0}, bar);
 }
+__device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, int c0, int c1, int c2, int c3) {
+  ::emu::tile_store(src, &map, {c0, c1, c2, c3, 0});
+}
+__device__ __forceinline__ void bulk_commit() { ::emu::bulk_commit(); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { ::emu::bulk_wait_read(N); }
 #else
 using TileMap = CUtensorMap;
 // Makes the block's mbarrier inits visible to the copy engine (the async proxy) before a TMA
@@ -148,6 +154,21 @@ __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, i
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
+}
+// The box of `map` at (c0, c1, c2, c3) from shared address `src` (the load's layout) to global
+// memory, in this thread's current bulk group; elements out of bounds are not written. The
+// writes to `src` must be made visible to the copy engine first (fence_proxy_async, then a
+// barrier when other threads wrote them).
+__device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(&map)), "r"(src),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+// Closes this thread's bulk group; waits until at most N groups may still read their shared source.
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 #endif
 

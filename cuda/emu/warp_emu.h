@@ -55,16 +55,6 @@ struct Copy {
   int size;
 };
 
-struct Thread {
-  ucontext_t ctx;  // the entry into the thread's stack, used once
-  jmp_buf jb;      // where it yielded
-  bool started = false;
-  bool done = false;
-  bool gave_way = false;  // yielded able to go on (schedule_point)
-  Dim tid;
-  int lane = 0, warp = 0;
-  std::vector<Copy> pending;  // cp.async not yet waited for
-};
 
 struct WarpSlot {
   int count = 0;
@@ -117,6 +107,29 @@ struct TileLoad {
   uint32_t dst;
   int coord[5];
   int64_t bytes;
+};
+
+// A TMA tile store in flight (cp.async.bulk.tensor, shared to global, bulk_group): the box of
+// `map` at `coord` from shared address `src`, in the same 128B-swizzled layout as a load.
+struct TileStore {
+  TensorMap map;
+  uint32_t src;
+  int coord[5];
+  int64_t bytes;
+};
+
+struct Thread {
+  ucontext_t ctx;  // the entry into the thread's stack, used once
+  jmp_buf jb;      // where it yielded
+  bool started = false;
+  bool done = false;
+  bool gave_way = false;  // yielded able to go on (schedule_point)
+  Dim tid;
+  int lane = 0, warp = 0;
+  std::vector<Copy> pending;  // cp.async not yet waited for
+  // TMA stores issued since the last bulk commit, and the committed groups not yet waited for
+  std::vector<TileStore> stores_open;
+  std::deque<std::vector<TileStore>> store_groups;
 };
 
 // An mbarrier in shared memory, by its address: arrivals still expected in the current phase,
@@ -182,6 +195,9 @@ inline void yield() {
 
 inline void trampoline() {
   entry()();
+  if (!thread_ptr()->stores_open.empty() || !thread_ptr()->store_groups.empty()) {
+    fail("a thread exited with TMA stores it had not waited for (cp.async.bulk.wait_group.read)");
+  }
   thread_ptr()->done = true;
   _longjmp(sched_jb(), 1);  // never returns: the stack is abandoned
 }
@@ -608,6 +624,58 @@ inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5],
     mbarrier_settle(m, false);
   } else {
     m.loads.push_back(t);
+  }
+}
+
+// cp.async.bulk.tensor to global: the inverse of land_tile, elements out of the tensor's bounds
+// skipped (the hardware clips them). The hardware may read the shared source any time until the
+// cp.async.bulk.wait_group.read that retires the store's group; the emulation reads it then, the
+// latest, so a source rewritten before that wait stores the new bytes and fails the check that
+// reads them back (EMU_CP_ASYNC=eager: at issue, the earliest).
+inline void land_store(const TileStore& t) {
+  const TensorMap& m = t.map;
+  const int64_t n = t.bytes / 2;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, dst = 0;
+    bool in = true;
+    for (int d = 0; d < m.rank; ++d) {
+      const int64_t c = t.coord[d] + rest % m.box[d];
+      rest /= m.box[d];
+      in = in && c >= 0 && c < (int64_t)m.dims[d];
+      dst += d == 0 ? c * 2 : c * (int64_t)m.strides[d];
+    }
+    if (!in) continue;
+    const uint32_t a = t.src + (uint32_t)(2 * i);
+    const uint32_t swizzled = a ^ (((a >> 7) & 7u) << 4);
+    std::memcpy(static_cast<unsigned char*>(const_cast<void*>(m.base)) + dst, smem_base() + swizzled, 2);
+  }
+}
+
+inline void tile_store(uint32_t src, const TensorMap* map, const int (&coord)[5]) {
+  if (map->rank < 1 || map->rank > 5 || !map->base) fail("tile store: tensor map not encoded");
+  if (map->box[0] * 2 != 128) fail("tile store: the emulation models boxes of 128-byte rows (the 128B swizzle's span)");
+  if (src % 128 != 0) fail("tile store: shared source not 128-byte aligned");
+  int64_t bytes = 2;
+  for (int d = 0; d < map->rank; ++d) bytes *= map->box[d];
+  check_smem(src, (size_t)bytes);
+  TileStore t{*map, src, {}, bytes};
+  for (int d = 0; d < 5; ++d) t.coord[d] = coord[d];
+  if (cp_async_eager()) land_store(t);
+  else thread_ptr()->stores_open.push_back(t);
+}
+
+// cp.async.bulk.commit_group and cp.async.bulk.wait_group.read n: this thread's stores in groups;
+// the wait lands every group but the newest n.
+inline void bulk_commit() {
+  Thread& th = *thread_ptr();
+  th.store_groups.push_back(std::move(th.stores_open));
+  th.stores_open.clear();
+}
+inline void bulk_wait_read(int n) {
+  Thread& th = *thread_ptr();
+  while ((int)th.store_groups.size() > n) {
+    for (const TileStore& t : th.store_groups.front()) land_store(t);
+    th.store_groups.pop_front();
   }
 }
 
