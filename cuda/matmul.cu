@@ -19,12 +19,12 @@
 // Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with 2-byte alignment,
 // say), a plain kernel computes it: one thread per output, f32 sums in k order.
 //
-// MDLM_MATMUL_WS=coop|ping|coop256[+tma] (read at every call): the bf16 products with transB (x·Wᵀ,
-// and with transA too where m is a multiple of 8), bf16 out written, not accumulated, operands
-// 16-byte aligned and k a multiple of 8, on an sm_90 GPU go through cuda/gemm_ws.cuh's kernel in
-// that schedule and tile width (128 columns, or 256), its output tiles leaving by TMA stores with
-// +tma, instead: an A/B of our Hopper GEMM against cuBLASLt in training, the step before
-// element-wise work is fused into its epilogue.
+// MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 products with transB (x·Wᵀ, and
+// with transA too where m is a multiple of 8), bf16 out written, not accumulated, operands 16-byte
+// aligned and k a multiple of 8, on an sm_90 GPU go through cuda/gemm_ws.cuh's kernel in that
+// schedule and tile width (128 columns, or 256) instead, its output tiles leaving by TMA stores
+// with MDLM_MATMUL_WS_TMA=1: an A/B of our Hopper GEMM against cuBLASLt in training, the step
+// before element-wise work is fused into its epilogue.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -190,10 +190,7 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
 // The call through gemm_ws_nt when MDLM_MATMUL_WS asks for it and the call is one it takes (see
 // the top of the file); false when it is not.
 bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
-  std::string knob = env_knob("MDLM_MATMUL_WS");
-  const size_t plus = knob.find("+tma");
-  const bool tma = plus != std::string::npos && plus + 4 == knob.size();
-  if (tma) knob.resize(plus);
+  const std::string knob = env_knob("MDLM_MATMUL_WS");
   const int tile_n = knob == "coop256" ? 256 : 128;
   const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(gemm::kStore, gemm::kCooperative, tile_n, key.trans_a)
                               : knob == "ping"                    ? gemm::kernel_for(gemm::kStore, gemm::kPingPong, tile_n, key.trans_a)
@@ -205,7 +202,7 @@ bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void
   }
   gemm::Params p;
   if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a)) return false;
-  if (tma) gemm::use_tma_store(p);  // where the output allows it
+  if (env_knob("MDLM_MATMUL_WS_TMA") == "1") gemm::use_tma_store(p);  // where the output allows it
   static std::map<gemm::Kernel, bool> smem_allowed;
   if (!smem_allowed[kernel]) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm::smem_bytes(tile_n)), "gemm_ws_nt: shared memory");
