@@ -100,20 +100,12 @@ struct alignas(128) TensorMap {
   uint32_t box[5] = {};
 };
 
-// A TMA tile load in flight: the box at `coord` of `map` to shared address `dst`. (The map is a
-// copy: the issuing thread's parameters may be gone by the time it lands.)
-struct TileLoad {
+// A TMA tile copy in flight, a load (the box at `coord` of `map` to shared address `smem`) or a
+// store (from `smem` to the box). (The map is a copy: the issuing thread's parameters may be gone
+// by the time it lands.)
+struct TileCopy {
   TensorMap map;
-  uint32_t dst;
-  int coord[5];
-  int64_t bytes;
-};
-
-// A TMA tile store in flight (cp.async.bulk.tensor, shared to global, bulk_group): the box of
-// `map` at `coord` from shared address `src`, in the same 128B-swizzled layout as a load.
-struct TileStore {
-  TensorMap map;
-  uint32_t src;
+  uint32_t smem;
   int coord[5];
   int64_t bytes;
 };
@@ -128,8 +120,8 @@ struct Thread {
   int lane = 0, warp = 0;
   std::vector<Copy> pending;  // cp.async not yet waited for
   // TMA stores issued since the last bulk commit, and the committed groups not yet waited for
-  std::vector<TileStore> stores_open;
-  std::deque<std::vector<TileStore>> store_groups;
+  std::vector<TileCopy> stores_open;
+  std::deque<std::vector<TileCopy>> store_groups;
 };
 
 // An mbarrier in shared memory, by its address: arrivals still expected in the current phase,
@@ -139,7 +131,7 @@ struct MBarrier {
   int expected = 0, pending = 0;
   uint32_t phase = 0;  // phases completed so far
   int64_t tx = 0;
-  std::vector<TileLoad> loads;
+  std::vector<TileCopy> loads;
 };
 
 struct Block {
@@ -411,7 +403,7 @@ inline void mbarrier_init(uint32_t addr, int count) {
   block_ptr()->mbarriers[addr] = MBarrier{count, count, 0};
 }
 
-void land_tile(const TileLoad& t);
+void land_tile(const TileCopy& t);
 
 // Completes the phase once every arrival is in and every announced byte has landed. Queued tile
 // loads land only when `land` (a thread waiting on the mbarrier: the latest the hardware could
@@ -420,7 +412,7 @@ void land_tile(const TileLoad& t);
 inline void mbarrier_settle(MBarrier& m, bool land) {
   if (m.pending > 0) return;
   if (land) {
-    for (const TileLoad& t : m.loads) {
+    for (const TileCopy& t : m.loads) {
       land_tile(t);
       m.tx -= t.bytes;
     }
@@ -582,44 +574,59 @@ inline void cp_async_mbarrier_arrive(uint32_t addr) {
   mbarrier_arrive(addr);
 }
 
-// cp.async.bulk.tensor (tile mode, mbarrier::complete_tx): the box of `map` at `coord` to shared
-// address `dst`, box dimension 0 fastest, each row of it 128 bytes with the hardware's 128-byte
-// swizzle on the shared address itself (16-byte chunk bits [4,7) ^= bits [7,10)); elements out of
-// the tensor's bounds are zeros. EMU_CP_ASYNC=eager lands it at issue; else it lands when a thread
-// waits on the mbarrier with its arrivals all in (mbarrier_settle).
-inline void land_tile(const TileLoad& t) {
+// The elements of a tile copy's box, dimension 0 fastest, each row 128 bytes with the hardware's
+// 128-byte swizzle on the shared address itself (16-byte chunk bits [4,7) ^= bits [7,10)):
+// f(global byte offset, or -1 out of the tensor's bounds; swizzled shared address).
+template <typename F>
+inline void each_box_element(const TileCopy& t, F&& f) {
   const TensorMap& m = t.map;
   const int64_t n = t.bytes / 2;
   for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, src = 0;
+    int64_t rest = i, global = 0;
     bool in = true;
     for (int d = 0; d < m.rank; ++d) {
       const int64_t c = t.coord[d] + rest % m.box[d];
       rest /= m.box[d];
       in = in && c >= 0 && c < (int64_t)m.dims[d];
-      src += d == 0 ? c * 2 : c * (int64_t)m.strides[d];
+      global += d == 0 ? c * 2 : c * (int64_t)m.strides[d];
     }
-    const uint32_t a = t.dst + (uint32_t)(2 * i);
-    const uint32_t swizzled = a ^ (((a >> 7) & 7u) << 4);
-    uint16_t v = 0;
-    if (in) std::memcpy(&v, static_cast<const unsigned char*>(m.base) + src, 2);
-    std::memcpy(smem_base() + swizzled, &v, 2);
+    const uint32_t a = t.smem + (uint32_t)(2 * i);
+    f(in ? global : -1, a ^ (((a >> 7) & 7u) << 4));
   }
 }
 
-inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
-  if (map->rank < 1 || map->rank > 5 || !map->base) fail("tile load: tensor map not encoded");
-  if (map->box[0] * 2 != 128) fail("tile load: the emulation models boxes of 128-byte rows (the 128B swizzle's span)");
-  if (dst % 128 != 0) fail("tile load: shared destination not 128-byte aligned");
+// A tile copy of `map`'s box at `coord`, shared address `smem`, after the checks the emulation
+// needs ("tile load" or "tile store" in their messages).
+inline TileCopy tile_copy(uint32_t smem, const TensorMap* map, const int (&coord)[5], const char* what) {
+  const auto bad = [&](const char* why) { fail((std::string(what) + ": " + why).c_str()); };
+  if (map->rank < 1 || map->rank > 5 || !map->base) bad("tensor map not encoded");
+  if (map->box[0] * 2 != 128) bad("the emulation models boxes of 128-byte rows (the 128B swizzle's span)");
+  if (smem % 128 != 0) bad("shared address not 128-byte aligned");
   int64_t bytes = 2;
   for (int d = 0; d < map->rank; ++d) bytes *= map->box[d];
-  check_smem(dst, (size_t)bytes);
-  TileLoad t{*map, dst, {}, bytes};
+  check_smem(smem, (size_t)bytes);
+  TileCopy t{*map, smem, {}, bytes};
   for (int d = 0; d < 5; ++d) t.coord[d] = coord[d];
+  return t;
+}
+
+// cp.async.bulk.tensor (tile mode, mbarrier::complete_tx) to shared memory; elements out of the
+// tensor's bounds are zeros. EMU_CP_ASYNC=eager lands it at issue; else it lands when a thread
+// waits on the mbarrier with its arrivals all in (mbarrier_settle).
+inline void land_tile(const TileCopy& t) {
+  each_box_element(t, [&](int64_t global, uint32_t smem) {
+    uint16_t v = 0;
+    if (global >= 0) std::memcpy(&v, static_cast<const unsigned char*>(t.map.base) + global, 2);
+    std::memcpy(smem_base() + smem, &v, 2);
+  });
+}
+
+inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
+  const TileCopy t = tile_copy(dst, map, coord, "tile load");
   MBarrier& m = mbarrier_at(bar);
   if (cp_async_eager()) {
     land_tile(t);
-    m.tx -= bytes;
+    m.tx -= t.bytes;
     if (m.tx < 0) fail("mbarrier: a tile load landed before expect_tx announced its bytes");
     mbarrier_settle(m, false);
   } else {
@@ -627,39 +634,19 @@ inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5],
   }
 }
 
-// cp.async.bulk.tensor to global: the inverse of land_tile, elements out of the tensor's bounds
-// skipped (the hardware clips them). The hardware may read the shared source any time until the
+// cp.async.bulk.tensor to global (bulk_group): elements out of the tensor's bounds are skipped
+// (the hardware clips them). The hardware may read the shared source any time until the
 // cp.async.bulk.wait_group.read that retires the store's group; the emulation reads it then, the
 // latest, so a source rewritten before that wait stores the new bytes and fails the check that
 // reads them back (EMU_CP_ASYNC=eager: at issue, the earliest).
-inline void land_store(const TileStore& t) {
-  const TensorMap& m = t.map;
-  const int64_t n = t.bytes / 2;
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t rest = i, dst = 0;
-    bool in = true;
-    for (int d = 0; d < m.rank; ++d) {
-      const int64_t c = t.coord[d] + rest % m.box[d];
-      rest /= m.box[d];
-      in = in && c >= 0 && c < (int64_t)m.dims[d];
-      dst += d == 0 ? c * 2 : c * (int64_t)m.strides[d];
-    }
-    if (!in) continue;
-    const uint32_t a = t.src + (uint32_t)(2 * i);
-    const uint32_t swizzled = a ^ (((a >> 7) & 7u) << 4);
-    std::memcpy(static_cast<unsigned char*>(const_cast<void*>(m.base)) + dst, smem_base() + swizzled, 2);
-  }
+inline void land_store(const TileCopy& t) {
+  each_box_element(t, [&](int64_t global, uint32_t smem) {
+    if (global >= 0) std::memcpy(static_cast<unsigned char*>(const_cast<void*>(t.map.base)) + global, smem_base() + smem, 2);
+  });
 }
 
 inline void tile_store(uint32_t src, const TensorMap* map, const int (&coord)[5]) {
-  if (map->rank < 1 || map->rank > 5 || !map->base) fail("tile store: tensor map not encoded");
-  if (map->box[0] * 2 != 128) fail("tile store: the emulation models boxes of 128-byte rows (the 128B swizzle's span)");
-  if (src % 128 != 0) fail("tile store: shared source not 128-byte aligned");
-  int64_t bytes = 2;
-  for (int d = 0; d < map->rank; ++d) bytes *= map->box[d];
-  check_smem(src, (size_t)bytes);
-  TileStore t{*map, src, {}, bytes};
-  for (int d = 0; d < 5; ++d) t.coord[d] = coord[d];
+  const TileCopy t = tile_copy(src, map, coord, "tile store");
   if (cp_async_eager()) land_store(t);
   else thread_ptr()->stores_open.push_back(t);
 }
@@ -674,7 +661,7 @@ inline void bulk_commit() {
 inline void bulk_wait_read(int n) {
   Thread& th = *thread_ptr();
   while ((int)th.store_groups.size() > n) {
-    for (const TileStore& t : th.store_groups.front()) land_store(t);
+    for (const TileCopy& t : th.store_groups.front()) land_store(t);
     th.store_groups.pop_front();
   }
 }
