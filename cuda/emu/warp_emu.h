@@ -16,8 +16,9 @@
 // cp.async copies are queued per thread and land at that thread's cp.async.wait_group, so a read
 // of a tile before its wait sees stale data, as it could on the GPU. TMA tile loads
 // (cp.async.bulk.tensor) are queued on their mbarrier and land when a thread waits on it with its
-// arrivals all in, the latest the hardware could; EMU_CP_ASYNC=eager lands both kinds of copy at
-// issue, the earliest. mbarriers count arrivals and transaction bytes (expect_tx, complete_tx).
+// arrivals all in, the latest the hardware could; TMA tile stores land at the issuing thread's
+// cp.async.bulk.wait_group.read that retires them (a thread may not exit with any pending);
+// EMU_CP_ASYNC=eager lands every kind of copy at issue, the earliest. mbarriers count arrivals and transaction bytes (expect_tx, complete_tx).
 // Shared memory is a byte array per block; "shared addresses" are offsets into it. Deadlocks and
 // warp divergence at a collective (lanes calling different collectives) abort with a message.
 //
