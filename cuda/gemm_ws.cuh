@@ -1,11 +1,13 @@
 // A warp-specialised Hopper GEMM (sm_90a: TMA, mbarriers, wgmma), the base for element-wise work
 // fused into a GEMM's epilogue, which cuBLASLt's epilogues cannot express: rope on the q/k
-// projection and SwiGLU on the gate/up projection, whose own kernels take 0.43 and 0.60 ms of a
-// llama-124m ar step on the H200, at its bandwidth (bench/RESULTS.md, sixteenth session).
+// projection, SwiGLU on the gate/up projection and SwiGLU's backward on dh, whose own kernels
+// take 0.43, 0.60 and 0.94 ms of a llama-124m ar step on the H200, at its bandwidth
+// (bench/RESULTS.md, sixteenth session).
 //
 //   out[b][m][n] = Σ_k a[b][m][k] · w[b][n][k]      (bf16 in, f32 accumulate, bf16 out)
 //
-// Both operands K-major (row-major with k fastest): the x · Wᵀ layout of a projection. A block
+// Both operands K-major (row-major with k fastest): the x · Wᵀ layout of a projection (a may
+// also be stored transposed: kAT below). A block
 // takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
@@ -22,8 +24,8 @@
 // own buffer, where the unfused path writes [rows, (H + G)·D] and rope reads it back). The pair
 // of a column is in the same thread (the accumulator holds columns 8j + 2·tig + e, j < kBN/8: the
 // partner is j + kRopeD/16). The angles' (cos, sin) come from a table, rope_cs[pos][i], made once
-// (make_rope_table): sincosf for each of a thread's 16 to 32 angles a tile would cost about a
-// third of a K = 768 tile's main loop.
+// (make_rope_table): sincosf for each of a thread's 16 to 32 angles a tile would take, by
+// instruction count, about a third of the time of a K = 768 tile's main loop.
 //
 // With the kSwiglu epilogue (ping-pong only) the product is the MLP's gate/up projection in its
 // transposed layout, [Gᵀ; Uᵀ] = Wgu · xᵀ (a = Wgu [2F][d], w = x [rows][d], out [2F][rows]): a
