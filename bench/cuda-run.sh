@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-train gemm-ws]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-train matmul-ws]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -101,10 +101,10 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>&1
       ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
-    gemm-ws)  # cuda/gemm_ws.cuh's GEMM (and its rope epilogue) against cuBLASLt on the training shapes
+    matmul-ws)  # cuda/matmul_ws.cuh's GEMM (and its fused epilogues) against cuBLASLt on the training shapes
       cuda=${CUDA_HOME:-/usr/local/cuda}
-      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/gemm_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/gemm_ws \
-        && /tmp/gemm_ws "${GEMM_REPS:-50}" 2>&1 | tee "$OUT/gemm-ws.txt" ;;
+      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
+        && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
     ncu-train)  # every kernel of llama-124m and llama-1.3b mdlm training steps (graph-replayed), timed one
       # by one by Nsight Compute, summed by kernel (bench/kernel-times.mjs): the step's GPU time
       # without the per-op waits of --profile

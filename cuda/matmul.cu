@@ -21,7 +21,7 @@
 //
 // MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 products with transB (x·Wᵀ, and
 // with transA too where m is a multiple of 8), bf16 out written, not accumulated, operands 16-byte
-// aligned and k a multiple of 8, on an sm_90 GPU go through cuda/gemm_ws.cuh's kernel in that
+// aligned and k a multiple of 8, on an sm_90 GPU go through cuda/matmul_ws.cuh's kernel in that
 // schedule and tile width (128 columns, or 256) instead, its output tiles leaving by TMA stores
 // with MDLM_MATMUL_WS_TMA=1: an A/B of our Hopper GEMM against cuBLASLt in training, the step
 // before element-wise work is fused into its epilogue.
@@ -30,11 +30,12 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
 #include "common.cuh"
-#include "gemm_ws.cuh"
+#include "matmul_ws.cuh"
 
 namespace mdlm {
 namespace {
@@ -203,10 +204,9 @@ bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void
   gemm::Params p;
   if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a)) return false;
   if (env_knob("MDLM_MATMUL_WS_TMA") == "1") gemm::use_tma_store(p);  // where the output allows it
-  static std::map<gemm::Kernel, bool> smem_allowed;
-  if (!smem_allowed[kernel]) {
+  static std::set<gemm::Kernel> smem_allowed;
+  if (smem_allowed.insert(kernel).second) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm::smem_bytes(tile_n)), "gemm_ws_nt: shared memory");
-    smem_allowed[kernel] = true;
   }
   const int64_t tiles = key.batch * p.tiles_m * p.tiles_n;
   kernel<<<(unsigned)std::min<int64_t>(tiles, call.device->multiProcessorCount), gemm::kThreads, gemm::smem_bytes(tile_n), call.stream>>>(p);

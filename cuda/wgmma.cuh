@@ -1,7 +1,7 @@
 // Hopper warpgroup MMA (wgmma, sm_90a) for the attention kernels: 128-byte-swizzled shared-memory
 // tiles, their matrix descriptors, and the wgmma.mma_async forms the kernels use (bf16 in, f32
 // accumulate, k16: m64n64, m64n128 and m64n256 with A from shared memory (the last for
-// cuda/gemm_ws.cuh), m64n64 and m64n128 with A from registers).
+// cuda/matmul_ws.cuh), m64n64 and m64n128 with A from registers).
 //
 // Tile layout (sw128_offset): a [rows][cols] bf16 tile is stored as cols/64 slabs of [rows][64],
 // each row 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r mod 8) (the hardware's 128B

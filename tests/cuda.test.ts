@@ -307,7 +307,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     [x, sums, g, norm, ids, dout, dtable].forEach((t) => b.free(t));
   });
 
-  // cuda/gemm_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
+  // cuda/matmul_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
   // matmul op never dispatches it, so the test says it skipped.
   it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
     const b = await cuda();

@@ -67,9 +67,9 @@ describe.runIf(nvcc)('cuda kernels compile for sm_90a', () => {
     for (let j = 0; j < Math.min(Math.max(1, availableParallelism() - 1), sources.length); j++) void worker();
   });
 
-  it('gemm_ws.cuh (every instantiation: tests/support/gemm_ws_kernels.cu)', async () => {
-    const { errors, output } = await compile(join(import.meta.dirname, 'support', 'gemm_ws_kernels.cu'));
-    expect(errors, `nvcc gemm_ws_kernels.cu:\n${errors}`).toBeNull();
+  it('matmul_ws.cuh (every instantiation: tests/support/matmul_ws_kernels.cu)', async () => {
+    const { errors, output } = await compile(join(import.meta.dirname, 'support', 'matmul_ws_kernels.cu'));
+    expect(errors, `nvcc matmul_ws_kernels.cu:\n${errors}`).toBeNull();
     expect(output, output).not.toMatch(/wgmma\.mma_async instructions are serialized/);
   }, COMPILE_TIMEOUT);
 
@@ -220,8 +220,8 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
 
-  it('runs the Hopper GEMM (cuda/gemm_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not), plain, a transposed, with rope and with SwiGLU forward and backward, within bf16 rounding of float64, under every kind of schedule', async () => {
-    const exe = await buildEmu('gemm_check.cc', 'gemm_check');
+  it('runs the Hopper GEMM (cuda/matmul_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not), plain, a transposed, with rope and with SwiGLU forward and backward, within bf16 rounding of float64, under every kind of schedule', async () => {
+    const exe = await buildEmu('matmul_check.cc', 'matmul_check');
     // Random seed 11 holds a producer thread back: it caught the ping-pong schedule's consumers
     // waiting on a stage whose other-warpgroup phase was still open (the turns' barriers fix it).
     // Seed 3 with eager copies issues a TMA store before the other threads' stmatrix if no barrier

@@ -1,14 +1,14 @@
-// Times cuda/gemm_ws.cuh's GEMM against cuBLASLt on the training shapes of llama-124m and
+// Times cuda/matmul_ws.cuh's GEMM against cuBLASLt on the training shapes of llama-124m and
 // llama-1.3b (the x · Wᵀ layouts it covers), in one process on one GPU, and checks its output:
 // the plain kernel against cuBLASLt's (relative difference of the bf16 outputs), the rope
 // epilogue against a float64 host reference on a sample of rows. cuBLASLt gets what
 // cuda/matmul.cu gives it: the heuristic's first 8 algorithms, the fastest kept.
 //
-//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/gemm_ws.cu -lcublasLt -o /tmp/gemm_ws \
-//     && /tmp/gemm_ws [reps] [shape]   (bench/cuda-run.sh gemm-ws; shape: only the shapes whose label contains it)
+//   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -lcublasLt -o /tmp/matmul_ws \
+//     && /tmp/matmul_ws [reps] [shape]   (bench/cuda-run.sh matmul-ws; shape: only the shapes whose label contains it)
 //
 // Prints, a shape a line: ms and TFLOP/s of cuBLASLt and of each variant of ours (schedule and
-// tile width: cuda/gemm_ws.cuh), each one's relative difference from cuBLASLt's output, and,
+// tile width: cuda/matmul_ws.cuh), each one's relative difference from cuBLASLt's output, and,
 // where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
@@ -25,7 +25,7 @@
 #include <cstring>
 #include <vector>
 
-#include "gemm_ws.cuh"
+#include "matmul_ws.cuh"
 
 namespace {
 
@@ -128,7 +128,7 @@ __global__ void fill_normal(bf16* x, size_t n, uint64_t seed) {
 using mdlm::gemm::Schedule;
 
 // The kernel's variants: schedule, tile width, and TMA stores of the staged output tiles
-// (cuda/gemm_ws.cuh).
+// (cuda/matmul_ws.cuh).
 struct Variant {
   const char* name;
   Schedule sched;
@@ -167,6 +167,13 @@ std::vector<float> download(const bf16* d, size_t n) {
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = __bfloat162float(h[i]);
   return f;
+}
+
+// ‖got − want‖ / ‖want‖.
+double rel_diff(const std::vector<float>& got, const std::vector<float>& want) {
+  double d2 = 0, r2 = 0;
+  for (size_t i = 0; i < want.size(); ++i) d2 += (got[i] - want[i]) * (double)(got[i] - want[i]), r2 += want[i] * (double)want[i];
+  return std::sqrt(d2 / r2);
 }
 
 }  // namespace
@@ -227,10 +234,7 @@ int main(int argc, char** argv) {
       ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi], s.a_t); }, reps);
       check(cudaGetLastError(), "ours: launch");
       check(cudaDeviceSynchronize(), "ours");
-      const std::vector<float> got = download(out, no);
-      double d2 = 0, r2 = 0;
-      for (size_t i = 0; i < no; ++i) d2 += (got[i] - want[i]) * (double)(got[i] - want[i]), r2 += want[i] * (double)want[i];
-      diff[vi] = std::sqrt(d2 / r2);
+      diff[vi] = rel_diff(download(out, no), want);
       failed += !(diff[vi] <= 5e-3);
     }
     const double tflop = 2.0 * s.m * s.n * s.k / 1e12;
@@ -313,16 +317,12 @@ int main(int argc, char** argv) {
       swiglu_ms = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
       check(cudaGetLastError(), "ours, swiglu: launch");
       check(cudaDeviceSynchronize(), "ours, swiglu");
-      const std::vector<float> gu = download(out, no), hv = download(h, (size_t)F * rows);
-      double d2 = 0, r2 = 0;
-      for (size_t i = 0; i < no; ++i) d2 += (gu[i] - want[i]) * (double)(gu[i] - want[i]), r2 += want[i] * (double)want[i];
-      double h2 = 0, hr2 = 0;
-      for (size_t i = 0; i < (size_t)F * rows; ++i) {
-        const float g = want[i], u = want[(size_t)F * rows + i];
-        const float ref = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
-        h2 += (hv[i] - ref) * (double)(hv[i] - ref), hr2 += ref * (double)ref;
+      std::vector<float> h_ref((size_t)F * rows);
+      for (size_t i = 0; i < h_ref.size(); ++i) {
+        const float g = want[i], u = want[h_ref.size() + i];
+        h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
-      swiglu_diff = std::max(std::sqrt(d2 / r2), std::sqrt(h2 / hr2));
+      swiglu_diff = std::max(rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref));
       failed += !(swiglu_diff <= 5e-3);
       cudaFree(h);
     }
@@ -338,7 +338,14 @@ int main(int argc, char** argv) {
       check(cudaMalloc(&gu, ngu * 2), "gu");
       check(cudaMalloc(&dgu, ngu * 2), "dgu");
       fill_normal<<<(ngu + 255) / 256, 256>>>(gu, ngu, 3);
+      // dG then dU, [2F][rows], as the kernel writes them
       const std::vector<float> g_u = download(gu, ngu);
+      std::vector<float> ref(ngu);
+      for (size_t i = 0; i < (size_t)F * rows; ++i) {
+        const float dh = want[i], g = g_u[i], u = g_u[(size_t)F * rows + i], sg = 1.f / (1.f + std::exp(-g));
+        ref[i] = __bfloat162float(__float2bfloat16_rn(dh * u * (sg + g * sg * (1.f - sg))));
+        ref[(size_t)F * rows + i] = __bfloat162float(__float2bfloat16_rn(dh * g * sg));
+      }
       for (int vi = 0; vi < kNumVariants; ++vi) {
         mdlm::gemm::Params pb;
         mdlm::gemm::make_params(pb, a, w, dgu, 1, F, rows, s.k, rows, kVariants[vi].tile_n, true);
@@ -347,15 +354,7 @@ int main(int argc, char** argv) {
         bwd_ms[vi] = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[vi], true); }, reps);
         check(cudaGetLastError(), "ours, swiglu backward: launch");
         check(cudaDeviceSynchronize(), "ours, swiglu backward");
-        const std::vector<float> got = download(dgu, ngu);
-        double d2 = 0, r2 = 0;
-        for (size_t i = 0; i < (size_t)F * rows; ++i) {
-          const float dh = want[i], g = g_u[i], u = g_u[(size_t)F * rows + i], sg = 1.f / (1.f + std::exp(-g));
-          const float ref[2] = {__bfloat162float(__float2bfloat16_rn(dh * u * (sg + g * sg * (1.f - sg)))), __bfloat162float(__float2bfloat16_rn(dh * g * sg))};
-          const float out2[2] = {got[i], got[(size_t)F * rows + i]};
-          for (int e = 0; e < 2; ++e) d2 += (out2[e] - ref[e]) * (double)(out2[e] - ref[e]), r2 += ref[e] * (double)ref[e];
-        }
-        bwd_diff = std::max(bwd_diff, std::sqrt(d2 / r2));
+        bwd_diff = std::max(bwd_diff, rel_diff(download(dgu, ngu), ref));
       }
       failed += !(bwd_diff <= 5e-3);
       cudaFree(gu), cudaFree(dgu);

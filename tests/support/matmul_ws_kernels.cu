@@ -1,6 +1,6 @@
-// Every kernel cuda/gemm_ws.cuh's kernel_for hands out, for tests/cuda_build.test.ts to compile for
+// Every kernel cuda/matmul_ws.cuh's kernel_for hands out, for tests/cuda_build.test.ts to compile for
 // sm_90a and check for serialised wgmmas (cuda/matmul.cu launches only the plain ones).
-#include "../../cuda/gemm_ws.cuh"
+#include "../../cuda/matmul_ws.cuh"
 
 namespace mdlm::gemm {
 

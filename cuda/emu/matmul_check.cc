@@ -1,15 +1,15 @@
-// Runs cuda/gemm_ws.cuh's kernel on the CPU through the warp emulator (cuda/emu/warp_emu.h) and
+// Runs cuda/matmul_ws.cuh's kernel on the CPU through the warp emulator (cuda/emu/warp_emu.h) and
 // compares its output with a float64 product of the same bf16 inputs (turned by rope in float64
 // for the rope epilogue's cases, with the angles' table the kernel reads): relative error
 // ‖out − ref‖ / ‖ref‖ per case, and every element of the outputs outside the product (the gap
 // between rows when their stride is wider) still holding its NaN poison.
 //
 //   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
-//       cuda/emu/gemm_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/gemm_check && /tmp/gemm_check
+//       cuda/emu/matmul_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/matmul_check && /tmp/matmul_check
 //
 // Exits non-zero when a case is over tolerance or wrote outside the product (tests/cuda_build.test.ts
 // runs it in CI, also under EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager and EMU_SCHEDULE=random:<seed>).
-#include "../gemm_ws.cuh"
+#include "../matmul_ws.cuh"
 
 #include <cmath>
 #include <cstdio>

@@ -41,7 +41,7 @@
 // G and U read from `aux` ([2F][n]), it writes dG and dU into out's rows f and F + f and never
 // writes dh (any schedule: every element's inputs are its own).
 //
-// Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/gemm_check.cc).
+// Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
 
 #include <type_traits>
