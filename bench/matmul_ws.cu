@@ -12,7 +12,7 @@
 // where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
-// SwiGLU epilogue (writing G, U and h; the unfused path adds the swiglu kernel) and its worst
+// SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores; the unfused path adds the swiglu kernel) and its worst
 // difference, and, for the dh products (a transposed), each variant with SwiGLU's backward
 // epilogue (the unfused path adds swiglu_backward). Exits non-zero when a difference or error is
 // over 5e-3.
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s | swiglu bwd:", "rope err", "ping ms", "diff");
+  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd:", "rope err", "ping ms", "ping tma", "diff");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
   std::printf(" %8s\n", "diff");
   int failed = 0;
@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    float swiglu_ms = NAN;
+    float swiglu_ms[2] = {NAN, NAN};  // the consumers' stores, TMA stores
     double swiglu_diff = NAN;
     if (s.swiglu) {
       // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
@@ -313,16 +313,21 @@ int main(int argc, char** argv) {
         return 1;
       }
       const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128);
-      check(cudaMemset(out, 0xff, no * 2), "poison");
-      swiglu_ms = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
-      check(cudaGetLastError(), "ours, swiglu: launch");
-      check(cudaDeviceSynchronize(), "ours, swiglu");
       std::vector<float> h_ref((size_t)F * rows);
       for (size_t i = 0; i < h_ref.size(); ++i) {
         const float g = want[i], u = want[h_ref.size() + i];
         h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
-      swiglu_diff = std::max(rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref));
+      swiglu_diff = 0;
+      for (int tma = 0; tma < 2; ++tma) {
+        if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
+        check(cudaMemset(out, 0xff, no * 2), "poison");
+        check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
+        swiglu_ms[tma] = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
+        check(cudaGetLastError(), "ours, swiglu: launch");
+        check(cudaDeviceSynchronize(), "ours, swiglu");
+        swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
+      }
       failed += !(swiglu_diff <= 5e-3);
       cudaFree(h);
     }
@@ -350,6 +355,7 @@ int main(int argc, char** argv) {
         mdlm::gemm::Params pb;
         mdlm::gemm::make_params(pb, a, w, dgu, 1, F, rows, s.k, rows, kVariants[vi].tile_n, true);
         pb.swiglu_f = F, pb.aux = gu, pb.ld_aux = rows;
+        if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(pb)) std::printf("%s: no TMA stores for %s with swiglu backward\n", s.label, kVariants[vi].name);
         check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
         bwd_ms[vi] = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[vi], true); }, reps);
         check(cudaGetLastError(), "ours, swiglu backward: launch");
@@ -363,7 +369,7 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.1e | swiglu bwd", s.rope_d ? rope_err : NAN, swiglu_ms, swiglu_diff);
+    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.1e | swiglu bwd", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_diff);
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", bwd_ms[vi]);
     std::printf(" %8.1e\n", s.a_t ? bwd_diff : NAN);
     std::fflush(stdout);

@@ -74,8 +74,9 @@ __host__ __device__ constexpr size_t smem_bytes(int tile_n) {
 struct Params {
   wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
   // tma_store (use_tma_store): the staged output tiles leave by TMA stores through out_map (and
-  // out2_map, rope's k), boxes of 64 rows × 64 columns, instead of the consumers' own stores.
-  wg::TileMap out_map, out2_map;
+  // out2_map: rope's k, or SwiGLU's second half; out3_map: SwiGLU's h), boxes of 64 rows × 64
+  // columns, instead of the consumers' own stores.
+  wg::TileMap out_map, out2_map, out3_map;
   bool tma_store;
   bf16* out;                 // [batch][m][n], rows ldo elements apart
   int64_t ldo, out_batch;    // elements between rows, and between batches, of out
@@ -89,11 +90,11 @@ struct Params {
   const int* positions;
   const float2* rope_cs;
   // kSwiglu: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
-  // kSwigluBwd: F (= m), and G and U, [2F][n] with rows ld_aux apart.
+  // kSwigluBwd: F (= m), and G and U, [2F][n] with rows ld_aux apart (read only).
   int swiglu_f;
   bf16* out3;
   int64_t ldo3;
-  const bf16* aux;
+  bf16* aux;
   int64_t ld_aux;
 };
 
@@ -121,19 +122,33 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-
-// Columns col and col + 1 of a bf16 row of n columns: one 4-byte store where both are in range and
-// `pairs` (an even row stride), else one at a time.
-__device__ __forceinline__ void store_pair(bf16* row, int col, int n, bool pairs, float v0, float v1) {
-  if (pairs && col + 1 < n) {
-    *reinterpret_cast<__nv_bfloat162*>(row + col) = __floats2bfloat162_rn(v0, v1);
-  } else {
-    if (col < n) row[col] = __float2bfloat16_rn(v0);
-    if (col + 1 < n) row[col + 1] = __float2bfloat16_rn(v1);
-  }
+__device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
+  return make_float2(__bfloat162float(__ushort_as_bfloat16((unsigned short)(v & 0xffffu))), __bfloat162float(__ushort_as_bfloat16((unsigned short)(v >> 16))));
 }
 
-// A warpgroup's staging of its output (the staged stores below): the [64][128] tile at shared
+// A warpgroup's 64 × kBN block of bf16 values in registers, as its accumulator holds them but two
+// to a register: v[2j + h] holds columns 8j + 2·tig and 8j + 2·tig + 1 of row 16·warp + gid + 8h
+// (acc[4j + 2h] and acc[4j + 2h + 1] rounded).
+template <int kBN>
+__device__ __forceinline__ void pack_acc(const float (&acc)[kBN / 2], uint32_t (&v)[kBN / 4]) {
+#pragma unroll
+  for (int q = 0; q < kBN / 4; ++q) v[q] = pack_bf16(acc[2 * q], acc[2 * q + 1]);
+}
+
+// Where such a block goes to or comes from: rows row0.. and columns col0.. of a [rows][cols] bf16
+// matrix at ptr, rows ld elements apart; with `map` (stores only), by TMA through it, the matrix
+// being batch b of its tensor (boxes of 64 rows × 64 columns).
+struct Block {
+  bf16* ptr;
+  int64_t ld;
+  int rows, cols, row0, col0;
+  const wg::TileMap* map;
+  int b;
+  // Through the warpgroup's staged tile (whole 16-byte pieces of rows) rather than pair by pair.
+  __device__ __forceinline__ bool staged() const { return map || (ld % 8 == 0 && reinterpret_cast<uintptr_t>(ptr) % 16 == 0); }
+};
+
+// A warpgroup's staging of its blocks (store_block, load_block): the [64][128] tile at shared
 // address `addr` (the same bytes at `ptr`) and the named barrier its 128 threads meet at.
 struct OutStage {
   uint32_t addr;
@@ -141,19 +156,144 @@ struct OutStage {
   int barrier;
 };
 
-// Rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator, acc[4j + 2h + e] =
-// out[row0 + 16·warp + gid + 8h][8j + 2·tig + e], rope turned first when kRopeD > 0. Where out's
-// rows are 16-byte aligned they go through the warpgroup's staged tile 128 columns at a time:
-// stmatrix, the warpgroup's barrier, then 16-byte stores of whole 128-byte lines (8 a thread), or,
-// with p.tma_store, two TMA stores issued by one thread, which the warpgroup does not wait for
-// until it next needs the tile; else a 4-byte store for each pair of columns.
+// Block v into d. Staged, 128 columns at a time: stmatrix into the tile, the warpgroup's
+// barrier, then 16-byte stores of whole 128-byte lines (8 a thread), or, through d.map, two TMA
+// stores issued by one thread, which the warpgroup does not wait for until it next needs the
+// tile. Else a 4-byte store for each pair of columns (or 2-byte ones, at odd strides and edges).
+template <int kBN>
+__device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[kBN / 4], int warp, int gid, int tig, const OutStage& st) {
+  if (d.staged()) {
+    const int t = threadIdx.x % 128;
+#pragma unroll
+    for (int c = 0; c < kBN / 128; ++c) {
+      if (d.map) {  // the staged tile is free once the last TMA store from it has read it
+        if (t == 0) wg::bulk_wait_read<0>();
+        wg::bar_sync(st.barrier, 128);
+      }
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk..: pairs 32c + 4kk..
+        const uint32_t r[4] = {v[32 * c + 4 * kk], v[32 * c + 4 * kk + 1], v[32 * c + 4 * kk + 2], v[32 * c + 4 * kk + 3]};
+        wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
+      }
+      if (d.map) {  // two [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
+        wg::fence_proxy_async();
+        wg::bar_sync(st.barrier, 128);
+        if (t == 0) {
+          wg::tile_store_4d(st.addr, *d.map, d.col0 + 128 * c, 0, d.row0, d.b);
+          wg::tile_store_4d(st.addr + 64 * 128, *d.map, d.col0 + 128 * c + 64, 0, d.row0, d.b);
+          wg::bulk_commit();
+        }
+        continue;
+      }
+      wg::bar_sync(st.barrier, 128);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
+        const int orow = d.row0 + row, col = d.col0 + 128 * c + 8 * chunk;
+        if (orow >= d.rows || col >= d.cols) continue;
+        const uint4 x = *reinterpret_cast<const uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk));
+        bf16* const dst = d.ptr + (int64_t)orow * d.ld + col;
+        if (col + 8 <= d.cols) {
+          *reinterpret_cast<uint4*>(dst) = x;
+        } else {
+          const uint32_t e[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+          for (int y = 0; y < 8; ++y) {  // constant indices: x stays in registers
+            if (col + y < d.cols) dst[y] = __ushort_as_bfloat16((unsigned short)(e[y / 2] >> (16 * (y % 2))));
+          }
+        }
+      }
+      wg::bar_sync(st.barrier, 128);  // all read: the tile is free for the next columns
+    }
+    return;
+  }
+  const bool pairs = d.ld % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = d.row0 + 16 * warp + gid + 8 * h;
+    if (row >= d.rows) continue;
+    bf16* const orow = d.ptr + (int64_t)row * d.ld;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int col = d.col0 + 8 * j + 2 * tig;
+      const uint32_t x = v[2 * j + h];
+      if (pairs && col + 1 < d.cols) {
+        *reinterpret_cast<uint32_t*>(orow + col) = x;
+      } else {
+        if (col < d.cols) orow[col] = __ushort_as_bfloat16((unsigned short)(x & 0xffffu));
+        if (col + 1 < d.cols) orow[col + 1] = __ushort_as_bfloat16((unsigned short)(x >> 16));
+      }
+    }
+  }
+}
+
+// Block s into v (zeros outside the matrix), store_block's inverse. Staged, 128 columns at a
+// time: 16-byte loads of whole 128-byte lines into the tile (8 a thread), the barrier, ldmatrix;
+// else pair by pair.
+template <int kBN>
+__device__ __forceinline__ void load_block(const Block& s, uint32_t (&v)[kBN / 4], int warp, int gid, int tig, const OutStage& st) {
+  if (s.staged()) {
+    const int t = threadIdx.x % 128, lane = t & 31, m = lane >> 3;
+#pragma unroll
+    for (int c = 0; c < kBN / 128; ++c) {
+      if (t == 0) wg::bulk_wait_read<0>();  // a TMA store may still be reading the tile
+      wg::bar_sync(st.barrier, 128);        // and every thread has read it
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
+        const int orow = s.row0 + row, col = s.col0 + 128 * c + 8 * chunk;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (orow < s.rows && col < s.cols) {
+          const bf16* const src = s.ptr + (int64_t)orow * s.ld + col;
+          if (col + 8 <= s.cols) {
+            x = __ldg(reinterpret_cast<const uint4*>(src));
+          } else {
+            uint32_t e[4] = {0, 0, 0, 0};
+#pragma unroll
+            for (int y = 0; y < 8; ++y) {
+              if (col + y < s.cols) e[y / 2] |= (uint32_t)__bfloat16_as_ushort(src[y]) << (16 * (y % 2));
+            }
+            x = make_uint4(e[0], e[1], e[2], e[3]);
+          }
+        }
+        *reinterpret_cast<uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk)) = x;
+      }
+      wg::bar_sync(st.barrier, 128);
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // store_fragment's addresses: pairs 32c + 4kk..
+        uint32_t* const r = v + 32 * c + 4 * kk;
+        attn::ldsm_x4(st.addr + wg::sw128_offset(64, 16 * warp + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r[0], r[1], r[2], r[3]);
+      }
+    }
+    wg::bar_sync(st.barrier, 128);  // all read: the tile is free
+    return;
+  }
+  const bool pairs = s.ld % 2 == 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = s.row0 + 16 * warp + gid + 8 * h;
+    const bf16* const irow = s.ptr + (int64_t)min(row, s.rows - 1) * s.ld;
+#pragma unroll
+    for (int j = 0; j < kBN / 8; ++j) {
+      const int col = s.col0 + 8 * j + 2 * tig;
+      uint32_t x = 0;
+      if (row < s.rows && pairs && col + 1 < s.cols) {
+        x = *reinterpret_cast<const uint32_t*>(irow + col);
+      } else if (row < s.rows) {
+        if (col < s.cols) x = __bfloat16_as_ushort(irow[col]);
+        if (col + 1 < s.cols) x |= (uint32_t)__bfloat16_as_ushort(irow[col + 1]) << 16;
+      }
+      v[2 * j + h] = x;
+    }
+  }
+}
+
+// Rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (acc[4j + 2h + e] =
+// out[row0 + 16·warp + gid + 8h][8j + 2·tig + e]), rope turned first when kRopeD > 0, into out
+// (or, for rope's columns from `split` on, out2).
 template <int kRopeD, int kBN>
 __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2],
                                            const OutStage& st) {
-  bf16* out = p.out + (int64_t)tl.b * p.out_batch;
-  int64_t ldo = p.ldo;
-  int n0 = tl.n0, n = p.n;
-  if (kRopeD > 0 && tl.n0 >= p.split) out = p.out2, ldo = p.ldo2, n0 -= p.split, n -= p.split;
   if constexpr (kRopeD > 0) {
     constexpr int kD = kRopeD > 0 ? kRopeD : 1;  // (nvcc checks the % below for kRopeD = 0 too)
     constexpr int kPair = kD / 16;               // j between a column and its partner
@@ -176,126 +316,65 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
       }
     }
   }
-  if (p.tma_store || (ldo % 8 == 0 && reinterpret_cast<uintptr_t>(out) % 16 == 0)) {
-    const int t = threadIdx.x % 128;
-#pragma unroll
-    for (int c = 0; c < kBN / 128; ++c) {
-      if (p.tma_store) {  // the staged tile is free once the last TMA store from it has read it
-        if (t == 0) wg::bulk_wait_read<0>();
-        wg::bar_sync(st.barrier, 128);
-      }
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk.. : j0 and j0 + 1, rows gid and gid + 8
-        const int j0 = 16 * c + 2 * kk;
-        const uint32_t r[4] = {pack_bf16(acc[4 * j0], acc[4 * j0 + 1]), pack_bf16(acc[4 * j0 + 2], acc[4 * j0 + 3]),
-                               pack_bf16(acc[4 * j0 + 4], acc[4 * j0 + 5]), pack_bf16(acc[4 * j0 + 6], acc[4 * j0 + 7])};
-        wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
-      }
-      if (p.tma_store) {  // two [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
-        wg::fence_proxy_async();
-        wg::bar_sync(st.barrier, 128);
-        if (t == 0) {
-          const wg::TileMap& map = kRopeD > 0 && tl.n0 >= p.split ? p.out2_map : p.out_map;
-          wg::tile_store_4d(st.addr, map, n0 + 128 * c, 0, tl.m0 + row0, tl.b);
-          wg::tile_store_4d(st.addr + 64 * 128, map, n0 + 128 * c + 64, 0, tl.m0 + row0, tl.b);
-          wg::bulk_commit();
-        }
-        continue;
-      }
-      wg::bar_sync(st.barrier, 128);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
-        const int orow = tl.m0 + row0 + row, col = n0 + 128 * c + 8 * chunk;
-        if (orow >= p.m || col >= n) continue;
-        const uint4 v = *reinterpret_cast<const uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk));
-        bf16* const dst = out + (int64_t)orow * ldo + col;
-        if (col + 8 <= n) {
-          *reinterpret_cast<uint4*>(dst) = v;
-        } else {
-          const __nv_bfloat162 e[4] = {*reinterpret_cast<const __nv_bfloat162*>(&v.x), *reinterpret_cast<const __nv_bfloat162*>(&v.y),
-                                       *reinterpret_cast<const __nv_bfloat162*>(&v.z), *reinterpret_cast<const __nv_bfloat162*>(&v.w)};
-#pragma unroll
-          for (int x = 0; x < 8; ++x) {  // constant indices: v stays in registers
-            if (col + x < n) dst[x] = x % 2 ? e[x / 2].y : e[x / 2].x;
-          }
-        }
-      }
-      wg::bar_sync(st.barrier, 128);  // all read: the tile is free for the next columns
-    }
-    return;
-  }
-  const bool pairs = ldo % 2 == 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
-    if (row >= p.m) continue;
-    bf16* const orow = out + (int64_t)row * ldo;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) store_pair(orow, n0 + 8 * j + 2 * tig, n, pairs, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-  }
+  uint32_t v[kBN / 4];
+  pack_acc<kBN>(acc, v);
+  const bool second = kRopeD > 0 && tl.n0 >= p.split;
+  const Block d = second ? Block{p.out2, p.ldo2, p.m, p.n - p.split, tl.m0 + row0, tl.n0 - p.split, p.tma_store ? &p.out2_map : nullptr, 0}
+                         : Block{p.out + (int64_t)tl.b * p.out_batch, p.ldo, p.m, p.n, tl.m0 + row0, tl.n0, p.tma_store ? &p.out_map : nullptr, tl.b};
+  store_block<kBN>(d, v, warp, gid, tig, st);
+}
+
+// The first (half = 0) or second half of SwiGLU's [2F][n] out, G or dG, U or dU: rows f0.. of
+// the F, through out_map or out2_map.
+__device__ __forceinline__ Block swiglu_half(const Params& p, const Tile& tl, int f0, int half) {
+  return Block{p.out + (int64_t)half * p.swiglu_f * p.ldo, p.ldo, p.swiglu_f, p.n, f0, tl.n0, p.tma_store ? (half ? &p.out2_map : &p.out_map) : nullptr, 0};
 }
 
 // kSwiglu's store of tile `tl` (64 hidden units f0.. by kBN tokens) from a ping-pong consumer's
 // gate and up accumulators: G and U rounded to bf16 into out's rows f and F + f, then
 // h = swiglu_forward(G, U) of the rounded values (cuda/swiglu.cuh) into out3's row f.
 template <int kBN>
-__device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, int warp, int gid, int tig, const float (&g)[kBN / 2], const float (&u)[kBN / 2]) {
-  const int F = p.swiglu_f;
-  const bool pairs = p.ldo % 2 == 0 && p.ldo3 % 2 == 0;
+__device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, int warp, int gid, int tig, const float (&g)[kBN / 2], const float (&u)[kBN / 2],
+                                             const OutStage& st) {
+  uint32_t vg[kBN / 4], vu[kBN / 4];
+  pack_acc<kBN>(g, vg);
+  pack_acc<kBN>(u, vu);
+  store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, st);
+  store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, st);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int f = tl.m0 + 16 * warp + gid + 8 * h;
-    if (f >= F) continue;
-    bf16* const grow = p.out + (int64_t)f * p.ldo;
-    bf16* const urow = p.out + (int64_t)(F + f) * p.ldo;
-    bf16* const hrow = p.out3 + (int64_t)f * p.ldo3;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int col = tl.n0 + 8 * j + 2 * tig, e = 4 * j + 2 * h;
-      const float2 gr = __bfloat1622float2(__floats2bfloat162_rn(g[e], g[e + 1]));
-      const float2 ur = __bfloat1622float2(__floats2bfloat162_rn(u[e], u[e + 1]));
-      store_pair(grow, col, p.n, pairs, gr.x, gr.y);
-      store_pair(urow, col, p.n, pairs, ur.x, ur.y);
-      store_pair(hrow, col, p.n, pairs, swiglu_forward(gr.x, ur.x), swiglu_forward(gr.y, ur.y));
-    }
+  for (int q = 0; q < kBN / 4; ++q) {
+    const float2 a = unpack_bf16(vg[q]), b = unpack_bf16(vu[q]);
+    vg[q] = pack_bf16(swiglu_forward(a.x, b.x), swiglu_forward(a.y, b.y));
   }
+  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st);
 }
 
-// kSwigluBwd's store of rows row0..row0 + 63 of tile `tl` (hidden units) from a warpgroup's dh
-// accumulator: dG and dU of each (f, token) into out's rows f and F + f.
+// kSwigluBwd's store of rows row0..row0 + 63 of tile `tl` (hidden units) from a warpgroup's dh,
+// rounded to bf16 (pack_acc) as the unfused path stores it: 128 columns at a time, G and U of
+// the block loaded from aux (load_block), then dG and dU into out's rows f and F + f. (By 128
+// columns, and from dh packed, so that G and U fit beside the accumulators without spilling.)
 template <int kBN>
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, const float (&dh)[kBN / 2]) {
-  const int F = p.swiglu_f;
-  const bool pairs = p.ldo % 2 == 0 && p.ld_aux % 2 == 0;
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, const uint32_t (&dh)[kBN / 4],
+                                                 const OutStage& st) {
+  const int F = p.swiglu_f, f0 = tl.m0 + row0;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int f = tl.m0 + row0 + 16 * warp + gid + 8 * h;
-    if (f >= F) continue;
-    const bf16* const grow = p.aux + (int64_t)f * p.ld_aux;
-    const bf16* const urow = p.aux + (int64_t)(F + f) * p.ld_aux;
-    bf16* const dgrow = p.out + (int64_t)f * p.ldo;
-    bf16* const durow = p.out + (int64_t)(F + f) * p.ldo;
+  for (int c = 0; c < kBN / 128; ++c) {
+    const int col0 = tl.n0 + 128 * c;
+    uint32_t vg[32], vu[32];
+    load_block<128>(Block{p.aux, p.ld_aux, F, p.n, f0, col0, nullptr, 0}, vg, warp, gid, tig, st);
+    load_block<128>(Block{p.aux + (int64_t)F * p.ld_aux, p.ld_aux, F, p.n, f0, col0, nullptr, 0}, vu, warp, gid, tig, st);
 #pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int col = tl.n0 + 8 * j + 2 * tig, e = 4 * j + 2 * h;
-      if (col >= p.n) continue;
-      const bool two = col + 1 < p.n;
-      float g[2], u[2], dg[2], du[2];
-      if (pairs && two) {
-        const float2 gv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(grow + col));
-        const float2 uv = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(urow + col));
-        g[0] = gv.x, g[1] = gv.y, u[0] = uv.x, u[1] = uv.y;
-      } else {
-        g[0] = __bfloat162float(grow[col]), u[0] = __bfloat162float(urow[col]);
-        g[1] = two ? __bfloat162float(grow[col + 1]) : 0.f, u[1] = two ? __bfloat162float(urow[col + 1]) : 0.f;
-      }
-      const float2 d = __bfloat1622float2(__floats2bfloat162_rn(dh[e], dh[e + 1]));
-      swiglu_backward(d.x, g[0], u[0], dg[0], du[0]);
-      swiglu_backward(d.y, g[1], u[1], dg[1], du[1]);
-      store_pair(dgrow, col, p.n, pairs, dg[0], dg[1]);
-      store_pair(durow, col, p.n, pairs, du[0], du[1]);
+    for (int q = 0; q < 32; ++q) {
+      const float2 d = unpack_bf16(dh[32 * c + q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
+      float dg0, du0, dg1, du1;
+      swiglu_backward(d.x, g.x, u.x, dg0, du0);
+      swiglu_backward(d.y, g.y, u.y, dg1, du1);
+      vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
     }
+    Block dg = swiglu_half(p, tl, f0, 0), du = swiglu_half(p, tl, f0, 1);
+    dg.col0 = du.col0 = col0;
+    store_block<128>(dg, vg, warp, gid, tig, st);
+    store_block<128>(du, vu, warp, gid, tig, st);
   }
 }
 
@@ -414,10 +493,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
     if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
     if constexpr (kSwi) {
-      store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1]);
+      store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
     } else if constexpr (kEpi == kSwigluBwd) {
+      uint32_t dh[kAcc][kBN / 4];
 #pragma unroll
-      for (int r = 0; r < kAcc; ++r) store_swiglu_bwd<kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r]);
+      for (int r = 0; r < kAcc; ++r) pack_acc<kBN>(acc[r], dh[r]);
+#pragma unroll
+      for (int r = 0; r < kAcc; ++r) store_swiglu_bwd<kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, dh[r], out_stage);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -444,11 +526,21 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
 }
 
-// Sends the staged tiles of p's out (and, when rope splits the columns, out2) by TMA stores:
-// only where each is a dense [batch][rows][cols] tensor (rows ldo = n, or ldo2 = n − split,
-// apart), 16-byte aligned with 16-byte rows. Returns whether it did (else the consumers store).
+// Sends the staged tiles of p's out (and, when rope splits the columns, out2; with SwiGLU, out's
+// two halves and out3 when set) by TMA stores: only where each is a dense [batch][rows][cols]
+// tensor (rows ldo = n, or ldo2 = n − split, or ldo3 = n, apart), 16-byte aligned with 16-byte
+// rows. Returns whether it did (else the consumers store).
 inline bool use_tma_store(Params& p) {
   const auto fits = [](const void* base, int64_t ld, int cols) { return base && ld == cols && cols % 8 == 0 && reinterpret_cast<uintptr_t>(base) % 16 == 0; };
+  if (p.swiglu_f > 0) {
+    const int F = p.swiglu_f;
+    bf16* const second = p.out + (int64_t)F * p.ldo;
+    if (p.batch != 1 || !fits(p.out, p.ldo, p.n) || !fits(second, p.ldo, p.n) || (p.out3 && !fits(p.out3, p.ldo3, p.n))) return false;
+    if (wg::encode_head_rows(p.out_map, p.out, 1, F, 1, p.n, 64) || wg::encode_head_rows(p.out2_map, second, 1, F, 1, p.n, 64)) return false;
+    if (p.out3 && wg::encode_head_rows(p.out3_map, p.out3, 1, F, 1, p.n, 64)) return false;
+    p.tma_store = true;
+    return true;
+  }
   const bool split = p.out2 != nullptr;
   const int n1 = split ? p.split : p.n;
   if (!fits(p.out, p.ldo, n1) || (split && !fits(p.out2, p.ldo2, p.n - p.split))) return false;

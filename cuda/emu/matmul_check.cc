@@ -124,8 +124,9 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
 }
 
 // kSwiglu (ping-pong only): G and U of [Gᵀ; Uᵀ] = Wgu · xᵀ, and h = silu(G)·U, against float64
-// products rounded to bf16 as the kernel rounds them; the relative error of the worst of the three.
-bool run_swiglu(int F, int rows, int d, double& rel) {
+// products rounded to bf16 as the kernel rounds them; the relative error of the worst of the
+// three. With tma, by TMA stores where the rows allow them (rows a multiple of 8).
+bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
   std::mt19937_64 rng(99 + F * 7 + rows * 3 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wgu = fill((size_t)2 * F * d), x = fill((size_t)rows * d);
@@ -134,6 +135,10 @@ bool run_swiglu(int F, int rows, int d, double& rel) {
   mdlm::gemm::Params p{};
   if (const char* err = mdlm::gemm::make_swiglu_params(p, wgu.data(), x.data(), gu.data(), h.data(), F, rows, d)) {
     std::printf("swiglu: %s\n", err);
+    return false;
+  }
+  if (tma && mdlm::gemm::use_tma_store(p) != (rows % 8 == 0)) {
+    std::printf("swiglu: use_tma_store disagrees with the layout\n");
     return false;
   }
   const int tiles = p.tiles_m * p.tiles_n;
@@ -163,7 +168,8 @@ bool run_swiglu(int F, int rows, int d, double& rel) {
 bool run_swiglu_bwd(int F, int rows, int d, const Variant& v, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
-  const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
+  const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d);
+  std::vector<bf16> gu = fill((size_t)2 * F * rows);
   std::vector<bf16> dgu((size_t)2 * F * rows, __float2bfloat16_rn(NAN));
   mdlm::gemm::Params p{};
   if (const char* err = mdlm::gemm::make_params(p, wdown.data(), dout.data(), dgu.data(), 1, F, rows, d, rows, v.tile_n, true)) {
@@ -171,6 +177,10 @@ bool run_swiglu_bwd(int F, int rows, int d, const Variant& v, double& rel) {
     return false;
   }
   p.swiglu_f = F, p.aux = gu.data(), p.ld_aux = rows;
+  if (v.tma && mdlm::gemm::use_tma_store(p) != (rows % 8 == 0)) {
+    std::printf("swiglu bwd: use_tma_store disagrees with the layout\n");
+    return false;
+  }
   const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, v.sched, v.tile_n, true);
   ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n), p);
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
@@ -216,13 +226,15 @@ int main() {
   }
   const int swiglu_cases[][3] = {{64, 128, 64}, {100, 200, 72}, {256, 300, 136}};  // F, rows, d: tails in F and rows
   for (const auto& c : swiglu_cases) {
-    double rel = NAN;
-    const bool ok = run_swiglu(c[0], c[1], c[2], rel);
-    failed += !ok;
-    char label[96];
-    std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
-    std::printf("%-64s %-12s rel err %.3e%s\n", label, "ping 128", rel, ok ? "  ok" : "  FAIL");
-    std::fflush(stdout);
+    for (const bool tma : {false, true}) {
+      double rel = NAN;
+      const bool ok = run_swiglu(c[0], c[1], c[2], tma, rel);
+      failed += !ok;
+      char label[96];
+      std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
+      std::printf("%-64s %-12s rel err %.3e%s\n", label, tma ? "ping 128 tma" : "ping 128", rel, ok ? "  ok" : "  FAIL");
+      std::fflush(stdout);
+    }
   }
   const int swiglu_bwd_cases[][3] = {{104, 200, 72}, {256, 300, 136}};  // F (a multiple of 8), rows, d
   for (const auto& c : swiglu_bwd_cases) {
