@@ -37,9 +37,12 @@
 //
 // kAT: a is stored transposed, [b][k][m] (m fastest), loaded as [64 k][64 m] boxes and read
 // MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. Its kSwigluBwd epilogue
-// is SwiGLU's backward on the spot: with dh (rounded to bf16, as the unfused path stores it) and
-// G and U read from `aux` ([2F][n]), it writes dG and dU into out's rows f and F + f and never
-// writes dh (any schedule: every element's inputs are its own).
+// (cooperative, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
+// (rounded to bf16, as the unfused path stores it) and G and U of the tile from `aux` ([2F][n]),
+// it writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
+// ([64][128] each) come by TMA into a buffer of its own, asked for as its tile begins: the loads
+// land while the tile multiplies (read in the epilogue, they stalled it on memory latency: 0.26 ms
+// against 0.09 for the plain product at llama-124m's dh on the H100).
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -67,8 +70,11 @@ constexpr int kOutStageBytes = 64 * 128 * 2;  // a consumer's [64][128] bf16 til
 __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
 // The ring, the consumers' output tiles, the ring's full and empty mbarriers, and the 1024-byte
 // alignment of the swizzled tiles (4 · 48 KB + 32 KB + … ≤ 227 KB at 256 columns).
-__host__ __device__ constexpr size_t smem_bytes(int tile_n) {
-  return (size_t)kStages * stage_bytes(tile_n) + 2 * kOutStageBytes + 2 * kStages * 8 + 1024;
+// kSwigluBwd adds each consumer's G and U tiles ([64][128] each: 2 · kOutStageBytes) and their
+// mbarriers (4 · 32 KB + 32 KB + 64 KB + … ≤ 227 KB).
+constexpr int kAuxBytes = 2 * kOutStageBytes;
+__host__ __device__ constexpr size_t smem_bytes(int tile_n, bool swiglu_bwd = false) {
+  return (size_t)kStages * stage_bytes(tile_n) + 2 * kOutStageBytes + (swiglu_bwd ? 2 * kAuxBytes + 2 * 8 : 0) + 2 * kStages * 8 + 1024;
 }
 
 struct Params {
@@ -90,12 +96,12 @@ struct Params {
   const int* positions;
   const float2* rope_cs;
   // kSwiglu: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
-  // kSwigluBwd: F (= m), and G and U, [2F][n] with rows ld_aux apart (read only).
+  // kSwigluBwd: F (= m), and G and U, [2F][n] (make_swiglu_bwd_params), loaded through aux_map
+  // and aux2_map, boxes of 64 rows × 64 columns.
   int swiglu_f;
   bf16* out3;
   int64_t ldo3;
-  bf16* aux;
-  int64_t ld_aux;
+  wg::TileMap aux_map, aux2_map;
 };
 
 // Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
@@ -227,64 +233,14 @@ __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[
   }
 }
 
-// Block s into v (zeros outside the matrix), store_block's inverse. Staged, 128 columns at a
-// time: 16-byte loads of whole 128-byte lines into the tile (8 a thread), the barrier, ldmatrix;
-// else pair by pair.
-template <int kBN>
-__device__ __forceinline__ void load_block(const Block& s, uint32_t (&v)[kBN / 4], int warp, int gid, int tig, const OutStage& st) {
-  if (s.staged()) {
-    const int t = threadIdx.x % 128, lane = t & 31, m = lane >> 3;
+// The [64][128] block staged at shared address `addr` (store_block's layout: two 128B-swizzled
+// [64][64] slabs, as two TMA boxes land) into v, by ldmatrix (store_fragment's addresses).
+__device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[32], int warp) {
+  const int lane = threadIdx.x & 31, m = lane >> 3;
 #pragma unroll
-    for (int c = 0; c < kBN / 128; ++c) {
-      if (t == 0) wg::bulk_wait_read<0>();  // a TMA store may still be reading the tile
-      wg::bar_sync(st.barrier, 128);        // and every thread has read it
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
-        const int orow = s.row0 + row, col = s.col0 + 128 * c + 8 * chunk;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (orow < s.rows && col < s.cols) {
-          const bf16* const src = s.ptr + (int64_t)orow * s.ld + col;
-          if (col + 8 <= s.cols) {
-            x = __ldg(reinterpret_cast<const uint4*>(src));
-          } else {
-            uint32_t e[4] = {0, 0, 0, 0};
-#pragma unroll
-            for (int y = 0; y < 8; ++y) {
-              if (col + y < s.cols) e[y / 2] |= (uint32_t)__bfloat16_as_ushort(src[y]) << (16 * (y % 2));
-            }
-            x = make_uint4(e[0], e[1], e[2], e[3]);
-          }
-        }
-        *reinterpret_cast<uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk)) = x;
-      }
-      wg::bar_sync(st.barrier, 128);
-#pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {  // store_fragment's addresses: pairs 32c + 4kk..
-        uint32_t* const r = v + 32 * c + 4 * kk;
-        attn::ldsm_x4(st.addr + wg::sw128_offset(64, 16 * warp + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r[0], r[1], r[2], r[3]);
-      }
-    }
-    wg::bar_sync(st.barrier, 128);  // all read: the tile is free
-    return;
-  }
-  const bool pairs = s.ld % 2 == 0;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = s.row0 + 16 * warp + gid + 8 * h;
-    const bf16* const irow = s.ptr + (int64_t)min(row, s.rows - 1) * s.ld;
-#pragma unroll
-    for (int j = 0; j < kBN / 8; ++j) {
-      const int col = s.col0 + 8 * j + 2 * tig;
-      uint32_t x = 0;
-      if (row < s.rows && pairs && col + 1 < s.cols) {
-        x = *reinterpret_cast<const uint32_t*>(irow + col);
-      } else if (row < s.rows) {
-        if (col < s.cols) x = __bfloat16_as_ushort(irow[col]);
-        if (col + 1 < s.cols) x |= (uint32_t)__bfloat16_as_ushort(irow[col + 1]) << 16;
-      }
-      v[2 * j + h] = x;
-    }
+  for (int kk = 0; kk < 8; ++kk) {
+    uint32_t* const r = v + 4 * kk;
+    attn::ldsm_x4(addr + wg::sw128_offset(64, 16 * warp + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r[0], r[1], r[2], r[3]);
   }
 }
 
@@ -349,33 +305,28 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st);
 }
 
-// kSwigluBwd's store of rows row0..row0 + 63 of tile `tl` (hidden units) from a warpgroup's dh,
-// rounded to bf16 (pack_acc) as the unfused path stores it: 128 columns at a time, G and U of
-// the block loaded from aux (load_block), then dG and dU into out's rows f and F + f. (By 128
-// columns, and from dh packed, so that G and U fit beside the accumulators without spilling.)
-template <int kBN>
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, const uint32_t (&dh)[kBN / 4],
-                                                 const OutStage& st) {
-  const int F = p.swiglu_f, f0 = tl.m0 + row0;
+// kSwigluBwd's store of a consumer's rows row0..row0 + 63 of tile `tl` (hidden units) from its
+// dh, rounded to bf16 (pack_acc) as the unfused path stores it: G and U of the block from its aux
+// buffer (at `aux`, landed once `aux_full` completes the phase of `parity`), then dG and dU into
+// out's rows f and F + f.
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, const uint32_t (&dh)[32],
+                                                 const OutStage& st, uint32_t aux, uint32_t aux_full, uint32_t parity) {
+  const int f0 = tl.m0 + row0;
+  uint32_t vg[32], vu[32];
+  wg::mbar_wait(aux_full, parity);
+  read_block(aux, vg, warp);
+  read_block(aux + kOutStageBytes, vu, warp);
+  wg::bar_sync(st.barrier, 128);  // all read: the buffer is free for the next tile's loads
 #pragma unroll
-  for (int c = 0; c < kBN / 128; ++c) {
-    const int col0 = tl.n0 + 128 * c;
-    uint32_t vg[32], vu[32];
-    load_block<128>(Block{p.aux, p.ld_aux, F, p.n, f0, col0, nullptr, 0}, vg, warp, gid, tig, st);
-    load_block<128>(Block{p.aux + (int64_t)F * p.ld_aux, p.ld_aux, F, p.n, f0, col0, nullptr, 0}, vu, warp, gid, tig, st);
-#pragma unroll
-    for (int q = 0; q < 32; ++q) {
-      const float2 d = unpack_bf16(dh[32 * c + q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
-      float dg0, du0, dg1, du1;
-      swiglu_backward(d.x, g.x, u.x, dg0, du0);
-      swiglu_backward(d.y, g.y, u.y, dg1, du1);
-      vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
-    }
-    Block dg = swiglu_half(p, tl, f0, 0), du = swiglu_half(p, tl, f0, 1);
-    dg.col0 = du.col0 = col0;
-    store_block<128>(dg, vg, warp, gid, tig, st);
-    store_block<128>(du, vu, warp, gid, tig, st);
+  for (int q = 0; q < 32; ++q) {
+    const float2 d = unpack_bf16(dh[q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
+    float dg0, du0, dg1, du1;
+    swiglu_backward(d.x, g.x, u.x, dg0, du0);
+    swiglu_backward(d.y, g.y, u.y, dg1, du1);
+    vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
   }
+  store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, st);
+  store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, st);
 }
 
 // The two consumer warpgroups' schedules. kCooperative: both work on each tile, 64 rows each,
@@ -397,16 +348,20 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
+  constexpr bool kSwiBwd = kEpi == kSwigluBwd;
+  static_assert(!kSwiBwd || (!kPing && kBN == 128 && kAT), "SwiGLU's backward: cooperative, 128 wide, a (Wdown) transposed");
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
-  const uint32_t out_tiles = base + kStages * kStageBytes, bar = out_tiles + 2 * kOutStageBytes;
+  const uint32_t out_tiles = base + kStages * kStageBytes, aux_tiles = out_tiles + 2 * kOutStageBytes;
+  const uint32_t bar = aux_tiles + (kSwiBwd ? 2 * kAuxBytes : 0);
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
   auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
   auto empty = [&](int s) { return bar + 8 * (kStages + s); };
+  auto aux_full = [&](int w) { return bar + 8 * (2 * kStages + w); };  // kSwigluBwd: consumer w's G and U have landed
   const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
 
   if (threadIdx.x == 0) {
@@ -414,6 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::mbar_init(full(s), 1);                          // the producer's arrival with the stage's bytes
       wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
+    if (kSwiBwd) wg::mbar_init(aux_full(0), 1), wg::mbar_init(aux_full(1), 1);
     wg::fence_mbarrier_init();
   }
   __syncthreads();
@@ -465,6 +421,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #pragma unroll
       for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
     const int i0 = seq * ksteps;
+    if (kSwiBwd && threadIdx.x % 128 == 0) {  // G then U of this consumer's 64 rows, two boxes each
+      const int f0 = tl.m0 + 64 * wgi;
+      const uint32_t my_aux = aux_tiles + wgi * kAuxBytes;
+      wg::mbar_arrive_expect_tx(aux_full(wgi), kAuxBytes);
+#pragma unroll
+      for (int box = 0; box < 2; ++box) {
+        wg::tile_load_4d(my_aux + box * (kAuxBytes / 4), p.aux_map, tl.n0 + 64 * box, 0, f0, 0, aux_full(wgi));
+        wg::tile_load_4d(my_aux + kOutStageBytes + box * (kAuxBytes / 4), p.aux2_map, tl.n0 + 64 * box, 0, f0, 0, aux_full(wgi));
+      }
+    }
     if (kPing) wg::bar_sync(1 + wgi, kConsumers);
     for (int ks = 0; ks < ksteps; ++ks) {
       const int i = i0 + ks, s = i % kStages;
@@ -494,12 +460,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
     if constexpr (kSwi) {
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
-    } else if constexpr (kEpi == kSwigluBwd) {
-      uint32_t dh[kAcc][kBN / 4];
-#pragma unroll
-      for (int r = 0; r < kAcc; ++r) pack_acc<kBN>(acc[r], dh[r]);
-#pragma unroll
-      for (int r = 0; r < kAcc; ++r) store_swiglu_bwd<kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, dh[r], out_stage);
+    } else if constexpr (kSwiBwd) {
+      uint32_t dh[32];
+      pack_acc<128>(acc[0], dh);
+      store_swiglu_bwd(p, tl, 64 * wgi, warp, gid, tig, dh, out_stage, aux_tiles + wgi * kAuxBytes, aux_full(wgi), (uint32_t)seq & 1u);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -565,9 +529,24 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
   return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
 
+// p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
+// and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the cooperative
+// 128-wide kernel. Needs every tensor 16-byte aligned, F, rows and d multiples of 8. Returns an
+// error message, or nullptr.
+inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const void* dout, bf16* dgu, const bf16* gu, int F, int rows, int d) {
+  if (F % 8 != 0 || rows % 8 != 0) return "SwiGLU's backward epilogue: F and rows must be multiples of 8";
+  if (const char* err = make_params(p, wdown, dout, dgu, 1, F, rows, d, rows, 128, true)) return err;
+  p.swiglu_f = F;
+  const char* err = wg::encode_head_rows(p.aux_map, gu, 1, F, 1, rows, 64);
+  if (!err) err = wg::encode_head_rows(p.aux2_map, gu + (int64_t)F * rows, 1, F, 1, rows, 64);
+  if (!err && !use_tma_store(p)) err = "SwiGLU's backward epilogue: dgu must be 16-byte aligned";
+  return err;
+}
+
 // The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
 // schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
-// kThreads threads and smem_bytes(tile_n) bytes of shared memory; null for another combination.
+// kThreads threads and smem_bytes(tile_n, epilogue == kSwigluBwd) bytes of shared memory; null
+// for another combination.
 using Kernel = void (*)(const Params);
 inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {
   const auto pick = [&](auto epi, auto at) -> Kernel {
@@ -575,6 +554,9 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     constexpr bool kT = decltype(at)::value;
     if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
+    } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, cooperative 128 wide only
+      if constexpr (kT) return sched == kCooperative && tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, true> : nullptr;
+      else return nullptr;
     } else {
       if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
       if constexpr (kE == kSwiglu) return nullptr;

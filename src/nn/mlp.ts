@@ -1,17 +1,19 @@
 /**
  * SwiGLU MLP: down(silu(gate(x)) · up(x)). Saves the gate and up projections and, unless
  * `recompute` is set, their product; with it the product lives in the shared scratch and backward
- * recomputes it (the same kernel on the same inputs: the same bits).
+ * recomputes it (the swiglu op on the stored gate and up: the same math as the forward's).
  *
  * Training keeps the hidden activations transposed, [hidden, rows]: the gate and up weights sit
  * back to back in the parameter store, so Wgu = [Wgate; Wup] is one [2·hidden, dModel] matrix,
  * and Gᵀ;Uᵀ = Wgu · xᵀ is one GEMM whose two halves are the gate and up activations, each
- * contiguous. Backward likewise takes dx = [dGᵀ; dUᵀ]ᵀ · Wgu and dWgu = [dGᵀ; dUᵀ] · x as one GEMM
- * each: three GEMMs of twice the size instead of six (the element-wise swiglu ops do not care
+ * contiguous; one op (matmul_swiglu) computes it and the product, which Hopper fuses into the
+ * GEMM's epilogue. Backward likewise takes dx = [dGᵀ; dUᵀ]ᵀ · Wgu and dWgu = [dGᵀ; dUᵀ] · x as one
+ * GEMM each: three GEMMs of twice the size instead of six (the element-wise swiglu ops do not care
  * about the layout). Decoding (fewer rows than built) keeps the row-major layout.
  */
 import type { Backend } from '../backend/backend.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
+import { matmulSwiglu } from '../ops/matmul_swiglu.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
@@ -77,7 +79,7 @@ export class SwiGluMlp {
 
   /** out [rows, dModel] from x [rows, dModel]; fewer rows than built for use the first rows of the buffers (decoding). */
   forward(b: Backend, x: Tensor, out: Tensor, rows = this.rows): void {
-    const F = this.hidden, d = this.dModel, m = SwiGluMlp.mat;
+    const F = this.hidden, d = this.dModel;
     if (rows !== this.rows || !this.joined) {
       const [g, u] = SwiGluMlp.halves(b, this.gu, rows, F);
       this.gate.forward(b, x, g, rows);
@@ -85,10 +87,11 @@ export class SwiGluMlp {
       this.down.forward(b, this.product(b, rows, F), out, rows);
       return;
     }
-    // [Gᵀ; Uᵀ] [2F, rows] = Wgu [2F, d] · xᵀ
-    b.run(matmul, { a: m(b, this.gate.weight.compute, 2 * F, d), b: as3d(b, x), out: m(b, this.gu, 2 * F, rows) }, matmulAttrs(1, 2 * F, rows, d, false, true));
+    // [Gᵀ; Uᵀ] [2F, rows] = Wgu [2F, d] · xᵀ, and hᵀ = silu(Gᵀ) · Uᵀ, in one op (one kernel on Hopper)
+    const hT = b.view(this.h, 0, [F, rows]);
+    b.run(matmulSwiglu, { wgu: b.view(this.gate.weight.compute, 0, [2 * F, d]), x: b.view(x, 0, [rows, d]), gu: b.view(this.gu, 0, [2 * F, rows]), out: hT }, { hidden: F, rows, k: d });
     // out [rows, d] = (hᵀ)ᵀ · Wdownᵀ
-    b.run(matmul, { a: as3d(b, this.product(b, F, rows)), b: as3d(b, this.down.weight.compute), out: as3d(b, out) }, matmulAttrs(1, rows, d, F, true, true));
+    b.run(matmul, { a: as3d(b, hT), b: as3d(b, this.down.weight.compute), out: as3d(b, out) }, matmulAttrs(1, rows, d, F, true, true));
   }
 
   backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor): void {

@@ -6,6 +6,7 @@ import { scale } from './scale.js';
 import { cast } from './cast.js';
 import { reduce } from './reduce.js';
 import { matmul } from './matmul.js';
+import { matmulSwiglu } from './matmul_swiglu.js';
 import { embedding, embeddingBackward } from './embedding.js';
 import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
@@ -42,6 +43,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   attentionDecode,
   swiglu,
   swigluBackward,
+  matmulSwiglu,
   gelu,
   geluBackward,
   crossEntropy,

@@ -1,6 +1,7 @@
 import { fail } from '../../../errors.js';
-import { matmul } from '../../../ops/matmul.js';
-import { ceilDiv, defineKernel } from '../kernel.js';
+import { type MatmulAttrs, matmul } from '../../../ops/matmul.js';
+import type { Tensor } from '../../../tensor.js';
+import { type KernelContext, ceilDiv, defineKernel } from '../kernel.js';
 
 /**
  * Kernel variants of shaders/matmul.wgsl, picked per call with MDLM_MATMUL_VARIANT (default
@@ -36,23 +37,28 @@ export function matmulVariant(name: string | undefined = process.env.MDLM_MATMUL
 /** Columns of out per workgroup (BN in the shader); rows are 16 · TM. */
 const BLOCK_N = 128;
 
+/** Dispatches matmul's shader for out (+)= op(a) · op(b) (also matmul_swiglu's first half). */
+export function dispatchMatmul(k: KernelContext, a: Tensor, b: Tensor, out: Tensor, { batch, m, n, k: depth, transA, transB, accumulate }: MatmulAttrs): void {
+  const variant = MATMUL_VARIANTS[matmulVariant()];
+  const blockM = 16 * variant.TM;
+  k.dispatch({
+    shader: 'matmul',
+    entry: 'main',
+    bindings: {
+      params: { m, n, k: depth, batch_stride_a: m * depth, batch_stride_b: depth * n, batch_stride_out: m * n },
+      a,
+      b,
+      out,
+    },
+    workgroups: [ceilDiv(n, BLOCK_N), ceilDiv(m, blockM), batch],
+    constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0 },
+  });
+}
+
 export const matmulKernel = defineKernel({
   op: matmul,
   shaders: ['matmul'],
-  run(k, { a, b, out }, { batch, m, n, k: depth, transA, transB, accumulate }) {
-    const variant = MATMUL_VARIANTS[matmulVariant()];
-    const blockM = 16 * variant.TM;
-    k.dispatch({
-      shader: 'matmul',
-      entry: 'main',
-      bindings: {
-        params: { m, n, k: depth, batch_stride_a: m * depth, batch_stride_b: depth * n, batch_stride_out: m * n },
-        a: a!,
-        b: b!,
-        out: out!,
-      },
-      workgroups: [ceilDiv(n, BLOCK_N), ceilDiv(m, blockM), batch],
-      constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0 },
-    });
+  run(k, { a, b, out }, attrs) {
+    dispatchMatmul(k, a!, b!, out!, attrs);
   },
 });

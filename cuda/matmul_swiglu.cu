@@ -1,0 +1,60 @@
+// matmul_swiglu: [Gᵀ; Uᵀ] = Wgu · xᵀ into gu, and out = silu(G)·U (src/ops/matmul_swiglu.ts).
+// On an sm_90 GPU, bf16, with wgu and x 16-byte aligned and k a multiple of 8: one launch of
+// cuda/matmul_ws.cuh's ping-pong kernel with its SwiGLU epilogue, which writes G, U and out as
+// it stores each tile (by TMA stores where rows is a multiple of 8 and the outputs 16-byte
+// aligned), so out is computed from G and U as they are stored, as the swiglu op would read
+// them. Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0 (an A/B switch): the matmul op, then the
+// swiglu op on gu's halves.
+#include <algorithm>
+#include <limits>
+#include <set>
+
+#include "common.cuh"
+#include "matmul_ws.cuh"
+
+namespace mdlm {
+namespace {
+
+bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& gu, const Arg& out, int F, int rows, int k) {
+  if (env_knob("MDLM_MATMUL_SWIGLU_FUSED") == "0" || !call.device || call.device->major != 9 || wgu.dtype != DType::bf16 || k % 8 != 0 ||
+      !all_aligned16({wgu.ptr, x.ptr}) || reinterpret_cast<uintptr_t>(gu.ptr) % 4 != 0 || reinterpret_cast<uintptr_t>(out.ptr) % 4 != 0) {
+    return false;
+  }
+  gemm::Params p;
+  if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k)) return false;
+  gemm::use_tma_store(p);  // where the layout allows it
+  const gemm::Kernel kernel = gemm::kernel_for(gemm::kSwiglu, gemm::kPingPong, 128);
+  static std::set<gemm::Kernel> smem_allowed;
+  if (smem_allowed.insert(kernel).second) {
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm::smem_bytes(128)), "matmul_swiglu: shared memory");
+  }
+  const int64_t tiles = (int64_t)p.tiles_m * p.tiles_n;
+  kernel<<<(unsigned)std::min<int64_t>(tiles, call.device->multiProcessorCount), gemm::kThreads, gemm::smem_bytes(128), call.stream>>>(p);
+  check_launch("matmul_swiglu (gemm_ws_nt)");
+  return true;
+}
+
+}  // namespace
+}  // namespace mdlm
+
+MDLM_OP(matmul_swiglu) {
+  using namespace mdlm;
+  const DType dtype = float_dtype_of(call, {"wgu", "x", "gu", "out"});
+  const Arg &wgu = call.arg("wgu"), &x = call.arg("x"), &gu = call.arg("gu"), &out = call.arg("out");
+  const int64_t F = call.i64("hidden"), rows = call.i64("rows"), k = call.i64("k");
+  if (std::max({2 * F, rows, k}) <= std::numeric_limits<int>::max() && launch_fused(call, wgu, x, gu, out, (int)F, (int)rows, (int)k)) return;
+  // The two ops this one stands for, on the same stream.
+  OpCall mm = call;
+  mm.op = "matmul";
+  mm.args = {{"a", wgu}, {"b", x}, {"out", gu}};
+  mm.nums = {{"batch", 1}, {"m", (double)(2 * F)}, {"n", (double)rows}, {"k", (double)k}, {"transA", 0}, {"transB", 1}, {"accumulate", 0}, {"outF32", 0}};
+  find_launcher("matmul")(mm);
+  Arg gate = gu, up = gu;
+  gate.numel = up.numel = F * rows;
+  up.ptr = static_cast<char*>(gu.ptr) + F * rows * dtype_bytes(dtype);
+  OpCall sw = call;
+  sw.op = "swiglu";
+  sw.args = {{"gate", gate}, {"up", up}, {"out", out}};
+  sw.nums = {{"rows", (double)F}, {"hidden", (double)rows}};
+  find_launcher("swiglu")(sw);
+}

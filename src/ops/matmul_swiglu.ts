@@ -1,0 +1,66 @@
+/**
+ * matmul_swiglu: the SwiGLU MLP's gate/up projection and its product in one op, in the MLP's
+ * transposed layout (src/nn/mlp.ts): [Gᵀ; Uᵀ] = Wgu · xᵀ into gu ([2·hidden, rows]: the gate rows,
+ * then the up rows) and out = silu(G) · U ([hidden, rows]). A backend may fuse the two (CUDA on
+ * Hopper: cuda/matmul_ws.cuh's SwiGLU epilogue computes out from G and U as it stores them, and
+ * the swiglu kernel's second read of gu is saved); the result is that of matmul then swiglu.
+ */
+import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims } from './op.js';
+
+export interface MatmulSwigluAttrs {
+  /** F: hidden units (rows of G, U and out). */
+  readonly hidden: number;
+  /** Tokens (columns of G, U and out). */
+  readonly rows: number;
+  /** The contraction: dModel. */
+  readonly k: number;
+}
+
+function silu(x: number): number {
+  return x / (1 + Math.exp(-x));
+}
+
+export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
+  name: 'matmul_swiglu',
+  summary: '[G; U] = wgu · xᵀ (gu, [2·hidden, rows]), out = silu(G) * U ([hidden, rows]): the gate/up projection and SwiGLU in one',
+  args: [
+    { name: 'wgu', role: 'in', dtype: 'float' },
+    { name: 'x', role: 'in', dtype: 'float' },
+    { name: 'gu', role: 'out', dtype: 'float' },
+    { name: 'out', role: 'out', dtype: 'float' },
+  ],
+  floatDtypes: ['f32', 'bf16'],
+  validate: (attrs) => requireDims('matmul_swiglu', attrs, ['hidden', 'rows', 'k']),
+  shapes: ({ hidden, rows, k }) => ({ wgu: [2 * hidden, k], x: [rows, k], gu: [2 * hidden, rows], out: [hidden, rows] }),
+  reference({ wgu, x, gu, out }, { hidden, rows, k }) {
+    for (let f = 0; f < 2 * hidden; f++) {
+      for (let t = 0; t < rows; t++) {
+        let s = 0;
+        for (let l = 0; l < k; l++) s += wgu![f * k + l]! * x![t * k + l]!;
+        gu![f * rows + t] = s;
+      }
+    }
+    // From G and U as f32 storage holds them: matmul then swiglu exactly, in f32 (where a backward
+    // that recomputes out with the swiglu op gets the same bits).
+    for (let i = 0; i < hidden * rows; i++) out![i] = silu(Math.fround(gu![i]!)) * Math.fround(gu![hidden * rows + i]!);
+  },
+  // Hopper's fused path wants k and rows multiples of 8 (the first three); the last takes the
+  // unfused one everywhere. Tails of the 64-unit and 128-token tiles in hidden and rows.
+  cases: (scale) =>
+    scale === 'test'
+      ? [
+          { label: 'F=64 rows=128 k=64 (one tile)', attrs: { hidden: 64, rows: 128, k: 64 } },
+          { label: 'F=100 rows=200 k=72 (tails)', attrs: { hidden: 100, rows: 200, k: 72 } },
+          { label: 'F=136 rows=264 k=136 (tiles each way)', attrs: { hidden: 136, rows: 264, k: 136 } },
+          { label: 'F=37 rows=45 k=33 (odd: unfused)', attrs: { hidden: 37, rows: 45, k: 33 } },
+        ]
+      : [
+          { label: 'llama-124m F=2048 rows=16384 k=768', attrs: { hidden: 2048, rows: 16384, k: 768 } },
+          { label: 'llama-1.3b F=5504 rows=16384 k=2048', attrs: { hidden: 5504, rows: 16384, k: 2048 } },
+        ],
+  sample: (rng, { hidden, rows, k }) => ({ wgu: randn(rng, 2 * hidden * k, 1 / Math.sqrt(k)), x: randn(rng, rows * k) }),
+  // matmul's (a k-term f32 sum, one bf16 rounding); out from G and U as stored adds their
+  // roundings under bf16, within the same bound at these sizes.
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  flops: ({ hidden, rows, k }) => 2 * 2 * hidden * rows * k,
+});
