@@ -2,8 +2,9 @@
 // Element-wise over n = rows * hidden. The *4 entry points take vec4 i over elements 4i..4i+3 of
 // the first 4 * floor(n / 4); a vec4 binding cannot reach the last n % 4 elements, so the *_tail
 // entry points do those through scalar views of the same tensors, with the same vec4 math.
-// swiglu_joined (matmul_swiglu's second half) reads gate and up as the two halves of one tensor,
-// gu = [gate; up], n elements each: their split need not fall on a bindable offset.
+// swiglu_joined and swiglu_backward_joined (matmul_swiglu's and matmul_swiglu_backward's second
+// halves) read gate and up as the two halves of one tensor, gu = [gate; up], n elements each, and
+// write dgate and dup as those of dgu: their split need not fall on a bindable offset.
 struct Params { n: u32 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -20,6 +21,7 @@ struct Params { n: u32 }
 @group(0) @binding(11) var<storage, read_write> dgate: array<f32>;
 @group(0) @binding(12) var<storage, read_write> dup: array<f32>;
 @group(0) @binding(13) var<storage, read> gu: array<f32>;
+@group(0) @binding(14) var<storage, read_write> dgu: array<f32>;
 
 const WG = 256u;
 
@@ -95,5 +97,15 @@ fn swiglu_joined(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgro
   let i = vec_index(gid, nwg);
   if (i < params.n) {
     out[i] = swiglu4(vec4f(gu[i]), vec4f(gu[params.n + i])).x;
+  }
+}
+
+@compute @workgroup_size(WG)
+fn swiglu_backward_joined(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = vec_index(gid, nwg);
+  if (i < params.n) {
+    let g = swiglu_grad4(vec4f(dout[i]), vec4f(gu[i]), vec4f(gu[params.n + i]));
+    dgu[i] = g.dg.x;
+    dgu[params.n + i] = g.du.x;
   }
 }

@@ -13,7 +13,7 @@
  */
 import type { Backend } from '../backend/backend.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
-import { matmulSwiglu } from '../ops/matmul_swiglu.js';
+import { matmulSwiglu, matmulSwigluBackward } from '../ops/matmul_swiglu.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
@@ -108,14 +108,12 @@ export class SwiGluMlp {
       return;
     }
     const hT = this.recompute ? this.product(b, F, R) : b.view(this.h, 0, [F, R]);
-    const dhT = b.view(sc.dHidden, 0, [F, R]);
-    // dWdown [d, F] (+)= doutᵀ · (hᵀ)ᵀ;  dhᵀ [F, rows] = Wdownᵀ · doutᵀ
+    // dWdown [d, F] (+)= doutᵀ · (hᵀ)ᵀ
     const store = this.down.weight.store;
     b.run(matmul, { a: as3d(b, dout), b: as3d(b, hT), out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: store.accumulates(this.down.weight), outF32: true }));
-    b.run(matmul, { a: as3d(b, this.down.weight.compute), b: as3d(b, dout), out: as3d(b, dhT) }, matmulAttrs(1, F, R, d, true, true));
-    const [gT, uT] = SwiGluMlp.halves(b, this.gu, F, R);
-    const [dgT, duT] = SwiGluMlp.halves(b, sc.dGateUp, F, R);
-    b.run(swigluBackward, { dout: dhT, gate: gT, up: uT, dgate: dgT, dup: duT }, { rows: F, hidden: R });
+    // dhᵀ [F, rows] = Wdownᵀ · doutᵀ, then [dGᵀ; dUᵀ] from it and [Gᵀ; Uᵀ], in one op (dh never stored on Hopper)
+    const gradGateUp = { wdown: b.view(this.down.weight.compute, 0, [d, F]), dout: b.view(dout, 0, [R, d]), gu: b.view(this.gu, 0, [2 * F, R]), dgu: b.view(sc.dGateUp, 0, [2 * F, R]) };
+    b.run(matmulSwigluBackward, gradGateUp, { hidden: F, rows: R, k: d });
     const dguT = m(b, sc.dGateUp, 2 * F, R);
     // dWgu [2F, d] (+)= [dGᵀ; dUᵀ] · x;  dx [rows, d] = [dGᵀ; dUᵀ]ᵀ · Wgu
     b.run(matmul, { a: dguT, b: as3d(b, x), out: m(b, this.gate.weight.grad, 2 * F, d) }, matmulAttrs(1, 2 * F, d, R, false, false, { accumulate: store.accumulates(this.gate.weight, this.up.weight), outF32: true }));

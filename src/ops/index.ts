@@ -6,7 +6,7 @@ import { scale } from './scale.js';
 import { cast } from './cast.js';
 import { reduce } from './reduce.js';
 import { matmul } from './matmul.js';
-import { matmulSwiglu } from './matmul_swiglu.js';
+import { matmulSwiglu, matmulSwigluBackward } from './matmul_swiglu.js';
 import { embedding, embeddingBackward } from './embedding.js';
 import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
@@ -44,6 +44,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   swiglu,
   swigluBackward,
   matmulSwiglu,
+  matmulSwigluBackward,
   gelu,
   geluBackward,
   crossEntropy,

@@ -4,6 +4,10 @@
  * then the up rows) and out = silu(G) · U ([hidden, rows]). A backend may fuse the two (CUDA on
  * Hopper: cuda/matmul_ws.cuh's SwiGLU epilogue computes out from G and U as it stores them, and
  * the swiglu kernel's second read of gu is saved); the result is that of matmul then swiglu.
+ *
+ * matmul_swiglu_backward: the down projection's input gradient and SwiGLU's backward in one op:
+ * dhᵀ = Wdownᵀ · doutᵀ ([hidden, rows]), then dG and dU from it and gu into dgu. Fused on Hopper
+ * (the epilogue computes dG and dU from dh as it leaves the accumulators: dh is never stored).
  */
 import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims } from './op.js';
 
@@ -16,8 +20,8 @@ export interface MatmulSwigluAttrs {
   readonly k: number;
 }
 
-function silu(x: number): number {
-  return x / (1 + Math.exp(-x));
+function sigmoid(x: number): number {
+  return 1 / (1 + Math.exp(-x));
 }
 
 export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
@@ -42,7 +46,10 @@ export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
     }
     // From G and U as f32 storage holds them: matmul then swiglu exactly, in f32 (where a backward
     // that recomputes out with the swiglu op gets the same bits).
-    for (let i = 0; i < hidden * rows; i++) out![i] = silu(Math.fround(gu![i]!)) * Math.fround(gu![hidden * rows + i]!);
+    for (let i = 0; i < hidden * rows; i++) {
+      const g = Math.fround(gu![i]!);
+      out![i] = g * sigmoid(g) * Math.fround(gu![hidden * rows + i]!);
+    }
   },
   // Hopper's fused path wants k and rows multiples of 8 (the first three); the last takes the
   // unfused one everywhere. Tails of the 64-unit and 128-token tiles in hidden and rows.
@@ -63,4 +70,47 @@ export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
   // roundings under bf16, within the same bound at these sizes.
   tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ hidden, rows, k }) => 2 * 2 * hidden * rows * k,
+});
+
+export const matmulSwigluBackward = defineOp<MatmulSwigluAttrs>({
+  name: 'matmul_swiglu_backward',
+  summary: 'dh = wdownᵀ · doutᵀ ([hidden, rows]), then [dG; dU] = swiglu_backward(dh, G, U) into dgu ([2·hidden, rows])',
+  args: [
+    { name: 'wdown', role: 'in', dtype: 'float' },
+    { name: 'dout', role: 'in', dtype: 'float' },
+    { name: 'gu', role: 'in', dtype: 'float' },
+    { name: 'dgu', role: 'out', dtype: 'float' },
+  ],
+  floatDtypes: ['f32', 'bf16'],
+  validate: (attrs) => requireDims('matmul_swiglu_backward', attrs, ['hidden', 'rows', 'k']),
+  shapes: ({ hidden, rows, k }) => ({ wdown: [k, hidden], dout: [rows, k], gu: [2 * hidden, rows], dgu: [2 * hidden, rows] }),
+  reference({ wdown, dout, gu, dgu }, { hidden, rows, k }) {
+    const n = hidden * rows;
+    for (let f = 0; f < hidden; f++) {
+      for (let t = 0; t < rows; t++) {
+        let s = 0;
+        for (let l = 0; l < k; l++) s += wdown![l * hidden + f]! * dout![t * k + l]!;
+        // dh as f32 storage holds it: matmul then swiglu_backward exactly, in f32
+        const dh = Math.fround(s), i = f * rows + t, g = gu![i]!, u = gu![n + i]!, sg = sigmoid(g);
+        dgu![i] = dh * u * (sg + g * sg * (1 - sg));
+        dgu![n + i] = dh * g * sg;
+      }
+    }
+  },
+  // Hopper's fused path wants hidden, rows and k multiples of 8 (the first three).
+  cases: (scale) =>
+    scale === 'test'
+      ? [
+          { label: 'F=64 rows=128 k=64 (one tile)', attrs: { hidden: 64, rows: 128, k: 64 } },
+          { label: 'F=104 rows=200 k=72 (tails)', attrs: { hidden: 104, rows: 200, k: 72 } },
+          { label: 'F=392 rows=520 k=64 (tiles each way)', attrs: { hidden: 392, rows: 520, k: 64 } },
+          { label: 'F=37 rows=45 k=33 (odd: unfused)', attrs: { hidden: 37, rows: 45, k: 33 } },
+        ]
+      : [
+          { label: 'llama-124m F=2048 rows=16384 k=768', attrs: { hidden: 2048, rows: 16384, k: 768 } },
+          { label: 'llama-1.3b F=5504 rows=16384 k=2048', attrs: { hidden: 5504, rows: 16384, k: 2048 } },
+        ],
+  sample: (rng, { hidden, rows, k }) => ({ wdown: randn(rng, k * hidden, 1 / Math.sqrt(k)), dout: randn(rng, rows * k), gu: randn(rng, 2 * hidden * rows, 2) }),
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  flops: ({ hidden, rows, k }) => 2 * hidden * rows * k,
 });

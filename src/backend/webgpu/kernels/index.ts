@@ -13,7 +13,7 @@ import { ropeKernel, ropeBackwardKernel } from './rope.js';
 import { attentionKernel, attentionBackwardKernel } from './attention.js';
 import { attentionDecodeKernel } from './attention_decode.js';
 import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
-import { matmulSwigluKernel } from './matmul_swiglu.js';
+import { matmulSwigluKernel, matmulSwigluBackwardKernel } from './matmul_swiglu.js';
 import { geluKernel, geluBackwardKernel } from './gelu.js';
 import { crossEntropyKernel, crossEntropyBackwardKernel, crossEntropyFusedKernel } from './cross_entropy.js';
 import { philoxKernel } from './philox.js';
@@ -44,6 +44,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   swigluKernel,
   swigluBackwardKernel,
   matmulSwigluKernel,
+  matmulSwigluBackwardKernel,
   geluKernel,
   geluBackwardKernel,
   crossEntropyKernel,
