@@ -13,7 +13,7 @@
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
 // SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores; the unfused path adds the swiglu kernel) and its worst
-// difference, and, for the dh products (a transposed), the cooperative 128-wide kernel with SwiGLU's backward
+// difference, and, for the dh products (a transposed), the ping-pong kernel with SwiGLU's backward
 // epilogue (the unfused path adds swiglu_backward). Exits non-zero when a difference or error is
 // over 5e-3.
 #include <cublasLt.h>
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "diff", "coop 128", "diff");
+  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "diff", "ping 128", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
@@ -354,7 +354,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
-      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[0], true); }, reps);  // coop 128
+      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1], true); }, reps);  // ping 128
       check(cudaGetLastError(), "ours, swiglu backward: launch");
       check(cudaDeviceSynchronize(), "ours, swiglu backward");
       bwd_diff = rel_diff(download(dgu, ngu), ref);

@@ -6,7 +6,7 @@
 // them. Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0 (an A/B switch): the matmul op, then the
 // swiglu op on gu's halves.
 // matmul_swiglu_backward: dhᵀ = Wdownᵀ · doutᵀ, then dG and dU into dgu. On an sm_90 GPU, bf16,
-// every tensor 16-byte aligned and hidden, rows and k multiples of 8: the cooperative kernel with
+// every tensor 16-byte aligned and hidden, rows and k multiples of 8: the ping-pong kernel with
 // SwiGLU's backward epilogue (dh never stored; G and U come by TMA while the tile multiplies).
 // Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0: the matmul op into scratch, then swiglu_backward.
 #include <algorithm>
@@ -79,7 +79,7 @@ MDLM_OP(matmul_swiglu_backward) {
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
     if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {
-      launch(call, gemm::kernel_for(gemm::kSwigluBwd, gemm::kCooperative, 128, true), p, gemm::smem_bytes(128, true), "matmul_swiglu_backward (gemm_ws_nt)");
+      launch(call, gemm::kernel_for(gemm::kSwigluBwd, gemm::kPingPong, 128, true), p, gemm::smem_bytes(128, true), "matmul_swiglu_backward (gemm_ws_nt)");
       return;
     }
   }

@@ -37,12 +37,15 @@
 //
 // kAT: a is stored transposed, [b][k][m] (m fastest), loaded as [64 k][64 m] boxes and read
 // MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. Its kSwigluBwd epilogue
-// (cooperative, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
-// (rounded to bf16, as the unfused path stores it) and G and U of the tile from `aux` ([2F][n]),
-// it writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
-// ([64][128] each) come by TMA into a buffer of its own, asked for as its tile begins: the loads
-// land while the tile multiplies (read in the epilogue, they stalled it on memory latency: 0.26 ms
-// against 0.09 for the plain product at llama-124m's dh on the H100).
+// (ping-pong, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
+// (rounded to bf16, as the unfused path stores it) and G and U of the tile from [2F][n], it
+// writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
+// ([128][128] each) come by TMA into a buffer of its own, asked for as its tile begins, so they
+// land while the tile multiplies (read in the epilogue they stalled it on memory latency), and
+// ping-pong hides the epilogue's math behind the other consumer's tile (cooperative, both
+// consumers computing it with the tensor cores idle, took 0.18 ms against 0.09 for the plain
+// product at llama-124m's dh on the H100). The buffers take the place of the output tiles (dG and
+// dU are staged where G and U were read) and of a stage of the ring (kSwigluBwdStages).
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -60,7 +63,7 @@ using bf16 = __nv_bfloat16;
 
 // Tiles of 128 rows × kBN columns (kBN 128 or 256: the width is the kernel's template argument
 // and Params::tile_n), k steps of 64.
-constexpr int kBM = 128, kBK = 64, kStages = 4, kGroupM = 8;
+constexpr int kBM = 128, kBK = 64, kStages = 4, kSwigluBwdStages = 3, kGroupM = 8;
 constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
 // setmaxnreg: one block an SM launches at 168 registers a thread (65536 / 384, a multiple of 8);
 // the producer gives back to 40 and the consumers take 232 (128·40 + 256·232 ≤ 384·168).
@@ -70,11 +73,12 @@ constexpr int kOutStageBytes = 64 * 128 * 2;  // a consumer's [64][128] bf16 til
 __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
 // The ring, the consumers' output tiles, the ring's full and empty mbarriers, and the 1024-byte
 // alignment of the swizzled tiles (4 · 48 KB + 32 KB + … ≤ 227 KB at 256 columns).
-// kSwigluBwd adds each consumer's G and U tiles ([64][128] each: 2 · kOutStageBytes) and their
-// mbarriers (4 · 32 KB + 32 KB + 64 KB + … ≤ 227 KB).
-constexpr int kAuxBytes = 2 * kOutStageBytes;
+// kSwigluBwd: each consumer's G and U tiles ([128][128] each, as four [64][128] blocks) and their
+// mbarriers in place of the output tiles, over a ring of 3 stages (3 · 32 KB + 2 · 64 KB + … ≤ 227 KB).
+constexpr int kAuxBytes = 4 * kOutStageBytes;
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, bool swiglu_bwd = false) {
-  return (size_t)kStages * stage_bytes(tile_n) + 2 * kOutStageBytes + (swiglu_bwd ? 2 * kAuxBytes + 2 * 8 : 0) + 2 * kStages * 8 + 1024;
+  return swiglu_bwd ? (size_t)kSwigluBwdStages * stage_bytes(tile_n) + 2 * kAuxBytes + 2 * 8 + 2 * kSwigluBwdStages * 8 + 1024
+                    : (size_t)kStages * stage_bytes(tile_n) + 2 * kOutStageBytes + 2 * kStages * 8 + 1024;
 }
 
 struct Params {
@@ -305,28 +309,33 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st);
 }
 
-// kSwigluBwd's store of a consumer's rows row0..row0 + 63 of tile `tl` (hidden units) from its
-// dh, rounded to bf16 (pack_acc) as the unfused path stores it: G and U of the block from its aux
-// buffer (at `aux`, landed once `aux_full` completes the phase of `parity`), then dG and dU into
-// out's rows f and F + f.
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, const uint32_t (&dh)[32],
-                                                 const OutStage& st, uint32_t aux, uint32_t aux_full, uint32_t parity) {
-  const int f0 = tl.m0 + row0;
-  uint32_t vg[32], vu[32];
+// kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
+// rounded to bf16 (pack_acc) as the unfused path stores it: for each 64 rows, G and U from its
+// buffer at `aux` (G's two blocks, then U's; landed once `aux_full` completes the phase of
+// `parity`), then dG and dU into out's rows f and F + f, staged where G and U were read (on the
+// warpgroup's named barrier `barrier`).
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int gid, int tig, const uint32_t (&dh)[2][32], uint32_t aux,
+                                                 unsigned char* aux_ptr, int barrier, uint32_t aux_full, uint32_t parity) {
   wg::mbar_wait(aux_full, parity);
-  read_block(aux, vg, warp);
-  read_block(aux + kOutStageBytes, vu, warp);
-  wg::bar_sync(st.barrier, 128);  // all read: the buffer is free for the next tile's loads
 #pragma unroll
-  for (int q = 0; q < 32; ++q) {
-    const float2 d = unpack_bf16(dh[q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
-    float dg0, du0, dg1, du1;
-    swiglu_backward(d.x, g.x, u.x, dg0, du0);
-    swiglu_backward(d.y, g.y, u.y, dg1, du1);
-    vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
+  for (int r = 0; r < 2; ++r) {
+    const uint32_t g_at = r * kOutStageBytes, u_at = (2 + r) * kOutStageBytes;
+    uint32_t vg[32], vu[32];
+    read_block(aux + g_at, vg, warp);
+    read_block(aux + u_at, vu, warp);
+#pragma unroll
+    for (int q = 0; q < 32; ++q) {
+      const float2 d = unpack_bf16(dh[r][q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
+      float dg0, du0, dg1, du1;
+      swiglu_backward(d.x, g.x, u.x, dg0, du0);
+      swiglu_backward(d.y, g.y, u.y, dg1, du1);
+      vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
+    }
+    // store_block's barrier (before it stages) orders every thread's reads of the block before its writes.
+    const int f0 = tl.m0 + 64 * r;
+    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, OutStage{aux + g_at, aux_ptr + g_at, barrier});
+    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, OutStage{aux + u_at, aux_ptr + u_at, barrier});
   }
-  store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, st);
-  store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, st);
 }
 
 // The two consumer warpgroups' schedules. kCooperative: both work on each tile, 64 rows each,
@@ -349,23 +358,25 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
-  static_assert(!kSwiBwd || (!kPing && kBN == 128 && kAT), "SwiGLU's backward: cooperative, 128 wide, a (Wdown) transposed");
+  static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
+  constexpr int kSt = kSwiBwd ? kSwigluBwdStages : kStages;  // the ring's stages
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
-  const uint32_t out_tiles = base + kStages * kStageBytes, aux_tiles = out_tiles + 2 * kOutStageBytes;
-  const uint32_t bar = aux_tiles + (kSwiBwd ? 2 * kAuxBytes : 0);
+  // After the ring: the consumers' output tiles, or (kSwigluBwd) their G and U buffers; then the mbarriers.
+  const uint32_t out_tiles = base + kSt * kStageBytes, aux_tiles = out_tiles;
+  const uint32_t bar = out_tiles + (kSwiBwd ? 2 * kAuxBytes : 2 * kOutStageBytes);
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
   auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
-  auto empty = [&](int s) { return bar + 8 * (kStages + s); };
-  auto aux_full = [&](int w) { return bar + 8 * (2 * kStages + w); };  // kSwigluBwd: consumer w's G and U have landed
+  auto empty = [&](int s) { return bar + 8 * (kSt + s); };
+  auto aux_full = [&](int w) { return bar + 8 * (2 * kSt + w); };  // kSwigluBwd: consumer w's G and U have landed
   const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < kSt; ++s) {
       wg::mbar_init(full(s), 1);                          // the producer's arrival with the stage's bytes
       wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
@@ -381,8 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       const Tile tl = tile_at<kTileM, kBN>(p, t);
       for (int ks = 0; ks < ksteps; ++ks, ++i) {
-        const int s = i % kStages;
-        if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
+        const int s = i % kSt;
+        if (i >= kSt) wg::mbar_wait(empty(s), ((uint32_t)(i / kSt) & 1u) ^ 1u);
         wg::mbar_arrive_expect_tx(full(s), kStageBytes);
         if constexpr (kAT) {  // two [64 k][64 m] slabs, 8 KB each
           wg::tile_load_4d(stage_a(s), p.a_map, tl.m0, 0, ks * kBK, tl.b, full(s));
@@ -421,20 +432,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #pragma unroll
       for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
     const int i0 = seq * ksteps;
-    if (kSwiBwd && threadIdx.x % 128 == 0) {  // G then U of this consumer's 64 rows, two boxes each
-      const int f0 = tl.m0 + 64 * wgi;
+    if (kSwiBwd && threadIdx.x % 128 == 0) {  // G then U of this consumer's tile: [64][64] boxes, 8 KB each
       const uint32_t my_aux = aux_tiles + wgi * kAuxBytes;
+      wg::bulk_wait_read<0>();  // the previous tile's dG and dU stores have read the buffer
       wg::mbar_arrive_expect_tx(aux_full(wgi), kAuxBytes);
 #pragma unroll
-      for (int box = 0; box < 2; ++box) {
-        wg::tile_load_4d(my_aux + box * (kAuxBytes / 4), p.aux_map, tl.n0 + 64 * box, 0, f0, 0, aux_full(wgi));
-        wg::tile_load_4d(my_aux + kOutStageBytes + box * (kAuxBytes / 4), p.aux2_map, tl.n0 + 64 * box, 0, f0, 0, aux_full(wgi));
+      for (int box = 0; box < 4; ++box) {  // rows 64 · (box / 2), columns 64 · (box % 2)
+        const int f0 = tl.m0 + 64 * (box / 2), c0 = tl.n0 + 64 * (box % 2);
+        wg::tile_load_4d(my_aux + box * (kOutStageBytes / 2), p.aux_map, c0, 0, f0, 0, aux_full(wgi));
+        wg::tile_load_4d(my_aux + 2 * kOutStageBytes + box * (kOutStageBytes / 2), p.aux2_map, c0, 0, f0, 0, aux_full(wgi));
       }
     }
     if (kPing) wg::bar_sync(1 + wgi, kConsumers);
     for (int ks = 0; ks < ksteps; ++ks) {
-      const int i = i0 + ks, s = i % kStages;
-      wg::mbar_wait(full(s), (uint32_t)(i / kStages) & 1u);
+      const int i = i0 + ks, s = i % kSt;
+      wg::mbar_wait(full(s), (uint32_t)(i / kSt) & 1u);
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -451,19 +463,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-      if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
+      if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kSt));
     }
     if (kPing && has_tile(seq + 1)) wg::bar_arrive(2 - wgi, kConsumers);
     wg::wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
+    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kSt));
     if constexpr (kSwi) {
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
     } else if constexpr (kSwiBwd) {
-      uint32_t dh[32];
-      pack_acc<128>(acc[0], dh);
-      store_swiglu_bwd(p, tl, 64 * wgi, warp, gid, tig, dh, out_stage, aux_tiles + wgi * kAuxBytes, aux_full(wgi), (uint32_t)seq & 1u);
+      uint32_t dh[2][32];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
+      const uint32_t my_aux = aux_tiles + wgi * kAuxBytes;
+      store_swiglu_bwd(p, tl, warp, gid, tig, dh, my_aux, smem_raw + (my_aux - raw), 3 + wgi, aux_full(wgi), (uint32_t)(seq >> 1) & 1u);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -530,7 +544,7 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
 }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
-// and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the cooperative
+// and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the ping-pong
 // 128-wide kernel. Needs every tensor 16-byte aligned, F, rows and d multiples of 8. Returns an
 // error message, or nullptr.
 inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const void* dout, bf16* dgu, const bf16* gu, int F, int rows, int d) {
@@ -554,8 +568,8 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     constexpr bool kT = decltype(at)::value;
     if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
-    } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, cooperative 128 wide only
-      if constexpr (kT) return sched == kCooperative && tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, true> : nullptr;
+    } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
+      if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
       if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;

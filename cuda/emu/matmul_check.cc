@@ -163,7 +163,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
   return rel <= 5e-3;
 }
 
-// kSwigluBwd (cooperative, 128 wide): dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and
+// kSwigluBwd (ping-pong, 128 wide): dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and
 // dout [rows][d], then dG and dU from dh rounded to bf16 and G, U (random), against float64.
 bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
@@ -176,7 +176,7 @@ bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
     std::printf("swiglu bwd: %s\n", err);
     return false;
   }
-  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kCooperative, 128, true);
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true);
   ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, true), p);
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
   double e2[2] = {0, 0}, r2[2] = {0, 0};
@@ -240,7 +240,7 @@ int main() {
     failed += !ok;
     char label[96];
     std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
-    std::printf("%-64s %-12s rel err %.3e%s\n", label, "coop 128 tma", rel, ok ? "  ok" : "  FAIL");
+    std::printf("%-64s %-12s rel err %.3e%s\n", label, "ping 128 tma", rel, ok ? "  ok" : "  FAIL");
     std::fflush(stdout);
   }
   return failed ? 1 : 0;
