@@ -143,7 +143,7 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
-  mdlm::gemm::kernel_for(epilogue, v.sched, v.tile_n, a_t)<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n, epilogue == mdlm::gemm::kSwigluBwd)>>>(p);
+  mdlm::gemm::kernel_for(epilogue, v.sched, v.tile_n, a_t)<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n, epilogue)>>>(p);
 }
 
 // Lets every kernel kernel_for hands out take its shared memory (over the default 48 KB), once.
@@ -153,7 +153,7 @@ void allow_smem() {
       for (const int tile_n : {128, 256}) {
         for (const bool a_t : {false, true}) {
           if (const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(epilogue, sched, tile_n, a_t)) {
-            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(tile_n, epilogue == mdlm::gemm::kSwigluBwd)), "smem");
+            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(tile_n, epilogue)), "smem");
           }
         }
       }
@@ -321,7 +321,7 @@ int main(int argc, char** argv) {
         if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[tma] = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128)>>>(ps); }, reps);
+        swiglu_ms[tma] = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu)>>>(ps); }, reps);
         check(cudaGetLastError(), "ours, swiglu: launch");
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});

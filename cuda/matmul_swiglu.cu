@@ -42,7 +42,7 @@ bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& g
   gemm::Params p;
   if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k)) return false;
   gemm::use_tma_store(p);  // where the layout allows it
-  launch(call, gemm::kernel_for(gemm::kSwiglu, gemm::kPingPong, 128), p, gemm::smem_bytes(128), "matmul_swiglu (gemm_ws_nt)");
+  launch(call, gemm::kernel_for(gemm::kSwiglu, gemm::kPingPong, 128), p, gemm::smem_bytes(128, gemm::kSwiglu), "matmul_swiglu (gemm_ws_nt)");
   return true;
 }
 
@@ -79,7 +79,7 @@ MDLM_OP(matmul_swiglu_backward) {
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
     if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {
-      launch(call, gemm::kernel_for(gemm::kSwigluBwd, gemm::kPingPong, 128, true), p, gemm::smem_bytes(128, true), "matmul_swiglu_backward (gemm_ws_nt)");
+      launch(call, gemm::kernel_for(gemm::kSwigluBwd, gemm::kPingPong, 128, true), p, gemm::smem_bytes(128, gemm::kSwigluBwd), "matmul_swiglu_backward (gemm_ws_nt)");
       return;
     }
   }

@@ -11,7 +11,7 @@
 // takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
-// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of kStages stages, tile after
+// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages_for(epilogue) stages, tile after
 // tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
 // four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
 // on each tile, or each on every other tile. While consumers store a tile, the producer is
@@ -45,7 +45,7 @@
 // ping-pong hides the epilogue's math behind the other consumer's tile (cooperative, both
 // consumers computing it with the tensor cores idle, took 0.18 ms against 0.09 for the plain
 // product at llama-124m's dh on the H100). The buffers take the place of the output tiles (dG and
-// dU are staged where G and U were read) and of a stage of the ring (kSwigluBwdStages).
+// dU are staged where G and U were read) and of a stage of the ring (stages_for).
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -63,7 +63,7 @@ using bf16 = __nv_bfloat16;
 
 // Tiles of 128 rows × kBN columns (kBN 128 or 256: the width is the kernel's template argument
 // and Params::tile_n), k steps of 64.
-constexpr int kBM = 128, kBK = 64, kStages = 4, kSwigluBwdStages = 3, kGroupM = 8;
+constexpr int kBM = 128, kBK = 64, kGroupM = 8;
 constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
 // setmaxnreg: one block an SM launches at 168 registers a thread (65536 / 384, a multiple of 8);
 // the producer gives back to 40 and the consumers take 232 (128·40 + 256·232 ≤ 384·168).
@@ -71,14 +71,21 @@ constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 constexpr int kTileABytes = kBM * kBK * 2;  // a's [128][64] bf16 tile of a stage
 constexpr int kOutStageBytes = 64 * 128 * 2;  // a consumer's [64][128] bf16 tile of output, staged for its stores
 __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
-// The ring, the consumers' output tiles, the ring's full and empty mbarriers, and the 1024-byte
-// alignment of the swizzled tiles (4 · 48 KB + 32 KB + … ≤ 227 KB at 256 columns).
-// kSwigluBwd: each consumer's G and U tiles ([128][128] each, as four [64][128] blocks) and their
-// mbarriers in place of the output tiles, over a ring of 3 stages (3 · 32 KB + 2 · 64 KB + … ≤ 227 KB).
-constexpr int kAuxBytes = 4 * kOutStageBytes;
-__host__ __device__ constexpr size_t smem_bytes(int tile_n, bool swiglu_bwd = false) {
-  return swiglu_bwd ? (size_t)kSwigluBwdStages * stage_bytes(tile_n) + 2 * kAuxBytes + 2 * 8 + 2 * kSwigluBwdStages * 8 + 1024
-                    : (size_t)kStages * stage_bytes(tile_n) + 2 * kOutStageBytes + 2 * kStages * 8 + 1024;
+
+// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
+// backward (below), or rope's with that head dim (16, 32, 64 or 128).
+constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
+
+// The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
+// and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
+// four (its G and U, [128][128] each, where dG and dU are then staged; a stage less to fit them).
+__host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd ? 3 : 4; }
+__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwigluBwd ? 4 : epilogue == kSwiglu ? 3 : 1; }
+// The ring, the consumers' output tiles, the ring's full and empty mbarriers and kSwigluBwd's two,
+// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB,
+// 3 · 32 KB + 2 · 64 KB: each + … ≤ 227 KB).
+__host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
+  return (size_t)stages_for(epilogue) * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages_for(epilogue) + 2) * 8 + 1024;
 }
 
 struct Params {
@@ -108,9 +115,6 @@ struct Params {
   wg::TileMap aux_map, aux2_map;
 };
 
-// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
-// backward (above), or rope's with that head dim (16, 32, 64 or 128).
-constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
 struct Tile {
   int b, m0, n0;
@@ -164,6 +168,9 @@ struct OutStage {
   uint32_t addr;
   unsigned char* ptr;
   int barrier;
+  // No TMA store from the tile can still be reading it (store_block then need not wait for the
+  // warpgroup's earlier ones: a wait that serialised SwiGLU's backward's four stores a tile).
+  bool unread = false;
 };
 
 // Block v into d. Staged, 128 columns at a time: stmatrix into the tile, the warpgroup's
@@ -177,7 +184,7 @@ __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[
 #pragma unroll
     for (int c = 0; c < kBN / 128; ++c) {
       if (d.map) {  // the staged tile is free once the last TMA store from it has read it
-        if (t == 0) wg::bulk_wait_read<0>();
+        if (t == 0 && !st.unread) wg::bulk_wait_read<0>();
         wg::bar_sync(st.barrier, 128);
       }
 #pragma unroll
@@ -299,14 +306,17 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   uint32_t vg[kBN / 4], vu[kBN / 4];
   pack_acc<kBN>(g, vg);
   pack_acc<kBN>(u, vu);
-  store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, st);
-  store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, st);
+  // The previous tile's stores have long read the three tiles (store_block's barrier passes it on).
+  if (threadIdx.x % 128 == 0) wg::bulk_wait_read<0>();
+  const auto tile = [&](int i) { return OutStage{st.addr + i * kOutStageBytes, st.ptr + i * kOutStageBytes, st.barrier, true}; };
+  store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, tile(0));
+  store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, tile(1));
 #pragma unroll
   for (int q = 0; q < kBN / 4; ++q) {
     const float2 a = unpack_bf16(vg[q]), b = unpack_bf16(vu[q]);
     vg[q] = pack_bf16(swiglu_forward(a.x, b.x), swiglu_forward(a.y, b.y));
   }
-  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st);
+  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, tile(2));
 }
 
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
@@ -331,10 +341,11 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
       swiglu_backward(d.y, g.y, u.y, dg1, du1);
       vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
     }
-    // store_block's barrier (before it stages) orders every thread's reads of the block before its writes.
+    // store_block's barrier (before it stages) orders every thread's reads of the block before its
+    // writes; the blocks' last TMA stores were waited for before their G and U were loaded.
     const int f0 = tl.m0 + 64 * r;
-    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, OutStage{aux + g_at, aux_ptr + g_at, barrier});
-    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, OutStage{aux + u_at, aux_ptr + u_at, barrier});
+    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, OutStage{aux + g_at, aux_ptr + g_at, barrier, true});
+    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, OutStage{aux + u_at, aux_ptr + u_at, barrier, true});
   }
 }
 
@@ -359,15 +370,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
-  constexpr int kSt = kSwiBwd ? kSwigluBwdStages : kStages;  // the ring's stages
+  constexpr int kSt = stages_for(kEpi), kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // the ring's stages; a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
-  // After the ring: the consumers' output tiles, or (kSwigluBwd) their G and U buffers; then the mbarriers.
-  const uint32_t out_tiles = base + kSt * kStageBytes, aux_tiles = out_tiles;
-  const uint32_t bar = out_tiles + (kSwiBwd ? 2 * kAuxBytes : 2 * kOutStageBytes);
+  // After the ring: the consumers' output tiles (kSwigluBwd: their G and U), then the mbarriers.
+  const uint32_t out_tiles = base + kSt * kStageBytes, bar = out_tiles + 2 * kOutTileBytes;
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
   auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
@@ -413,7 +423,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   wg::regs_inc<kConsumerRegs>();
   const int wgi = wg::warpgroup_index(), warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
   // This warpgroup's output tile, after the ring (named barriers 3 and 4: 1 and 2 are ping-pong's turns).
-  const OutStage out_stage{out_tiles + wgi * kOutStageBytes, smem_raw + (out_tiles - raw) + wgi * kOutStageBytes, 3 + wgi};
+  const OutStage out_stage{out_tiles + wgi * kOutTileBytes, smem_raw + (out_tiles - raw) + wgi * kOutTileBytes, 3 + wgi};
   constexpr int kAcc = kPing ? 2 : 1;  // 64-row accumulators a warpgroup
   // Ping-pong turns: warpgroup w's main loop for the block's tile `seq` waits on barrier 1 + w,
   // which the other warpgroup's arrival opens once it has waited on every stage of tile seq − 1
@@ -433,9 +443,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
     const int i0 = seq * ksteps;
     if (kSwiBwd && threadIdx.x % 128 == 0) {  // G then U of this consumer's tile: [64][64] boxes, 8 KB each
-      const uint32_t my_aux = aux_tiles + wgi * kAuxBytes;
+      const uint32_t my_aux = out_stage.addr;
       wg::bulk_wait_read<0>();  // the previous tile's dG and dU stores have read the buffer
-      wg::mbar_arrive_expect_tx(aux_full(wgi), kAuxBytes);
+      wg::mbar_arrive_expect_tx(aux_full(wgi), kOutTileBytes);
 #pragma unroll
       for (int box = 0; box < 4; ++box) {  // rows 64 · (box / 2), columns 64 · (box % 2)
         const int f0 = tl.m0 + 64 * (box / 2), c0 = tl.n0 + 64 * (box % 2);
@@ -476,8 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       uint32_t dh[2][32];
 #pragma unroll
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      const uint32_t my_aux = aux_tiles + wgi * kAuxBytes;
-      store_swiglu_bwd(p, tl, warp, gid, tig, dh, my_aux, smem_raw + (my_aux - raw), 3 + wgi, aux_full(wgi), (uint32_t)(seq >> 1) & 1u);
+      store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage.addr, out_stage.ptr, out_stage.barrier, aux_full(wgi), (uint32_t)(seq >> 1) & 1u);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -559,7 +568,7 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
 
 // The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
 // schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
-// kThreads threads and smem_bytes(tile_n, epilogue == kSwigluBwd) bytes of shared memory; null
+// kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
 // for another combination.
 using Kernel = void (*)(const Params);
 inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {

@@ -143,7 +143,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
   }
   const int tiles = p.tiles_m * p.tiles_n;
   ::emu::launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), dim3(std::min(tiles, 3)), mdlm::gemm::kThreads,
-                mdlm::gemm::smem_bytes(128), p);
+                mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu), p);
   auto dot = [&](int row, int t) {
     double r = 0;
     for (int q = 0; q < d; ++q) r += (double)__bfloat162float(wgu[(size_t)row * d + q]) * __bfloat162float(x[(size_t)t * d + q]);
@@ -177,7 +177,7 @@ bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
     return false;
   }
   const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true);
-  ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, true), p);
+  ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd), p);
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
   double e2[2] = {0, 0}, r2[2] = {0, 0};
   for (int f = 0; f < F; ++f)
