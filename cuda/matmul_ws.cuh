@@ -345,6 +345,8 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
     wg::mbar_wait(full, (uint32_t)r);  // the phases alternate: the first half's, then the second's
     read_block(aux, vg, warp);
     read_block(aux + kOutStageBytes, vu, warp);
+    wg::bar_sync(st.barrier, 128);  // all read: the buffer is free
+    if (r == 0 && threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0 + 64, aux, full);
 #pragma unroll
     for (int q = 0; q < 32; ++q) {
       const float2 d = unpack_bf16(dh[r][q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
@@ -353,10 +355,6 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
       swiglu_backward(d.y, g.y, u.y, dg1, du1);
       vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
     }
-    // All read, and every ldmatrix's result used (a read still in flight past the barrier could
-    // see the next TMA load's bytes: the copy engine is not ordered by bar.sync): the buffer is free.
-    wg::bar_sync(st.barrier, 128);
-    if (r == 0 && threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0 + 64, aux, full);
     const int f0 = tl.m0 + 64 * r;
     store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, st);
     store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, st);
