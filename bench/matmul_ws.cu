@@ -12,10 +12,10 @@
 // where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
-// SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores; the unfused path adds the swiglu kernel) and its worst
-// difference, and, for the dh products (a transposed), the ping-pong kernel with SwiGLU's backward
-// epilogue (the unfused path adds swiglu_backward). Exits non-zero when a difference or error is
-// over 5e-3.
+// SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores; the unfused
+// path adds the swiglu kernel) and its worst difference, and, for the dh products (a transposed),
+// the ping-pong kernel with SwiGLU's backward epilogue (the unfused path adds swiglu_backward).
+// Exits non-zero when a difference or error is over 5e-3.
 #include <cublasLt.h>
 
 #include <algorithm>

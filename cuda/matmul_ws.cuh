@@ -11,8 +11,8 @@
 // takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
-// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages_for(epilogue) stages, tile after
-// tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
+// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages (stages_for), tile
+// after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
 // four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
 // on each tile, or each on every other tile. While consumers store a tile, the producer is
 // already loading the next one's stages. Tails (m, n, k not multiples of the tile) load as zeros

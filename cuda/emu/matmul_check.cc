@@ -168,8 +168,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
 bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
-  const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d);
-  const std::vector<bf16> gu = fill((size_t)2 * F * rows);
+  const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
   std::vector<bf16> dgu((size_t)2 * F * rows, __float2bfloat16_rn(NAN));
   mdlm::gemm::Params p{};
   if (const char* err = mdlm::gemm::make_swiglu_bwd_params(p, wdown.data(), dout.data(), dgu.data(), gu.data(), F, rows, d)) {

@@ -47,7 +47,7 @@ export class SwiGluMlp {
     this.up = new Linear(store, `${name}.w_up`, dModel, hidden, std);
     this.down = new Linear(store, `${name}.w_down`, hidden, dModel, outStd);
     this.gu = arena.alloc([2 * rows * hidden]);
-    // dGateUp is free in the forward pass, and in the backward pass until swiglu_backward writes it.
+    // dGateUp is free in the forward pass, and in the backward pass until matmul_swiglu_backward (swiglu_backward, unjoined) writes it.
     this.h = recompute ? scratch.dGateUp : arena.alloc([rows * hidden]);
   }
 
