@@ -9,7 +9,7 @@
  * dhᵀ = Wdownᵀ · doutᵀ ([hidden, rows]), then dG and dU from it and gu into dgu. Fused on Hopper
  * (the epilogue computes dG and dU from dh as it leaves the accumulators: dh is never stored).
  */
-import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
 
 export interface MatmulSwigluAttrs {
   /** F: hidden units (rows of G, U and out). */
@@ -22,6 +22,23 @@ export interface MatmulSwigluAttrs {
 
 function sigmoid(x: number): number {
   return 1 / (1 + Math.exp(-x));
+}
+
+// Both ops' cases. Hopper's fused paths want rows and k (and, backward, hidden) multiples of 8:
+// the first three, with tails of the 64- and 128-row tiles in hidden and of the 128-token tiles
+// in rows; the last takes the unfused path everywhere.
+function cases(scale: 'test' | 'bench'): readonly OpCase<MatmulSwigluAttrs>[] {
+  return scale === 'test'
+    ? [
+        { label: 'F=64 rows=128 k=64 (one tile)', attrs: { hidden: 64, rows: 128, k: 64 } },
+        { label: 'F=104 rows=200 k=72 (tails)', attrs: { hidden: 104, rows: 200, k: 72 } },
+        { label: 'F=392 rows=520 k=64 (tiles each way)', attrs: { hidden: 392, rows: 520, k: 64 } },
+        { label: 'F=37 rows=45 k=33 (odd: unfused)', attrs: { hidden: 37, rows: 45, k: 33 } },
+      ]
+    : [
+        { label: 'llama-124m F=2048 rows=16384 k=768', attrs: { hidden: 2048, rows: 16384, k: 768 } },
+        { label: 'llama-1.3b F=5504 rows=16384 k=2048', attrs: { hidden: 5504, rows: 16384, k: 2048 } },
+      ];
 }
 
 export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
@@ -51,20 +68,7 @@ export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
       out![i] = g * sigmoid(g) * Math.fround(gu![hidden * rows + i]!);
     }
   },
-  // Hopper's fused path wants k and rows multiples of 8 (the first three); the last takes the
-  // unfused one everywhere. Tails of the 64-unit and 128-token tiles in hidden and rows.
-  cases: (scale) =>
-    scale === 'test'
-      ? [
-          { label: 'F=64 rows=128 k=64 (one tile)', attrs: { hidden: 64, rows: 128, k: 64 } },
-          { label: 'F=100 rows=200 k=72 (tails)', attrs: { hidden: 100, rows: 200, k: 72 } },
-          { label: 'F=136 rows=264 k=136 (tiles each way)', attrs: { hidden: 136, rows: 264, k: 136 } },
-          { label: 'F=37 rows=45 k=33 (odd: unfused)', attrs: { hidden: 37, rows: 45, k: 33 } },
-        ]
-      : [
-          { label: 'llama-124m F=2048 rows=16384 k=768', attrs: { hidden: 2048, rows: 16384, k: 768 } },
-          { label: 'llama-1.3b F=5504 rows=16384 k=2048', attrs: { hidden: 5504, rows: 16384, k: 2048 } },
-        ],
+  cases,
   sample: (rng, { hidden, rows, k }) => ({ wgu: randn(rng, 2 * hidden * k, 1 / Math.sqrt(k)), x: randn(rng, rows * k) }),
   // matmul's (a k-term f32 sum, one bf16 rounding); out from G and U as stored adds their
   // roundings under bf16, within the same bound at these sizes.
@@ -97,19 +101,7 @@ export const matmulSwigluBackward = defineOp<MatmulSwigluAttrs>({
       }
     }
   },
-  // Hopper's fused path wants hidden, rows and k multiples of 8 (the first three).
-  cases: (scale) =>
-    scale === 'test'
-      ? [
-          { label: 'F=64 rows=128 k=64 (one tile)', attrs: { hidden: 64, rows: 128, k: 64 } },
-          { label: 'F=104 rows=200 k=72 (tails)', attrs: { hidden: 104, rows: 200, k: 72 } },
-          { label: 'F=392 rows=520 k=64 (tiles each way)', attrs: { hidden: 392, rows: 520, k: 64 } },
-          { label: 'F=37 rows=45 k=33 (odd: unfused)', attrs: { hidden: 37, rows: 45, k: 33 } },
-        ]
-      : [
-          { label: 'llama-124m F=2048 rows=16384 k=768', attrs: { hidden: 2048, rows: 16384, k: 768 } },
-          { label: 'llama-1.3b F=5504 rows=16384 k=2048', attrs: { hidden: 5504, rows: 16384, k: 2048 } },
-        ],
+  cases,
   sample: (rng, { hidden, rows, k }) => ({ wdown: randn(rng, k * hidden, 1 / Math.sqrt(k)), dout: randn(rng, rows * k), gu: randn(rng, 2 * hidden * rows, 2) }),
   tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ hidden, rows, k }) => 2 * hidden * rows * k,
