@@ -226,7 +226,7 @@ __device__ __forceinline__ void wgmma_fence() {}
 __device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() { ::emu::wgmma_wait(N); }
-__device__ __forceinline__ void fence_proxy_async() {}
+__device__ __forceinline__ void fence_proxy_async() { ::emu::fence_proxy_async(); }
 template <int N>
 __device__ __forceinline__ void fence_operand(float (&)[N]) {}
 template <int N, int kTransA, int kTransB>

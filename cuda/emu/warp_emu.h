@@ -123,6 +123,11 @@ struct Thread {
   // TMA stores issued since the last bulk commit, and the committed groups not yet waited for
   std::vector<TileCopy> stores_open;
   std::deque<std::vector<TileCopy>> store_groups;
+  // The 16-byte pieces of shared memory this thread's ldmatrix and stmatrix (the generic proxy)
+  // touched since its last fence.proxy.async, a bit each: a TMA load or store (the async proxy)
+  // landing on one fails (check_proxy_fenced).
+  std::vector<uint64_t> unfenced;
+  bool any_unfenced = false;
 };
 
 // An mbarrier in shared memory, by its address: arrivals still expected in the current phase,
@@ -537,6 +542,37 @@ inline void check_smem(uint32_t a, size_t n) {
   if (a + n > block_ptr()->smem.size()) fail("shared memory access out of range");
 }
 
+// The proxies: ldmatrix and stmatrix access shared memory through the generic proxy, TMA loads
+// and stores through the async proxy, and the PTX memory model orders the two only across a
+// fence.proxy.async (by the threads that made the generic accesses, before the barrier that hands
+// the memory over). The emulation marks each thread's generic pieces until its fence and fails a
+// TMA copy that lands on a marked one: a buffer read by ldmatrix and then reloaded by TMA, or
+// written by stmatrix and then stored by TMA, with no fence between. (Plain loads and stores
+// through pointers are not tracked.)
+inline void note_generic(uint32_t a, uint32_t n) {
+  Thread& th = *thread_ptr();
+  if (th.unfenced.empty()) th.unfenced.assign((block_ptr()->smem.size() / 16 + 63) / 64, 0);
+  for (uint32_t c = a / 16; c < (a + n + 15) / 16; ++c) th.unfenced[c / 64] |= 1ull << (c % 64);
+  th.any_unfenced = true;
+}
+
+inline void fence_proxy_async() {
+  Thread& th = *thread_ptr();
+  if (th.any_unfenced) std::fill(th.unfenced.begin(), th.unfenced.end(), 0ull);
+  th.any_unfenced = false;
+}
+
+inline void check_proxy_fenced(uint32_t a, int64_t n, const char* what) {
+  for (const Thread& th : block_ptr()->threads) {
+    if (!th.any_unfenced) continue;
+    for (uint32_t c = a / 16; c < (uint32_t)((a + n + 15) / 16); ++c) {
+      if (th.unfenced[c / 64] >> (c % 64) & 1) {
+        fail((std::string(what) + " on shared memory that a thread's ldmatrix or stmatrix touched with no fence.proxy.async since").c_str());
+      }
+    }
+  }
+}
+
 // EMU_CP_ASYNC=eager lands each copy when it is issued (the earliest the hardware could): a
 // buffer still being read by another warp then shows up as wrong results. The default lands it
 // at the issuing thread's wait (the latest): a read before the wait shows up.
@@ -615,6 +651,7 @@ inline TileCopy tile_copy(uint32_t smem, const TensorMap* map, const int (&coord
 // tensor's bounds are zeros. EMU_CP_ASYNC=eager lands it at issue; else it lands when a thread
 // waits on the mbarrier with its arrivals all in (mbarrier_settle).
 inline void land_tile(const TileCopy& t) {
+  check_proxy_fenced(t.smem, t.bytes, "a TMA load landed");
   each_box_element(t, [&](int64_t global, uint32_t smem) {
     uint16_t v = 0;
     if (global >= 0) std::memcpy(&v, static_cast<const unsigned char*>(t.map.base) + global, 2);
@@ -641,6 +678,7 @@ inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5],
 // latest, so a source rewritten before that wait stores the new bytes and fails the check that
 // reads them back (EMU_CP_ASYNC=eager: at issue, the earliest).
 inline void land_store(const TileCopy& t) {
+  check_proxy_fenced(t.smem, t.bytes, "a TMA store read");
   each_box_element(t, [&](int64_t global, uint32_t smem) {
     if (global >= 0) std::memcpy(static_cast<unsigned char*>(const_cast<void*>(t.map.base)) + global, smem_base() + smem, 2);
   });
@@ -693,6 +731,7 @@ inline void ldmatrix_x4(uint32_t addr, uint32_t (&r)[4], bool trans) {
     }
   });
   for (int i = 0; i < 4; ++i) r[i] = o.r[i];
+  note_generic(addr, 16);  // this lane's row
 }
 
 // stmatrix.x4 (sm_90): lane l addresses row (l & 7) of matrix l >> 3; register m of lane 4g + t
@@ -708,6 +747,7 @@ inline void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4]) {
     for (int m = 0; m < 4; ++m)
       for (int l = 0; l < 32; ++l) std::memcpy(smem_base() + in[8 * m + (l >> 2)].addr + 4 * (l & 3), &in[l].r[m], 4);
   });
+  note_generic(addr, 16);  // this lane's row
 }
 
 inline float bf16_bits_to_f32(uint16_t b) {
