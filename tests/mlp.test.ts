@@ -38,7 +38,7 @@ describe('SwiGluMlp', () => {
       const rows = 6, d = 8;
       const store = new ParamStore(b, 'f32');
       const arena = new Arena(b, 'f32');
-      const mlp = new SwiGluMlp(store, arena, 'mlp', d, hidden, rows, new MlpScratch(arena, rows, hidden), 0.4, 0.4, recompute);
+      const mlp = new SwiGluMlp(store, arena, 'mlp', d, hidden, rows, new MlpScratch(arena, rows, d, hidden), 0.4, 0.4, recompute);
       store.materialize(5);
       expect(mlp.joined).toBe(joined);
       const rng = new PhiloxStream(3, RngPurpose.harness);

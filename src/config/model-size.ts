@@ -102,6 +102,15 @@ export function paramSizes(m: ModelConfig): number[] {
 /** Parameters start on 64-element boundaries in the flat buffers (WebGPU binding alignment). */
 export const PARAM_ALIGN = 64;
 
+/**
+ * Whether the store lays a SwiGLU MLP's gate and up weights back to back, so one GEMM serves both
+ * (src/nn/mlp.ts, `joined`): declared in that order, they are unless the gate's hidden · dModel
+ * elements need padding to PARAM_ALIGN.
+ */
+export function gateUpJoined(dModel: number, hidden: number): boolean {
+  return (dModel * hidden) % PARAM_ALIGN === 0;
+}
+
 /** Elements of each flat parameter buffer: every tensor padded to PARAM_ALIGN. */
 export function flatParamElements(m: ModelConfig): number {
   return Math.max(PARAM_ALIGN, paramSizes(m).reduce((n, s) => n + Math.ceil(s / PARAM_ALIGN) * PARAM_ALIGN, 0));
@@ -167,8 +176,9 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
   const F = m.ffnHidden;
   // Shared scratch: the block's three [N, d], attention's q/k/v projection and its gradient (one
   // buffer) and the output's gradient (+ ones for biases; zeros and a norm's input gradient for
-  // q/k norms), the MLP's three [N, F].
-  const scratch = f * (3 * N * d + (q + 2 * kv + q) + (m.qkvBias ? N : 0) + (m.qkNorm ? 2 * q : 0) + 3 * N * F);
+  // q/k norms), the MLP's [2N, F] gate and up gradients and, where gate and up are not joined,
+  // its [N, F] dh.
+  const scratch = f * (3 * N * d + (q + 2 * kv + q) + (m.qkvBias ? N : 0) + (m.qkNorm ? 2 * q : 0) + (gateUpJoined(d, F) ? 2 : 3) * N * F);
   // Per layer: n1, mid, n2 and their two rstd; q/k before their norms and the norms' rstd; saved
   // q, k, v, out and lse; the MLP's gate, up and (unless recomputed) product.
   const perLayer =

@@ -132,7 +132,7 @@ export class LlamaModel {
     this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
     const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);
     const attnScratch = new AttentionScratch(this.arena, dims);
-    const mlpScratch = new MlpScratch(this.arena, N, cfg.ffnHidden);
+    const mlpScratch = new MlpScratch(this.arena, N, cfg.dModel, cfg.ffnHidden);
     this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd));
     this.finalNorm = new RMSNorm(this.store, 'final_norm', cfg.dModel, cfg.normEps);
     this.head = cfg.tieEmbeddings

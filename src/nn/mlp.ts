@@ -12,6 +12,7 @@
  * about the layout). Decoding (fewer rows than built) keeps the row-major layout.
  */
 import type { Backend } from '../backend/backend.js';
+import { gateUpJoined } from '../config/model-size.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from '../ops/matmul_swiglu.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
@@ -22,11 +23,12 @@ import type { ParamStore } from './params.js';
 
 /** Temporaries shared by every MLP (only one runs at a time). */
 export class MlpScratch {
-  readonly dHidden: Tensor;
+  /** dh [rows, hidden], for the MLPs whose gate and up are not joined (the joined ones never store it). */
+  readonly dHidden: Tensor | undefined;
   /** dGᵀ then dUᵀ: [2 · hidden · rows], one buffer so that the input gradient is one GEMM. */
   readonly dGateUp: Tensor;
-  constructor(arena: Arena, rows: number, hidden: number) {
-    this.dHidden = arena.alloc([rows, hidden]);
+  constructor(arena: Arena, rows: number, dModel: number, hidden: number) {
+    this.dHidden = gateUpJoined(dModel, hidden) ? undefined : arena.alloc([rows, hidden]);
     this.dGateUp = arena.alloc([2 * rows * hidden]);
   }
 }
@@ -98,11 +100,13 @@ export class SwiGluMlp {
     const sc = this.scratch;
     const F = this.hidden, d = this.dModel, R = this.rows, m = SwiGluMlp.mat;
     if (!this.joined) {
+      const dHidden = sc.dHidden;
+      if (!dHidden) throw new Error(`mlp: gate and up not joined at dModel ${d}, hidden ${F}, but the scratch was sized for joined ones`);
       const [g, u] = SwiGluMlp.halves(b, this.gu, R, F);
       const [dg, du] = SwiGluMlp.halves(b, sc.dGateUp, R, F);
       const h = this.recompute ? this.product(b, R, F) : b.view(this.h, 0, [R, F]);
-      this.down.backward(b, h, dout, sc.dHidden, 'write', R);
-      b.run(swigluBackward, { dout: sc.dHidden, gate: g, up: u, dgate: dg, dup: du }, { rows: R, hidden: F });
+      this.down.backward(b, h, dout, dHidden, 'write', R);
+      b.run(swigluBackward, { dout: dHidden, gate: g, up: u, dgate: dg, dup: du }, { rows: R, hidden: F });
       this.gate.backward(b, x, dg, dx, 'write', R);
       this.up.backward(b, x, du, dx, 'add', R);
       return;
