@@ -140,7 +140,9 @@ describe.runIf(nvcc)('cuda host arithmetic matches the TypeScript definitions', 
   });
 });
 
-describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/emu)', () => {
+// Concurrent: each test runs single-threaded emulator processes one after another, and run in
+// turn they made this file the suite's critical path (13 minutes of CI's 2 cores).
+describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/emu)', { concurrent: true }, () => {
   const EMU_TIMEOUT = 600_000;
   let toolkit: ReturnType<typeof locateToolkit>;
   const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, LD_LIBRARY_PATH: toolkit.cudaLib, ...extra });
