@@ -143,22 +143,7 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
-  mdlm::gemm::kernel_for(epilogue, v.sched, v.tile_n, a_t)<<<std::min(p.batch * p.tiles_m * p.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n, epilogue)>>>(p);
-}
-
-// Lets every kernel kernel_for hands out take its shared memory (over the default 48 KB), once.
-void allow_smem() {
-  for (const int epilogue : {mdlm::gemm::kStore, mdlm::gemm::kSwiglu, mdlm::gemm::kSwigluBwd, 64, 128}) {
-    for (const Schedule sched : {mdlm::gemm::kCooperative, mdlm::gemm::kPingPong}) {
-      for (const int tile_n : {128, 256}) {
-        for (const bool a_t : {false, true}) {
-          if (const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(epilogue, sched, tile_n, a_t)) {
-            check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)mdlm::gemm::smem_bytes(tile_n, epilogue)), "smem");
-          }
-        }
-      }
-    }
-  }
+  check(mdlm::gemm::launch(p, epilogue, v.sched, a_t, sms, nullptr), "ours: launch");
 }
 
 std::vector<float> download(const bf16* d, size_t n) {
@@ -194,7 +179,6 @@ int main(int argc, char** argv) {
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
-  allow_smem();
   cublasLtHandle_t handle;
   check(cublasLtCreate(&handle), "cublasLtCreate");
   void* workspace;
@@ -230,7 +214,6 @@ int main(int argc, char** argv) {
       if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(p)) std::printf("%s: no TMA stores for %s\n", s.label, kVariants[vi].name);
       check(cudaMemset(out, 0xff, no * 2), "poison");
       ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi], s.a_t); }, reps);
-      check(cudaGetLastError(), "ours: launch");
       check(cudaDeviceSynchronize(), "ours");
       diff[vi] = rel_diff(download(out, no), want);
       failed += !(diff[vi] <= 5e-3);
@@ -290,7 +273,6 @@ int main(int argc, char** argv) {
         check(cudaMemset(out, 0xff, (size_t)s.m * s.split * 2), "poison");
         check(cudaMemset(out2, 0xff, (size_t)s.m * (s.n - s.split) * 2), "poison");
         rope_ms[vi] = time_ms([&] { launch(pr, sms, s.rope_d, kVariants[vi]); }, reps);
-        check(cudaGetLastError(), "ours, rope: launch");
         check(cudaDeviceSynchronize(), "ours, rope");
         rope_err = std::max(rope_err, error());
       }
@@ -310,7 +292,6 @@ int main(int argc, char** argv) {
         std::printf("%s: %s\n", s.label, err);
         return 1;
       }
-      const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128);
       std::vector<float> h_ref((size_t)F * rows);
       for (size_t i = 0; i < h_ref.size(); ++i) {
         const float g = want[i], u = want[h_ref.size() + i];
@@ -321,8 +302,7 @@ int main(int argc, char** argv) {
         if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[tma] = time_ms([&] { kernel<<<std::min(ps.tiles_m * ps.tiles_n, sms), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu)>>>(ps); }, reps);
-        check(cudaGetLastError(), "ours, swiglu: launch");
+        swiglu_ms[tma] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping 128
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
       }
@@ -355,7 +335,6 @@ int main(int argc, char** argv) {
       }
       check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
       bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1], true); }, reps);  // ping 128
-      check(cudaGetLastError(), "ours, swiglu backward: launch");
       check(cudaDeviceSynchronize(), "ours, swiglu backward");
       bwd_diff = rel_diff(download(dgu, ngu), ref);
       failed += !(bwd_diff <= 5e-3);

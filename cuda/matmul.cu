@@ -30,7 +30,6 @@
 #include <algorithm>
 #include <limits>
 #include <map>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -193,10 +192,8 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
 bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
   const std::string knob = env_knob("MDLM_MATMUL_WS");
   const int tile_n = knob == "coop256" ? 256 : 128;
-  const gemm::Kernel kernel = knob == "coop" || knob == "coop256" ? gemm::kernel_for(gemm::kStore, gemm::kCooperative, tile_n, key.trans_a)
-                              : knob == "ping"                    ? gemm::kernel_for(gemm::kStore, gemm::kPingPong, tile_n, key.trans_a)
-                                                                  : nullptr;
-  if (!kernel || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || !key.trans_b || key.k % 8 != 0 || (key.trans_a && key.m % 8 != 0) ||
+  const gemm::Schedule sched = knob == "ping" ? gemm::kPingPong : gemm::kCooperative;
+  if ((knob != "coop" && knob != "coop256" && knob != "ping") || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || !key.trans_b || key.k % 8 != 0 || (key.trans_a && key.m % 8 != 0) ||
       key.align_a < 16 || key.align_b < 16 || key.align_out < 16 || !call.device || call.device->major != 9 ||
       std::max({key.batch, key.m, key.n, key.k}) > std::numeric_limits<int>::max()) {
     return false;
@@ -204,13 +201,7 @@ bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void
   gemm::Params p;
   if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a)) return false;
   if (env_knob("MDLM_MATMUL_WS_TMA") == "1") gemm::use_tma_store(p);  // where the output allows it
-  static std::set<gemm::Kernel> smem_allowed;
-  if (smem_allowed.insert(kernel).second) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)gemm::smem_bytes(tile_n)), "gemm_ws_nt: shared memory");
-  }
-  const int64_t tiles = key.batch * p.tiles_m * p.tiles_n;
-  kernel<<<(unsigned)std::min<int64_t>(tiles, call.device->multiProcessorCount), gemm::kThreads, gemm::smem_bytes(tile_n), call.stream>>>(p);
-  check_launch("gemm_ws_nt");
+  check_cuda(gemm::launch(p, gemm::kStore, sched, key.trans_a, call.device->multiProcessorCount, call.stream), "gemm_ws_nt");
   return true;
 }
 

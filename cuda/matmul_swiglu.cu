@@ -11,7 +11,6 @@
 // Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0: the matmul op into scratch, then swiglu_backward.
 #include <algorithm>
 #include <limits>
-#include <set>
 
 #include "common.cuh"
 #include "matmul_ws.cuh"
@@ -25,15 +24,6 @@ bool fusable(const OpCall& call, DType dtype, std::initializer_list<int64_t> ext
          std::max(extents) <= std::numeric_limits<int>::max();
 }
 
-// Launches `kernel` over p's tiles, one block an SM at most, with its shared memory (allowed once).
-void launch(const OpCall& call, gemm::Kernel kernel, const gemm::Params& p, size_t smem, const char* what) {
-  static std::set<gemm::Kernel> smem_allowed;
-  if (smem_allowed.insert(kernel).second) check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), what);
-  const int64_t tiles = (int64_t)p.tiles_m * p.tiles_n;
-  kernel<<<(unsigned)std::min<int64_t>(tiles, call.device->multiProcessorCount), gemm::kThreads, smem, call.stream>>>(p);
-  check_launch(what);
-}
-
 bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& gu, const Arg& out, int F, int rows, int k) {
   if (k % 8 != 0 ||
       !all_aligned16({wgu.ptr, x.ptr}) || reinterpret_cast<uintptr_t>(gu.ptr) % 4 != 0 || reinterpret_cast<uintptr_t>(out.ptr) % 4 != 0) {
@@ -42,7 +32,7 @@ bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& g
   gemm::Params p;
   if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k)) return false;
   gemm::use_tma_store(p);  // where the layout allows it
-  launch(call, gemm::kernel_for(gemm::kSwiglu, gemm::kPingPong, 128), p, gemm::smem_bytes(128, gemm::kSwiglu), "matmul_swiglu (gemm_ws_nt)");
+  check_cuda(gemm::launch(p, gemm::kSwiglu, gemm::kPingPong, false, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
   return true;
 }
 
@@ -79,7 +69,7 @@ MDLM_OP(matmul_swiglu_backward) {
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
     if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {
-      launch(call, gemm::kernel_for(gemm::kSwigluBwd, gemm::kPingPong, 128, true), p, gemm::smem_bytes(128, gemm::kSwigluBwd), "matmul_swiglu_backward (gemm_ws_nt)");
+      check_cuda(gemm::launch(p, gemm::kSwigluBwd, gemm::kPingPong, true, call.device->multiProcessorCount, call.stream), "matmul_swiglu_backward (gemm_ws_nt)");
       return;
     }
   }

@@ -50,6 +50,7 @@
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
 
+#include <set>
 #include <type_traits>
 
 #include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
@@ -171,6 +172,9 @@ struct OutStage {
   // No TMA store from the tile can still be reading it (store_block then need not wait for the
   // warpgroup's earlier ones: a wait that serialised SwiGLU's backward's four stores a tile).
   bool unread = false;
+  // The i-th [64][128] tile from this one on, of a consumer's several (out_tiles_for), with no TMA
+  // store reading it (its caller has waited for them).
+  __device__ __forceinline__ OutStage tile(int i) const { return OutStage{addr + i * kOutStageBytes, ptr + i * kOutStageBytes, barrier, true}; }
 };
 
 // Block v into d. Staged, 128 columns at a time: stmatrix into the tile, the warpgroup's
@@ -308,31 +312,29 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   pack_acc<kBN>(u, vu);
   // The previous tile's stores have long read the three tiles (store_block's barrier passes it on).
   if (threadIdx.x % 128 == 0) wg::bulk_wait_read<0>();
-  const auto tile = [&](int i) { return OutStage{st.addr + i * kOutStageBytes, st.ptr + i * kOutStageBytes, st.barrier, true}; };
-  store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, tile(0));
-  store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, tile(1));
+  store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, st.tile(0));
+  store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, st.tile(1));
 #pragma unroll
   for (int q = 0; q < kBN / 4; ++q) {
     const float2 a = unpack_bf16(vg[q]), b = unpack_bf16(vu[q]);
     vg[q] = pack_bf16(swiglu_forward(a.x, b.x), swiglu_forward(a.y, b.y));
   }
-  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, tile(2));
+  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(2));
 }
 
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
-// rounded to bf16 (pack_acc) as the unfused path stores it: for each 64 rows, G and U from its
-// buffer at `aux` (G's two blocks, then U's; landed once `aux_full` completes the phase of
-// `parity`), then dG and dU into out's rows f and F + f, staged where G and U were read (on the
-// warpgroup's named barrier `barrier`).
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int gid, int tig, const uint32_t (&dh)[2][32], uint32_t aux,
-                                                 unsigned char* aux_ptr, int barrier, uint32_t aux_full, uint32_t parity) {
+// rounded to bf16 (pack_acc) as the unfused path stores it: for each 64 rows, G and U from the
+// consumer's four tiles `st` (G's two, then U's; landed once `aux_full` completes the phase of
+// `parity`), then dG and dU into out's rows f and F + f, staged where G and U were read.
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int gid, int tig, const uint32_t (&dh)[2][32], const OutStage& st,
+                                                 uint32_t aux_full, uint32_t parity) {
   wg::mbar_wait(aux_full, parity);
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const uint32_t g_at = r * kOutStageBytes, u_at = (2 + r) * kOutStageBytes;
+    const OutStage g_tile = st.tile(r), u_tile = st.tile(2 + r);
     uint32_t vg[32], vu[32];
-    read_block(aux + g_at, vg, warp);
-    read_block(aux + u_at, vu, warp);
+    read_block(g_tile.addr, vg, warp);
+    read_block(u_tile.addr, vu, warp);
 #pragma unroll
     for (int q = 0; q < 32; ++q) {
       const float2 d = unpack_bf16(dh[r][q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
@@ -344,8 +346,8 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
     // store_block's barrier (before it stages) orders every thread's reads of the block before its
     // writes; the blocks' last TMA stores were waited for before their G and U were loaded.
     const int f0 = tl.m0 + 64 * r;
-    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, OutStage{aux + g_at, aux_ptr + g_at, barrier, true});
-    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, OutStage{aux + u_at, aux_ptr + u_at, barrier, true});
+    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, g_tile);
+    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, u_tile);
   }
 }
 
@@ -486,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       uint32_t dh[2][32];
 #pragma unroll
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage.addr, out_stage.ptr, out_stage.barrier, aux_full(wgi), (uint32_t)(seq >> 1) & 1u);
+      store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage, aux_full(wgi), (uint32_t)(seq >> 1) & 1u);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -598,6 +600,26 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     default: return nullptr;
   }
 }
+
+#ifndef MDLM_ATTN_EMULATE
+// Launches the kernel for (epilogue, sched, p.tile_n, a_t) over p's tiles, one block an SM at most
+// (`sms`), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory, which each kernel is
+// allowed once. Returns the launch's error (cudaErrorInvalidValue for a combination kernel_for
+// has no kernel for).
+inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_t, int sms, cudaStream_t stream) {
+  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, a_t);
+  if (!kernel) return cudaErrorInvalidValue;
+  const size_t smem = smem_bytes(p.tile_n, epilogue);
+  static std::set<Kernel> allowed;
+  if (!allowed.count(kernel)) {
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) return e;
+    allowed.insert(kernel);
+  }
+  const int64_t tiles = (int64_t)p.batch * p.tiles_m * p.tiles_n;
+  kernel<<<(unsigned)std::min<int64_t>(tiles, sms), kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+#endif
 
 // rope_cs[pos · (head_dim/2) + i] = (cos, sin) of f32(pos) · inv_freq[i] for pos < positions, as
 // rope_kernel computes them (cuda/rope.cu): the table gemm_ws_nt<head_dim> reads.
