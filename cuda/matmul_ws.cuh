@@ -11,7 +11,7 @@
 // takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
-// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages (stages_for), tile
+// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of kStages stages, tile
 // after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
 // four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
 // on each tile, or each on every other tile. While consumers store a tile, the producer is
@@ -40,12 +40,15 @@
 // (ping-pong, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
 // (rounded to bf16, as the unfused path stores it) and G and U of the tile from [2F][n], it
 // writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
-// ([128][128] each) come by TMA into a buffer of its own, asked for as its tile begins, so they
-// land while the tile multiplies (read in the epilogue they stalled it on memory latency), and
-// ping-pong hides the epilogue's math behind the other consumer's tile (cooperative, both
-// consumers computing it with the tensor cores idle, took 0.18 ms against 0.09 for the plain
-// product at llama-124m's dh on the H100). The buffers take the place of the output tiles (dG and
-// dU are staged where G and U were read) and of a stage of the ring (stages_for).
+// come by TMA into a buffer of its own, 64 rows at a time: the first half asked for as its tile
+// begins, so that it lands while the tile multiplies (read in the epilogue, G and U stalled it on
+// memory latency), the second as soon as the first has been read, to land while the first's dG
+// and dU are computed and stored; and ping-pong hides the epilogue's math behind the other
+// consumer's tile (cooperative, both consumers computing it with the tensor cores idle, took
+// 0.18 ms against 0.09 for the plain product at llama-124m's dh on the H100). Half a tile at a
+// time, so that the ring keeps its four stages: with three, for room for the whole tile's G and
+// U, the main loop waited on its loads 2.5 times as long (Nsight Compute: 175 µs against 87 for
+// the plain product at llama-124m's dh, H100).
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -79,14 +82,14 @@ constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
 // The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
 // and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
-// four (its G and U, [128][128] each, where dG and dU are then staged; a stage less to fit them).
-__host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd ? 3 : 4; }
-__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwigluBwd ? 4 : epilogue == kSwiglu ? 3 : 1; }
+// three (64 rows of its G, then of its U, then the tile dG and dU are staged in).
+constexpr int kStages = 4;
+__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
 // The ring, the consumers' output tiles, the ring's full and empty mbarriers and kSwigluBwd's two,
-// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB,
-// 3 · 32 KB + 2 · 64 KB: each + … ≤ 227 KB).
+// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB:
+// each + … ≤ 227 KB).
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
-  return (size_t)stages_for(epilogue) * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages_for(epilogue) + 2) * 8 + 1024;
+  return (size_t)kStages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * kStages + 2) * 8 + 1024;
 }
 
 struct Params {
@@ -170,7 +173,7 @@ struct OutStage {
   unsigned char* ptr;
   int barrier;
   // No TMA store from the tile can still be reading it (store_block then need not wait for the
-  // warpgroup's earlier ones: a wait that serialised SwiGLU's backward's four stores a tile).
+  // warpgroup's earlier ones, to another tile: kSwiglu's G, U and h).
   bool unread = false;
   // The i-th [64][128] tile from this one on, of a consumer's several (out_tiles_for), with no TMA
   // store reading it (its caller has waited for them).
@@ -322,19 +325,39 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(2));
 }
 
+// The TMA loads of 64 rows (f0..) of a kSwigluBwd tile's G and U into a consumer's buffer at
+// `aux` (G's [64][128] block, then U's: [64][64] boxes, 8 KB each), on mbarrier `full`.
+__device__ __forceinline__ void load_gate_up(const Params& p, const Tile& tl, int f0, uint32_t aux, uint32_t full) {
+  wg::mbar_arrive_expect_tx(full, 2 * kOutStageBytes);
+#pragma unroll
+  for (int box = 0; box < 2; ++box) {
+    wg::tile_load_4d(aux + box * (kOutStageBytes / 2), p.aux_map, tl.n0 + 64 * box, 0, f0, 0, full);
+    wg::tile_load_4d(aux + kOutStageBytes + box * (kOutStageBytes / 2), p.aux2_map, tl.n0 + 64 * box, 0, f0, 0, full);
+  }
+}
+
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
-// rounded to bf16 (pack_acc) as the unfused path stores it: for each 64 rows, G and U from the
-// consumer's four tiles `st` (G's two, then U's; landed once `aux_full` completes the phase of
-// `parity`), then dG and dU into out's rows f and F + f, staged where G and U were read.
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int gid, int tig, const uint32_t (&dh)[2][32], const OutStage& st,
-                                                 uint32_t aux_full, uint32_t parity) {
-  wg::mbar_wait(aux_full, parity);
+// rounded to bf16 (pack_acc) as the unfused path stores it, 64 rows at a time: their G and U from
+// the buffer at `aux` (the first half asked for as the tile began; the mbarrier `full` completes
+// a phase for each half), the second half asked for once the first is read, then dG and dU into
+// out's rows f and F + f through the staged tile `st`.
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int gid, int tig, const uint32_t (&dh)[2][32], uint32_t aux,
+                                                 uint32_t full, const OutStage& st) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const OutStage g_tile = st.tile(r), u_tile = st.tile(2 + r);
     uint32_t vg[32], vu[32];
-    read_block(g_tile.addr, vg, warp);
-    read_block(u_tile.addr, vu, warp);
+    wg::mbar_wait(full, (uint32_t)r);  // the phases alternate: the first half's, then the second's
+    read_block(aux, vg, warp);
+    read_block(aux + kOutStageBytes, vu, warp);
+    if (r == 0) {
+      // All read, by every thread, and its reads (the generic proxy) ordered before the TMA load
+      // (the async proxy) that the barrier lets in: without the fence the load could land under
+      // an ldmatrix still reading (a 1.9e-3 difference at llama-1.3b's dh, H100). The second
+      // half's reads are fenced and met in store_block, before the next tile's first load.
+      wg::fence_proxy_async();
+      wg::bar_sync(st.barrier, 128);
+      if (threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0 + 64, aux, full);
+    }
 #pragma unroll
     for (int q = 0; q < 32; ++q) {
       const float2 d = unpack_bf16(dh[r][q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
@@ -343,11 +366,9 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
       swiglu_backward(d.y, g.y, u.y, dg1, du1);
       vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
     }
-    // store_block's barrier (before it stages) orders every thread's reads of the block before its
-    // writes; the blocks' last TMA stores were waited for before their G and U were loaded.
     const int f0 = tl.m0 + 64 * r;
-    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, g_tile);
-    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, u_tile);
+    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, st);
+    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, st);
   }
 }
 
@@ -372,23 +393,23 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
-  constexpr int kSt = stages_for(kEpi), kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // the ring's stages; a consumer's output tiles
+  constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
-  // After the ring: the consumers' output tiles (kSwigluBwd: their G and U), then the mbarriers.
-  const uint32_t out_tiles = base + kSt * kStageBytes, bar = out_tiles + 2 * kOutTileBytes;
+  // After the ring: the consumers' output tiles (kSwigluBwd: their G and U first), then the mbarriers.
+  const uint32_t out_tiles = base + kStages * kStageBytes, bar = out_tiles + 2 * kOutTileBytes;
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
   auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
-  auto empty = [&](int s) { return bar + 8 * (kSt + s); };
-  auto aux_full = [&](int w) { return bar + 8 * (2 * kSt + w); };  // kSwigluBwd: consumer w's G and U have landed
+  auto empty = [&](int s) { return bar + 8 * (kStages + s); };
+  auto aux_full = [&](int w) { return bar + 8 * (2 * kStages + w); };  // kSwigluBwd: consumer w's G and U have landed
   const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kSt; ++s) {
+    for (int s = 0; s < kStages; ++s) {
       wg::mbar_init(full(s), 1);                          // the producer's arrival with the stage's bytes
       wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
@@ -404,8 +425,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       const Tile tl = tile_at<kTileM, kBN>(p, t);
       for (int ks = 0; ks < ksteps; ++ks, ++i) {
-        const int s = i % kSt;
-        if (i >= kSt) wg::mbar_wait(empty(s), ((uint32_t)(i / kSt) & 1u) ^ 1u);
+        const int s = i % kStages;
+        if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
         wg::mbar_arrive_expect_tx(full(s), kStageBytes);
         if constexpr (kAT) {  // two [64 k][64 m] slabs, 8 KB each
           wg::tile_load_4d(stage_a(s), p.a_map, tl.m0, 0, ks * kBK, tl.b, full(s));
@@ -444,21 +465,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #pragma unroll
       for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
     const int i0 = seq * ksteps;
-    if (kSwiBwd && threadIdx.x % 128 == 0) {  // G then U of this consumer's tile: [64][64] boxes, 8 KB each
-      const uint32_t my_aux = out_stage.addr;
-      wg::bulk_wait_read<0>();  // the previous tile's dG and dU stores have read the buffer
-      wg::mbar_arrive_expect_tx(aux_full(wgi), kOutTileBytes);
-#pragma unroll
-      for (int box = 0; box < 4; ++box) {  // rows 64 · (box / 2), columns 64 · (box % 2)
-        const int f0 = tl.m0 + 64 * (box / 2), c0 = tl.n0 + 64 * (box % 2);
-        wg::tile_load_4d(my_aux + box * (kOutStageBytes / 2), p.aux_map, c0, 0, f0, 0, aux_full(wgi));
-        wg::tile_load_4d(my_aux + 2 * kOutStageBytes + box * (kOutStageBytes / 2), p.aux2_map, c0, 0, f0, 0, aux_full(wgi));
-      }
-    }
+    // kSwigluBwd: the first 64 rows of G and U, to land while the tile multiplies (the buffer was
+    // read before the previous tile's second half was stored).
+    if (kSwiBwd && threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0, out_stage.addr, aux_full(wgi));
     if (kPing) wg::bar_sync(1 + wgi, kConsumers);
     for (int ks = 0; ks < ksteps; ++ks) {
-      const int i = i0 + ks, s = i % kSt;
-      wg::mbar_wait(full(s), (uint32_t)(i / kSt) & 1u);
+      const int i = i0 + ks, s = i % kStages;
+      wg::mbar_wait(full(s), (uint32_t)(i / kStages) & 1u);
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -475,20 +488,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-      if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kSt));
+      if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
     }
     if (kPing && has_tile(seq + 1)) wg::bar_arrive(2 - wgi, kConsumers);
     wg::wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kSt));
+    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
     if constexpr (kSwi) {
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
     } else if constexpr (kSwiBwd) {
       uint32_t dh[2][32];
 #pragma unroll
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage, aux_full(wgi), (uint32_t)(seq >> 1) & 1u);
+      const OutStage staged{out_stage.addr + 2 * kOutStageBytes, out_stage.ptr + 2 * kOutStageBytes, out_stage.barrier};
+      store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage.addr, aux_full(wgi), staged);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
