@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
         mdlm::gemm::Params pr;
         mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
         pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
+        pr.rope_positions = max_pos, pr.rope_base = 10000.0;
         if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(pr)) std::printf("%s: no TMA stores for %s with rope\n", s.label, kVariants[vi].name);
         check(cudaMemset(out, 0xff, (size_t)s.m * s.split * 2), "poison");
         check(cudaMemset(out2, 0xff, (size_t)s.m * (s.n - s.split) * 2), "poison");

@@ -25,7 +25,8 @@
 // of a column is in the same thread (the accumulator holds columns 8j + 2·tig + e, j < kBN/8: the
 // partner is j + kRopeD/16). The angles' (cos, sin) come from a table, rope_cs[pos][i], made once
 // (make_rope_table): sincosf for each of a thread's 16 to 32 angles a tile would take, by
-// instruction count, about a third of the time of a K = 768 tile's main loop.
+// instruction count, about a third of the time of a K = 768 tile's main loop. A row whose
+// position is past the table (or negative) takes that slower road (rope_cs_at), to the same bits.
 //
 // With the kSwiglu epilogue (ping-pong only) the product is the MLP's gate/up projection in its
 // transposed layout, [Gᵀ; Uᵀ] = Wgu · xᵀ (a = Wgu [2F][d], w = x [rows][d], out [2F][rows]): a
@@ -104,12 +105,15 @@ struct Params {
   int batch, m, n, k;
   int tile_n, tiles_m, tiles_n;
   // kRopeD > 0 (batch 1): columns [split, n) go to out2 (rows ldo2 apart) at column − split;
-  // positions[row], and rope_cs[pos · kRopeD/2 + i] = (cos, sin) of pos · inv_freq[i].
+  // positions[row], and rope_cs[pos · kRopeD/2 + i] = (cos, sin) of pos · inv_freq[i] for
+  // 0 ≤ pos < rope_positions; inv_freq from rope_base.
   bf16* out2;
   int64_t ldo2;
   int split;
   const int* positions;
   const float2* rope_cs;
+  int rope_positions;
+  double rope_base;
   // kSwiglu: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
   // kSwigluBwd: F (= m), and G and U, [2F][n] (make_swiglu_bwd_params), loaded through aux_map
   // and aux2_map, boxes of 64 rows × 64 columns.
@@ -262,6 +266,20 @@ __device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[32], int
   }
 }
 
+// (cos, sin) of f32(pos) · inv_freq[i] for a head of head_dim, computed (make_rope_table's and
+// rope_kernel's arithmetic): for a position past the table. Not inlined on the GPU: the
+// epilogue's unrolled loops would carry its code, and its double pow, at every pair.
+#ifdef MDLM_ATTN_EMULATE
+#define MDLM_GEMM_NOINLINE
+#else
+#define MDLM_GEMM_NOINLINE __noinline__
+#endif
+__device__ MDLM_GEMM_NOINLINE float2 rope_cs_at(int pos, int i, int head_dim, double base) {
+  float s, c;
+  sincosf(static_cast<float>(pos) * rope_inv_freq(base, i, head_dim), &s, &c);
+  return make_float2(c, s);
+}
+
 // Rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (acc[4j + 2h + e] =
 // out[row0 + 16·warp + gid + 8h][8j + 2·tig + e]), rope turned first when kRopeD > 0, into out
 // (or, for rope's columns from `split` on, out2).
@@ -274,13 +292,16 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
-      const float2* cs = p.rope_cs + (int64_t)__ldg(p.positions + min(row, p.m - 1)) * (kRopeD / 2);
+      const int pos = __ldg(p.positions + min(row, p.m - 1));
+      const bool tabled = static_cast<unsigned>(pos) < static_cast<unsigned>(p.rope_positions);
+      const float2* cs = p.rope_cs + (int64_t)(tabled ? pos : 0) * (kRopeD / 2);
 #pragma unroll
       for (int j = 0; j < kBN / 8; ++j) {
         if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const float2 c = __ldg(cs + (8 * j + 2 * tig + e) % kD);
+          const int i = (8 * j + 2 * tig + e) % kD;
+          const float2 c = tabled ? __ldg(cs + i) : rope_cs_at(pos, i, kD, p.rope_base);
           float& lo = acc[4 * j + 2 * h + e];
           float& hi = acc[4 * (j + kPair) + 2 * h + e];
           const float l = lo, u = hi;
@@ -640,10 +661,7 @@ inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_
 static __global__ void make_rope_table(float2* rope_cs, int positions, int head_dim, double base) {
   const int half = head_dim / 2;
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (int64_t)positions * half) return;
-  float s, c;
-  sincosf(static_cast<float>(i / half) * rope_inv_freq(base, (int)(i % half), head_dim), &s, &c);
-  rope_cs[i] = make_float2(c, s);
+  if (i < (int64_t)positions * half) rope_cs[i] = rope_cs_at((int)(i / half), (int)(i % half), head_dim, base);
 }
 
 }  // namespace gemm

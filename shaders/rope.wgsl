@@ -3,8 +3,9 @@
 // inv_freq[i] = base^(-2i/D). rope turns by +angle, rope_backward by -angle (its transpose).
 // A thread takes four pairs (a vec4 of each half) of one token and walks the heads, so the angles
 // are computed once per token. Tokens are x_stride4 and y_stride4 vec4s apart in src and dst
-// (more than the heads where a fused q/k/v projection is read or written a part at a time);
-// rotate 0 copies (c = 1, s = 0).
+// (more than the heads where a fused q/k/v projection is read or written a part at a time), and
+// the first is x_offset4 vec4s into src (matmul_rope's k part of its projection, where a view
+// would have to start at a 256-byte boundary); rotate 0 copies (c = 1, s = 0).
 //
 // Angles follow HF's fp32 arithmetic, angle = f32(pos) * f32(inv_freq). inv_freq is exp2 of an
 // exponent split so that its fractional part is exact (so it is as good as the GPU's exp2, a few
@@ -21,6 +22,7 @@ struct Params {
   x_stride4: u32,
   y_stride4: u32,
   rotate: u32,
+  x_offset4: u32,
 }
 
 @group(0) @binding(0) var<uniform> params: Params;
@@ -61,7 +63,7 @@ fn rotate(gid: vec3u, nwg: vec3u, sign: f32) {
   let c = select(vec4f(1.0), cos(angle), turn);
   let s = select(vec4f(0.0), sin(angle) * sign, turn);
   for (var h = 0u; h < params.heads; h++) {
-    let xlo = token * params.x_stride4 + h * 2u * quads + q;
+    let xlo = params.x_offset4 + token * params.x_stride4 + h * 2u * quads + q;
     let ylo = token * params.y_stride4 + h * 2u * quads + q;
     let x1 = src[xlo];
     let x2 = src[xlo + quads];

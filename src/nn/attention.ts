@@ -5,10 +5,11 @@
  * the un-normalised q and k with their rstd when q/k are normalised.
  *
  * Without biases and norms the three weights sit back to back in the parameter store, so
- * Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix. The forward projects q and k in one GEMM,
- * x · [Wq; Wk]ᵀ, whose rows rope reads a part at a time (its token stride) into the contiguous q
- * and k attention takes, and v in a second GEMM straight into its saved buffer (one GEMM for all
- * three left v to copy: 12 copies of [16384, 768] a llama-124m step). Backward writes the
+ * Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix. The forward projects q and k in one op,
+ * matmul_rope: rope(x · [Wq; Wk]ᵀ) into the contiguous q and k attention takes (on Hopper one
+ * kernel, rope in the GEMM's epilogue; elsewhere the GEMM, then rope reading its rows a part at a
+ * time), and v in a GEMM straight into its saved buffer (one GEMM for all three left v to copy:
+ * 12 copies of [16384, 768] a llama-124m step). Backward writes the
  * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
  * their parts (gradStride), dq and dk turned back through rope (ropeBase), so dWqkv and dx are one
  * GEMM each: three GEMMs of three times the size instead of nine, which at llama-124m's
@@ -25,6 +26,7 @@ import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { PARAM_ALIGN } from '../config/model-size.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
+import { matmulRope } from '../ops/matmul_rope.js';
 import { Linear, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
 import type { Param, ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
@@ -55,7 +57,7 @@ export interface AttentionShape {
 
 /** Temporaries shared by every attention layer (only one layer runs at a time). */
 export class AttentionScratch {
-  /** [rows, (H + 2G)·D]: the fused projection (forward) and its gradient (backward). */
+  /** [rows, (H + 2G)·D]: the fused projection's gradient (backward). */
   readonly qkv: Tensor;
   /**
    * Unfused, qkv as three dense [B, T, heads, D] parts one after another: q and k before rope in
@@ -145,9 +147,9 @@ export class SelfAttention {
     return { batch: s.batch, seqLen: s.seqLen, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, causal, scale: 1 / Math.sqrt(s.headDim) };
   }
 
-  private ropeAttrs(heads: number, strides: { xStride?: number; yStride?: number; rotate?: boolean } = {}) {
+  private ropeAttrs(heads: number) {
     const s = this.s;
-    return { batch: s.batch, seqLen: s.seqLen, heads, headDim: s.headDim, base: s.ropeBase, ...strides };
+    return { batch: s.batch, seqLen: s.seqLen, heads, headDim: s.headDim, base: s.ropeBase };
   }
 
   /**
@@ -178,27 +180,27 @@ export class SelfAttention {
     return [[0, s.heads], [s.heads * s.headDim, s.kvHeads], [(s.heads + s.kvHeads) * s.headDim, s.kvHeads]];
   }
 
-  /** Part (offset, heads) of the rows of scratch.qkv, `width` elements apart, as rope's strided span of them. */
-  private qkvSpan(b: Backend, offset: number, heads: number, width = this.qkvWidth): Tensor {
+  /** Part (offset, heads) of the rows of scratch.qkv, as attention's backward writes them (gradStride). */
+  private qkvSpan(b: Backend, offset: number, heads: number): Tensor {
     const s = this.s;
-    return b.view(this.scratch.qkv, offset, stridedRows(s.batch * s.seqLen, width, heads * s.headDim));
+    return b.view(this.scratch.qkv, offset, stridedRows(s.batch * s.seqLen, this.qkvWidth, heads * s.headDim));
   }
 
   /** out [rows, dModel] from x [rows, dModel]. */
   forward(b: Backend, x: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
     const s = this.s;
     const rows = s.batch * s.seqLen;
-    const sc = this.scratch;
     if (this.fused) {
-      // [rows, (H + G)·D] = x · [Wq; Wk]ᵀ, whose q and k parts rope turns into the saved q and k;
-      // v = x · Wvᵀ straight into the saved v (one GEMM for all three would leave v to copy).
-      const qk = (s.heads + s.kvHeads) * s.headDim;
-      b.run(matmul, { a: as3d(b, x), b: this.wqkv(b, this.q.weight.compute, qk), out: b.view(sc.qkv, 0, [1, rows, qk]) }, matmulAttrs(1, rows, qk, this.q.inFeatures, false, true));
+      // q and k = rope(x · [Wq; Wk]ᵀ) into the saved q and k (matmul_rope: one kernel on Hopper,
+      // the [rows, (H + G)·D] projection never stored); v = x · Wvᵀ straight into the saved v
+      // (one GEMM for all three would leave v to copy).
+      const d = this.q.inFeatures, qk = (s.heads + s.kvHeads) * s.headDim;
+      b.run(
+        matmulRope,
+        { x: b.view(x, 0, [rows, d]), w: b.view(this.q.weight.compute, 0, [qk, d]), positions, q: this.savedQ, k: this.savedK },
+        { batch: s.batch, seqLen: s.seqLen, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, base: s.ropeBase, inFeatures: d },
+      );
       this.v.forward(b, x, b.view(this.savedV, 0, [rows, s.kvHeads * s.headDim]), rows);
-      const saved = [this.savedQ, this.savedK];
-      this.qkvParts().slice(0, 2).forEach(([offset, heads], i) => {
-        b.run(rope, { x: this.qkvSpan(b, offset, heads, qk), positions, y: saved[i]! }, this.ropeAttrs(heads, { xStride: qk }));
-      });
     } else {
       this.projectAll(b, x, positions);
     }

@@ -7,6 +7,7 @@ import { cast } from './cast.js';
 import { reduce } from './reduce.js';
 import { matmul } from './matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from './matmul_swiglu.js';
+import { matmulRope } from './matmul_rope.js';
 import { embedding, embeddingBackward } from './embedding.js';
 import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
@@ -45,6 +46,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   swigluBackward,
   matmulSwiglu,
   matmulSwigluBackward,
+  matmulRope,
   gelu,
   geluBackward,
   crossEntropy,

@@ -39,7 +39,7 @@ export interface RopeAttrs {
 /** i · exp_hi is exact in the kernel only for pair indices below 2^12. */
 const MAX_HEAD_DIM = 8192;
 
-function validateRope(op: string, attrs: RopeAttrs): void {
+export function validateRope(op: string, attrs: RopeAttrs): void {
   requireDims(op, attrs, ['batch', 'seqLen', 'heads', 'headDim']);
   if (attrs.headDim % 8 !== 0) badAttr(op, 'headDim', attrs.headDim, 'expected a multiple of 8 (each half is loaded as vec4)');
   if (attrs.headDim > MAX_HEAD_DIM) badAttr(op, 'headDim', attrs.headDim, `expected at most ${MAX_HEAD_DIM}`);

@@ -14,6 +14,7 @@ import { attentionKernel, attentionBackwardKernel } from './attention.js';
 import { attentionDecodeKernel } from './attention_decode.js';
 import { swigluKernel, swigluBackwardKernel } from './swiglu.js';
 import { matmulSwigluKernel, matmulSwigluBackwardKernel } from './matmul_swiglu.js';
+import { matmulRopeKernel } from './matmul_rope.js';
 import { geluKernel, geluBackwardKernel } from './gelu.js';
 import { crossEntropyKernel, crossEntropyBackwardKernel, crossEntropyFusedKernel } from './cross_entropy.js';
 import { philoxKernel } from './philox.js';
@@ -45,6 +46,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   swigluBackwardKernel,
   matmulSwigluKernel,
   matmulSwigluBackwardKernel,
+  matmulRopeKernel,
   geluKernel,
   geluBackwardKernel,
   crossEntropyKernel,

@@ -10,7 +10,8 @@ export function ropeExponent(base: number, headDim: number): { exp_hi: number; e
   return { exp_hi: hi, exp_lo: Math.fround(c - hi) };
 }
 
-export function dispatchRope(k: KernelContext, entry: 'rope' | 'rope_backward', src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs): void {
+/** rope's shader from src (its first token `srcOffset` elements in, a multiple of 4) into dst. */
+export function dispatchRope(k: KernelContext, entry: 'rope' | 'rope_backward', src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs, srcOffset = 0): void {
   const tokens = a.batch * a.seqLen;
   const halfDim = a.headDim / 2;
   const strides = ropeStrides(a);
@@ -18,7 +19,7 @@ export function dispatchRope(k: KernelContext, entry: 'rope' | 'rope_backward', 
     shader: 'rope',
     entry,
     bindings: {
-      params: { tokens, heads: a.heads, half_dim: halfDim, ...ropeExponent(a.base, a.headDim), x_stride4: strides.x / 4, y_stride4: strides.y / 4, rotate: a.rotate === false ? 0 : 1 },
+      params: { tokens, heads: a.heads, half_dim: halfDim, ...ropeExponent(a.base, a.headDim), x_stride4: strides.x / 4, y_stride4: strides.y / 4, rotate: a.rotate === false ? 0 : 1, x_offset4: srcOffset / 4 },
       src, positions, dst,
     },
     workgroups: grid1d(tokens * (halfDim / 4), 256),
