@@ -1,13 +1,14 @@
 // matmul_rope: [q | k] = x · Wqkᵀ, each head turned by rope at its token's position, into q and k
-// (src/ops/matmul_rope.ts). On an sm_90 GPU, bf16, head dim 64 or 128, q's columns a multiple of
-// 128, x and w 16-byte aligned and inFeatures a multiple of 8: one launch of cuda/matmul_ws.cuh's
+// (src/ops/matmul_rope.ts). With MDLM_MATMUL_ROPE_FUSED=1 (opt-in until the fused path has been
+// timed and checked on a GPU: bench/RESULTS.md, eighteenth session), on an sm_90 GPU, bf16, head
+// dim 64 or 128, q's columns a multiple of 128, x and w 16-byte aligned and inFeatures a multiple
+// of 8: one launch of cuda/matmul_ws.cuh's
 // kernel with its rope epilogue (cooperative 256 wide where q's columns allow it, else ping-pong
 // 128), which turns the products as they leave the accumulators and stores q and k (by TMA stores
 // where they are dense and aligned): the [rows, (H + G)·D] projection is never stored, and rope
 // never reads it back. The angles' (cos, sin) come from a table per (base, head dim), made on
-// the first call and kept (a position past it is computed in the epilogue). Otherwise, or with
-// MDLM_MATMUL_ROPE_FUSED=0 (an A/B switch): the matmul op into scratch, then the rope op on its q
-// and k columns.
+// the first call and kept (a position past it is computed in the epilogue). Otherwise: the matmul
+// op into scratch, then the rope op on its q and k columns.
 #include <algorithm>
 #include <limits>
 #include <map>
@@ -76,7 +77,7 @@ MDLM_OP(matmul_rope) {
   const int64_t head_dim = call.i64("headDim"), in_features = call.i64("inFeatures");
   const double base = call.num("base");
   const int64_t rows = batch * seq_len, n = (heads + kv_heads) * head_dim;
-  if (env_knob("MDLM_MATMUL_ROPE_FUSED") != "0" && call.device && call.device->major == 9 && dtype == DType::bf16 &&
+  if (env_knob("MDLM_MATMUL_ROPE_FUSED") == "1" && call.device && call.device->major == 9 && dtype == DType::bf16 &&
       std::max({rows, n, in_features}) <= std::numeric_limits<int>::max() &&
       launch_fused(call, x, w, positions, q, k, (int)rows, (int)heads, (int)kv_heads, (int)head_dim, (int)seq_len, base, (int)in_features)) {
     return;

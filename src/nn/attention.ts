@@ -6,9 +6,9 @@
  *
  * Without biases and norms the three weights sit back to back in the parameter store, so
  * Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix. The forward projects q and k in one op,
- * matmul_rope: rope(x · [Wq; Wk]ᵀ) into the contiguous q and k attention takes (on Hopper one
- * kernel, rope in the GEMM's epilogue; elsewhere the GEMM, then rope reading its rows a part at a
- * time), and v in a GEMM straight into its saved buffer (one GEMM for all three left v to copy:
+ * matmul_rope: rope(x · [Wq; Wk]ᵀ) into the contiguous q and k attention takes (the GEMM, then
+ * rope reading its rows a part at a time; on Hopper, opt-in, one kernel with rope in the GEMM's
+ * epilogue), and v in a GEMM straight into its saved buffer (one GEMM for all three left v to copy:
  * 12 copies of [16384, 768] a llama-124m step). Backward writes the
  * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
  * their parts (gradStride), dq and dk turned back through rope (ropeBase), so dWqkv and dx are one
@@ -191,8 +191,8 @@ export class SelfAttention {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     if (this.fused) {
-      // q and k = rope(x · [Wq; Wk]ᵀ) into the saved q and k (matmul_rope: one kernel on Hopper,
-      // the [rows, (H + G)·D] projection never stored); v = x · Wvᵀ straight into the saved v
+      // q and k = rope(x · [Wq; Wk]ᵀ) into the saved q and k (matmul_rope: on Hopper, opt-in, one
+      // kernel that never stores the [rows, (H + G)·D] projection); v = x · Wvᵀ straight into the saved v
       // (one GEMM for all three would leave v to copy).
       const d = this.q.inFeatures, qk = (s.heads + s.kvHeads) * s.headDim;
       b.run(
