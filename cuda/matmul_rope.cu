@@ -2,13 +2,13 @@
 // (src/ops/matmul_rope.ts). With MDLM_MATMUL_ROPE_FUSED=1 (opt-in until the fused path has been
 // timed and checked on a GPU: bench/RESULTS.md, eighteenth session), on an sm_90 GPU, bf16, head
 // dim 64 or 128, q's columns a multiple of 128, x and w 16-byte aligned and inFeatures a multiple
-// of 8: one launch of cuda/matmul_ws.cuh's
-// kernel with its rope epilogue (cooperative 256 wide where q's columns allow it, else ping-pong
-// 128), which turns the products as they leave the accumulators and stores q and k (by TMA stores
-// where they are dense and aligned): the [rows, (H + G)·D] projection is never stored, and rope
-// never reads it back. The angles' (cos, sin) come from a table per (base, head dim), made on
-// the first call and kept (a position past it is computed in the epilogue). Otherwise: the matmul
-// op into scratch, then the rope op on its q and k columns.
+// of 8: one launch of cuda/matmul_ws.cuh's kernel with its rope epilogue (cooperative 256 wide
+// where q's columns allow it, else ping-pong 128), which turns the products as they leave the
+// accumulators and stores q and k (by TMA stores where they are dense and aligned): the
+// [rows, (H + G)·D] projection is never stored, and rope never reads it back. The angles'
+// (cos, sin) come from a table per (base, head dim), made on the first call and kept (a position
+// past it is computed in the epilogue). Otherwise: the matmul op into scratch, then the rope op on
+// its q and k columns.
 #include <algorithm>
 #include <limits>
 #include <map>
