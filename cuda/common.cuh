@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <string>
 #include <type_traits>
 
@@ -145,5 +147,45 @@ inline int sm_count(const OpCall& call) {
 }
 
 inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+// --- ops that stand for others (matmul_swiglu, matmul_rope): a fused kernel where it applies,
+// else the ops they stand for, one after another ---
+
+// Whether a fused Hopper kernel may take the call: an sm_90 GPU, bf16, every extent an int.
+inline bool hopper_bf16(const OpCall& call, DType dtype, std::initializer_list<int64_t> extents) {
+  return call.device && call.device->major == 9 && dtype == DType::bf16 && std::max(extents) <= std::numeric_limits<int>::max();
+}
+
+// numel elements of a's tensor from element `offset` on.
+inline Arg arg_part(const Arg& a, int64_t offset, int64_t numel) {
+  Arg part = a;
+  part.ptr = static_cast<char*>(a.ptr) + offset * static_cast<int64_t>(dtype_bytes(a.dtype));
+  part.numel = numel;
+  return part;
+}
+
+// numel elements of dtype in the call's scratch (valid until the call's work has run).
+inline Arg scratch_arg(const OpCall& call, DType dtype, int64_t numel) {
+  Arg a;
+  a.dtype = dtype;
+  a.numel = numel;
+  a.ptr = call.scratch->get((size_t)numel * dtype_bytes(dtype));
+  return a;
+}
+
+// The registered op `op` with these arguments and numbers, on the call's stream, device and scratch.
+inline void run_op(const OpCall& call, const char* op, std::map<std::string, Arg> args, std::map<std::string, double> nums) {
+  OpCall c = call;
+  c.op = op;
+  c.args = std::move(args);
+  c.nums = std::move(nums);
+  find_launcher(op)(c);
+}
+
+// The matmul op: out [m][n] = op(a) · bᵀ (a [m][k], or [k][m] when trans_a; b [n][k]), written.
+inline void run_matmul(const OpCall& call, const Arg& a, const Arg& b, const Arg& out, int64_t m, int64_t n, int64_t k, bool trans_a) {
+  run_op(call, "matmul", {{"a", a}, {"b", b}, {"out", out}},
+         {{"batch", 1}, {"m", (double)m}, {"n", (double)n}, {"k", (double)k}, {"transA", trans_a ? 1.0 : 0.0}, {"transB", 1}, {"accumulate", 0}, {"outF32", 0}});
+}
 
 }  // namespace mdlm

@@ -10,7 +10,6 @@
 // past it is computed in the epilogue). Otherwise: the matmul op into scratch, then the rope op on
 // its q and k columns.
 #include <algorithm>
-#include <limits>
 #include <map>
 #include <utility>
 
@@ -77,29 +76,16 @@ MDLM_OP(matmul_rope) {
   const int64_t head_dim = call.i64("headDim"), in_features = call.i64("inFeatures");
   const double base = call.num("base");
   const int64_t rows = batch * seq_len, n = (heads + kv_heads) * head_dim;
-  if (env_knob("MDLM_MATMUL_ROPE_FUSED") == "1" && call.device && call.device->major == 9 && dtype == DType::bf16 &&
-      std::max({rows, n, in_features}) <= std::numeric_limits<int>::max() &&
+  if (env_knob("MDLM_MATMUL_ROPE_FUSED") == "1" && hopper_bf16(call, dtype, {rows, n, in_features}) &&
       launch_fused(call, x, w, positions, q, k, (int)rows, (int)heads, (int)kv_heads, (int)head_dim, (int)seq_len, base, (int)in_features)) {
     return;
   }
   // The two ops this one stands for, on the same stream, the projection in scratch.
-  Arg qk = q;
-  qk.numel = rows * n;
-  qk.ptr = call.scratch->get((size_t)(rows * n) * dtype_bytes(dtype));
-  OpCall mm = call;
-  mm.op = "matmul";
-  mm.args = {{"a", x}, {"b", w}, {"out", qk}};
-  mm.nums = {{"batch", 1}, {"m", (double)rows}, {"n", (double)n}, {"k", (double)in_features}, {"transA", 0}, {"transB", 1}, {"accumulate", 0}, {"outF32", 0}};
-  find_launcher("matmul")(mm);
+  const Arg qk = scratch_arg(call, dtype, rows * n);
+  run_matmul(call, x, w, qk, rows, n, in_features, false);
   for (const bool key : {false, true}) {
-    Arg part = qk;
-    part.ptr = static_cast<char*>(qk.ptr) + (key ? heads * head_dim : 0) * dtype_bytes(dtype);
-    part.numel = (rows - 1) * n + (key ? kv_heads : heads) * head_dim;
-    OpCall r = call;
-    r.op = "rope";
-    r.args = {{"x", part}, {"positions", positions}, {"y", key ? k : q}};
-    r.nums = {{"batch", (double)batch}, {"seqLen", (double)seq_len}, {"heads", (double)(key ? kv_heads : heads)}, {"headDim", (double)head_dim},
-              {"base", base}, {"xStride", (double)n}};
-    find_launcher("rope")(r);
+    const int64_t part_heads = key ? kv_heads : heads;
+    run_op(call, "rope", {{"x", arg_part(qk, key ? heads * head_dim : 0, (rows - 1) * n + part_heads * head_dim)}, {"positions", positions}, {"y", key ? k : q}},
+           {{"batch", (double)batch}, {"seqLen", (double)seq_len}, {"heads", (double)part_heads}, {"headDim", (double)head_dim}, {"base", base}, {"xStride", (double)n}});
   }
 }

@@ -9,19 +9,15 @@
 // every tensor 16-byte aligned and hidden, rows and k multiples of 8: the ping-pong kernel with
 // SwiGLU's backward epilogue (dh never stored; G and U come by TMA while the tile multiplies).
 // Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0: the matmul op into scratch, then swiglu_backward.
-#include <algorithm>
-#include <limits>
-
 #include "common.cuh"
 #include "matmul_ws.cuh"
 
 namespace mdlm {
 namespace {
 
-// Whether the fused kernels may run: sm_90, bf16, not switched off, every extent an int.
+// Whether the fused kernels may run: not switched off, and a Hopper bf16 call.
 bool fusable(const OpCall& call, DType dtype, std::initializer_list<int64_t> extents) {
-  return env_knob("MDLM_MATMUL_SWIGLU_FUSED") != "0" && call.device && call.device->major == 9 && dtype == DType::bf16 &&
-         std::max(extents) <= std::numeric_limits<int>::max();
+  return env_knob("MDLM_MATMUL_SWIGLU_FUSED") != "0" && hopper_bf16(call, dtype, extents);
 }
 
 bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& gu, const Arg& out, int F, int rows, int k) {
@@ -46,19 +42,8 @@ MDLM_OP(matmul_swiglu) {
   const int64_t F = call.i64("hidden"), rows = call.i64("rows"), k = call.i64("k");
   if (fusable(call, dtype, {2 * F, rows, k}) && launch_fused(call, wgu, x, gu, out, (int)F, (int)rows, (int)k)) return;
   // The two ops this one stands for, on the same stream.
-  OpCall mm = call;
-  mm.op = "matmul";
-  mm.args = {{"a", wgu}, {"b", x}, {"out", gu}};
-  mm.nums = {{"batch", 1}, {"m", (double)(2 * F)}, {"n", (double)rows}, {"k", (double)k}, {"transA", 0}, {"transB", 1}, {"accumulate", 0}, {"outF32", 0}};
-  find_launcher("matmul")(mm);
-  Arg gate = gu, up = gu;
-  gate.numel = up.numel = F * rows;
-  up.ptr = static_cast<char*>(gu.ptr) + F * rows * dtype_bytes(dtype);
-  OpCall sw = call;
-  sw.op = "swiglu";
-  sw.args = {{"gate", gate}, {"up", up}, {"out", out}};
-  sw.nums = {{"rows", (double)F}, {"hidden", (double)rows}};
-  find_launcher("swiglu")(sw);
+  run_matmul(call, wgu, x, gu, 2 * F, rows, k, false);
+  run_op(call, "swiglu", {{"gate", arg_part(gu, 0, F * rows)}, {"up", arg_part(gu, F * rows, F * rows)}, {"out", out}}, {{"rows", (double)F}, {"hidden", (double)rows}});
 }
 
 MDLM_OP(matmul_swiglu_backward) {
@@ -74,21 +59,9 @@ MDLM_OP(matmul_swiglu_backward) {
     }
   }
   // The two ops this one stands for, on the same stream, dh in scratch.
-  Arg dh = gu;
-  dh.numel = F * rows;
-  dh.ptr = call.scratch->get((size_t)F * rows * dtype_bytes(dtype));
-  OpCall mm = call;
-  mm.op = "matmul";
-  mm.args = {{"a", wdown}, {"b", dout}, {"out", dh}};
-  mm.nums = {{"batch", 1}, {"m", (double)F}, {"n", (double)rows}, {"k", (double)k}, {"transA", 1}, {"transB", 1}, {"accumulate", 0}, {"outF32", 0}};
-  find_launcher("matmul")(mm);
-  Arg gate = gu, up = gu, dgate = dgu, dup = dgu;
-  gate.numel = up.numel = dgate.numel = dup.numel = F * rows;
-  up.ptr = static_cast<char*>(gu.ptr) + F * rows * dtype_bytes(dtype);
-  dup.ptr = static_cast<char*>(dgu.ptr) + F * rows * dtype_bytes(dtype);
-  OpCall sw = call;
-  sw.op = "swiglu_backward";
-  sw.args = {{"dout", dh}, {"gate", gate}, {"up", up}, {"dgate", dgate}, {"dup", dup}};
-  sw.nums = {{"rows", (double)F}, {"hidden", (double)rows}};
-  find_launcher("swiglu_backward")(sw);
+  const Arg dh = scratch_arg(call, dtype, F * rows);
+  run_matmul(call, wdown, dout, dh, F, rows, k, true);
+  run_op(call, "swiglu_backward",
+         {{"dout", dh}, {"gate", arg_part(gu, 0, F * rows)}, {"up", arg_part(gu, F * rows, F * rows)}, {"dgate", arg_part(dgu, 0, F * rows)}, {"dup", arg_part(dgu, F * rows, F * rows)}},
+         {{"rows", (double)F}, {"hidden", (double)rows}});
 }
