@@ -1,6 +1,5 @@
 // matmul_rope: [q | k] = x · Wqkᵀ, each head turned by rope at its token's position, into q and k
-// (src/ops/matmul_rope.ts). With MDLM_MATMUL_ROPE_FUSED=1 (opt-in until the fused path has been
-// timed and checked on a GPU: bench/RESULTS.md, eighteenth session), on an sm_90 GPU, bf16, head
+// (src/ops/matmul_rope.ts). On an sm_90 GPU (MDLM_MATMUL_ROPE_FUSED=0 turns it off), bf16, head
 // dim 64 or 128, q's columns a multiple of 128, x and w 16-byte aligned and inFeatures a multiple
 // of 8: one launch of cuda/matmul_ws.cuh's kernel with its rope epilogue (cooperative 256 wide
 // where q's columns allow it, else ping-pong 128), which turns the products as they leave the
@@ -76,7 +75,7 @@ MDLM_OP(matmul_rope) {
   const int64_t head_dim = call.i64("headDim"), in_features = call.i64("inFeatures");
   const double base = call.num("base");
   const int64_t rows = batch * seq_len, n = (heads + kv_heads) * head_dim;
-  if (env_knob("MDLM_MATMUL_ROPE_FUSED") == "1" && hopper_bf16(call, dtype, {rows, n, in_features}) &&
+  if (env_knob("MDLM_MATMUL_ROPE_FUSED") != "0" && hopper_bf16(call, dtype, {rows, n, in_features}) &&
       launch_fused(call, x, w, positions, q, k, (int)rows, (int)heads, (int)kv_heads, (int)head_dim, (int)seq_len, base, (int)in_features)) {
     return;
   }

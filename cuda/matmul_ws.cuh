@@ -274,7 +274,7 @@ __device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[32], int
 #else
 #define MDLM_GEMM_NOINLINE __noinline__
 #endif
-__device__ MDLM_GEMM_NOINLINE float2 rope_cs_at(int pos, int i, int head_dim, double base) {
+__device__ inline MDLM_GEMM_NOINLINE float2 rope_cs_at(int pos, int i, int head_dim, double base) {
   float s, c;
   sincosf(static_cast<float>(pos) * rope_inv_freq(base, i, head_dim), &s, &c);
   return make_float2(c, s);
@@ -293,21 +293,30 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
     for (int h = 0; h < 2; ++h) {
       const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
       const int pos = __ldg(p.positions + min(row, p.m - 1));
-      const bool tabled = static_cast<unsigned>(pos) < static_cast<unsigned>(p.rope_positions);
-      const float2* cs = p.rope_cs + (int64_t)(tabled ? pos : 0) * (kRopeD / 2);
+      // Every pair of row h turned by (cos, sin) = cs_at(i).
+      const auto turn = [&](auto cs_at) {
 #pragma unroll
-      for (int j = 0; j < kBN / 8; ++j) {
-        if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
+        for (int j = 0; j < kBN / 8; ++j) {
+          if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = (8 * j + 2 * tig + e) % kD;
-          const float2 c = tabled ? __ldg(cs + i) : rope_cs_at(pos, i, kD, p.rope_base);
-          float& lo = acc[4 * j + 2 * h + e];
-          float& hi = acc[4 * (j + kPair) + 2 * h + e];
-          const float l = lo, u = hi;
-          lo = l * c.x - u * c.y;
-          hi = u * c.x + l * c.y;
+          for (int e = 0; e < 2; ++e) {
+            const int i = (8 * j + 2 * tig + e) % kD;
+            const float2 c = cs_at(i);
+            float& lo = acc[4 * j + 2 * h + e];
+            float& hi = acc[4 * (j + kPair) + 2 * h + e];
+            const float l = lo, u = hi;
+            lo = l * c.x - u * c.y;
+            hi = u * c.x + l * c.y;
+          }
         }
+      };
+      // The computed fallback in a loop of its own: chosen pair by pair, beside every table read,
+      // it made the epilogue 30-40% slower (bench/RESULTS.md, nineteenth session).
+      if (static_cast<unsigned>(pos) < static_cast<unsigned>(p.rope_positions)) {
+        const float2* cs = p.rope_cs + (int64_t)pos * (kRopeD / 2);
+        turn([&](int i) { return __ldg(cs + i); });
+      } else {
+        turn([&](int i) { return rope_cs_at(pos, i, kD, p.rope_base); });
       }
     }
   }

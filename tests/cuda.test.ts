@@ -370,9 +370,9 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
-  // matmul_rope through cuda/matmul_ws.cuh's rope epilogue (MDLM_MATMUL_ROPE_FUSED=1, opt-in until
-  // timed on a GPU) against the reference at the registry's cases, and against the same op unfused
-  // (matmul, then rope: the default) at llama-sized shapes: head dim 64 (cooperative 256-wide
+  // matmul_rope through cuda/matmul_ws.cuh's rope epilogue (the default on Hopper) against the
+  // reference at the registry's cases, and against the same op unfused (matmul, then rope:
+  // MDLM_MATMUL_ROPE_FUSED=0) at llama-sized shapes: head dim 64 (cooperative 256-wide
   // tiles) and 128 with grouped-query k (q's 2048 columns, k's 512). The paths differ by one bf16
   // rounding of the product (the unfused rounds it before rope turns it), about 1e-3; a wrong
   // angle, pairing or part is of order 1. Positions run past the rope table's 4096

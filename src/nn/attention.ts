@@ -7,7 +7,7 @@
  * Without biases and norms the three weights sit back to back in the parameter store, so
  * Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix. The forward projects q and k in one op,
  * matmul_rope: rope(x · [Wq; Wk]ᵀ) into the contiguous q and k attention takes (the GEMM, then
- * rope reading its rows a part at a time; on Hopper, opt-in, one kernel with rope in the GEMM's
+ * rope reading its rows a part at a time; on Hopper one kernel with rope in the GEMM's
  * epilogue), and v in a GEMM straight into its saved buffer (one GEMM for all three left v to copy:
  * 12 copies of [16384, 768] a llama-124m step). Backward writes the
  * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
@@ -191,7 +191,7 @@ export class SelfAttention {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     if (this.fused) {
-      // q and k = rope(x · [Wq; Wk]ᵀ) into the saved q and k (matmul_rope: on Hopper, opt-in, one
+      // q and k = rope(x · [Wq; Wk]ᵀ) into the saved q and k (matmul_rope: on Hopper one
       // kernel that never stores the [rows, (H + G)·D] projection); v = x · Wvᵀ straight into the saved v
       // (one GEMM for all three would leave v to copy).
       const d = this.q.inFeatures, qk = (s.heads + s.kvHeads) * s.headDim;
