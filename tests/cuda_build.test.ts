@@ -1,7 +1,8 @@
 /**
  * Without a GPU, where nvcc is installed (CI): every cuda/*.cu that needs only the CUDA toolkit
  * (not the ones including <cublasLt.h>) compiles for sm_90a, so a kernel's syntax or type error
- * fails the run; a host build of cuda/convert.cuh and cuda/philox.cuh gives the same bits as
+ * fails the run, and their objects link into one library, so a function defined (not inline) in a
+ * header that several of them include fails here and not at the addon's link; a host build of cuda/convert.cuh and cuda/philox.cuh gives the same bits as
  * src/convert.ts and src/rng/philox.ts; and the attention kernels, run on the CPU by the warp
  * emulator (cuda/emu), match a float64 reference, so an indexing or fragment-layout error in them
  * fails here before a GPU run. Without nvcc the tests skip and say why.
@@ -83,6 +84,16 @@ describe.runIf(nvcc)('cuda kernels compile for sm_90a', () => {
       expect(output, `nvcc ${basename(src)}:\n${output}`).not.toMatch(/wgmma\.mma_async instructions are serialized/);
     }, COMPILE_TIMEOUT);
   }
+
+  // g++ -shared leaves the CUDA runtime's and cuBLASLt's symbols undefined, as the addon's link
+  // resolves them, but refuses a symbol two objects define.
+  it('links the objects into one library with no symbol defined twice', async () => {
+    const objects: string[] = [];
+    for (const src of sources) if ((await compiled.get(src)!).errors === null) objects.push(join(outDir, `${basename(src)}.o`));
+    expect(objects.length, 'no object compiled: the tests above say why').toBeGreaterThan(0);
+    const linked = await run(process.env.CXX || 'g++', ['-shared', '-o', join(outDir, 'kernels.so'), ...objects]).then(() => null, (e: { stderr?: string; message: string }) => e.stderr || e.message);
+    expect(linked, `g++ -shared over ${objects.length} objects:\n${linked}`).toBeNull();
+  }, COMPILE_TIMEOUT);
 });
 
 describe.runIf(nvcc)('cuda host arithmetic matches the TypeScript definitions', () => {
