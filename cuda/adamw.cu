@@ -39,6 +39,7 @@ struct AdamwStep {
 template <typename W, int VEC>
 __global__ void __launch_bounds__(256)
     adamw_kernel(float* param, const float* __restrict__ grad, float* m, float* v, W* __restrict__ work, int64_t n, AdamwStep f) {
+  wait_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / VEC;
   if (i < nvec) {
@@ -93,8 +94,7 @@ void launch_adamw(const OpCall& call, W* work) {
   with_vec<float>(vectorised, [&](auto vec) {
     constexpr int VEC = decltype(vec)::value;
     const int64_t nvec = n / VEC;
-    adamw_kernel<W, VEC><<<blocks_for(nvec + (n - nvec * VEC), 256), 256, 0, call.stream>>>(param, grad, m, v, work, n, f);
-    check_launch(call.op.c_str());
+    check_cuda(launch_kernel(adamw_kernel<W, VEC>, blocks_for(nvec + (n - nvec * VEC), 256), 256, 0, call.stream, param, grad, m, v, work, n, f), call.op.c_str());
   });
 }
 

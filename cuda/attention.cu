@@ -311,6 +311,7 @@ struct FwdCfg {
 
 template <int kD, int kBr, int kBc, int kWarps>
 __global__ void __launch_bounds__(32 * kWarps) fwd_mma(const Params p) {
+  wait_previous_kernel();
   using Cfg = FwdCfg<kD, kBr, kBc, kWarps>;
   constexpr int kMT = Cfg::kMT, kNT = kBc / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -470,6 +471,7 @@ __device__ __forceinline__ float dot_bf16x8(uint4 a, uint4 b) {
 
 template <int kD, int kBc, int kWarps, int kMT>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dq_mma(const Params p) {
+  wait_previous_kernel();
   using Cfg = DqCfg<kD, kBc, kWarps, kMT>;
   constexpr int kBr = Cfg::kBr, kNT = kBc / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -627,6 +629,7 @@ __device__ __forceinline__ void accumulate_dq(float* dqa, int64_t stride, const 
 
 template <int kD, int kBr, int kWarps, int kMT, bool kFuseDq>
 __global__ void __launch_bounds__(32 * kWarps) bwd_dkdv_mma(const Params p) {
+  wait_previous_kernel();
   using Cfg = DkvCfg<kD, kBr, kWarps, kMT, kFuseDq>;
   constexpr int kBc = Cfg::kBc, kNT = kBr / 8, kDT = kD / 8, kS = row_stride<kD>(), kThreads = Cfg::kThreads;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -1004,6 +1007,7 @@ struct WsFwdCfg {
 
 template <int kD, bool kOptimistic>
 __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
+  wait_previous_kernel();
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
   static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
@@ -1389,6 +1393,7 @@ struct WsBwdCfg {
 
 template <int kD>
 __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid_constant__ Params p) {
+  wait_previous_kernel();
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsBwdCfg<kD>;
   constexpr int kBc = Cfg::kBc, kBr = Cfg::kBr, kDq = Cfg::kDq, kS = Cfg::kStages;
@@ -1644,6 +1649,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
 // 16 lanes a row, 8 elements a lane (D a multiple of 8, at most 128). Both tensor-core backwards
 // read Drow from here, so they agree on it to the bit.
 __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
+  wait_previous_kernel();
   const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;  // (b·T + t)·H + h
   const int c = threadIdx.x & 15;
   const int D = p.D;
@@ -1676,6 +1682,7 @@ constexpr int kDqStoreHeads = 4;
 // elements i..i+3 and their rope partners i + D/2.. (D a multiple of 8) of up to kDqStoreHeads
 // heads of a token, with the angles once.
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
+  wait_previous_kernel();
   const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
   const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
   if (token >= (int64_t)p.B * p.T) return;
@@ -1705,6 +1712,7 @@ __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
 // thread per (token, head, pair).
 template <typename TS, bool kDk>
 __global__ void __launch_bounds__(256) bwd_rope_pass(const Params p) {
+  wait_previous_kernel();
   TS* const g = static_cast<TS*>(kDk ? p.dk : p.dq);
   const int heads = kDk ? p.G : p.H, half = p.D / 2;
   const int64_t stride = kDk ? p.dkv_stride : p.dq_stride;
@@ -1748,6 +1756,7 @@ __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
 // Forward: 16 query rows a block (4 a warp), key tiles of 32 (one a lane).
 template <typename TS>
 __global__ void __launch_bounds__(128) fwd_simt(const Params p) {
+  wait_previous_kernel();
   constexpr int kBr = 16, kBc = 32;
   MDLM_ATTN_DYNAMIC_SMEM(float, smf);
   float* sQ = smf;               // [kBr][kDM]
@@ -1840,6 +1849,7 @@ __global__ void __launch_bounds__(128) fwd_simt(const Params p) {
 // dQ and Drow: 16 query rows a block (4 a warp), key tiles of 32 (one a lane).
 template <typename TS>
 __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
+  wait_previous_kernel();
   constexpr int kBr = 16, kBc = 32;
   MDLM_ATTN_DYNAMIC_SMEM(float, smf);
   float* sQ = smf;               // [kBr][kDM]
@@ -1935,6 +1945,7 @@ __global__ void __launch_bounds__(128) bwd_dq_simt(const Params p) {
 // lane). Reads Drow written by bwd_dq_simt.
 template <typename TS>
 __global__ void __launch_bounds__(128) bwd_dkdv_simt(const Params p) {
+  wait_previous_kernel();
   constexpr int kBc = 16, kBr = 32;
   MDLM_ATTN_DYNAMIC_SMEM(float, smf);
   float* sK = smf;               // [kBc][kDM]
@@ -2072,8 +2083,7 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t smem, const Params& p,
   (void)name;
   ::emu::launch(kernel, grid, threads, smem, p);
 #else
-  kernel<<<grid, threads, smem, stream>>>(p);
-  check_launch(name);
+  check_cuda(launch_kernel(kernel, grid, threads, smem, stream, p), name);
 #endif
 }
 

@@ -30,6 +30,7 @@ template <typename T>
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int heads,
                             int kv_heads, int head_dim, int max_len, int length, int kv_stride, float scale) {
+  wait_previous_kernel();
   extern __shared__ float scores[];
   __shared__ float scratch[kDecodeThreads / 32];
   const int h = blockIdx.x, b = blockIdx.y;
@@ -72,9 +73,8 @@ MDLM_OP(attention_decode) {
   const size_t smem = sizeof(float) * length;  // at most MAX_DECODE_KEYS (4096) floats: 16 KiB
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    attention_decode_kernel<T><<<dim3(heads, batch), kDecodeThreads, smem, call.stream>>>(
+    check_cuda(launch_kernel(attention_decode_kernel<T>, dim3(heads, batch), kDecodeThreads, smem, call.stream,
         static_cast<const T*>(call.arg("q").ptr), static_cast<const T*>(call.arg("k").ptr), static_cast<const T*>(call.arg("v").ptr),
-        static_cast<T*>(call.arg("out").ptr), heads, kv_heads, head_dim, max_len, length, kv_stride, scale);
-    check_launch("attention_decode_kernel");
+        static_cast<T*>(call.arg("out").ptr), heads, kv_heads, head_dim, max_len, length, kv_stride, scale), "attention_decode_kernel");
   });
 }

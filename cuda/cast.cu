@@ -40,6 +40,7 @@ constexpr int kCastVec = 4;
 
 template <DType FROM, DType TO, int VEC>
 __global__ void __launch_bounds__(256) cast_kernel(const typename Storage<FROM>::T* x, typename Storage<TO>::T* out, int64_t n) {
+  wait_previous_kernel();
   using In = typename Storage<FROM>::T;
   using Out = typename Storage<TO>::T;
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
@@ -92,11 +93,10 @@ MDLM_OP(cast) {
         const int64_t n = x.numel;
         const int threads = 256;
         if (aligned_to(in_p, kCastVec * sizeof(In)) && aligned_to(out_p, kCastVec * sizeof(Out))) {
-          cast_kernel<FROM, TO, kCastVec><<<blocks_for((n + kCastVec - 1) / kCastVec, threads), threads, 0, call.stream>>>(in_p, out_p, n);
+          check_cuda(launch_kernel(cast_kernel<FROM, TO, kCastVec>, blocks_for((n + kCastVec - 1) / kCastVec, threads), threads, 0, call.stream, in_p, out_p, n), "cast_kernel");
         } else {
-          cast_kernel<FROM, TO, 1><<<blocks_for(n, threads), threads, 0, call.stream>>>(in_p, out_p, n);
+          check_cuda(launch_kernel(cast_kernel<FROM, TO, 1>, blocks_for(n, threads), threads, 0, call.stream, in_p, out_p, n), "cast_kernel");
         }
-        check_launch("cast_kernel");
       }
     });
   });

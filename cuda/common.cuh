@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "op.h"
 
@@ -147,6 +148,47 @@ inline int sm_count(const OpCall& call) {
 }
 
 inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
+// --- programmatic dependent launch (sm_90; opt-in, MDLM_PDL=1, untimed: bench/RESULTS.md,
+// nineteenth session) ---
+// A kernel launched by launch_kernel may then be scheduled before the kernel ahead of it on the
+// stream has finished: its launch and its blocks' dispatch overlap that kernel's tail, which at
+// llama-124m's hundreds of short kernels a step is time the GPU otherwise idles. No work
+// overlaps: every such kernel calls wait_previous_kernel() before it touches memory.
+
+// Waits until the kernel ahead on the stream has finished and its writes are visible (at once
+// when this kernel was launched without the attribute, or before sm_90), then lets the kernel
+// behind this one launch: once every block here has passed this point, none is left to dispatch.
+__device__ __forceinline__ void wait_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+#ifndef MDLM_ATTN_EMULATE
+// Whether launch_kernel asks for programmatic dependent launch: MDLM_PDL=1 on an sm_90+ GPU.
+inline bool pdl_enabled() {
+  static const bool sm90 = [] {
+    int dev = 0, major = 0;
+    return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+  }();
+  return sm90 && env_knob("MDLM_PDL") == "1";
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where
+// pdl_enabled(): the kernel must begin with wait_previous_kernel(). Returns the launch's error.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
+  config.attrs = &pdl, config.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#endif
 
 // --- ops that stand for others (matmul_swiglu, matmul_rope): a fused kernel where it applies,
 // else the ops they stand for, one after another ---

@@ -25,6 +25,7 @@ struct CompactParams {
 __device__ __forceinline__ bool counted(const CompactParams& p, uint32_t r) { return p.targets[r] >= 0 && p.weights[r] != 0.0f; }
 
 __global__ void __launch_bounds__(kCompactThreads) compact_rows_kernel(CompactParams p) {
+  wait_previous_kernel();
   const uint32_t chunk = (p.rows + kCompactThreads - 1) / kCompactThreads;
   const uint32_t lo = min(threadIdx.x * chunk, p.rows), hi = min(lo + chunk, p.rows);
   uint32_t own = 0;
@@ -75,6 +76,5 @@ MDLM_OP(compact_rows) {
       static_cast<float*>(call.arg("packedWeights").ptr),
       static_cast<uint32_t>(rows),
   };
-  compact_rows_kernel<<<1, kCompactThreads, 0, call.stream>>>(p);
-  check_launch("compact_rows_kernel");
+  check_cuda(launch_kernel(compact_rows_kernel, 1, kCompactThreads, 0, call.stream, p), "compact_rows_kernel");
 }

@@ -188,6 +188,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
     cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
                          float* __restrict__ loss, float* __restrict__ lse, int vocab) {
+  wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const T* p = logits + static_cast<int64_t>(row) * vocab;
   loss_row<kCeMaxThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
@@ -197,6 +198,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
     cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                   const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
+  wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
   gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
@@ -206,6 +208,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
     cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
+  wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
@@ -229,11 +232,10 @@ MDLM_OP(cross_entropy) {
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = kVec16<T>;  // always: each row finds its own 16-byte boundary
-    cross_entropy_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
+    check_cuda(launch_kernel(cross_entropy_kernel<T, VEC>, rows, ce_threads<VEC>(vocab), 0, call.stream,
         static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<float*>(call.arg("loss").ptr),
-        static_cast<float*>(call.arg("lse").ptr), vocab);
-    check_launch(call.op.c_str());
+        static_cast<float*>(call.arg("lse").ptr), vocab), call.op.c_str());
   });
 }
 
@@ -259,11 +261,10 @@ MDLM_OP(cross_entropy_backward) {
   with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    cross_entropy_backward_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab), 0, call.stream>>>(
+    check_cuda(launch_kernel(cross_entropy_backward_kernel<T, VEC>, rows, ce_threads<VEC>(vocab), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
-        static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab);
-    check_launch(call.op.c_str());
+        static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
   });
 }
 
@@ -273,10 +274,9 @@ MDLM_OP(cross_entropy_fused) {
   with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    cross_entropy_fused_kernel<T, VEC><<<rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream>>>(
+    check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("dloss").ptr),
-        static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab);
-    check_launch(call.op.c_str());
+        static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
   });
 }

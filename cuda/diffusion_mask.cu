@@ -50,6 +50,7 @@ __device__ uint2 block_inclusive_scan(uint2 v) {
 }
 
 __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams p) {
+  wait_previous_kernel();
   const uint32_t b = blockIdx.x;
   const uint32_t len = p.seq_len, row = b * len;
   const uint32_t chunk = (len + kMaskThreads - 1) / kMaskThreads;
@@ -112,6 +113,5 @@ MDLM_OP(diffusion_mask) {
       call.i32("maskId"),
       call.flag("empirical"),
   };
-  diffusion_mask_kernel<<<p.batch, kMaskThreads, 0, call.stream>>>(p);
-  check_launch("diffusion_mask_kernel");
+  check_cuda(launch_kernel(diffusion_mask_kernel, p.batch, kMaskThreads, 0, call.stream, p), "diffusion_mask_kernel");
 }

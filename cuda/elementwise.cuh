@@ -18,6 +18,7 @@ struct Ptrs {
 // F: __device__ void operator()(const float (&in)[NIN], float (&out)[NOUT]) const.
 template <typename T, int VEC, int NIN, int NOUT, typename F>
 __global__ void __launch_bounds__(256) map_kernel(Ptrs<const T, NIN> in, Ptrs<T, NOUT> out, int64_t n, F f) {
+  wait_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / VEC;
   if (i < nvec) {
@@ -65,8 +66,7 @@ void launch_map(const OpCall& call, const std::array<const char*, NIN>& ins, con
       for (int j = 0; j < NOUT; j++) out.p[j] = static_cast<T*>(call.arg(outs[j]).ptr);
       const int64_t nvec = n / VEC;
       const int threads = 256;
-      map_kernel<T, VEC, NIN, NOUT, F><<<blocks_for(nvec + (n - nvec * VEC), threads), threads, 0, call.stream>>>(in, out, n, f);
-      check_launch(call.op.c_str());
+      check_cuda(launch_kernel(map_kernel<T, VEC, NIN, NOUT, F>, blocks_for(nvec + (n - nvec * VEC), threads), threads, 0, call.stream, in, out, n, f), call.op.c_str());
     });
   });
 }

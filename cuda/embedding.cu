@@ -18,6 +18,7 @@ constexpr int kChunk = 64;         // sorted positions a chunk sum covers
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) embedding_kernel(const int32_t* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out, int64_t tokens,
                                                         int vocab, int dim) {
+  wait_previous_kernel();
   const int vecs = dim / VEC;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= tokens * vecs) return;
@@ -37,6 +38,7 @@ __global__ void __launch_bounds__(256) embedding_kernel(const int32_t* __restric
 // keys = ids (out of range -> vocab), vals = positions.
 __global__ void __launch_bounds__(kTile) sort_keys_kernel(const int32_t* __restrict__ ids, uint32_t* __restrict__ keys, uint32_t* __restrict__ vals, int tokens,
                                                           int vocab) {
+  wait_previous_kernel();
   const int i = blockIdx.x * kTile + threadIdx.x;
   if (i >= tokens) return;
   const int32_t id = ids[i];
@@ -50,6 +52,7 @@ __device__ __forceinline__ uint32_t digit_of(uint32_t key, int shift) { return (
 // the count does not depend on their order).
 __global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* __restrict__ keys, uint32_t* __restrict__ tile_counts, int tokens, int tiles,
                                                                 int shift) {
+  wait_previous_kernel();
   __shared__ uint32_t hist[kTile];
   hist[threadIdx.x] = 0;
   __syncthreads();
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* 
 
 // Exclusive scan of all kTile · tiles counts, digit-major, in one block: thread d owns digit d.
 __global__ void __launch_bounds__(kTile) radix_scan_kernel(uint32_t* __restrict__ tile_counts, int tiles) {
+  wait_previous_kernel();
   uint32_t* own = tile_counts + static_cast<int64_t>(threadIdx.x) * tiles;
   uint32_t total = 0;
   for (int t = 0; t < tiles; t++) total += own[t];
@@ -77,6 +81,7 @@ __global__ void __launch_bounds__(kTile) radix_scan_kernel(uint32_t* __restrict_
 __global__ void __launch_bounds__(kTile) radix_scatter_kernel(const uint32_t* __restrict__ keys_in, const uint32_t* __restrict__ vals_in,
                                                               const uint32_t* __restrict__ tile_counts, uint32_t* __restrict__ keys_out,
                                                               uint32_t* __restrict__ vals_out, int tokens, int tiles, int shift) {
+  wait_previous_kernel();
   __shared__ uint32_t digits[kTile];
   const int i = blockIdx.x * kTile + threadIdx.x;
   const bool valid = i < tokens;
@@ -122,6 +127,7 @@ __device__ __forceinline__ void add_positions(const uint32_t* positions, const T
 template <typename T, int VEC>
 __global__ void __launch_bounds__(128) embedding_chunk_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
                                                                   const T* __restrict__ dout, float* __restrict__ chunk_sums, int vocab, int dim) {
+  wait_previous_kernel();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kChunk;
   if (keys[first] != keys[first + kChunk - 1] || keys[first] >= static_cast<uint32_t>(vocab)) return;
   for (int c = threadIdx.x * VEC; c < dim; c += blockDim.x * VEC) {
@@ -138,6 +144,7 @@ template <typename T, typename TO, int VEC>
 __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
                                                                 const T* __restrict__ dout, const float* __restrict__ chunk_sums, TO* __restrict__ dtable,
                                                                 int tokens, int vocab, int dim, bool accumulate) {
+  wait_previous_kernel();
   __shared__ uint32_t bounds[kRowsPerBlock + 1];
   const int first = blockIdx.x * kRowsPerBlock;
   const int count = min(kRowsPerBlock, vocab - first);
@@ -194,10 +201,9 @@ MDLM_OP(embedding) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
     const int64_t items = static_cast<int64_t>(s.tokens) * (s.dim / VEC);
-    embedding_kernel<T, VEC><<<blocks_for(items, 256), 256, 0, call.stream>>>(static_cast<const int32_t*>(call.arg("ids").ptr),
-                                                                              static_cast<const T*>(call.arg("table").ptr),
-                                                                              static_cast<T*>(call.arg("out").ptr), s.tokens, s.vocab, s.dim);
-    check_launch("embedding_kernel");
+    check_cuda(launch_kernel(embedding_kernel<T, VEC>, blocks_for(items, 256), 256, 0, call.stream, static_cast<const int32_t*>(call.arg("ids").ptr),
+        static_cast<const T*>(call.arg("table").ptr),
+        static_cast<T*>(call.arg("out").ptr), s.tokens, s.vocab, s.dim), "embedding_kernel");
   });
 }
 
@@ -213,15 +219,13 @@ MDLM_OP(embedding_backward) {
   uint32_t* tile_counts = scratch_u32(static_cast<int64_t>(kTile) * tiles);
   const int chunks = s.tokens / kChunk;  // full chunks only: a partial one is summed position by position
   float* chunk_sums = chunks > 0 ? static_cast<float*>(call.scratch->get(sizeof(float) * chunks * static_cast<size_t>(s.dim))) : nullptr;
-  sort_keys_kernel<<<tiles, kTile, 0, call.stream>>>(static_cast<const int32_t*>(call.arg("ids").ptr), keys, vals, s.tokens, s.vocab);
-  check_launch("sort_keys_kernel");
+  check_cuda(launch_kernel(sort_keys_kernel, tiles, kTile, 0, call.stream, static_cast<const int32_t*>(call.arg("ids").ptr), keys, vals, s.tokens, s.vocab), "sort_keys_kernel");
   // Keys run up to vocab itself (the out-of-range key).
   const int bits = 32 - __builtin_clz(static_cast<unsigned>(s.vocab));
   for (int shift = 0; shift < bits; shift += kRadixBits) {
-    radix_histogram_kernel<<<tiles, kTile, 0, call.stream>>>(keys, tile_counts, s.tokens, tiles, shift);
-    radix_scan_kernel<<<1, kTile, 0, call.stream>>>(tile_counts, tiles);
-    radix_scatter_kernel<<<tiles, kTile, 0, call.stream>>>(keys, vals, tile_counts, keys_next, vals_next, s.tokens, tiles, shift);
-    check_launch("radix sort");
+    check_cuda(launch_kernel(radix_histogram_kernel, tiles, kTile, 0, call.stream, keys, tile_counts, s.tokens, tiles, shift), "radix_histogram_kernel");
+    check_cuda(launch_kernel(radix_scan_kernel, 1, kTile, 0, call.stream, tile_counts, tiles), "radix_scan_kernel");
+    check_cuda(launch_kernel(radix_scatter_kernel, tiles, kTile, 0, call.stream, keys, vals, tile_counts, keys_next, vals_next, s.tokens, tiles, shift), "radix_scatter_kernel");
     std::swap(keys, keys_next);
     std::swap(vals, vals_next);
   }
@@ -242,12 +246,10 @@ MDLM_OP(embedding_backward) {
         constexpr int VEC = decltype(vec)::value;
         const T* dout = static_cast<const T*>(call.arg("dout").ptr);
         if (chunks > 0) {
-          embedding_chunk_sum_kernel<T, VEC><<<chunks, 128, 0, call.stream>>>(keys, vals, dout, chunk_sums, s.vocab, s.dim);
-          check_launch("embedding_chunk_sum_kernel");
+          check_cuda(launch_kernel(embedding_chunk_sum_kernel<T, VEC>, chunks, 128, 0, call.stream, keys, vals, dout, chunk_sums, s.vocab, s.dim), "embedding_chunk_sum_kernel");
         }
-        embedding_row_sum_kernel<T, TO, VEC><<<(s.vocab + kRowsPerBlock - 1) / kRowsPerBlock, 256, 0, call.stream>>>(
-            keys, vals, dout, chunk_sums, static_cast<TO*>(dtable.ptr), s.tokens, s.vocab, s.dim, accumulate);
-        check_launch("embedding_row_sum_kernel");
+        check_cuda(launch_kernel(embedding_row_sum_kernel<T, TO, VEC>, (s.vocab + kRowsPerBlock - 1) / kRowsPerBlock, 256, 0, call.stream,
+            keys, vals, dout, chunk_sums, static_cast<TO*>(dtable.ptr), s.tokens, s.vocab, s.dim, accumulate), "embedding_row_sum_kernel");
       });
     });
   });

@@ -12,6 +12,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kMaxRowThreads)
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias, T* __restrict__ y,
                      float* __restrict__ mean, float* __restrict__ rstd, int rows, int dim, float eps) {
+  wait_previous_kernel();
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a dead team still meets the block at team_sum's barriers
   const int64_t base = static_cast<int64_t>(row) * dim;
@@ -55,6 +56,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     layernorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ weight,
                               const float* __restrict__ mean, const float* __restrict__ rstd, const T* __restrict__ dresidual,
                               T* __restrict__ dx, float* __restrict__ partials, int rows, int dim) {
+  wait_previous_kernel();
   extern __shared__ float column_acc[];
   constexpr int R = kRowVecs<VEC>;
   float w[R][VEC], dw[R][VEC] = {}, db[R][VEC] = {};
@@ -116,10 +118,9 @@ MDLM_OP(layernorm) {
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
       const RowLayout layout = row_layout<VEC>(call, dim, 256);
-      layernorm_kernel<T, VEC><<<blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream>>>(
+      check_cuda(launch_kernel(layernorm_kernel<T, VEC>, blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream,
           static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
-          static_cast<float*>(call.arg("mean").ptr), static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps);
-      check_launch(call.op.c_str());
+          static_cast<float*>(call.arg("mean").ptr), static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
     });
   });
 }

@@ -78,6 +78,7 @@ struct Plan {
 template <typename T, typename TO>
 __global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, TO* __restrict__ out, int64_t m, int64_t n,
                                                               int64_t k, bool trans_a, bool trans_b, bool accumulate) {
+  wait_previous_kernel();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t i = blockIdx.y;
   if (j >= n) return;
@@ -240,9 +241,8 @@ MDLM_OP(matmul) {
       with_float_type(key.out_dtype, [&](auto out_tag) {
         using TO = typename decltype(out_tag)::type;
         const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
-        matmul_fallback_kernel<T, TO><<<grid, 256, 0, call.stream>>>(static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<TO*>(out.ptr),
-                                                                      key.m, key.n, key.k, key.trans_a, key.trans_b, accumulate);
-        check_launch("matmul_fallback_kernel");
+        check_cuda(launch_kernel(matmul_fallback_kernel<T, TO>, grid, 256, 0, call.stream, static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<TO*>(out.ptr),
+                                                                      key.m, key.n, key.k, key.trans_a, key.trans_b, accumulate), "matmul_fallback_kernel");
       });
     });
     return;

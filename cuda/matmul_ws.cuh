@@ -415,6 +415,7 @@ enum Schedule { kCooperative, kPingPong };
 
 template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
+  wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
@@ -660,8 +661,7 @@ inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_
     allowed.insert(kernel);
   }
   const int64_t tiles = (int64_t)p.batch * p.tiles_m * p.tiles_n;
-  kernel<<<(unsigned)std::min<int64_t>(tiles, sms), kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  return launch_kernel(kernel, (unsigned)std::min<int64_t>(tiles, sms), kThreads, smem, stream, p);
 }
 #endif
 

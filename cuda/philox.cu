@@ -6,6 +6,7 @@ namespace mdlm {
 
 __global__ void __launch_bounds__(256) philox_kernel(uint32_t* __restrict__ out, uint32_t blocks, uint32_t step, uint32_t rank, uint32_t purpose, uint2 key,
                                                      bool vector_store) {
+  wait_previous_kernel();
   const uint32_t i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= blocks) return;
   const uint4 r = philox4x32(make_uint4(i, step, rank, purpose), key);
@@ -25,7 +26,6 @@ MDLM_OP(philox) {
   using namespace mdlm;
   auto* out = static_cast<uint32_t*>(call.arg("out").ptr);
   const auto blocks = static_cast<uint32_t>(call.i64("blocks"));
-  philox_kernel<<<blocks_for(blocks, 256), 256, 0, call.stream>>>(out, blocks, static_cast<uint32_t>(call.i64("step")), static_cast<uint32_t>(call.i64("rank")),
-                                                                   static_cast<uint32_t>(call.i64("purpose")), seed_key(call.i64("seed")), aligned16(out));
-  check_launch("philox_kernel");
+  check_cuda(launch_kernel(philox_kernel, blocks_for(blocks, 256), 256, 0, call.stream, out, blocks, static_cast<uint32_t>(call.i64("step")), static_cast<uint32_t>(call.i64("rank")),
+                                                                   static_cast<uint32_t>(call.i64("purpose")), seed_key(call.i64("seed")), aligned16(out)), "philox_kernel");
 }

@@ -80,6 +80,7 @@ __device__ __forceinline__ float reduce_map(float e) {
 template <ReduceMap MAP, bool MAX>
 __global__ void __launch_bounds__(256) segment_reduce_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t cols, int64_t segments,
                                                              int64_t seg_len, float scale) {
+  wait_previous_kernel();
   const int64_t o = blockIdx.x;
   const int64_t begin = (o % segments) * seg_len;
   const int64_t end = begin + seg_len < cols ? begin + seg_len : cols;
@@ -105,8 +106,9 @@ inline void reduce_segments(const OpCall& call, const float* x, float* out, cons
   int threads = 32;
   while (threads < 256 && threads * 4 < seg_len) threads *= 2;
   const unsigned blocks = static_cast<unsigned>(p.rows * p.segments);
-#define MDLM_SEGMENTS(MAP, MAX) \
-  segment_reduce_kernel<MAP, MAX><<<blocks, threads, 0, call.stream>>>(x, out, p.cols, p.segments, seg_len, p.scale)
+#define MDLM_SEGMENTS(MAP, MAX)                                                                                                  \
+  check_cuda(launch_kernel(segment_reduce_kernel<MAP, MAX>, blocks, threads, 0, call.stream, x, out, p.cols, p.segments, seg_len, p.scale), \
+             "segment_reduce_kernel")
   if (p.use_max) {
     if (p.map == ReduceMap::abs) MDLM_SEGMENTS(ReduceMap::abs, true);
     else MDLM_SEGMENTS(ReduceMap::identity, true);
@@ -115,7 +117,6 @@ inline void reduce_segments(const OpCall& call, const float* x, float* out, cons
     else MDLM_SEGMENTS(ReduceMap::identity, false);
   }
 #undef MDLM_SEGMENTS
-  check_launch("segment_reduce_kernel");
 }
 
 }  // namespace mdlm

@@ -14,6 +14,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ weight, T* __restrict__ sum,
                    T* __restrict__ y, float* __restrict__ rstd, int rows, int dim, float eps) {
+  wait_previous_kernel();
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a dead team still meets the block at team_sum's barriers
   const int64_t base = static_cast<int64_t>(row) * dim;
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ weight,
                             const float* __restrict__ rstd, const T* __restrict__ dresidual, T* __restrict__ dx,
                             float* __restrict__ partials, int rows, int dim) {
+  wait_previous_kernel();
   extern __shared__ float column_acc[];
   constexpr int R = kRowVecs<VEC>;
   float w[R][VEC], dw[R][VEC] = {};
@@ -103,11 +105,10 @@ void launch_rmsnorm(const OpCall& call, bool fused) {
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
       const RowLayout layout = row_layout<VEC>(call, dim, 256);
-      rmsnorm_kernel<T, VEC><<<blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream>>>(
+      check_cuda(launch_kernel(rmsnorm_kernel<T, VEC>, blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream,
           static_cast<const T*>(x.ptr), residual ? static_cast<const T*>(residual->ptr) : nullptr,
           static_cast<const T*>(weight.ptr), sum ? static_cast<T*>(sum->ptr) : nullptr, static_cast<T*>(y.ptr),
-          static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps);
-      check_launch(call.op.c_str());
+          static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
     });
   });
 }

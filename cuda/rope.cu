@@ -26,6 +26,7 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, const int* __restrict__ positions,
                                                    T* __restrict__ dst, int64_t tokens, int heads, int head_dim,
                                                    int64_t x_stride, int64_t y_stride, double base, float sign, bool rotate) {
+  wait_previous_kernel();
   extern __shared__ float inv_freq[];
   const int half = head_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = rope_inv_freq(base, i, head_dim);
@@ -84,10 +85,9 @@ void launch_rope(const OpCall& call, const char* src_name, const char* dst_name,
     with_vec<T>(all_aligned16({src, dst}) && strides16 && (head_dim / 2) % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
       const int64_t items = tokens * ((heads + kRopeHeads - 1) / kRopeHeads) * (head_dim / 2 / VEC);
-      rope_kernel<T, VEC><<<blocks_for(items, 256), 256, sizeof(float) * (head_dim / 2), call.stream>>>(
+      check_cuda(launch_kernel(rope_kernel<T, VEC>, blocks_for(items, 256), 256, sizeof(float) * (head_dim / 2), call.stream,
           static_cast<const T*>(src), static_cast<const int*>(call.arg("positions").ptr), static_cast<T*>(dst), tokens, heads,
-          head_dim, x_stride, y_stride, base, sign, rotate);
-      check_launch(call.op.c_str());
+          head_dim, x_stride, y_stride, base, sign, rotate), call.op.c_str());
     });
   });
 }

@@ -80,6 +80,7 @@ __device__ void write_block_columns(const float (&v)[kRowVecs<VEC>][VEC], int di
 // then the slices in order.
 template <typename T>
 __global__ void __launch_bounds__(1024) sum_partials_kernel(const float* __restrict__ partials, int groups, int dim, T* out0, T* out1, bool accumulate) {
+  wait_previous_kernel();
   __shared__ float slice[32][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
   const float* p = partials + static_cast<int64_t>(blockIdx.y) * groups * dim;
@@ -135,10 +136,8 @@ void launch_row_backward(const OpCall& call, Kernel kernel, const RowLayout& lay
   const int needed = (rows + layout.rows_per_block - 1) / layout.rows_per_block;
   const int grid = std::max(1, std::min(needed, sm_count(call) * per_sm));
   float* partials = static_cast<float*>(call.scratch->get(sizeof(float) * outputs * grid * dim));
-  kernel<<<grid, block, smem, call.stream>>>(args..., partials, rows, dim);
-  check_launch(call.op.c_str());
-  sum_partials_kernel<TO><<<dim3((dim + 31) / 32, outputs), dim3(32, 32), 0, call.stream>>>(partials, grid, dim, out0, out1, accumulate);
-  check_launch(call.op.c_str());
+  check_cuda(launch_kernel(kernel, grid, block, smem, call.stream, args..., partials, rows, dim), call.op.c_str());
+  check_cuda(launch_kernel(sum_partials_kernel<TO>, dim3((dim + 31) / 32, outputs), dim3(32, 32), 0, call.stream, partials, grid, dim, out0, out1, accumulate), call.op.c_str());
 }
 
 }  // namespace mdlm

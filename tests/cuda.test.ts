@@ -498,6 +498,48 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
+  // MDLM_PDL=1 (programmatic dependent launch, cuda/common.cuh): each kernel may be dispatched
+  // while the one before it finishes, and waits for it before touching memory. A kernel that
+  // read or wrote too early would change some bits of a pass; with the deterministic attention
+  // backward two runs without it agree bit for bit.
+  it('trains recorded passes with programmatic dependent launch (MDLM_PDL=1) to the bits of launching in stream order', async (ctx) => {
+    const b = await cuda();
+    if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: programmatic dependent launch is asked for on sm 9.0 and later`);
+    const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '128', 'model.nLayers': '2', 'model.nHeads': '2', 'model.ffnHidden': '256', 'model.seqLen': '128' } }).model;
+    const batch = 4, N = batch * 128;
+    const rows = tokenBatch(N, 128, { secondDoc: 80 });
+    // Six steps, causal and bidirectional in turn (unrecorded, recorded, replayed), each step's
+    // AdamW deferred into the next pass's graph: losses, gradients and the final parameters.
+    const passes = async (pdl: '0' | '1') => {
+      process.env.MDLM_PDL = pdl;
+      const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
+      const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
+      m.setWeights(lossWeights(N, 1));
+      const out: (number | Float32Array)[] = [];
+      for (let p = 0; p < 6; p++) {
+        m.setBatch(rows, p % 2 === 0);
+        m.forwardBackward(true, opt.takeDeferred());
+        out.push(await m.loss(), (await b.download(m.store.grad)) as Float32Array);
+        opt.measure();
+        opt.defer(1e-3, p + 1);
+      }
+      opt.flush();
+      out.push((await b.download(m.store.value)) as Float32Array);
+      opt.destroy();
+      m.destroy();
+      return out;
+    };
+    process.env.MDLM_ATTN_DETERMINISTIC = '1';
+    try {
+      const ordered = await passes('0');
+      expect(await passes('0'), 'two runs in stream order').toEqual(ordered);
+      expect(await passes('1'), 'with programmatic dependent launch').toEqual(ordered);
+    } finally {
+      delete process.env.MDLM_ATTN_DETERMINISTIC;
+      delete process.env.MDLM_PDL;
+    }
+  });
+
   it('runs head-dim-64 attention with many query tiles a key block and several key blocks a row, and the persistent kernels with more blocks than are resident, within tolerance', async () => {
     const b = await cuda();
     // bwd_ws's 128-row steps at head dim 64 (each warpgroup a half of every step's dQ): many steps
