@@ -509,12 +509,14 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     const batch = 4, N = batch * 128;
     const rows = tokenBatch(N, 128, { secondDoc: 80 });
     // Six steps, causal and bidirectional in turn (unrecorded, recorded, replayed), each step's
-    // AdamW deferred into the next pass's graph: losses, gradients and the final parameters.
+    // AdamW deferred into the next pass's graph, the loss over a third of the rows packed to the
+    // front (compact_rows, then the blocks past them skipped by conditional graph nodes): losses,
+    // gradients and the final parameters.
     const passes = async (pdl: '0' | '1') => {
       process.env.MDLM_PDL = pdl;
-      const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
+      const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true, packLossRows: true });
       const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
-      m.setWeights(lossWeights(N, 1));
+      m.setWeights(lossWeights(N));
       const out: (number | Float32Array)[] = [];
       for (let p = 0; p < 6; p++) {
         m.setBatch(rows, p % 2 === 0);
