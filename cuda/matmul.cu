@@ -241,8 +241,9 @@ MDLM_OP(matmul) {
       with_float_type(key.out_dtype, [&](auto out_tag) {
         using TO = typename decltype(out_tag)::type;
         const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
-        check_cuda(launch_kernel(matmul_fallback_kernel<T, TO>, grid, 256, 0, call.stream, static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr), static_cast<TO*>(out.ptr),
-                                                                      key.m, key.n, key.k, key.trans_a, key.trans_b, accumulate), "matmul_fallback_kernel");
+        check_cuda(launch_kernel(matmul_fallback_kernel<T, TO>, grid, 256, 0, call.stream, static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr),
+                                 static_cast<TO*>(out.ptr), key.m, key.n, key.k, key.trans_a, key.trans_b, accumulate),
+                   "matmul_fallback_kernel");
       });
     });
     return;

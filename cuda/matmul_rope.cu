@@ -42,8 +42,7 @@ RopeTable rope_table(const OpCall& call, double base, int head_dim, int position
   float2* cs = nullptr;
   check_cuda(cudaMalloc(&cs, (size_t)n * (head_dim / 2) * sizeof(float2)), "matmul_rope: the rope table");
   const int64_t entries = (int64_t)n * (head_dim / 2);
-  gemm::make_rope_table<<<blocks_for(entries, 256), 256, 0, call.stream>>>(cs, n, head_dim, base);
-  check_launch("make_rope_table");
+  check_cuda(launch_kernel(gemm::make_rope_table, blocks_for(entries, 256), 256, 0, call.stream, cs, n, head_dim, base), "make_rope_table");
   t = RopeTable{cs, n};
   return t;
 }

@@ -268,7 +268,8 @@ __device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[32], int
 
 // (cos, sin) of f32(pos) · inv_freq[i] for a head of head_dim, computed (make_rope_table's and
 // rope_kernel's arithmetic): for a position past the table. Not inlined on the GPU: the
-// epilogue's unrolled loops would carry its code, and its double pow, at every pair.
+// epilogue's unrolled loops would carry its code, and its double pow, at every pair (`inline`
+// only lets each object that includes this header define it).
 #ifdef MDLM_ATTN_EMULATE
 #define MDLM_GEMM_NOINLINE
 #else
@@ -668,6 +669,7 @@ inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_
 // rope_cs[pos · (head_dim/2) + i] = (cos, sin) of f32(pos) · inv_freq[i] for pos < positions, as
 // rope_kernel computes them (cuda/rope.cu): the table gemm_ws_nt<head_dim> reads.
 static __global__ void make_rope_table(float2* rope_cs, int positions, int head_dim, double base) {
+  wait_previous_kernel();
   const int half = head_dim / 2;
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < (int64_t)positions * half) rope_cs[i] = rope_cs_at((int)(i / half), (int)(i % half), head_dim, base);
