@@ -138,6 +138,12 @@ __device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, 
 __device__ __forceinline__ void bulk_commit() { ::emu::bulk_commit(); }
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() { ::emu::bulk_wait_read(N); }
+__device__ __forceinline__ void tile_load_4d_multicast(uint32_t dst, const TileMap& map, int c0, int c1, int c2, int c3, uint32_t bar, uint16_t mask) {
+  ::emu::tile_load_multicast(dst, &map, {c0, c1, c2, c3, 0}, bar, mask);
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() { return ::emu::cluster_ctarank(); }
+__device__ __forceinline__ void cluster_sync() { ::emu::cluster_sync(); }
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t addr, uint32_t rank) { ::emu::mbarrier_arrive_cluster(addr, rank); }
 #else
 using TileMap = CUtensorMap;
 // Makes the block's mbarrier inits visible to the copy engine (the async proxy) before a TMA
@@ -169,6 +175,34 @@ __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.comm
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Thread block clusters (a kernel launched with cudaLaunchAttributeClusterDimension):
+// tile_load_4d's box written to shared address `dst` of every block of the cluster whose rank's
+// bit is set in `mask`, each block's mbarrier at `bar` credited with its bytes.
+__device__ __forceinline__ void tile_load_4d_multicast(uint32_t dst, const TileMap& map, int c0, int c1, int c2, int c3, uint32_t bar, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(mask)
+      : "memory");
+}
+// This block's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster meets here; the writes before (mbarrier inits) are
+// seen by all after.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// An arrival on the mbarrier at the same shared address in the cluster's block of rank `rank`
+// (this block's own, too), releasing this thread's earlier reads of shared memory to it.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t addr, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(addr),
+      "r"(rank)
+      : "memory");
 }
 #endif
 

@@ -104,14 +104,17 @@ struct alignas(128) TensorMap {
 // A TMA tile copy in flight, a load (the box at `coord` of `map` to shared address `smem`) or a
 // store (from `smem` to the box). (The map is a copy: the issuing thread's parameters may be gone
 // by the time it lands.)
+struct Block;
 struct TileCopy {
   TensorMap map;
   uint32_t smem;
   int coord[5];
   int64_t bytes;
+  Block* block;  // whose shared memory: the load's destination (a multicast's each), the store's source
 };
 
 struct Thread {
+  Block* block = nullptr;
   ucontext_t ctx;  // the entry into the thread's stack, used once
   jmp_buf jb;      // where it yielded
   bool started = false;
@@ -152,8 +155,14 @@ struct Block {
   std::vector<WarpSlot> warps;
   std::vector<GroupSlot> groups;
   uint64_t events = 0;  // completed barriers and collectives: progress for deadlock detection
-  int slow = -1;        // the random schedule's slow thread (schedule_point)
+  int slow = -1;        // the random schedule's slow thread (schedule_point), if in this block
   bool held = false;    // whether it waits for every other thread to be blocked
+  // The blocks of its cluster (itself alone outside a cluster launch), its rank among them, and
+  // (in the first block) the cluster barrier's count.
+  std::vector<Block>* cluster = nullptr;
+  int rank = 0;
+  int cluster_count = 0;
+  uint64_t cluster_gen = 0;
 };
 
 inline Block*& block_ptr() {
@@ -269,83 +278,113 @@ inline void schedule_point(bool arrival) {
   yield();
 }
 
-// Runs kernel(args...) over the grid, one block at a time.
+// Runs kernel(args...) over the grid, one cluster at a time: `cluster` blocks of consecutive x
+// indices (cudaLaunchAttributeClusterDimension {cluster, 1, 1}; 1: one block at a time), their
+// threads under one scheduler, so that they meet at cluster barriers and reach into each other's
+// shared memory (remote mbarrier arrivals, multicast TMA loads).
 template <typename... Args, typename... Given>
-void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&&... given) {
+void launch_clusters(int cluster, void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&&... given) {
+  if (cluster < 1 || grid.x % cluster != 0) {
+    std::fprintf(stderr, "emu: a grid of %u blocks in x does not split into clusters of %d\n", grid.x, cluster);
+    std::abort();
+  }
   std::function<void()> call = [&]() { kernel(given...); };
   entry() = call;
+  const int total = cluster * threads;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        Block b;
-        b.bid = {bx, by, bz};
-        b.grid = {grid.x, grid.y, grid.z};
-        b.block = {(unsigned)threads, 1, 1};
-        b.nthreads = threads;
-        // Poison shared memory so reads of never-written bytes show up as NaN (0xffff bf16 / f32).
-        b.smem.assign(smem, 0xff);
-        b.warps.resize((threads + 31) / 32);
-        b.groups.resize(threads / 128);
-        b.threads.resize(threads);
-        block_ptr() = &b;
-        for (int t = 0; t < threads; ++t) {
-          Thread& th = b.threads[t];
-          th.tid = {(unsigned)t, 0, 0};
-          th.lane = t & 31;
-          th.warp = t >> 5;
-          getcontext(&th.ctx);
-          th.ctx.uc_stack.ss_sp = thread_stack(t);
-          th.ctx.uc_stack.ss_size = kStackBytes;
-          th.ctx.uc_link = nullptr;
-          makecontext(&th.ctx, trampoline, 0);
+      for (unsigned bx0 = 0; bx0 < grid.x; bx0 += cluster) {
+        std::vector<Block> blocks(cluster);
+        std::vector<Thread*> all;  // the cluster's threads, block by block
+        for (int r = 0; r < cluster; ++r) {
+          Block& b = blocks[r];
+          b.bid = {bx0 + r, by, bz};
+          b.grid = {grid.x, grid.y, grid.z};
+          b.block = {(unsigned)threads, 1, 1};
+          b.nthreads = threads;
+          b.cluster = &blocks;
+          b.rank = r;
+          // Poison shared memory so reads of never-written bytes show up as NaN (0xffff bf16 / f32).
+          b.smem.assign(smem, 0xff);
+          b.warps.resize((threads + 31) / 32);
+          b.groups.resize(threads / 128);
+          b.threads.resize(threads);
+          for (int t = 0; t < threads; ++t) {
+            Thread& th = b.threads[t];
+            th.block = &b;
+            th.tid = {(unsigned)t, 0, 0};
+            th.lane = t & 31;
+            th.warp = t >> 5;
+            getcontext(&th.ctx);
+            th.ctx.uc_stack.ss_sp = thread_stack(r * threads + t);
+            th.ctx.uc_stack.ss_size = kStackBytes;
+            th.ctx.uc_link = nullptr;
+            makecontext(&th.ctx, trampoline, 0);
+            all.push_back(&th);
+          }
         }
-        // The order the scheduler visits threads in: round-robin from thread 0; skewed from the
+        // The order the scheduler visits threads in: round-robin from the first; skewed from the
         // last; random from a shuffle. The latter two start again from the first of the order
         // whenever something completed, so the first threads run as far ahead as they can.
         const Schedule& sched = schedule();
         const bool priority = sched.kind != Schedule::kRoundRobin;
-        std::vector<int> order(threads);
-        for (int t = 0; t < threads; ++t) order[t] = sched.kind == Schedule::kSkewed ? threads - 1 - t : t;
+        std::vector<int> order(total);
+        for (int t = 0; t < total; ++t) order[t] = sched.kind == Schedule::kSkewed ? total - 1 - t : t;
         if (sched.kind == Schedule::kRandom) {
-          schedule_state() = sched.seed * 0x2545f4914f6cdd1dull + ((uint64_t)bz * grid.y + by) * grid.x + bx;
-          for (int t = threads - 1; t > 0; --t) std::swap(order[t], order[schedule_next() % (t + 1)]);
-          const uint64_t warps = b.warps.size();
+          schedule_state() = sched.seed * 0x2545f4914f6cdd1dull + ((uint64_t)bz * grid.y + by) * grid.x + bx0;
+          for (int t = total - 1; t > 0; --t) std::swap(order[t], order[schedule_next() % (t + 1)]);
+          // The slow thread (see Schedule), in block seed / 2W of the cluster (mod its size).
+          const uint64_t warps = blocks[0].warps.size();
           const int lane = sched.seed / warps % 2 == 0 ? 0 : (int)(schedule_next() % 32);
-          b.slow = std::min(threads - 1, 32 * (int)(sched.seed % warps) + lane);
+          blocks[sched.seed / (2 * warps) % cluster].slow = std::min(threads - 1, 32 * (int)(sched.seed % warps) + lane);
         }
+        const auto events = [&] {
+          uint64_t e = 0;
+          for (const Block& b : blocks) e += b.events;
+          return e;
+        };
         int stalled_rounds = 0;
         for (;;) {
           bool all_done = true, progress = false;
-          for (int i = 0; i < threads; ++i) {
-            const int t = order[i];
-            Thread& th = b.threads[t];
+          for (int i = 0; i < total; ++i) {
+            Thread& th = *all[order[i]];
+            Block& b = *th.block;
             if (th.done) continue;
             all_done = false;
-            if (b.held && t == b.slow) continue;
+            if (b.held && (int)th.tid.x == b.slow) continue;
+            block_ptr() = &b;
             thread_ptr() = &th;
-            const uint64_t events = b.events;
+            const uint64_t before = events();
             if (!_setjmp(sched_jb())) {
               if (th.started) _longjmp(th.jb, 1);
               th.started = true;
               setcontext(&th.ctx);
             }
-            const bool moved = b.events != events || th.done || th.gave_way;
+            const bool moved = events() != before || th.done || th.gave_way;
             progress = progress || moved;
             th.gave_way = false;
             if (priority && moved) i = -1;
           }
           if (all_done) break;
+          Block* held = nullptr;
+          for (Block& b : blocks) held = b.held ? &b : held;
           if (progress) {
             stalled_rounds = 0;
-          } else if (b.held) {  // every other thread is blocked: the slow one goes on
-            b.held = false;
+          } else if (held) {  // every other thread is blocked: the slow one goes on
+            held->held = false;
           } else if (++stalled_rounds > 3) {
-            std::fprintf(stderr, "emu: deadlock in block (%u,%u,%u)\n", bx, by, bz);
+            std::fprintf(stderr, "emu: deadlock in %s (%u,%u,%u)\n", cluster > 1 ? "the cluster of block" : "block", bx0, by, bz);
             std::abort();
           }
         }
         block_ptr() = nullptr;
       }
+}
+
+// Runs kernel(args...) over the grid, one block at a time.
+template <typename... Args, typename... Given>
+void launch(void (*kernel)(Args...), dim3 grid, int threads, size_t smem, Given&&... given) {
+  launch_clusters(1, kernel, grid, threads, smem, std::forward<Given>(given)...);
 }
 
 // ---- barriers and warp collectives ----
@@ -398,11 +437,12 @@ inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
   return result;
 }
 
-inline MBarrier& mbarrier_at(uint32_t addr) {
-  auto it = block_ptr()->mbarriers.find(addr);
-  if (it == block_ptr()->mbarriers.end()) fail("mbarrier used before mbarrier.init");
+inline MBarrier& mbarrier_at(Block& b, uint32_t addr) {
+  auto it = b.mbarriers.find(addr);
+  if (it == b.mbarriers.end()) fail("mbarrier used before mbarrier.init");
   return it->second;
 }
+inline MBarrier& mbarrier_at(uint32_t addr) { return mbarrier_at(*block_ptr(), addr); }
 
 inline void mbarrier_init(uint32_t addr, int count) {
   if (addr % 8 != 0) fail("mbarrier misaligned");
@@ -411,11 +451,13 @@ inline void mbarrier_init(uint32_t addr, int count) {
 
 void land_tile(const TileCopy& t);
 
-// Completes the phase once every arrival is in and every announced byte has landed. Queued tile
-// loads land only when `land` (a thread waiting on the mbarrier: the latest the hardware could
-// land them, so a reader that skips the wait sees the poisoned tile); a load that lands more bytes
-// than were announced is an error (the hardware would complete the phase early).
-inline void mbarrier_settle(MBarrier& m, bool land) {
+// Completes the phase of block `owner`'s mbarrier m once every arrival is in and every announced
+// byte has landed. Queued tile loads land only when `land` (a thread waiting on the mbarrier: the
+// latest the hardware could land them, so a reader that skips the wait sees the poisoned tile); a
+// load that lands more bytes than were announced is an error (the hardware would complete the
+// phase early). Bytes may land before they are announced (the hardware's transaction count goes
+// below zero): another block's multicast, say, ahead of this block's expect_tx.
+inline void mbarrier_settle(Block& owner, MBarrier& m, bool land) {
   if (m.pending > 0) return;
   if (land) {
     for (const TileCopy& t : m.loads) {
@@ -429,15 +471,40 @@ inline void mbarrier_settle(MBarrier& m, bool land) {
   if (m.tx > 0) return;  // a load still to be issued
   m.pending = m.expected;
   ++m.phase;
-  ++block_ptr()->events;
+  ++owner.events;
 }
 
-inline void mbarrier_arrive(uint32_t addr) {
-  MBarrier& m = mbarrier_at(addr);
+// The block of rank `rank` in this one's cluster, which must not have exited (every thread done:
+// its shared memory is gone).
+inline Block& cluster_block(uint32_t rank, const char* what) {
+  Block& b = *block_ptr();
+  if (rank >= b.cluster->size()) fail((std::string(what) + ": cluster rank out of range").c_str());
+  Block& peer = (*b.cluster)[rank];
+  if (std::all_of(peer.threads.begin(), peer.threads.end(), [](const Thread& th) { return th.done; })) {
+    fail((std::string(what) + " on a block of the cluster that has exited").c_str());
+  }
+  return peer;
+}
+
+// An arrival on block b's mbarrier at addr.
+inline void mbarrier_arrive_on(Block& b, uint32_t addr) {
+  MBarrier& m = mbarrier_at(b, addr);
   if (m.pending == 0) fail("mbarrier: an arrival after the phase's last one, before its bytes landed");
   --m.pending;
-  mbarrier_settle(m, false);
+  mbarrier_settle(b, m, false);
   schedule_point(true);
+}
+inline void mbarrier_arrive(uint32_t addr) { mbarrier_arrive_on(*block_ptr(), addr); }
+
+// mbarrier.arrive.release.cluster.shared::cluster on the mbarrier at the same address in the
+// block of cluster rank `rank` (mapa).
+inline void mbarrier_arrive_cluster(uint32_t addr, uint32_t rank) { mbarrier_arrive_on(cluster_block(rank, "a remote mbarrier arrival"), addr); }
+
+// %cluster_ctarank, and barrier.cluster.arrive + wait: every thread of every block of the cluster.
+inline uint32_t cluster_ctarank() { return (uint32_t)block_ptr()->rank; }
+inline void cluster_sync() {
+  Block& first = (*block_ptr()->cluster)[0];
+  rendezvous(first.cluster_count, first.cluster_gen, (int)block_ptr()->cluster->size() * block_ptr()->nthreads, [] {});
 }
 
 // mbarrier.arrive.expect_tx: announces `bytes` of tile loads for the current phase, then arrives.
@@ -452,7 +519,7 @@ inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
   schedule_point(false);
   for (;;) {
     MBarrier& m = mbarrier_at(addr);
-    if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(m, true);
+    if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(*block_ptr(), m, true);
     if ((m.phase & 1u) != (parity & 1u)) break;
     yield();
   }
@@ -562,8 +629,8 @@ inline void fence_proxy_async() {
   th.any_unfenced = false;
 }
 
-inline void check_proxy_fenced(uint32_t a, int64_t n, const char* what) {
-  for (const Thread& th : block_ptr()->threads) {
+inline void check_proxy_fenced(const Block& b, uint32_t a, int64_t n, const char* what) {
+  for (const Thread& th : b.threads) {
     if (!th.any_unfenced) continue;
     for (uint32_t c = a / 16; c < (uint32_t)((a + n + 15) / 16); ++c) {
       if (th.unfenced[c / 64] >> (c % 64) & 1) {
@@ -642,7 +709,7 @@ inline TileCopy tile_copy(uint32_t smem, const TensorMap* map, const int (&coord
   int64_t bytes = 2;
   for (int d = 0; d < map->rank; ++d) bytes *= map->box[d];
   check_smem(smem, (size_t)bytes);
-  TileCopy t{*map, smem, {}, bytes};
+  TileCopy t{*map, smem, {}, bytes, block_ptr()};
   for (int d = 0; d < 5; ++d) t.coord[d] = coord[d];
   return t;
 }
@@ -651,24 +718,39 @@ inline TileCopy tile_copy(uint32_t smem, const TensorMap* map, const int (&coord
 // tensor's bounds are zeros. EMU_CP_ASYNC=eager lands it at issue; else it lands when a thread
 // waits on the mbarrier with its arrivals all in (mbarrier_settle).
 inline void land_tile(const TileCopy& t) {
-  check_proxy_fenced(t.smem, t.bytes, "a TMA load landed");
+  check_proxy_fenced(*t.block, t.smem, t.bytes, "a TMA load landed");
   each_box_element(t, [&](int64_t global, uint32_t smem) {
     uint16_t v = 0;
     if (global >= 0) std::memcpy(&v, static_cast<const unsigned char*>(t.map.base) + global, 2);
-    std::memcpy(smem_base() + smem, &v, 2);
+    std::memcpy(t.block->smem.data() + smem, &v, 2);
   });
 }
 
-inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
-  const TileCopy t = tile_copy(dst, map, coord, "tile load");
-  MBarrier& m = mbarrier_at(bar);
+// Load t into its block's shared memory, its bytes credited to that block's mbarrier at `bar`.
+inline void queue_tile_load(const TileCopy& t, uint32_t bar) {
+  MBarrier& m = mbarrier_at(*t.block, bar);
   if (cp_async_eager()) {
     land_tile(t);
     m.tx -= t.bytes;
-    if (m.tx < 0) fail("mbarrier: a tile load landed before expect_tx announced its bytes");
-    mbarrier_settle(m, false);
+    mbarrier_settle(*t.block, m, false);
   } else {
     m.loads.push_back(t);
+  }
+}
+
+inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
+  queue_tile_load(tile_copy(dst, map, coord, "tile load"), bar);
+}
+
+// .multicast::cluster: the box to shared address `dst` of every block of the cluster whose rank's
+// bit is set in `mask`, each crediting its own mbarrier at `bar`.
+inline void tile_load_multicast(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar, uint16_t mask) {
+  TileCopy t = tile_copy(dst, map, coord, "multicast tile load");
+  if (mask >> block_ptr()->cluster->size()) fail("multicast tile load: a rank past the cluster in the mask");
+  for (uint32_t r = 0; r < block_ptr()->cluster->size(); ++r) {
+    if (!(mask >> r & 1)) continue;
+    t.block = &cluster_block(r, "a multicast tile load");
+    queue_tile_load(t, bar);
   }
 }
 
@@ -678,9 +760,9 @@ inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5],
 // latest, so a source rewritten before that wait stores the new bytes and fails the check that
 // reads them back (EMU_CP_ASYNC=eager: at issue, the earliest).
 inline void land_store(const TileCopy& t) {
-  check_proxy_fenced(t.smem, t.bytes, "a TMA store read");
+  check_proxy_fenced(*t.block, t.smem, t.bytes, "a TMA store read");
   each_box_element(t, [&](int64_t global, uint32_t smem) {
-    if (global >= 0) std::memcpy(static_cast<unsigned char*>(const_cast<void*>(t.map.base)) + global, smem_base() + smem, 2);
+    if (global >= 0) std::memcpy(static_cast<unsigned char*>(const_cast<void*>(t.map.base)) + global, t.block->smem.data() + smem, 2);
   });
 }
 
