@@ -21,6 +21,10 @@
 // EMU_CP_ASYNC=eager lands every kind of copy at issue, the earliest. mbarriers count arrivals and transaction bytes (expect_tx, complete_tx).
 // Shared memory is a byte array per block; "shared addresses" are offsets into it. Deadlocks and
 // warp divergence at a collective (lanes calling different collectives) abort with a message.
+// Thread block clusters (launch_clusters): the blocks of a cluster run under one scheduler, with
+// the cluster barrier, mbarrier arrivals on another block's mbarrier (mapa), and multicast TMA
+// loads into several blocks' shared memory, each crediting its own block's mbarrier; an arrival
+// or a load that reaches a block whose threads have all exited (its shared memory gone) aborts.
 //
 // Not a performance model, and not a memory-model checker beyond the above.
 #pragma once
