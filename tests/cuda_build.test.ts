@@ -171,13 +171,13 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     attentionCheck.catch(() => {}); // awaited (and reported) by the tests that run it
   });
 
-  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments, stmatrix, TMA tile loads) as checked on the H200', async () => {
+  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments, stmatrix, TMA tile loads, multicast in a cluster with remote arrivals) as checked on the H200', async () => {
     const exe = await buildEmu('wgmma_check.cu', 'wgmma_check_emu', ['-x', 'c++']);
     // TMA loads land at the mbarrier wait by default, at issue when eager: both must match
     for (const mode of ['', 'eager']) {
       const { stdout } = await run(exe, [], { env: env({ EMU_CP_ASYNC: mode }) });
       const lines = stdout.trim().split('\n');
-      expect(lines.map((l) => l.split(' ')[0]), stdout).toEqual(['kk', 'rs', 'mm', 'st', 'tma']);
+      expect(lines.map((l) => l.split(' ')[0]), stdout).toEqual(['kk', 'rs', 'mm', 'st', 'tma', 'mc']);
       for (const l of lines) expect(l, stdout).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
     }
   }, EMU_TIMEOUT);

@@ -16,6 +16,10 @@
 //   tma  D = A·Bᵀ as kk, with A's tile loaded by TMA (encode_head_rows, tile_load_4d, an
 //        mbarrier's expect_tx) from tokens 8..71 of head 2 of batch 1 of a [2][40][3][120]
 //        tensor: tokens ≥ 40 and columns ≥ 120 must land as zeros
+//   mc   the tma case in a cluster of two blocks: each block's thread 0 loads 32 of A's 64 rows
+//        by multicast TMA (tile_load_4d_multicast) into both blocks, each block's mbarrier
+//        announcing all 64 rows; each block computes D, arrives on the other's mbarrier
+//        (mbar_arrive_cluster) and waits for the other's arrival before it exits; both D checked
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -39,7 +43,7 @@ using bf16 = __nv_bfloat16;
 using namespace mdlm::wg;
 
 struct Args {
-  TileMap a_map;  // tma: A's tensor
+  TileMap a_map;  // tma and mc: A's tensor (boxes of 64 rows, mc 32)
   const bf16* a;  // case inputs, row-major as named in the header
   const bf16* b;
   float* d;       // [64][n] outputs
@@ -79,8 +83,22 @@ __global__ void check_kernel(const __grid_constant__ Args p) {
   unsigned char* smem = SMEM_BASE();
   unsigned char* ta = smem;              // A tile (up to 16 KB)
   unsigned char* tb = smem + 16 * 1024;  // B tile (up to 32 KB)
-  const uint32_t sa = shared_address(ta), sb = shared_address(tb), bar = shared_address(smem + 48 * 1024);
-  if (p.which == 0 || p.which == 4) {  // kk, tma
+  const uint32_t sa = shared_address(ta), sb = shared_address(tb), bar = shared_address(smem + 48 * 1024), done = bar + 8;
+  const uint32_t rank = p.which == 5 ? cluster_ctarank() : 0;
+  if (p.which == 5) {  // mc: this block's 32 rows of A (both slabs) to both blocks
+    fill(tb, p.b, 64, 128);
+    if (threadIdx.x == 0) {
+      mbar_init(bar, 1);
+      mbar_init(done, 1);
+      fence_mbarrier_init();
+    }
+    cluster_sync();
+    if (threadIdx.x == 0) {
+      mbar_arrive_expect_tx(bar, 64 * 128 * 2);
+      for (int c = 0; c < 2; ++c) tile_load_4d_multicast(sa + c * 64 * 128 + rank * 32 * 128, p.a_map, 64 * c, 2, kTmaToken + 32 * rank, 1, bar, 3);
+    }
+    mbar_wait(bar, 0);
+  } else if (p.which == 0 || p.which == 4) {  // kk, tma
     fill(tb, p.b, 64, 128);
     if (p.which == 0) {
       fill(ta, p.a, 64, 128);
@@ -112,12 +130,16 @@ __global__ void check_kernel(const __grid_constant__ Args p) {
   fence_proxy_async();
   __syncthreads();
   wgmma_fence();
-  if (p.which == 0 || p.which == 4) {
+  if (p.which == 0 || p.which == 4 || p.which == 5) {
     float d[32];
     for (int kk = 0; kk < 8; ++kk) wgmma_ss<64, 0, 0>(d, desc_k_major(sa, 64, 0, kk), desc_k_major(sb, 64, 0, kk), kk > 0);
     wgmma_commit();
     wgmma_wait<0>();
-    store<64>(p.d, d);
+    store<64>(p.d + rank * 64 * 64, d);
+    if (p.which == 5) {  // the other block's multicast into this one has landed: it may exit once this one has read
+      if (threadIdx.x == 0) mbar_arrive_cluster(done, rank ^ 1u);
+      mbar_wait(done, 0);
+    }
   } else if (p.which == 1) {
     float d[64];
     for (int kk = 0; kk < 4; ++kk) {
@@ -153,6 +175,7 @@ struct Case {
   double (*a_at)(const std::vector<float>&, int m, int k);
   double (*b_at)(const std::vector<float>&, int k, int j);
   int K;
+  int blocks = 1;  // a cluster of this many, each computing D
 };
 
 double rowmajor_a(const std::vector<float>& a, int m, int k) { return a[m * 128 + k]; }
@@ -176,14 +199,15 @@ int main() {
       {"mm", 128, 64, 128, 128, 64, at_km64, b_kn128_hi, 128},
       {"st", 64, 64, 64, 64, 64, a64, b_nk64, 64},
       {"tma", 2 * kTmaT * kTmaHeads, kTmaD, 64, 128, 64, a_head_rows, rowmajor_bt, 128},
+      {"mc", 2 * kTmaT * kTmaHeads, kTmaD, 64, 128, 64, a_head_rows, rowmajor_bt, 128, 2},
   };
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   int failed = 0;
-  for (int which = 0; which < 5; ++which) {
+  for (int which = 0; which < 6; ++which) {
     const Case& c = cases[which];
     std::vector<bf16> a(c.a_rows * c.a_cols), b(c.b_rows * c.b_cols);
-    std::vector<float> af(a.size()), bfv(b.size()), d(64 * c.n, NAN);
+    std::vector<float> af(a.size()), bfv(b.size()), d(c.blocks * 64 * c.n, NAN);
     for (size_t i = 0; i < a.size(); ++i) a[i] = __float2bfloat16(u(rng)), af[i] = __bfloat162float(a[i]);
     for (size_t i = 0; i < b.size(); ++i) b[i] = __float2bfloat16(u(rng)), bfv[i] = __bfloat162float(b[i]);
     Args args{};
@@ -191,8 +215,8 @@ int main() {
     const size_t smem = 48 * 1024 + 1024;
 #ifdef MDLM_ATTN_EMULATE
     args.a = a.data(), args.b = b.data(), args.d = d.data();
-    if (which == 4) encode_head_rows(args.a_map, args.a, 2, kTmaT, kTmaHeads, kTmaD, 64);
-    ::emu::launch(check_kernel, dim3(1), 128, smem, args);
+    if (which >= 4) encode_head_rows(args.a_map, args.a, 2, kTmaT, kTmaHeads, kTmaD, 64 / c.blocks);
+    ::emu::launch_clusters(c.blocks, check_kernel, dim3(c.blocks), 128, smem, args);
 #else
     bf16 *da, *db;
     float* dd;
@@ -201,15 +225,20 @@ int main() {
     cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice);
     cudaMemset(dd, 0xff, d.size() * 4);
     args.a = da, args.b = db, args.d = dd;
-    if (which == 4) {
-      if (const char* err = encode_head_rows(args.a_map, da, 2, kTmaT, kTmaHeads, kTmaD, 64)) {
+    if (which >= 4) {
+      if (const char* err = encode_head_rows(args.a_map, da, 2, kTmaT, kTmaHeads, kTmaD, 64 / c.blocks)) {
         std::printf("%-5s %s\n", c.name, err);
         return 2;
       }
     }
     cudaFuncSetAttribute(check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    check_kernel<<<1, 128, smem>>>(args);
-    const cudaError_t err = cudaDeviceSynchronize();
+    cudaLaunchAttribute cluster{};
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = c.blocks, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(c.blocks), config.blockDim = dim3(128), config.dynamicSmemBytes = smem, config.attrs = &cluster, config.numAttrs = 1;
+    cudaError_t err = cudaLaunchKernelEx(&config, check_kernel, args);
+    if (err == cudaSuccess) err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
       std::printf("%-5s CUDA error: %s\n", c.name, cudaGetErrorString(err));
       return 2;
@@ -219,17 +248,18 @@ int main() {
 #endif
     double num = 0, den = 0;
     int shown = 0;
-    for (int m = 0; m < 64; ++m)
-      for (int j = 0; j < c.n; ++j) {
-        double ref = 0;
-        for (int k = 0; k < c.K; ++k) ref += c.a_at(af, m, k) * c.b_at(bfv, k, j);
-        const double got = d[m * c.n + j], e = got - ref;
-        num += e * e, den += ref * ref;
-        if (!(std::fabs(e) <= 1e-3 * (1 + std::fabs(ref))) && shown < 4) {
-          std::printf("  %s D[%d][%d] = %.5f, expected %.5f\n", c.name, m, j, got, ref);
-          ++shown;
+    for (int blk = 0; blk < c.blocks; ++blk)
+      for (int m = 0; m < 64; ++m)
+        for (int j = 0; j < c.n; ++j) {
+          double ref = 0;
+          for (int k = 0; k < c.K; ++k) ref += c.a_at(af, m, k) * c.b_at(bfv, k, j);
+          const double got = d[(blk * 64 + m) * c.n + j], e = got - ref;
+          num += e * e, den += ref * ref;
+          if (!(std::fabs(e) <= 1e-3 * (1 + std::fabs(ref))) && shown < 4) {
+            std::printf("  %s block %d D[%d][%d] = %.5f, expected %.5f\n", c.name, blk, m, j, got, ref);
+            ++shown;
+          }
         }
-      }
     const double rel = std::sqrt(num / den);
     const bool ok = rel < 1e-5;
     failed += !ok;
