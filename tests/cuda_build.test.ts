@@ -171,7 +171,7 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     attentionCheck.catch(() => {}); // awaited (and reported) by the tests that run it
   });
 
-  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments, stmatrix, TMA tile loads, multicast in a cluster with remote arrivals) as checked on the H200', async () => {
+  it('models every wgmma form the kernels use (swizzled tiles, descriptors, fragments, stmatrix, TMA tile loads, multicast in a cluster with remote arrivals) as wgmma_check.cu checks them on the GPU', async () => {
     const exe = await buildEmu('wgmma_check.cu', 'wgmma_check_emu', ['-x', 'c++']);
     // TMA loads land at the mbarrier wait by default, at issue when eager: both must match
     for (const mode of ['', 'eager']) {
