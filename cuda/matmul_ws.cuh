@@ -515,12 +515,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   // (warpgroup 1 opens warpgroup 0's first). Arrivals only for a tile that exists, so none is
   // left unmatched at the end.
   auto has_tile = [&](int seq) { return first + seq * step < tiles; };
-  // A stage read: free for the producers of every block that writes it.
+  // A stage read by this warpgroup (every thread past its wgmma wait): free for the producers of
+  // every block that writes it. In a cluster, lane 0 of warp r signals block r, so that no one
+  // thread makes all the remote arrivals (CUTLASS's consumer_release spreads them likewise).
   auto release = [&](int s) {
+    const int t = threadIdx.x % 128;
     if constexpr (kCluster > 1) {
-#pragma unroll
-      for (int r = 0; r < kCluster; ++r) wg::mbar_arrive_cluster(empty(s), r);
-    } else {
+      if (t % 32 == 0 && t / 32 < kCluster) wg::mbar_arrive_cluster(empty(s), t / 32);
+    } else if (t == 0) {
       wg::mbar_arrive(empty(s));
     }
   };
@@ -559,13 +561,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-      if (ks > 0 && threadIdx.x % 128 == 0) release((i - 1) % kStages);
+      if (ks > 0) release((i - 1) % kStages);
     }
     if (kPing && has_tile(seq + 1)) wg::bar_arrive(2 - wgi, kConsumers);
     wg::wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-    if (ksteps > 0 && threadIdx.x % 128 == 0) release((i0 + ksteps - 1) % kStages);
+    if (ksteps > 0) release((i0 + ksteps - 1) % kStages);
     if constexpr (kSwi) {
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
     } else if constexpr (kSwiBwd) {
