@@ -134,6 +134,9 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         done
       done
       cp /tmp/attn-ab-head.node "$addon" ;;
-    tests) MDLM_REQUIRE_CUDA=1 timeout 540 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts 2>&1 | grep -v Warning | tail -n 40 | tee "$OUT/tests.txt" ;;
+    # Each test's line as it finishes (the default reporter prints a file's only at its end, so a
+    # run cut off at the call's limit printed nothing: twentieth session), the whole log in $OUT.
+    tests) MDLM_REQUIRE_CUDA=1 timeout 540 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts --reporter=verbose 2>&1 | grep -v Warning | tee "$OUT/tests.txt" \
+      | grep -v " ✓ " | tail -n 40 ;;
   esac
 done
