@@ -197,13 +197,8 @@ int main(int argc, char** argv) {
     const mdlm::gemm::Kernel k = mdlm::gemm::kernel_for(mdlm::gemm::kStore, mdlm::gemm::kCooperative, 256, false, 2);
     const size_t smem = mdlm::gemm::smem_bytes(256);
     check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "smem");
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 2, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(sms / 2 * 2), config.blockDim = dim3(mdlm::gemm::kThreads), config.dynamicSmemBytes = smem, config.attrs = &attr, config.numAttrs = 1;
     int clusters = 0;
-    check(cudaOccupancyMaxActiveClusters(&clusters, k, &config), "cudaOccupancyMaxActiveClusters");
+    check(mdlm::gemm::resident_clusters(k, smem, 2, sms, clusters), "resident clusters");
     std::printf("%d SMs; clusters of 2 resident at once (coop 256): %d\n", sms, clusters);
   }
   int failed = 0;

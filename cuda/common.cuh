@@ -176,6 +176,14 @@ inline bool pdl_enabled() {
   return sm90 && env_knob("MDLM_PDL") == "1";
 }
 
+// The launch attribute for clusters of `cluster` blocks along x.
+inline cudaLaunchAttribute cluster_attribute(unsigned cluster) {
+  cudaLaunchAttribute a{};
+  a.id = cudaLaunchAttributeClusterDimension;
+  a.val.clusterDim.x = cluster, a.val.clusterDim.y = 1, a.val.clusterDim.z = 1;
+  return a;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` blocks along x (1: no
 // clusters), as a programmatic dependent launch where pdl_enabled(): the kernel must begin with
 // wait_previous_kernel(). Returns the launch's error.
@@ -187,10 +195,7 @@ cudaError_t launch_kernel_in_clusters(unsigned cluster, void (*kernel)(Params...
     attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attrs[n++].val.programmaticStreamSerializationAllowed = 1;
   }
-  if (cluster > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n].val.clusterDim.x = cluster, attrs[n].val.clusterDim.y = 1, attrs[n++].val.clusterDim.z = 1;
-  }
+  if (cluster > 1) attrs[n++] = cluster_attribute(cluster);
   cudaLaunchConfig_t config{};
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
   config.attrs = attrs, config.numAttrs = n;

@@ -714,6 +714,23 @@ inline int cluster_for(int epilogue, Schedule sched, int tile_n, bool a_t) {
   return env_knob("MDLM_MATMUL_WS_CLUSTER") == "2" && kernel_for(epilogue, sched, tile_n, a_t, 2) ? 2 : 1;
 }
 
+// How many clusters of `cluster` blocks of `kernel` (kThreads threads, `smem` bytes of shared
+// memory each, allowed already) the GPU keeps resident at once, at most sms / cluster: the bound
+// of a persistent grid, which the GPCs' SM counts may make lower than that.
+inline cudaError_t resident_clusters(Kernel kernel, size_t smem, int cluster, int sms, int& clusters) {
+  clusters = sms / cluster;
+  if (cluster == 1) return cudaSuccess;
+  cudaLaunchAttribute attr = cluster_attribute(cluster);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(cluster * clusters), config.blockDim = dim3(kThreads), config.dynamicSmemBytes = smem;
+  config.attrs = &attr, config.numAttrs = 1;
+  const int most = clusters;
+  if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config)) return e;
+  if (clusters < 1) return cudaErrorInvalidConfiguration;
+  clusters = std::min(clusters, most);
+  return cudaSuccess;
+}
+
 // Launches the kernel for (epilogue, sched, p.tile_n, a_t, p.cluster) over p's tiles, one block
 // an SM at most (`sms`; in clusters, as many as can be resident at once, which the GPCs' SM
 // counts may make fewer), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory,
@@ -727,18 +744,8 @@ inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_
   auto known = resident.find(kernel);
   if (known == resident.end()) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) return e;
-    int clusters = sms / p.cluster;
-    if (p.cluster > 1) {
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeClusterDimension;
-      attr.val.clusterDim.x = p.cluster, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-      cudaLaunchConfig_t config{};
-      config.gridDim = dim3(p.cluster * clusters), config.blockDim = dim3(kThreads), config.dynamicSmemBytes = smem;
-      config.attrs = &attr, config.numAttrs = 1;
-      if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config)) return e;
-      if (clusters < 1) return cudaErrorInvalidConfiguration;
-      clusters = std::min(clusters, sms / p.cluster);
-    }
+    int clusters = 0;
+    if (const cudaError_t e = resident_clusters(kernel, smem, p.cluster, sms, clusters)) return e;
     known = resident.emplace(kernel, clusters).first;
   }
   const int64_t tiles = p.cluster == 2 ? cluster_tiles<2>(p) : cluster_tiles<1>(p);
