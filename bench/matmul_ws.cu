@@ -127,29 +127,24 @@ __global__ void fill_normal(bf16* x, size_t n, uint64_t seed) {
 
 using mdlm::gemm::Schedule;
 
-// The kernel's variants: schedule, tile width, TMA stores of the staged output tiles, and blocks
-// a cluster (2: w tiles multicast) (cuda/matmul_ws.cuh).
+// The kernel's variants: schedule, tile width, and TMA stores of the staged output tiles
+// (cuda/matmul_ws.cuh).
 struct Variant {
   const char* name;
   Schedule sched;
   int tile_n;
   bool tma = false;
-  int cluster = 1;
 };
 constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
                                  {"ping 128", mdlm::gemm::kPingPong, 128},
                                  {"coop 256", mdlm::gemm::kCooperative, 256},
                                  {"coop256t", mdlm::gemm::kCooperative, 256, true},
-                                 {"ping128t", mdlm::gemm::kPingPong, 128, true},
-                                 {"coop256x2", mdlm::gemm::kCooperative, 256, true, 2},
-                                 {"ping128x2", mdlm::gemm::kPingPong, 128, true, 2}};
+                                 {"ping128t", mdlm::gemm::kPingPong, 128, true}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
   check(mdlm::gemm::launch(p, epilogue, v.sched, a_t, sms, nullptr), "ours: launch");
 }
-// Whether the variant is built for the epilogue and a's layout (clusters: not every form).
-bool built(int epilogue, const Variant& v, bool a_t = false) { return mdlm::gemm::kernel_for(epilogue, v.sched, v.tile_n, a_t, v.cluster) != nullptr; }
 
 std::vector<float> download(const bf16* d, size_t n) {
   std::vector<bf16> h(n);
@@ -192,15 +187,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s %8s %8s | swiglu bwd %8s %8s %8s\n", "rope err", "ping ms", "ping tma", "ping x2", "diff", "ping 128", "ping x2", "diff");
-  {  // clusters of two the clustered cooperative kernel can keep resident (its grid's bound)
-    const mdlm::gemm::Kernel k = mdlm::gemm::kernel_for(mdlm::gemm::kStore, mdlm::gemm::kCooperative, 256, false, 2);
-    const size_t smem = mdlm::gemm::smem_bytes(256);
-    check(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem), "smem");
-    int clusters = 0;
-    check(mdlm::gemm::resident_clusters(k, smem, 2, sms, clusters), "resident clusters");
-    std::printf("%d SMs; clusters of 2 resident at once (coop 256): %d\n", sms, clusters);
-  }
+  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "diff", "ping 128", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
@@ -219,10 +206,8 @@ int main(int argc, char** argv) {
     float ours_ms[kNumVariants];
     double diff[kNumVariants];
     for (int vi = 0; vi < kNumVariants; ++vi) {
-      ours_ms[vi] = NAN, diff[vi] = NAN;
-      if (!built(mdlm::gemm::kStore, kVariants[vi], s.a_t)) continue;
       mdlm::gemm::Params p;
-      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t, kVariants[vi].cluster)) {
+      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t)) {
         std::printf("%s: %s\n", s.label, err);
         return 1;
       }
@@ -281,9 +266,8 @@ int main(int argc, char** argv) {
         return std::sqrt(e2 / f2);
       };
       for (int vi = 0; vi < kNumVariants; ++vi) {
-        if (!built(s.rope_d, kVariants[vi])) continue;
         mdlm::gemm::Params pr;
-        mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n, false, kVariants[vi].cluster);
+        mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
         pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
         pr.rope_positions = max_pos, pr.rope_base = 10000.0;
         if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(pr)) std::printf("%s: no TMA stores for %s with rope\n", s.label, kVariants[vi].name);
@@ -296,7 +280,7 @@ int main(int argc, char** argv) {
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    float swiglu_ms[3] = {NAN, NAN, NAN};  // the consumers' stores, TMA stores, TMA stores in clusters of 2
+    float swiglu_ms[2] = {NAN, NAN};  // the consumers' stores, TMA stores
     double swiglu_diff = NAN;
     if (s.swiglu) {
       // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
@@ -304,29 +288,29 @@ int main(int argc, char** argv) {
       const int F = s.m / 2, rows = s.n;
       bf16* h;
       check(cudaMalloc(&h, (size_t)F * rows * 2), "h");
+      mdlm::gemm::Params ps;
+      if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k)) {
+        std::printf("%s: %s\n", s.label, err);
+        return 1;
+      }
       std::vector<float> h_ref((size_t)F * rows);
       for (size_t i = 0; i < h_ref.size(); ++i) {
         const float g = want[i], u = want[h_ref.size() + i];
         h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
       swiglu_diff = 0;
-      for (int form = 0; form < 3; ++form) {
-        mdlm::gemm::Params ps;
-        if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k, form == 2 ? 2 : 1)) {
-          std::printf("%s: %s\n", s.label, err);
-          return 1;
-        }
-        if (form > 0 && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
+      for (int tma = 0; tma < 2; ++tma) {
+        if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[form] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping 128
+        swiglu_ms[tma] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping 128
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
       }
       failed += !(swiglu_diff <= 5e-3);
       cudaFree(h);
     }
-    float bwd_ms[2] = {NAN, NAN};  // clusters of 1 and 2
+    float bwd_ms = NAN;
     double bwd_diff = NAN;
     if (s.a_t) {
       // SwiGLU's backward on the spot: dG and dU from dh (cuBLASLt's, as the unfused path would
@@ -345,18 +329,15 @@ int main(int argc, char** argv) {
         ref[i] = __bfloat162float(__float2bfloat16_rn(dh * u * (sg + g * sg * (1.f - sg))));
         ref[(size_t)F * rows + i] = __bfloat162float(__float2bfloat16_rn(dh * g * sg));
       }
-      bwd_diff = 0;
-      for (int cluster = 1; cluster <= 2; ++cluster) {
-        mdlm::gemm::Params pb;
-        if (const char* err = mdlm::gemm::make_swiglu_bwd_params(pb, a, w, dgu, gu, F, rows, s.k, cluster)) {
-          std::printf("%s: %s\n", s.label, err);
-          return 1;
-        }
-        check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
-        bwd_ms[cluster - 1] = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1], true); }, reps);  // ping 128
-        check(cudaDeviceSynchronize(), "ours, swiglu backward");
-        bwd_diff = std::max(bwd_diff, rel_diff(download(dgu, ngu), ref));
+      mdlm::gemm::Params pb;
+      if (const char* err = mdlm::gemm::make_swiglu_bwd_params(pb, a, w, dgu, gu, F, rows, s.k)) {
+        std::printf("%s: %s\n", s.label, err);
+        return 1;
       }
+      check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
+      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1], true); }, reps);  // ping 128
+      check(cudaDeviceSynchronize(), "ours, swiglu backward");
+      bwd_diff = rel_diff(download(dgu, ngu), ref);
       failed += !(bwd_diff <= 5e-3);
       cudaFree(gu), cudaFree(dgu);
     }
@@ -364,8 +345,7 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_ms[2], swiglu_diff,
-                bwd_ms[0], bwd_ms[1], bwd_diff);
+    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_diff, bwd_ms, bwd_diff);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

@@ -176,34 +176,17 @@ inline bool pdl_enabled() {
   return sm90 && env_knob("MDLM_PDL") == "1";
 }
 
-// The launch attribute for clusters of `cluster` blocks along x.
-inline cudaLaunchAttribute cluster_attribute(unsigned cluster) {
-  cudaLaunchAttribute a{};
-  a.id = cudaLaunchAttributeClusterDimension;
-  a.val.clusterDim.x = cluster, a.val.clusterDim.y = 1, a.val.clusterDim.z = 1;
-  return a;
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` blocks along x (1: no
-// clusters), as a programmatic dependent launch where pdl_enabled(): the kernel must begin with
-// wait_previous_kernel(). Returns the launch's error.
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel_in_clusters(unsigned cluster, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (pdl_enabled()) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 1) attrs[n++] = cluster_attribute(cluster);
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
-  config.attrs = attrs, config.numAttrs = n;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
+// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where
+// pdl_enabled(): the kernel must begin with wait_previous_kernel(). Returns the launch's error.
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  return launch_kernel_in_clusters(1, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+  cudaLaunchAttribute pdl{};
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
+  config.attrs = &pdl, config.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 #endif
 

@@ -52,16 +52,13 @@ bool launch_fused(const OpCall& call, const Arg& x, const Arg& w, const Arg& pos
   const int split = heads * head_dim, n = split + kv_heads * head_dim;
   if ((head_dim != 64 && head_dim != 128) || split % 128 != 0 || in_features % 8 != 0 || !all_aligned16({x.ptr, w.ptr})) return false;
   const int tile_n = split % 256 == 0 ? 256 : 128;
-  const gemm::Schedule sched = tile_n == 256 ? gemm::kCooperative : gemm::kPingPong;
   gemm::Params p;
-  if (gemm::make_params(p, x.ptr, w.ptr, static_cast<gemm::bf16*>(q.ptr), 1, rows, n, in_features, split, tile_n, false,
-                        gemm::cluster_for(head_dim, sched, tile_n, false))) {
-    return false;
-  }
+  if (gemm::make_params(p, x.ptr, w.ptr, static_cast<gemm::bf16*>(q.ptr), 1, rows, n, in_features, split, tile_n)) return false;
   const RopeTable table = rope_table(call, base, head_dim, seq_len);
   p.out2 = static_cast<gemm::bf16*>(k.ptr), p.ldo2 = n - split, p.split = split;
   p.positions = static_cast<const int*>(positions.ptr), p.rope_cs = table.cs, p.rope_positions = table.positions, p.rope_base = base;
   gemm::use_tma_store(p);  // where q and k allow it
+  const gemm::Schedule sched = tile_n == 256 ? gemm::kCooperative : gemm::kPingPong;
   check_cuda(gemm::launch(p, head_dim, sched, false, call.device->multiProcessorCount, call.stream), "matmul_rope (gemm_ws_nt)");
   return true;
 }

@@ -26,10 +26,7 @@ bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& g
     return false;
   }
   gemm::Params p;
-  if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k,
-                               gemm::cluster_for(gemm::kSwiglu, gemm::kPingPong, 128, false))) {
-    return false;
-  }
+  if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k)) return false;
   gemm::use_tma_store(p);  // where the layout allows it
   check_cuda(gemm::launch(p, gemm::kSwiglu, gemm::kPingPong, false, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
   return true;
@@ -56,8 +53,7 @@ MDLM_OP(matmul_swiglu_backward) {
   const int64_t F = call.i64("hidden"), rows = call.i64("rows"), k = call.i64("k");
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
-    if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k,
-                                      gemm::cluster_for(gemm::kSwigluBwd, gemm::kPingPong, 128, true))) {
+    if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {
       check_cuda(gemm::launch(p, gemm::kSwigluBwd, gemm::kPingPong, true, call.device->multiProcessorCount, call.stream), "matmul_swiglu_backward (gemm_ws_nt)");
       return;
     }

@@ -54,7 +54,7 @@
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
 
-#include <map>
+#include <set>
 #include <type_traits>
 
 #include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
@@ -104,10 +104,6 @@ struct Params {
   int64_t ldo, out_batch;    // elements between rows, and between batches, of out
   int batch, m, n, k;
   int tile_n, tiles_m, tiles_n;
-  // Blocks a cluster (1 or 2: the kernel's kCluster). With 2, a cluster takes two tiles of the
-  // same columns, one above the other, and each block loads half of their w tile, multicast to
-  // both: w_map's boxes are tile_n / cluster rows.
-  int cluster;
   // kRopeD > 0 (batch 1): columns [split, n) go to out2 (rows ldo2 apart) at column − split;
   // positions[row], and rope_cs[pos · kRopeD/2 + i] = (cos, sin) of pos · inv_freq[i] for
   // 0 ≤ pos < rope_positions; inv_freq from rope_base.
@@ -132,21 +128,15 @@ struct Tile {
   int b, m0, n0;
 };
 
-// Cluster tiles: kCluster tiles of out one above the other (the last tile row's may run past m,
-// where loads are zeros and stores are clipped). Their number over every batch.
-template <int kCluster>
-__host__ __device__ __forceinline__ int cluster_tiles(const Params& p) { return p.batch * ((p.tiles_m + kCluster - 1) / kCluster) * p.tiles_n; }
-
-// The tile of block `rank` of cluster tile `t` in the grouped order: kGroupM cluster tile rows
-// (the last group fewer), column by column; a tile is kTileM rows of out (128, or SwiGLU's 64
-// hidden units) by kBN columns.
-template <int kTileM, int kBN, int kCluster>
-__device__ __forceinline__ Tile tile_at(const Params& p, int t, int rank) {
-  const int tiles_m = (p.tiles_m + kCluster - 1) / kCluster, per_batch = tiles_m * p.tiles_n;
+// Tile `t` of the grouped order: kGroupM tile rows (the last group fewer), column by column; a
+// tile is kTileM rows of out (128, or SwiGLU's 64 hidden units) by kBN columns.
+template <int kTileM, int kBN>
+__device__ __forceinline__ Tile tile_at(const Params& p, int t) {
+  const int per_batch = p.tiles_m * p.tiles_n;
   const int b = t / per_batch, r = t - b * per_batch;
-  const int first = r / (kGroupM * p.tiles_n) * kGroupM, rows = min(kGroupM, tiles_m - first);
+  const int first = r / (kGroupM * p.tiles_n) * kGroupM, rows = min(kGroupM, p.tiles_m - first);
   const int in_group = r - first * p.tiles_n;
-  return {b, ((first + in_group % rows) * kCluster + rank) * kTileM, in_group / rows * kBN};
+  return {b, (first + in_group % rows) * kTileM, in_group / rows * kBN};
 }
 
 // Two floats as bf16 in one register, the first in the low half (a fragment's column order).
@@ -424,13 +414,7 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
 // it would pass on the stale phase: the emulator's random schedules caught that).
 enum Schedule { kCooperative, kPingPong };
 
-// kCluster 2: launched in clusters of two blocks (Params::cluster), each ring stage's w tile
-// multicast, half by each block's producer, to both blocks (cuBLASLt's 1 × 2 clusters): the w
-// tile is read from L2 once for two tiles. A producer may then rewrite a stage only once the
-// consumers of both blocks have released it, so each consumer arrival goes to the stage's empty
-// mbarrier in both blocks; and a producer stays until every arrival for it has come in (its
-// block's mbarriers must outlive them).
-template <int kEpi, Schedule kSched, int kBN, bool kAT, int kCluster>
+template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
@@ -441,7 +425,6 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
-  static_assert(kCluster == 1 || kCluster == 2, "clusters of one or two blocks");
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
@@ -455,29 +438,24 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   auto full = [&](int s) { return bar + 8 * s; };
   auto empty = [&](int s) { return bar + 8 * (kStages + s); };
   auto aux_full = [&](int w) { return bar + 8 * (2 * kStages + w); };  // kSwigluBwd: consumer w's G and U have landed
-  // The cluster tiles this block's cluster takes: first, first + step, ...
-  const int tiles = cluster_tiles<kCluster>(p), ksteps = (p.k + kBK - 1) / kBK;
-  const int rank = kCluster > 1 ? (int)wg::cluster_ctarank() : 0, first = blockIdx.x / kCluster, step = gridDim.x / kCluster;
+  const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      wg::mbar_init(full(s), 1);  // the producer's arrival with the stage's bytes
-      // An arrival from each warpgroup that reads it, in every block of the cluster.
-      wg::mbar_init(empty(s), (kPing ? 1 : kConsumers / 128) * kCluster);
+      wg::mbar_init(full(s), 1);                          // the producer's arrival with the stage's bytes
+      wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
     if (kSwiBwd) wg::mbar_init(aux_full(0), 1), wg::mbar_init(aux_full(1), 1);
     wg::fence_mbarrier_init();
   }
-  // The mbarriers initialised before any block's copies or arrivals can reach them.
-  if constexpr (kCluster > 1) wg::cluster_sync();
-  else __syncthreads();
+  __syncthreads();
 
   if (threadIdx.x >= kConsumers) {
     wg::regs_dec<kProducerRegs>();
     if (threadIdx.x != kConsumers) return;
     int i = 0;  // ring steps, over all the block's tiles
-    for (int t = first; t < tiles; t += step) {
-      const Tile tl = tile_at<kTileM, kBN, kCluster>(p, t, rank);
+    for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+      const Tile tl = tile_at<kTileM, kBN>(p, t);
       for (int ks = 0; ks < ksteps; ++ks, ++i) {
         const int s = i % kStages;
         if (i >= kStages) wg::mbar_wait(empty(s), ((uint32_t)(i / kStages) & 1u) ^ 1u);
@@ -491,17 +469,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
         } else {
           wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
         }
-        if constexpr (kCluster > 1) {  // this block's rows of the w tile, to the same place in every block
-          constexpr int kRows = kBN / kCluster;
-          wg::tile_load_4d_multicast(stage_w(s) + rank * kRows * 128, p.w_map, ks * kBK, 0, tl.n0 + rank * kRows, tl.b, full(s), (1u << kCluster) - 1);
-        } else {
-          wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
-        }
+        wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
       }
     }
-    // Every stage's last release, from the consumers of every block, in before the block can exit.
-    for (int j = 0; kCluster > 1 && j < kStages; ++j, ++i)
-      if (i >= kStages) wg::mbar_wait(empty(i % kStages), ((uint32_t)(i / kStages) & 1u) ^ 1u);
     return;
   }
 
@@ -514,24 +484,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   // which the other warpgroup's arrival opens once it has waited on every stage of tile seq − 1
   // (warpgroup 1 opens warpgroup 0's first). Arrivals only for a tile that exists, so none is
   // left unmatched at the end.
-  auto has_tile = [&](int seq) { return first + seq * step < tiles; };
-  // A stage read by this warpgroup (every thread past its wgmma wait): free for the producers of
-  // every block that writes it. In a cluster, lane 0 of warp r signals block r, so that no one
-  // thread makes all the remote arrivals (CUTLASS's consumer_release spreads them likewise).
-  auto release = [&](int s) {
-    const int t = threadIdx.x % 128;
-    if constexpr (kCluster > 1) {
-      if (t % 32 == 0 && t / 32 < kCluster) wg::mbar_arrive_cluster(empty(s), t / 32);
-    } else if (t == 0) {
-      wg::mbar_arrive(empty(s));
-    }
-  };
+  auto has_tile = [&](int seq) { return blockIdx.x + seq * gridDim.x < (unsigned)tiles; };
   if (kPing && wgi == 1) wg::bar_arrive(1, kConsumers);
   // The block's tiles this warpgroup takes: every one (cooperative), or every other from the
   // warpgroup's index (ping-pong); `seq` counts the block's tiles, so the ring step of a tile's
   // first stage is seq · ksteps either way.
-  for (int seq = kPing ? wgi : 0, t = first + seq * step; t < tiles; seq += kPing ? 2 : 1, t = first + seq * step) {
-    const Tile tl = tile_at<kTileM, kBN, kCluster>(p, t, rank);
+  for (int seq = kPing ? wgi : 0, t = blockIdx.x + seq * gridDim.x; t < tiles; seq += kPing ? 2 : 1, t = blockIdx.x + seq * gridDim.x) {
+    const Tile tl = tile_at<kTileM, kBN>(p, t);
     float acc[kAcc][kBN / 2];
 #pragma unroll
     for (int r = 0; r < kAcc; ++r)
@@ -561,13 +520,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::wgmma_wait<1>();
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-      if (ks > 0) release((i - 1) % kStages);
+      if (ks > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i - 1) % kStages));
     }
     if (kPing && has_tile(seq + 1)) wg::bar_arrive(2 - wgi, kConsumers);
     wg::wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
-    if (ksteps > 0) release((i0 + ksteps - 1) % kStages);
+    if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
     if constexpr (kSwi) {
       store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
     } else if constexpr (kSwiBwd) {
@@ -587,13 +546,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 
 // Encodes p's tile maps for a [batch][m][k] (or, a_t, [batch][k][m]: m a multiple of 8) and w
 // [batch][n][k] (16-byte aligned, k a multiple of 8) and sets its tile counts for tiles tile_n
-// wide, launched in clusters of `cluster` blocks (the epilogues' fields unset). Returns an error
-// message, or nullptr.
+// wide (the epilogues' fields unset). Returns an error message, or nullptr.
 inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo, int tile_n,
-                               bool a_t = false, int cluster = 1) {
+                               bool a_t = false) {
   p = Params{};
   p.tile_n = tile_n;
-  p.cluster = cluster;
   p.out = out;
   p.ldo = ldo;
   p.out_batch = (int64_t)m * ldo;
@@ -601,7 +558,7 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   p.tiles_m = (m + kBM - 1) / kBM;
   p.tiles_n = (n + tile_n - 1) / tile_n;
   const char* err = a_t ? wg::encode_head_rows(p.a_map, a, batch, k, 1, m, 64) : wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
-  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n / cluster);
+  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
 }
 
 // Sends the staged tiles of p's out (and, when rope splits the columns, out2; with SwiGLU, out's
@@ -629,11 +586,9 @@ inline bool use_tma_store(Params& p) {
 }
 
 // p for kSwiglu: wgu [2F][d] (gate rows, then up rows), x [rows][d], G and U into gu [2F][rows]
-// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8), in clusters of `cluster`
-// blocks. Returns an error message, or nullptr.
-inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d, int cluster = 1) {
+// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8). Returns an error message, or nullptr.
+inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d) {
   p = Params{};
-  p.cluster = cluster;
   p.out = gu, p.ldo = rows, p.out_batch = (int64_t)2 * F * rows;
   p.out3 = h, p.ldo3 = rows;
   p.swiglu_f = F;
@@ -642,17 +597,16 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
   p.tiles_m = (F + 63) / 64;
   p.tiles_n = (rows + 127) / 128;
   const char* err = wg::encode_head_rows(p.a_map, wgu, 1, 2 * F, 1, d, 64);
-  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128 / cluster);
+  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
 // and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the ping-pong
-// 128-wide kernel in clusters of `cluster` blocks. Needs every tensor 16-byte aligned, F, rows and
-// d multiples of 8. Returns an error message, or nullptr.
-inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const void* dout, bf16* dgu, const bf16* gu, int F, int rows, int d,
-                                          int cluster = 1) {
+// 128-wide kernel. Needs every tensor 16-byte aligned, F, rows and d multiples of 8. Returns an
+// error message, or nullptr.
+inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const void* dout, bf16* dgu, const bf16* gu, int F, int rows, int d) {
   if (F % 8 != 0 || rows % 8 != 0) return "SwiGLU's backward epilogue: F and rows must be multiples of 8";
-  if (const char* err = make_params(p, wdown, dout, dgu, 1, F, rows, d, rows, 128, true, cluster)) return err;
+  if (const char* err = make_params(p, wdown, dout, dgu, 1, F, rows, d, rows, 128, true)) return err;
   p.swiglu_f = F;
   const char* err = wg::encode_head_rows(p.aux_map, gu, 1, F, 1, rows, 64);
   if (!err) err = wg::encode_head_rows(p.aux2_map, gu + (int64_t)F * rows, 1, F, 1, rows, 64);
@@ -661,41 +615,27 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
 }
 
 // The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
-// schedule, tile width (128, or 256 when cooperative), a's layout (a_t: [k][m]) and cluster size,
-// launched with kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
-// for another combination. Clusters of 2 are built for the forms the model runs: cooperative
-// 256 wide (plain and rope), ping-pong 128 wide (plain, SwiGLU forward and backward).
+// schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
+// kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
+// for another combination.
 using Kernel = void (*)(const Params);
-inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false, int cluster = 1) {
-  const auto pick = [&](auto epi, auto at, auto cl) -> Kernel {
-    constexpr int kE = decltype(epi)::value, kC = decltype(cl)::value;
+inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {
+  const auto pick = [&](auto epi, auto at) -> Kernel {
+    constexpr int kE = decltype(epi)::value;
     constexpr bool kT = decltype(at)::value;
     if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
     } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
-      if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true, kC> : nullptr;
+      if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
-    } else if constexpr (kC > 1 && kT) {
-      return nullptr;
-    } else if constexpr (kC > 1 && kE == kSwiglu) {
-      return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, false, kC> : nullptr;
-    } else if constexpr (kC > 1 && kE != kStore) {  // rope
-      return sched == kCooperative && tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, false, kC> : nullptr;
-    } else if constexpr (kC > 1) {
-      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, false, kC> : nullptr;
-      return tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, false, kC> : nullptr;
     } else {
-      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT, 1> : nullptr;
+      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
       if constexpr (kE == kSwiglu) return nullptr;
-      else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT, 1> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT, 1> : nullptr;
+      else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
     }
   };
   const auto with_layout = [&](auto epi) -> Kernel {
-    const auto with_cluster = [&](auto at) -> Kernel {
-      if (cluster == 1) return pick(epi, at, std::integral_constant<int, 1>{});
-      return cluster == 2 ? pick(epi, at, std::integral_constant<int, 2>{}) : nullptr;
-    };
-    return a_t ? with_cluster(std::true_type{}) : with_cluster(std::false_type{});
+    return a_t ? pick(epi, std::true_type{}) : pick(epi, std::false_type{});
   };
   switch (epilogue) {
     case kStore: return with_layout(std::integral_constant<int, kStore>{});
@@ -708,49 +648,21 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
 }
 
 #ifndef MDLM_ATTN_EMULATE
-// Blocks a cluster for a kernel of kernel_for: 2 (w tiles multicast) where MDLM_MATMUL_WS_CLUSTER=2
-// and the form is built in clusters, else 1.
-inline int cluster_for(int epilogue, Schedule sched, int tile_n, bool a_t) {
-  return env_knob("MDLM_MATMUL_WS_CLUSTER") == "2" && kernel_for(epilogue, sched, tile_n, a_t, 2) ? 2 : 1;
-}
-
-// How many clusters of `cluster` blocks of `kernel` (kThreads threads, `smem` bytes of shared
-// memory each, allowed already) the GPU keeps resident at once, at most sms / cluster: the bound
-// of a persistent grid, which the GPCs' SM counts may make lower than that.
-inline cudaError_t resident_clusters(Kernel kernel, size_t smem, int cluster, int sms, int& clusters) {
-  clusters = sms / cluster;
-  if (cluster == 1) return cudaSuccess;
-  cudaLaunchAttribute attr = cluster_attribute(cluster);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(cluster * clusters), config.blockDim = dim3(kThreads), config.dynamicSmemBytes = smem;
-  config.attrs = &attr, config.numAttrs = 1;
-  const int most = clusters;
-  if (const cudaError_t e = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config)) return e;
-  if (clusters < 1) return cudaErrorInvalidConfiguration;
-  clusters = std::min(clusters, most);
-  return cudaSuccess;
-}
-
-// Launches the kernel for (epilogue, sched, p.tile_n, a_t, p.cluster) over p's tiles, one block
-// an SM at most (`sms`; in clusters, as many as can be resident at once, which the GPCs' SM
-// counts may make fewer), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory,
-// which each kernel is allowed once. Returns the launch's error (cudaErrorInvalidValue for a
-// combination kernel_for has no kernel for).
+// Launches the kernel for (epilogue, sched, p.tile_n, a_t) over p's tiles, one block an SM at most
+// (`sms`), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory, which each kernel is
+// allowed once. Returns the launch's error (cudaErrorInvalidValue for a combination kernel_for
+// has no kernel for).
 inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_t, int sms, cudaStream_t stream) {
-  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, a_t, p.cluster);
+  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, a_t);
   if (!kernel) return cudaErrorInvalidValue;
   const size_t smem = smem_bytes(p.tile_n, epilogue);
-  static std::map<Kernel, int> resident;  // clusters of the kernel resident at once
-  auto known = resident.find(kernel);
-  if (known == resident.end()) {
+  static std::set<Kernel> allowed;
+  if (!allowed.count(kernel)) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) return e;
-    int clusters = 0;
-    if (const cudaError_t e = resident_clusters(kernel, smem, p.cluster, sms, clusters)) return e;
-    known = resident.emplace(kernel, clusters).first;
+    allowed.insert(kernel);
   }
-  const int64_t tiles = p.cluster == 2 ? cluster_tiles<2>(p) : cluster_tiles<1>(p);
-  const unsigned grid = (unsigned)(std::min<int64_t>(tiles, known->second) * p.cluster);
-  return launch_kernel_in_clusters(p.cluster, kernel, grid, kThreads, smem, stream, p);
+  const int64_t tiles = (int64_t)p.batch * p.tiles_m * p.tiles_n;
+  return launch_kernel(kernel, (unsigned)std::min<int64_t>(tiles, sms), kThreads, smem, stream, p);
 }
 #endif
 

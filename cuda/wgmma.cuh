@@ -198,8 +198,9 @@ __device__ __forceinline__ void cluster_sync() {
 }
 // An arrival on the mbarrier at the same shared address in the cluster's block of rank `rank`
 // (this block's own, too), with mbarrier.arrive's default release at CTA scope, as CUTLASS's
-// ClusterBarrier::arrive: the clustered GEMM with .release.cluster here ran 1.9-3.1 times as long
-// as without clusters on an H100 (bench/RESULTS.md, twentieth session); this form is untimed.
+// ClusterBarrier::arrive: a GEMM in clusters of two (since taken out) ran 1.9-3.1 times as long as
+// without clusters on an H100 with .release.cluster here, and level with this form
+// (bench/RESULTS.md, twentieth and twenty-first sessions).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t addr, uint32_t rank) {
   asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(addr), "r"(rank)
                : "memory");

@@ -233,24 +233,19 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
 
-  it('runs the Hopper GEMM (cuda/matmul_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not, clusters of two blocks multicasting w), plain, a transposed, with rope and with SwiGLU forward and backward, within bf16 rounding of float64, under every kind of schedule', async () => {
+  it('runs the Hopper GEMM (cuda/matmul_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not), plain, a transposed, with rope and with SwiGLU forward and backward, within bf16 rounding of float64, under every kind of schedule', async () => {
     const exe = await buildEmu('matmul_check.cc', 'matmul_check');
     // Random seed 11 holds a producer thread back: it caught the ping-pong schedule's consumers
     // waiting on a stage whose other-warpgroup phase was still open (the turns' barriers fix it).
     // Seed 3 with eager copies issues a TMA store before the other threads' stmatrix if no barrier
     // stands between them; round-robin lands stores at their wait, where a tile reused too early shows.
-    // Seed 32 holds the second block's TMA issuer in the clustered forms (warp_emu.h: the slow
-    // thread's block is seed / 24 for 12 warps a block); round-robin has a block's last
-    // consumer arrive on its partner's mbarriers after the partner's threads are done, were its
-    // producer not to stay for them.
     const schedules: Record<string, string>[] = [
       {}, { EMU_SCHEDULE: 'skewed', EMU_CP_ASYNC: 'eager' }, { EMU_SCHEDULE: 'random:11' }, { EMU_SCHEDULE: 'random:8' }, { EMU_SCHEDULE: 'random:3', EMU_CP_ASYNC: 'eager' },
-      { EMU_SCHEDULE: 'random:32' },
     ];
     for (const extra of schedules) {
       const { stdout } = await run(exe, [], { env: env(extra), maxBuffer: 1 << 24 });
       const lines = stdout.trim().split('\n');
-      expect(lines.length, stdout).toBe(79);
+      expect(lines.length, stdout).toBe(59);
       for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
     }
   }, EMU_TIMEOUT);

@@ -37,27 +37,17 @@ std::vector<bf16> normal_bf16(std::mt19937_64& rng, size_t count) {
   return v;
 }
 
-// A variant of the kernel: schedule, tile width, whether the staged output tiles leave by TMA
-// stores (where the outputs allow: dense rows), and blocks a cluster (2: w tiles multicast).
+// A variant of the kernel: schedule, tile width, and whether the staged output tiles leave by TMA
+// stores (where the outputs allow: dense rows).
 struct Variant {
   const char* name;
   mdlm::gemm::Schedule sched;
   int tile_n;
   bool tma = false;
-  int cluster = 1;
 };
 constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},     {"ping 128", mdlm::gemm::kPingPong, 128},
                                  {"coop 256", mdlm::gemm::kCooperative, 256},     {"coop 256 tma", mdlm::gemm::kCooperative, 256, true},
-                                 {"ping 128 tma", mdlm::gemm::kPingPong, 128, true}, {"coop 256 x2", mdlm::gemm::kCooperative, 256, true, 2},
-                                 {"ping 128 x2", mdlm::gemm::kPingPong, 128, false, 2}};
-
-// Launches p's kernel as the GPU would, over few blocks so that each walks several tiles: three
-// (fewer with fewer tiles), or two clusters of p.cluster blocks.
-void launch(mdlm::gemm::Kernel kernel, const mdlm::gemm::Params& p, size_t smem) {
-  const int tiles = p.cluster == 2 ? mdlm::gemm::cluster_tiles<2>(p) : mdlm::gemm::cluster_tiles<1>(p);
-  const int blocks = std::min(tiles, p.cluster > 1 ? 2 : 3) * p.cluster;
-  ::emu::launch_clusters(p.cluster, kernel, dim3(blocks), mdlm::gemm::kThreads, smem, p);
-}
+                                 {"ping 128 tma", mdlm::gemm::kPingPong, 128, true}};
 
 bool run_case(const Case& c, const Variant& v, double& rel) {
   std::mt19937_64 rng(1234 + c.m * 131 + c.n * 17 + c.k);
@@ -69,10 +59,11 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> out((size_t)c.batch * c.m * ldo, poison), out2((size_t)c.m * ldo2, poison);
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n, c.a_t, v.cluster)) {
+  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n, c.a_t)) {
     std::printf("%s: %s\n", c.label, err);
     return false;
   }
+  const int tiles = c.batch * p.tiles_m * p.tiles_n;
   // Rope: positions restart at random (packed documents), up to 300.
   const int max_pos = 300, half = c.rope_d / 2;
   std::vector<int> positions(c.m);
@@ -92,12 +83,13 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
     std::printf("%s: TMA stores %s\n", c.label, dense ? "refused a dense output" : "taken for a padded or odd output");
     return false;
   }
-  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n, c.a_t, v.cluster);
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n, c.a_t);
   if (!kernel) {
     std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d);
     return false;
   }
-  launch(kernel, p, mdlm::gemm::smem_bytes(v.tile_n));
+  // Three blocks (fewer with fewer tiles), so that each walks several tiles, as on the GPU.
+  ::emu::launch(kernel, dim3(std::min(tiles, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n), p);
   auto product = [&](int b, int i, int j) {
     double r = 0;
     for (int q = 0; q < c.k; ++q) {
@@ -137,14 +129,14 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
 // kSwiglu (ping-pong only): G and U of [Gᵀ; Uᵀ] = Wgu · xᵀ, and h = silu(G)·U, against float64
 // products rounded to bf16 as the kernel rounds them; the relative error of the worst of the
 // three. With tma, by TMA stores where the rows allow them (rows a multiple of 8).
-bool run_swiglu(int F, int rows, int d, bool tma, int cluster, double& rel) {
+bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
   std::mt19937_64 rng(99 + F * 7 + rows * 3 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wgu = fill((size_t)2 * F * d), x = fill((size_t)rows * d);
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> gu((size_t)2 * F * rows, poison), h((size_t)F * rows, poison);
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_swiglu_params(p, wgu.data(), x.data(), gu.data(), h.data(), F, rows, d, cluster)) {
+  if (const char* err = mdlm::gemm::make_swiglu_params(p, wgu.data(), x.data(), gu.data(), h.data(), F, rows, d)) {
     std::printf("swiglu: %s\n", err);
     return false;
   }
@@ -152,7 +144,9 @@ bool run_swiglu(int F, int rows, int d, bool tma, int cluster, double& rel) {
     std::printf("swiglu: use_tma_store disagrees with the layout\n");
     return false;
   }
-  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128, false, cluster), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu));
+  const int tiles = p.tiles_m * p.tiles_n;
+  ::emu::launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), dim3(std::min(tiles, 3)), mdlm::gemm::kThreads,
+                mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu), p);
   auto dot = [&](int row, int t) {
     double r = 0;
     for (int q = 0; q < d; ++q) r += (double)__bfloat162float(wgu[(size_t)row * d + q]) * __bfloat162float(x[(size_t)t * d + q]);
@@ -174,17 +168,18 @@ bool run_swiglu(int F, int rows, int d, bool tma, int cluster, double& rel) {
 
 // kSwigluBwd (ping-pong, 128 wide): dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and
 // dout [rows][d], then dG and dU from dh rounded to bf16 and G, U (random), against float64.
-bool run_swiglu_bwd(int F, int rows, int d, int cluster, double& rel) {
+bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
   std::vector<bf16> dgu((size_t)2 * F * rows, __float2bfloat16_rn(NAN));
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_swiglu_bwd_params(p, wdown.data(), dout.data(), dgu.data(), gu.data(), F, rows, d, cluster)) {
+  if (const char* err = mdlm::gemm::make_swiglu_bwd_params(p, wdown.data(), dout.data(), dgu.data(), gu.data(), F, rows, d)) {
     std::printf("swiglu bwd: %s\n", err);
     return false;
   }
-  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true, cluster), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd));
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true);
+  ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd), p);
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
   double e2[2] = {0, 0}, r2[2] = {0, 0};
   for (int f = 0; f < F; ++f)
@@ -219,7 +214,6 @@ int main() {
   int failed = 0;
   for (const Case& c : cases) {
     for (const Variant& v : kVariants) {
-      if (v.cluster > 1 && !mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n, c.a_t, v.cluster)) continue;  // not built in clusters
       double rel = NAN;
       const bool ok = run_case(c, v, rel);
       failed += !ok;
@@ -229,13 +223,13 @@ int main() {
   }
   const int swiglu_cases[][3] = {{64, 128, 64}, {100, 200, 72}, {256, 300, 136}};  // F, rows, d: tails in F and rows
   for (const auto& c : swiglu_cases) {
-    for (const int form : {0, 1, 2}) {  // by the consumers, by TMA stores, by TMA stores in clusters of 2
+    for (const bool tma : {false, true}) {
       double rel = NAN;
-      const bool ok = run_swiglu(c[0], c[1], c[2], form > 0, form == 2 ? 2 : 1, rel);
+      const bool ok = run_swiglu(c[0], c[1], c[2], tma, rel);
       failed += !ok;
       char label[96];
       std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
-      std::printf("%-64s %-12s rel err %.3e%s\n", label, form == 0 ? "ping 128" : form == 1 ? "ping 128 tma" : "ping 128 x2", rel, ok ? "  ok" : "  FAIL");
+      std::printf("%-64s %-12s rel err %.3e%s\n", label, tma ? "ping 128 tma" : "ping 128", rel, ok ? "  ok" : "  FAIL");
       std::fflush(stdout);
     }
   }
@@ -243,15 +237,13 @@ int main() {
   // reused, their mbarriers' phases turning.
   const int swiglu_bwd_cases[][3] = {{104, 200, 72}, {256, 296, 136}, {392, 520, 64}};
   for (const auto& c : swiglu_bwd_cases) {
-    for (const int cluster : {1, 2}) {
-      double rel = NAN;
-      const bool ok = run_swiglu_bwd(c[0], c[1], c[2], cluster, rel);
-      failed += !ok;
-      char label[96];
-      std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
-      std::printf("%-64s %-12s rel err %.3e%s\n", label, cluster == 1 ? "ping 128 tma" : "ping 128 x2", rel, ok ? "  ok" : "  FAIL");
-      std::fflush(stdout);
-    }
+    double rel = NAN;
+    const bool ok = run_swiglu_bwd(c[0], c[1], c[2], rel);
+    failed += !ok;
+    char label[96];
+    std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
+    std::printf("%-64s %-12s rel err %.3e%s\n", label, "ping 128 tma", rel, ok ? "  ok" : "  FAIL");
+    std::fflush(stdout);
   }
   return failed ? 1 : 0;
 }

@@ -9,9 +9,7 @@ void launch_all(const Params& p, float2* table) {
     for (const Schedule sched : {kCooperative, kPingPong}) {
       for (const int tile_n : {128, 256}) {
         for (const bool a_t : {false, true}) {
-          for (const int cluster : {1, 2}) {
-            if (const Kernel kernel = kernel_for(epilogue, sched, tile_n, a_t, cluster)) kernel<<<cluster, kThreads, smem_bytes(tile_n, epilogue)>>>(p);
-          }
+          if (const Kernel kernel = kernel_for(epilogue, sched, tile_n, a_t)) kernel<<<1, kThreads, smem_bytes(tile_n, epilogue)>>>(p);
         }
       }
     }
