@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-train matmul-ws]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -105,6 +105,16 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       cuda=${CUDA_HOME:-/usr/local/cuda}
       "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
         && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
+    ncu-gemm)  # Nsight Compute on cuda/matmul_ws.cuh's kernels and cuBLASLt's at the matmul-ws shapes
+      # whose label contains NCU_GEMM_SHAPE (default "124M q/k"): every launch of each, --set full,
+      # its details page as $OUT/ncu-gemm-details.txt (the report itself, large, stays in /tmp; kernel names: gemm_ws_nt<epilogue, schedule,
+      # tile width, a transposed>, nvjet_*)
+      cuda=${CUDA_HOME:-/usr/local/cuda}
+      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
+        && timeout 280 ncu --clock-control none --set full -k "regex:gemm_ws_nt|nvjet" -f -o /tmp/ncu-gemm /tmp/matmul_ws 1 "${NCU_GEMM_SHAPE:-124M q/k}" > "$OUT/ncu-gemm.log" 2>&1
+      tail -n 3 "$OUT/ncu-gemm.log"
+      ncu -i /tmp/ncu-gemm.ncu-rep --page details > "$OUT/ncu-gemm-details.txt" 2>&1
+      grep -E "gemm_ws_nt|nvjet|Duration|Compute \(SM\) Throughput|Registers Per|Warp Cycles Per Issued" "$OUT/ncu-gemm-details.txt" | head -n 60 ;;
     ncu-train)  # every kernel of llama-124m and llama-1.3b mdlm training steps (graph-replayed), timed one
       # by one by Nsight Compute, summed by kernel (bench/kernel-times.mjs): the step's GPU time
       # without the per-op waits of --profile
