@@ -106,9 +106,9 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
         && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
     ncu-gemm)  # Nsight Compute on cuda/matmul_ws.cuh's kernels and cuBLASLt's at the matmul-ws shapes
-      # whose label contains NCU_GEMM_SHAPE (default "124M q/k"): every launch of each, --set full,
-      # its details page as $OUT/ncu-gemm-details.txt (the report itself, large, stays in /tmp; kernel names: gemm_ws_nt<epilogue, schedule,
-      # tile width, a transposed>, nvjet_*)
+      # whose label contains NCU_GEMM_SHAPE (default "124M q/k"): every launch of each, --set full;
+      # the details page as $OUT/ncu-gemm-details.txt (the report itself, large, stays in /tmp).
+      # Kernel names: gemm_ws_nt<epilogue, schedule, tile width, a transposed>, nvjet_*.
       cuda=${CUDA_HOME:-/usr/local/cuda}
       "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
         && timeout 280 ncu --clock-control none --set full -k "regex:gemm_ws_nt|nvjet" -f -o /tmp/ncu-gemm /tmp/matmul_ws 1 "${NCU_GEMM_SHAPE:-124M q/k}" > "$OUT/ncu-gemm.log" 2>&1
