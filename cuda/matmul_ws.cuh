@@ -211,10 +211,10 @@ __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[
 #pragma unroll
     for (int c = 0; c < kBN / 64; ++c) {
       const int slab = c % 2;
-      if (c >= 2 || !st.unread) {  // the store two back, this slab's last (calls write an even number), has read it
-        if (t == 0) wg::bulk_wait_read<1>();
-        wg::bar_sync(st.barrier, 128);
-      }
+      // The store two back, this slab's last (calls write an even number), has read it; the
+      // barrier passes that wait, or the caller's (OutStage::unread), on to every thread.
+      if (t == 0 && (c >= 2 || !st.unread)) wg::bulk_wait_read<1>();
+      wg::bar_sync(st.barrier, 128);
       stage_fragments<4, kBN>(st, v, 4 * c, 4 * slab, warp);
       wg::fence_proxy_async();
       wg::bar_sync(st.barrier, 128);
