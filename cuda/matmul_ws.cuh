@@ -176,8 +176,9 @@ struct OutStage {
   uint32_t addr;
   unsigned char* ptr;
   int barrier;
-  // No TMA store from the tile can still be reading it (store_block then need not wait for the
-  // warpgroup's earlier ones, to another tile: kSwiglu's G, U and h).
+  // No TMA store from the tile can still be reading it: the caller's thread 0 has waited for them
+  // and store_block's first barrier passes that on, so it need not wait for the warpgroup's
+  // earlier stores, to another tile (kSwiglu's G, U and h).
   bool unread = false;
   // The i-th [64][128] tile from this one on, of a consumer's several (out_tiles_for), with no TMA
   // store reading it (its caller has waited for them).
