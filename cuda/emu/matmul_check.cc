@@ -49,6 +49,12 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},   
                                  {"coop 256", mdlm::gemm::kCooperative, 256},     {"coop 256 tma", mdlm::gemm::kCooperative, 256, true},
                                  {"ping 128 tma", mdlm::gemm::kPingPong, 128, true}};
 
+// Launches p's kernel as the GPU would, over few blocks so that each walks several tiles: three,
+// or fewer with fewer tiles.
+void launch(mdlm::gemm::Kernel kernel, const mdlm::gemm::Params& p, size_t smem) {
+  ::emu::launch(kernel, dim3(std::min(p.batch * p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, smem, p);
+}
+
 bool run_case(const Case& c, const Variant& v, double& rel) {
   std::mt19937_64 rng(1234 + c.m * 131 + c.n * 17 + c.k);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
@@ -63,7 +69,6 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
     std::printf("%s: %s\n", c.label, err);
     return false;
   }
-  const int tiles = c.batch * p.tiles_m * p.tiles_n;
   // Rope: positions restart at random (packed documents), up to 300.
   const int max_pos = 300, half = c.rope_d / 2;
   std::vector<int> positions(c.m);
@@ -88,8 +93,7 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
     std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d);
     return false;
   }
-  // Three blocks (fewer with fewer tiles), so that each walks several tiles, as on the GPU.
-  ::emu::launch(kernel, dim3(std::min(tiles, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(v.tile_n), p);
+  launch(kernel, p, mdlm::gemm::smem_bytes(v.tile_n));
   auto product = [&](int b, int i, int j) {
     double r = 0;
     for (int q = 0; q < c.k; ++q) {
@@ -144,9 +148,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
     std::printf("swiglu: use_tma_store disagrees with the layout\n");
     return false;
   }
-  const int tiles = p.tiles_m * p.tiles_n;
-  ::emu::launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), dim3(std::min(tiles, 3)), mdlm::gemm::kThreads,
-                mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu), p);
+  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu));
   auto dot = [&](int row, int t) {
     double r = 0;
     for (int q = 0; q < d; ++q) r += (double)__bfloat162float(wgu[(size_t)row * d + q]) * __bfloat162float(x[(size_t)t * d + q]);
@@ -178,8 +180,7 @@ bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
     std::printf("swiglu bwd: %s\n", err);
     return false;
   }
-  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true);
-  ::emu::launch(kernel, dim3(std::min(p.tiles_m * p.tiles_n, 3)), mdlm::gemm::kThreads, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd), p);
+  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd));
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
   double e2[2] = {0, 0}, r2[2] = {0, 0};
   for (int f = 0; f < F; ++f)
