@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <string>
@@ -45,21 +46,63 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
+// How long an access's line should stay in L2: the usual policy, or evicted first (PTX's .cs:
+// bytes read for the last time, or written and not read again soon), so that a stream through L2
+// does not push out lines that are still to be read.
+enum class L2 { keep, evict_first };
+
+// The unsigned type of 2, 4, 8 or 16 bytes that __ldcs and __stcs take.
+template <int Bytes>
+struct BitsOf;
+template <>
+struct BitsOf<2> { using type = unsigned short; };
+template <>
+struct BitsOf<4> { using type = unsigned; };
+template <>
+struct BitsOf<8> { using type = uint2; };
+template <>
+struct BitsOf<16> { using type = uint4; };
+
+template <L2 hint, typename P>
+__device__ __forceinline__ P load_pack(const P* p) {
+  if constexpr (hint == L2::keep) {
+    return *p;
+  } else {
+    using U = typename BitsOf<sizeof(P)>::type;
+    const U bits = __ldcs(reinterpret_cast<const U*>(p));
+    P v;
+    memcpy(&v, &bits, sizeof(P));
+    return v;
+  }
+}
+
+template <L2 hint, typename P>
+__device__ __forceinline__ void store_pack(P* p, const P& v) {
+  if constexpr (hint == L2::keep) {
+    *p = v;
+  } else {
+    using U = typename BitsOf<sizeof(P)>::type;
+    U bits;
+    memcpy(&bits, &v, sizeof(P));
+    __stcs(reinterpret_cast<U*>(p), bits);
+  }
+}
+
 // Loads p[0, N) (aligned to N elements) as floats.
-template <typename T, int N>
+template <typename T, int N, L2 hint = L2::keep>
 __device__ __forceinline__ void load(const T* p, float (&out)[N]) {
-  const Pack<T, N> pk = *reinterpret_cast<const Pack<T, N>*>(p);
+  const Pack<T, N> pk = load_pack<hint>(reinterpret_cast<const Pack<T, N>*>(p));
 #pragma unroll
   for (int i = 0; i < N; i++) out[i] = to_float(pk.v[i]);
 }
 
 // Stores in[0, N) to p (aligned to N elements), rounding to T.
-template <typename T, int N>
+template <typename T, int N, L2 hint = L2::keep>
 __device__ __forceinline__ void store(T* p, const float (&in)[N]) {
   Pack<T, N> pk;
 #pragma unroll
   for (int i = 0; i < N; i++) pk.v[i] = from_float<T>(in[i]);
-  *reinterpret_cast<Pack<T, N>*>(p) = pk;
+  store_pack<hint>(reinterpret_cast<Pack<T, N>*>(p), pk);
 }
 
 template <typename T>

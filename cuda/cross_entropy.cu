@@ -156,8 +156,9 @@ __device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
 }
 
 // The gradient pass over a row: q = scale · (exp(p − lse) − onehot(t)); an ignored row (t < 0)
-// gets zeros without reading p, a bad target (t ≥ vocab) NaNs; neither uses scale or l.
-template <typename T, int VEC>
+// gets zeros without reading p, a bad target (t ≥ vocab) NaNs; neither uses scale or l. `hint`
+// is L2's policy for the pass's reads (the row's last) and writes (read next by another kernel).
+template <typename T, int VEC, L2 hint>
 __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, float l, int vocab) {
   const int head = row_head<VEC>(p, vocab);
   if (t < 0 || t >= vocab) {
@@ -165,11 +166,11 @@ __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scal
     sweep_row<VEC>(head, vocab, [](int, auto&) {}, [&](int j, const auto& v) {
       float g[sizeof(v) / sizeof(float)];
       for (float& x : g) x = fill;
-      store(q + j, g);
+      store<T, sizeof(g) / sizeof(float), hint>(q + j, g);
     });
     return;
   }
-  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int j, const auto& v) {
+  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load<T, sizeof(v) / sizeof(float), hint>(p + j, v); }, [&](int j, const auto& v) {
     constexpr int N = sizeof(v) / sizeof(float);
     float g[N];
 #pragma unroll
@@ -180,7 +181,7 @@ __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scal
         if (j + e == t) g[e] = scale * expm1f(v[e] - l);
       }
     }
-    store(q + j, g);
+    store<T, N, hint>(q + j, g);
   });
 }
 
@@ -194,17 +195,17 @@ __global__ void __launch_bounds__(kCeMaxThreads)
   loss_row<kCeMaxThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, L2 hint>
 __global__ void __launch_bounds__(kCeMaxThreads)
     cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                   const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
   wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
-  gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
+  gradient_row<T, VEC, hint>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
 }
 
-template <typename T, int VEC>
+template <typename T, int VEC, L2 hint>
 __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
     cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
@@ -213,7 +214,7 @@ __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
   const float l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
-  gradient_row<T, VEC>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
+  gradient_row<T, VEC, hint>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
 }
 
 // One block per row, as many threads as the row has vectors up to `most`.
@@ -241,15 +242,22 @@ MDLM_OP(cross_entropy) {
 
 namespace mdlm {
 
-// f(T, VEC) for an op with logits and dlogits: vectors need each logits row and its dlogits row to
-// share their offset from a 16-byte boundary.
+// f(T, VEC, hint) for an op with logits and dlogits: vectors need each logits row and its dlogits
+// row to share their offset from a 16-byte boundary. The gradient pass reads and writes with L2's
+// evict-first policy (MDLM_CE_EVICT_FIRST=0: the usual one): in the fused kernel the first pass
+// leaves each row in L2 for the second, and the rows' gradients, 26 MB in flight at a GPT-2
+// vocabulary, would otherwise push those rows out before they are read again. Untimed.
 template <typename F>
 void with_gradient_types(const OpCall& call, F&& f) {
   const DType dtype = float_dtype_of(call, {"logits", "dlogits"});
   const bool same_phase = reinterpret_cast<uintptr_t>(call.arg("logits").ptr) % 16 == reinterpret_cast<uintptr_t>(call.arg("dlogits").ptr) % 16;
+  const bool evict_first = env_knob("MDLM_CE_EVICT_FIRST") != "0";
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_vec<T>(same_phase, [&](auto vec) { f(tag, vec); });
+    with_vec<T>(same_phase, [&](auto vec) {
+      if (evict_first) f(tag, vec, std::integral_constant<L2, L2::evict_first>{});
+      else f(tag, vec, std::integral_constant<L2, L2::keep>{});
+    });
   });
 }
 
@@ -258,10 +266,10 @@ void with_gradient_types(const OpCall& call, F&& f) {
 MDLM_OP(cross_entropy_backward) {
   using namespace mdlm;
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  with_gradient_types(call, [&](auto tag, auto vec) {
+  with_gradient_types(call, [&](auto tag, auto vec, auto hint) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    check_cuda(launch_kernel(cross_entropy_backward_kernel<T, VEC>, rows, ce_threads<VEC>(vocab), 0, call.stream,
+    check_cuda(launch_kernel(cross_entropy_backward_kernel<T, VEC, decltype(hint)::value>, rows, ce_threads<VEC>(vocab), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
         static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
@@ -271,10 +279,10 @@ MDLM_OP(cross_entropy_backward) {
 MDLM_OP(cross_entropy_fused) {
   using namespace mdlm;
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  with_gradient_types(call, [&](auto tag, auto vec) {
+  with_gradient_types(call, [&](auto tag, auto vec, auto hint) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
+    check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC, decltype(hint)::value>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("dloss").ptr),
         static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
