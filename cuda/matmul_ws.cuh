@@ -176,60 +176,43 @@ struct OutStage {
   uint32_t addr;
   unsigned char* ptr;
   int barrier;
-  // No TMA store from the tile can still be reading it: the caller's thread 0 has waited for them
-  // and store_block's first barrier passes that on, so it need not wait for the warpgroup's
-  // earlier stores, to another tile (kSwiglu's G, U and h).
+  // No TMA store from the tile can still be reading it (store_block then need not wait for the
+  // warpgroup's earlier ones, to another tile: kSwiglu's G, U and h).
   bool unread = false;
   // The i-th [64][128] tile from this one on, of a consumer's several (out_tiles_for), with no TMA
   // store reading it (its caller has waited for them).
   __device__ __forceinline__ OutStage tile(int i) const { return OutStage{addr + i * kOutStageBytes, ptr + i * kOutStageBytes, barrier, true}; }
 };
 
-// Columns 16·v_kk.. (kN k16 steps) of a warpgroup's block v into the staged tile from its column
-// 16·tile_kk on, one stmatrix a warp and step.
-template <int kN, int kBN>
-__device__ __forceinline__ void stage_fragments(const OutStage& st, const uint32_t (&v)[kBN / 4], int v_kk, int tile_kk, int warp) {
-#pragma unroll
-  for (int kk = 0; kk < kN; ++kk) {
-    const int q = 4 * (v_kk + kk);
-    const uint32_t r[4] = {v[q], v[q + 1], v[q + 2], v[q + 3]};
-    wg::store_fragment(st.addr, 64, 16 * warp, tile_kk + kk, r);
-  }
-}
-
-// Block v into d. Through d.map: 64 columns at a time into the staged tile's two [64][64] slabs
-// in turn, each sent by one TMA store that one thread issues, so a slab is written while the
-// store from the other is still reading it; before writing a slab the thread waits only for the
-// store two back (the one before that slab's last), bulk groups being retired in order. (With
-// 128-column pieces the second waited for the first's whole read: the tile was busy.) Else
-// staged, 128 columns at a time: stmatrix, the warpgroup's barrier, 16-byte stores of whole
-// 128-byte lines (8 a thread). Else a 4-byte store for each pair of columns (or 2-byte ones, at
-// odd strides and edges).
+// Block v into d. Staged, 128 columns at a time: stmatrix into the tile, the warpgroup's
+// barrier, then 16-byte stores of whole 128-byte lines (8 a thread), or, through d.map, two TMA
+// stores issued by one thread, which the warpgroup does not wait for until it next needs the
+// tile. Else a 4-byte store for each pair of columns (or 2-byte ones, at odd strides and edges).
 template <int kBN>
 __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[kBN / 4], int warp, int gid, int tig, const OutStage& st) {
-  const int t = threadIdx.x % 128;
-  if (d.map) {
-#pragma unroll
-    for (int c = 0; c < kBN / 64; ++c) {
-      const int slab = c % 2;
-      // The store two back, this slab's last (calls write an even number), has read it; the
-      // barrier passes that wait, or the caller's (OutStage::unread), on to every thread.
-      if (t == 0 && (c >= 2 || !st.unread)) wg::bulk_wait_read<1>();
-      wg::bar_sync(st.barrier, 128);
-      stage_fragments<4, kBN>(st, v, 4 * c, 4 * slab, warp);
-      wg::fence_proxy_async();
-      wg::bar_sync(st.barrier, 128);
-      if (t == 0) {  // clipped at the tensor's edges; waited for above, by the next call or at the end
-        wg::tile_store_4d(st.addr + slab * (kOutStageBytes / 2), *d.map, d.col0 + 64 * c, 0, d.row0, d.b);
-        wg::bulk_commit();
-      }
-    }
-    return;
-  }
   if (d.staged()) {
+    const int t = threadIdx.x % 128;
 #pragma unroll
     for (int c = 0; c < kBN / 128; ++c) {
-      stage_fragments<8, kBN>(st, v, 8 * c, 0, warp);
+      if (d.map) {  // the staged tile is free once the last TMA store from it has read it
+        if (t == 0 && !st.unread) wg::bulk_wait_read<0>();
+        wg::bar_sync(st.barrier, 128);
+      }
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk..: pairs 32c + 4kk..
+        const uint32_t r[4] = {v[32 * c + 4 * kk], v[32 * c + 4 * kk + 1], v[32 * c + 4 * kk + 2], v[32 * c + 4 * kk + 3]};
+        wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
+      }
+      if (d.map) {  // two [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
+        wg::fence_proxy_async();
+        wg::bar_sync(st.barrier, 128);
+        if (t == 0) {
+          wg::tile_store_4d(st.addr, *d.map, d.col0 + 128 * c, 0, d.row0, d.b);
+          wg::tile_store_4d(st.addr + 64 * 128, *d.map, d.col0 + 128 * c + 64, 0, d.row0, d.b);
+          wg::bulk_commit();
+        }
+        continue;
+      }
       wg::bar_sync(st.barrier, 128);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
