@@ -46,11 +46,10 @@ struct alignas(sizeof(T) * N) Pack {
   T v[N];
 };
 
-// How long an access's line should stay in L2: the usual policy, evicted first (PTX's .cs: bytes
-// read for the last time, or written and not read again soon), so that a stream through L2 does
-// not push out lines that are still to be read, or (loads only) evicted last, for lines read again
-// soon.
-enum class L2 { keep, evict_first, evict_last };
+// How long an access's line should stay in L2: the usual policy, or evicted first (PTX's .cs:
+// bytes read for the last time, or written and not read again soon), so that a stream through L2
+// does not push out lines that are still to be read.
+enum class L2 { keep, evict_first };
 
 // The unsigned type of 2, 4, 8 or 16 bytes that __ldcs and __stcs take.
 template <int Bytes>
@@ -70,22 +69,7 @@ __device__ __forceinline__ P load_pack(const P* p) {
     return *p;
   } else {
     using U = typename BitsOf<sizeof(P)>::type;
-    U bits;
-    if constexpr (hint == L2::evict_first) {
-      bits = __ldcs(reinterpret_cast<const U*>(p));
-    } else {
-      uint64_t policy;
-      asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-      if constexpr (sizeof(P) == 16) {
-        asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(bits.x), "=r"(bits.y), "=r"(bits.z), "=r"(bits.w) : "l"(p), "l"(policy));
-      } else if constexpr (sizeof(P) == 8) {
-        asm volatile("ld.global.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;" : "=r"(bits.x), "=r"(bits.y) : "l"(p), "l"(policy));
-      } else if constexpr (sizeof(P) == 4) {
-        asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(bits) : "l"(p), "l"(policy));
-      } else {
-        asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(bits) : "l"(p), "l"(policy));
-      }
-    }
+    const U bits = __ldcs(reinterpret_cast<const U*>(p));
     P v;
     memcpy(&v, &bits, sizeof(P));
     return v;
@@ -94,7 +78,6 @@ __device__ __forceinline__ P load_pack(const P* p) {
 
 template <L2 hint, typename P>
 __device__ __forceinline__ void store_pack(P* p, const P& v) {
-  static_assert(hint != L2::evict_last, "evict_last: loads only");
   if constexpr (hint == L2::keep) {
     *p = v;
   } else {

@@ -131,12 +131,11 @@ __device__ __forceinline__ Online block_online(Online acc) {
 }
 
 // The loss pass over row `row`: lse, and the loss from the target's logit `xt` (read by thread 0
-// before the pass), its reads under L2 policy `hint`. Returns the row's lse.
-template <int kThreads, typename T, int VEC, L2 hint = L2::keep>
+// before the pass). Returns the row's lse.
+template <int kThreads, typename T, int VEC>
 __device__ __forceinline__ float loss_row(const T* p, int row, int t, float xt, const float* weights, float* loss, float* lse, int vocab) {
   Online acc;
-  sweep_row<VEC>(row_head<VEC>(p, vocab), vocab, [&](int j, auto& v) { load<T, sizeof(v) / sizeof(float), hint>(p + j, v); },
-                 [&](int, const auto& v) { acc.push(v); });
+  sweep_row<VEC>(row_head<VEC>(p, vocab), vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int, const auto& v) { acc.push(v); });
   acc = block_online<kThreads>(acc);
   const float log_s = logf(acc.s);
   if (threadIdx.x == 0) {
@@ -206,15 +205,15 @@ __global__ void __launch_bounds__(kCeMaxThreads)
   gradient_row<T, VEC, hint>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
 }
 
-template <typename T, int VEC, L2 hint, L2 first_hint, int kThreads>
-__global__ void __launch_bounds__(kThreads, kCeFusedThreads * kCeFusedBlocks / kThreads)
+template <typename T, int VEC, L2 hint>
+__global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
     cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
   wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
-  const float l = loss_row<kThreads, T, VEC, first_hint>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
+  const float l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
   gradient_row<T, VEC, hint>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
 }
 
@@ -280,25 +279,12 @@ MDLM_OP(cross_entropy_backward) {
 MDLM_OP(cross_entropy_fused) {
   using namespace mdlm;
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  // Experiment knobs (untimed): MDLM_CE_KEEP_ROWS=1, the loss pass's reads evicted last;
-  // MDLM_CE_FUSED_THREADS=256, four blocks of 256 an SM instead of two of 512.
-  const bool keep_rows = env_knob("MDLM_CE_KEEP_ROWS") == "1", narrow = env_knob("MDLM_CE_FUSED_THREADS") == "256";
   with_gradient_types(call, [&](auto tag, auto vec, auto hint) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    constexpr L2 H = decltype(hint)::value;
-    const auto launch = [&](auto kernel, int most) {
-      check_cuda(launch_kernel(kernel, rows, ce_threads<VEC>(vocab, most), 0, call.stream,
+    check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC, decltype(hint)::value>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("dloss").ptr),
         static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
-    };
-    if (keep_rows) {
-      if (narrow) launch(cross_entropy_fused_kernel<T, VEC, H, L2::evict_last, 256>, 256);
-      else launch(cross_entropy_fused_kernel<T, VEC, H, L2::evict_last, kCeFusedThreads>, kCeFusedThreads);
-    } else {
-      if (narrow) launch(cross_entropy_fused_kernel<T, VEC, H, L2::keep, 256>, 256);
-      else launch(cross_entropy_fused_kernel<T, VEC, H, L2::keep, kCeFusedThreads>, kCeFusedThreads);
-    }
   });
 }
