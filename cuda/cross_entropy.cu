@@ -14,7 +14,10 @@
 // 512 took 1.16 ms, and four of 256 about as long; three of 512 or six of 256 (40-80 MB of rows,
 // and spills at 42 registers) made the step 0.7 ms slower than one of 1024; the row staged in
 // shared memory (cp.async, two blocks an SM) was level with one of 1024 (bench/RESULTS.md,
-// fourteenth pass).
+// fourteenth pass). The gradient pass's reads and writes are evicted first from L2, so that
+// they keep the rows in L2 for the second read (gradient_row). With that, on an H100 at 8192 ×
+// 50304: four blocks of 256 were 21% slower than two of 512, and the loss pass's reads evicted
+// last 1% faster, no faster in training (twenty-second session).
 // In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
@@ -156,9 +159,13 @@ __device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
 }
 
 // The gradient pass over a row: q = scale · (exp(p − lse) − onehot(t)); an ignored row (t < 0)
-// gets zeros without reading p, a bad target (t ≥ vocab) NaNs; neither uses scale or l. `hint`
-// is L2's policy for the pass's reads (the row's last) and writes (read next by another kernel).
-template <typename T, int VEC, L2 hint>
+// gets zeros without reading p, a bad target (t ≥ vocab) NaNs; neither uses scale or l.
+// Its reads (the row's last) and writes (read by the next kernel only after all 1.6 GB of a
+// llama-124m step's logits) are evicted first from L2: in the fused kernel the loss pass leaves
+// each row in L2 for this pass, and the gradients in flight (26 MB, as much again as the rows in
+// flight) pushed rows out before their second read. 8192 × 50304 bf16 on an H100: 0.733 ms with
+// L2's usual policy, 0.585 evicted first (bench/RESULTS.md, twenty-second session).
+template <typename T, int VEC>
 __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, float l, int vocab) {
   const int head = row_head<VEC>(p, vocab);
   if (t < 0 || t >= vocab) {
@@ -166,11 +173,11 @@ __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scal
     sweep_row<VEC>(head, vocab, [](int, auto&) {}, [&](int j, const auto& v) {
       float g[sizeof(v) / sizeof(float)];
       for (float& x : g) x = fill;
-      store<T, sizeof(g) / sizeof(float), hint>(q + j, g);
+      store<T, sizeof(g) / sizeof(float), L2::evict_first>(q + j, g);
     });
     return;
   }
-  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load<T, sizeof(v) / sizeof(float), hint>(p + j, v); }, [&](int j, const auto& v) {
+  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load<T, sizeof(v) / sizeof(float), L2::evict_first>(p + j, v); }, [&](int j, const auto& v) {
     constexpr int N = sizeof(v) / sizeof(float);
     float g[N];
 #pragma unroll
@@ -181,7 +188,7 @@ __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scal
         if (j + e == t) g[e] = scale * expm1f(v[e] - l);
       }
     }
-    store<T, N, hint>(q + j, g);
+    store<T, N, L2::evict_first>(q + j, g);
   });
 }
 
@@ -195,17 +202,17 @@ __global__ void __launch_bounds__(kCeMaxThreads)
   loss_row<kCeMaxThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
 }
 
-template <typename T, int VEC, L2 hint>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
     cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                   const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
   wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
-  gradient_row<T, VEC, hint>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
+  gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
 }
 
-template <typename T, int VEC, L2 hint>
+template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
     cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
@@ -214,7 +221,7 @@ __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
   const float l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
-  gradient_row<T, VEC, hint>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
+  gradient_row<T, VEC>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
 }
 
 // One block per row, as many threads as the row has vectors up to `most`.
@@ -242,22 +249,15 @@ MDLM_OP(cross_entropy) {
 
 namespace mdlm {
 
-// f(T, VEC, hint) for an op with logits and dlogits: vectors need each logits row and its dlogits
-// row to share their offset from a 16-byte boundary. The gradient pass reads and writes with L2's
-// evict-first policy (MDLM_CE_EVICT_FIRST=0: the usual one): in the fused kernel the first pass
-// leaves each row in L2 for the second, and the rows' gradients, 26 MB in flight at a GPT-2
-// vocabulary, would otherwise push those rows out before they are read again. Untimed.
+// f(T, VEC) for an op with logits and dlogits: vectors need each logits row and its dlogits row to
+// share their offset from a 16-byte boundary.
 template <typename F>
 void with_gradient_types(const OpCall& call, F&& f) {
   const DType dtype = float_dtype_of(call, {"logits", "dlogits"});
   const bool same_phase = reinterpret_cast<uintptr_t>(call.arg("logits").ptr) % 16 == reinterpret_cast<uintptr_t>(call.arg("dlogits").ptr) % 16;
-  const bool evict_first = env_knob("MDLM_CE_EVICT_FIRST") != "0";
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    with_vec<T>(same_phase, [&](auto vec) {
-      if (evict_first) f(tag, vec, std::integral_constant<L2, L2::evict_first>{});
-      else f(tag, vec, std::integral_constant<L2, L2::keep>{});
-    });
+    with_vec<T>(same_phase, [&](auto vec) { f(tag, vec); });
   });
 }
 
@@ -266,10 +266,10 @@ void with_gradient_types(const OpCall& call, F&& f) {
 MDLM_OP(cross_entropy_backward) {
   using namespace mdlm;
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  with_gradient_types(call, [&](auto tag, auto vec, auto hint) {
+  with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    check_cuda(launch_kernel(cross_entropy_backward_kernel<T, VEC, decltype(hint)::value>, rows, ce_threads<VEC>(vocab), 0, call.stream,
+    check_cuda(launch_kernel(cross_entropy_backward_kernel<T, VEC>, rows, ce_threads<VEC>(vocab), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
         static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
@@ -279,10 +279,10 @@ MDLM_OP(cross_entropy_backward) {
 MDLM_OP(cross_entropy_fused) {
   using namespace mdlm;
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  with_gradient_types(call, [&](auto tag, auto vec, auto hint) {
+  with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
-    check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC, decltype(hint)::value>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
+    check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
         static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
         static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("dloss").ptr),
         static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
