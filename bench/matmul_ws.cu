@@ -139,7 +139,9 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
                                  {"ping 128", mdlm::gemm::kPingPong, 128},
                                  {"coop 256", mdlm::gemm::kCooperative, 256},
                                  {"coop256t", mdlm::gemm::kCooperative, 256, true},
-                                 {"ping128t", mdlm::gemm::kPingPong, 128, true}};
+                                 {"ping128t", mdlm::gemm::kPingPong, 128, true},
+                                 {"ping 192", mdlm::gemm::kPingPong, 192},
+                                 {"ping192t", mdlm::gemm::kPingPong, 192, true}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
@@ -266,6 +268,7 @@ int main(int argc, char** argv) {
         return std::sqrt(e2 / f2);
       };
       for (int vi = 0; vi < kNumVariants; ++vi) {
+        if (!mdlm::gemm::kernel_for(s.rope_d, kVariants[vi].sched, kVariants[vi].tile_n)) continue;  // no rope epilogue at this width
         mdlm::gemm::Params pr;
         mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
         pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;

@@ -8,7 +8,7 @@
 //
 // Both operands K-major (row-major with k fastest): the x · Wᵀ layout of a projection (a may
 // also be stored transposed: kAT below). A block
-// takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
+// takes output tiles of 128 rows by kBN (128, 192 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
 // step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of kStages stages, tile
@@ -66,7 +66,7 @@ namespace gemm {
 
 using bf16 = __nv_bfloat16;
 
-// Tiles of 128 rows × kBN columns (kBN 128 or 256: the width is the kernel's template argument
+// Tiles of 128 rows × kBN columns (kBN 128, 192 or 256: the width is the kernel's template argument
 // and Params::tile_n), k steps of 64.
 constexpr int kBM = 128, kBK = 64, kGroupM = 8;
 constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -184,39 +184,42 @@ struct OutStage {
   __device__ __forceinline__ OutStage tile(int i) const { return OutStage{addr + i * kOutStageBytes, ptr + i * kOutStageBytes, barrier, true}; }
 };
 
-// Block v into d. Staged, 128 columns at a time: stmatrix into the tile, the warpgroup's
-// barrier, then 16-byte stores of whole 128-byte lines (8 a thread), or, through d.map, two TMA
-// stores issued by one thread, which the warpgroup does not wait for until it next needs the
-// tile. Else a 4-byte store for each pair of columns (or 2-byte ones, at odd strides and edges).
+// Block v into d. Staged, 128 columns at a time (the last piece 64 when kBN is 192): stmatrix
+// into the tile, the warpgroup's barrier, then 16-byte stores of whole lines (8 a thread, 4 for 64
+// columns), or, through d.map, a TMA store of each [64][64] box, issued by one thread, which the
+// warpgroup does not wait for until it next needs the tile. Else a 4-byte store for each pair of
+// columns (or 2-byte ones, at odd strides and edges).
 template <int kBN>
 __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[kBN / 4], int warp, int gid, int tig, const OutStage& st) {
+  static_assert(kBN % 64 == 0, "store_block: whole [64][64] boxes");
   if (d.staged()) {
     const int t = threadIdx.x % 128;
 #pragma unroll
-    for (int c = 0; c < kBN / 128; ++c) {
+    for (int c = 0; c < (kBN + 127) / 128; ++c) {
+      const int boxes = min(2, kBN / 64 - 2 * c);  // [64][64] boxes in this piece (constant once unrolled)
       if (d.map) {  // the staged tile is free once the last TMA store from it has read it
         if (t == 0 && !st.unread) wg::bulk_wait_read<0>();
         wg::bar_sync(st.barrier, 128);
       }
 #pragma unroll
-      for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk..: pairs 32c + 4kk..
+      for (int kk = 0; kk < 4 * boxes; ++kk) {  // columns 128c + 16kk..: pairs 32c + 4kk..
         const uint32_t r[4] = {v[32 * c + 4 * kk], v[32 * c + 4 * kk + 1], v[32 * c + 4 * kk + 2], v[32 * c + 4 * kk + 3]};
         wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
       }
-      if (d.map) {  // two [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
+      if (d.map) {  // [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
         wg::fence_proxy_async();
         wg::bar_sync(st.barrier, 128);
         if (t == 0) {
-          wg::tile_store_4d(st.addr, *d.map, d.col0 + 128 * c, 0, d.row0, d.b);
-          wg::tile_store_4d(st.addr + 64 * 128, *d.map, d.col0 + 128 * c + 64, 0, d.row0, d.b);
+          for (int box = 0; box < boxes; ++box) wg::tile_store_4d(st.addr + box * 64 * 128, *d.map, d.col0 + 128 * c + 64 * box, 0, d.row0, d.b);
           wg::bulk_commit();
         }
         continue;
       }
       wg::bar_sync(st.barrier, 128);
+      const int chunks = 8 * boxes;  // 16-byte chunks a row of the piece
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
+      for (int i = 0; i < 4 * boxes; ++i) {
+        const int q = t + 128 * i, row = q / chunks, chunk = q % chunks;
         const int orow = d.row0 + row, col = d.col0 + 128 * c + 8 * chunk;
         if (orow >= d.rows || col >= d.cols) continue;
         const uint4 x = *reinterpret_cast<const uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk));
@@ -420,7 +423,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
-  static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
+  static_assert(kBN == 128 || (kBN == 192 && kPing) || (kBN == 256 && !kPing),
+                "tiles 128 wide, 192 ping-pong, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
@@ -615,7 +619,7 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
 }
 
 // The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
-// schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
+// schedule, tile width (128; 192 for the plain product in ping-pong; 256 cooperative) and a's layout (a_t: [k][m]), launched with
 // kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
 // for another combination.
 using Kernel = void (*)(const Params);
@@ -629,7 +633,13 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
-      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
+      if (sched == kPingPong) {
+        if (tile_n == 128) return gemm_ws_nt<kE, kPingPong, 128, kT>;
+        // 192 wide: the plain product only (rope's epilogue spilled 172 bytes at this width, and
+        // SwiGLU's three output tiles beside 40 KB stages would not fit in shared memory).
+        if constexpr (kE == kStore) return tile_n == 192 ? gemm_ws_nt<kE, kPingPong, 192, kT> : nullptr;
+        return nullptr;
+      }
       if constexpr (kE == kSwiglu) return nullptr;
       else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
     }

@@ -312,7 +312,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
 
   // cuda/matmul_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
   // matmul op never dispatches it, so the test says it skipped.
-  it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
+  it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping, coop256 and ping192, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
     const b = await cuda();
     if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the kernel is for sm 9.0`);
     const shapes = [
@@ -321,7 +321,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       matmulAttrs(1, 264, 300, 136, true, true), matmulAttrs(2, 2048, 1024, 768, true, true),
     ];
     try {
-      for (const [schedule, tma] of [['coop', '0'], ['ping', '0'], ['coop256', '0'], ['coop256', '1'], ['ping', '1']] as const) {
+      for (const [schedule, tma] of [['coop', '0'], ['ping', '0'], ['coop256', '0'], ['coop256', '1'], ['ping', '1'], ['ping192', '0'], ['ping192', '1']] as const) {
         process.env.MDLM_MATMUL_WS = schedule;
         process.env.MDLM_MATMUL_WS_TMA = tma;
         for (const attrs of shapes) {

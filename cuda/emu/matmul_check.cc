@@ -37,17 +37,19 @@ std::vector<bf16> normal_bf16(std::mt19937_64& rng, size_t count) {
   return v;
 }
 
-// A variant of the kernel: schedule, tile width, and whether the staged output tiles leave by TMA
-// stores (where the outputs allow: dense rows).
+// A variant of the kernel: schedule, tile width, whether the staged output tiles leave by TMA
+// stores (where the outputs allow: dense rows), and whether it has a rope epilogue.
 struct Variant {
   const char* name;
   mdlm::gemm::Schedule sched;
   int tile_n;
   bool tma = false;
+  bool rope = true;
 };
 constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},     {"ping 128", mdlm::gemm::kPingPong, 128},
                                  {"coop 256", mdlm::gemm::kCooperative, 256},     {"coop 256 tma", mdlm::gemm::kCooperative, 256, true},
-                                 {"ping 128 tma", mdlm::gemm::kPingPong, 128, true}};
+                                 {"ping 128 tma", mdlm::gemm::kPingPong, 128, true}, {"ping 192", mdlm::gemm::kPingPong, 192, false, false},
+                                 {"ping 192 tma", mdlm::gemm::kPingPong, 192, true, false}};
 
 // Launches p's kernel as the GPU would, over few blocks so that each walks several tiles: three,
 // or fewer with fewer tiles.
@@ -215,6 +217,7 @@ int main() {
   int failed = 0;
   for (const Case& c : cases) {
     for (const Variant& v : kVariants) {
+      if (c.rope_d && !v.rope) continue;
       double rel = NAN;
       const bool ok = run_case(c, v, rel);
       failed += !ok;
