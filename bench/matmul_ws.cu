@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "diff", "ping 128", "diff");
+  std::printf(" %8s | swiglu %8s %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "ping192t", "diff", "ping 128", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
@@ -283,7 +283,7 @@ int main(int argc, char** argv) {
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    float swiglu_ms[2] = {NAN, NAN};  // the consumers' stores, TMA stores
+    float swiglu_ms[3] = {NAN, NAN, NAN};  // ping-pong 128 wide with the consumers' stores, with TMA stores; 192 wide with TMA stores
     double swiglu_diff = NAN;
     if (s.swiglu) {
       // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
@@ -291,22 +291,23 @@ int main(int argc, char** argv) {
       const int F = s.m / 2, rows = s.n;
       bf16* h;
       check(cudaMalloc(&h, (size_t)F * rows * 2), "h");
-      mdlm::gemm::Params ps;
-      if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k)) {
-        std::printf("%s: %s\n", s.label, err);
-        return 1;
-      }
       std::vector<float> h_ref((size_t)F * rows);
       for (size_t i = 0; i < h_ref.size(); ++i) {
         const float g = want[i], u = want[h_ref.size() + i];
         h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
       swiglu_diff = 0;
-      for (int tma = 0; tma < 2; ++tma) {
+      for (int form = 0; form < 3; ++form) {
+        const bool tma = form > 0;
+        mdlm::gemm::Params ps;
+        if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k, form == 2 ? 192 : 128)) {
+          std::printf("%s: %s\n", s.label, err);
+          return 1;
+        }
         if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[tma] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping 128
+        swiglu_ms[form] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping-pong, ps's width
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
       }
@@ -348,7 +349,8 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_diff, bwd_ms, bwd_diff);
+    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_ms[2], swiglu_diff, bwd_ms,
+                bwd_diff);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

@@ -83,14 +83,17 @@ constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
 // The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
 // and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
-// three (64 rows of its G, then of its U, then the tile dG and dU are staged in).
-constexpr int kStages = 4;
+// three (64 rows of its G, then of its U, then the tile dG and dU are staged in). Four stages,
+// but three for kSwiglu 192 wide, whose three output tiles a consumer leave no room for a fourth
+// 40 KB stage (120 KB in flight against the 128-wide ring's 128).
+__host__ __device__ constexpr int stages_for(int tile_n, int epilogue) { return tile_n == 192 && epilogue == kSwiglu ? 3 : 4; }
 __host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
 // The ring, the consumers' output tiles, the ring's full and empty mbarriers and kSwigluBwd's two,
-// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB:
-// each + … ≤ 227 KB).
+// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB,
+// 3 · 40 KB + 2 · 48 KB: each + … ≤ 227 KB).
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
-  return (size_t)kStages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * kStages + 2) * 8 + 1024;
+  const int stages = stages_for(tile_n, epilogue);
+  return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + 2) * 8 + 1024;
 }
 
 struct Params {
@@ -197,8 +200,8 @@ __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[
 #pragma unroll
     for (int c = 0; c < (kBN + 127) / 128; ++c) {
       const int boxes = min(2, kBN / 64 - 2 * c);  // [64][64] boxes in this piece (constant once unrolled)
-      if (d.map) {  // the staged tile is free once the last TMA store from it has read it
-        if (t == 0 && !st.unread) wg::bulk_wait_read<0>();
+      if (d.map) {  // the staged tile is free once the last TMA store from it (this block's previous piece, too) has read it
+        if (t == 0 && (c > 0 || !st.unread)) wg::bulk_wait_read<0>();
         wg::bar_sync(st.barrier, 128);
       }
 #pragma unroll
@@ -430,6 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
+  constexpr int kStages = stages_for(kBN, kEpi);
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -590,18 +594,19 @@ inline bool use_tma_store(Params& p) {
 }
 
 // p for kSwiglu: wgu [2F][d] (gate rows, then up rows), x [rows][d], G and U into gu [2F][rows]
-// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8). Returns an error message, or nullptr.
-inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d) {
+// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8), in tiles of 64 hidden units by
+// tile_n (128 or 192) rows. Returns an error message, or nullptr.
+inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d, int tile_n = 128) {
   p = Params{};
   p.out = gu, p.ldo = rows, p.out_batch = (int64_t)2 * F * rows;
   p.out3 = h, p.ldo3 = rows;
   p.swiglu_f = F;
   p.batch = 1, p.m = F, p.n = rows, p.k = d;
-  p.tile_n = 128;
+  p.tile_n = tile_n;
   p.tiles_m = (F + 63) / 64;
-  p.tiles_n = (rows + 127) / 128;
+  p.tiles_n = (rows + tile_n - 1) / tile_n;
   const char* err = wg::encode_head_rows(p.a_map, wgu, 1, 2 * F, 1, d, 64);
-  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
+  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, tile_n);
 }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
@@ -635,9 +640,9 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     } else {
       if (sched == kPingPong) {
         if (tile_n == 128) return gemm_ws_nt<kE, kPingPong, 128, kT>;
-        // 192 wide: the plain product only (rope's epilogue spilled 172 bytes at this width, and
-        // SwiGLU's three output tiles beside 40 KB stages would not fit in shared memory).
-        if constexpr (kE == kStore) return tile_n == 192 ? gemm_ws_nt<kE, kPingPong, 192, kT> : nullptr;
+        // 192 wide: the plain product and SwiGLU's forward (rope's epilogue spilled 172 bytes at
+        // this width).
+        if constexpr (kE == kStore || kE == kSwiglu) return tile_n == 192 ? gemm_ws_nt<kE, kPingPong, 192, kT> : nullptr;
         return nullptr;
       }
       if constexpr (kE == kSwiglu) return nullptr;

@@ -337,7 +337,8 @@ describe.runIf(hasCuda)('cuda specifics', () => {
   });
 
   // matmul_swiglu and matmul_swiglu_backward through cuda/matmul_ws.cuh's SwiGLU epilogues (the
-  // default on Hopper) against the same ops unfused (MDLM_MATMUL_SWIGLU_FUSED=0: matmul, then
+  // default on Hopper; the forward also in tiles 192 wide, MDLM_MATMUL_SWIGLU_TILE=192) against the
+  // same ops unfused (MDLM_MATMUL_SWIGLU_FUSED=0: matmul, then
   // swiglu or swiglu_backward) at a llama-sized shape, several tiles an SM with a long k: a race
   // between a consumer's reads of its G and U buffer and the next TMA load into it shows as a
   // difference far above the two paths' own (the same bf16 roundings: about 1e-5 on the H100).
@@ -361,11 +362,17 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     };
     try {
       const fused = await outputs();
+      process.env.MDLM_MATMUL_SWIGLU_TILE = '192';
+      const fused192 = await outputs();
+      delete process.env.MDLM_MATMUL_SWIGLU_TILE;
       process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
       const unfused = await outputs();
-      fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), ['gu', 'out', 'dgu'][i]).toBeLessThanOrEqual(1e-4));
+      for (const [tile, got] of [['128', fused], ['192', fused192]] as const) {
+        got.forEach((t, i) => expect(relativeError(t, unfused[i]!, false), `${['gu', 'out', 'dgu'][i]} (tiles ${tile} wide)`).toBeLessThanOrEqual(1e-4));
+      }
     } finally {
       delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
+      delete process.env.MDLM_MATMUL_SWIGLU_TILE;
       [...Object.values(fwd), ...Object.values(bwd)].forEach((t) => b.free(t));
     }
   });

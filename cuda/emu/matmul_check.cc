@@ -134,15 +134,16 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
 
 // kSwiglu (ping-pong only): G and U of [Gᵀ; Uᵀ] = Wgu · xᵀ, and h = silu(G)·U, against float64
 // products rounded to bf16 as the kernel rounds them; the relative error of the worst of the
-// three. With tma, by TMA stores where the rows allow them (rows a multiple of 8).
-bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
+// three. With tma, by TMA stores where the rows allow them (rows a multiple of 8); tiles tile_n
+// (128 or 192) rows wide.
+bool run_swiglu(int F, int rows, int d, bool tma, int tile_n, double& rel) {
   std::mt19937_64 rng(99 + F * 7 + rows * 3 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wgu = fill((size_t)2 * F * d), x = fill((size_t)rows * d);
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> gu((size_t)2 * F * rows, poison), h((size_t)F * rows, poison);
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_swiglu_params(p, wgu.data(), x.data(), gu.data(), h.data(), F, rows, d)) {
+  if (const char* err = mdlm::gemm::make_swiglu_params(p, wgu.data(), x.data(), gu.data(), h.data(), F, rows, d, tile_n)) {
     std::printf("swiglu: %s\n", err);
     return false;
   }
@@ -150,7 +151,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
     std::printf("swiglu: use_tma_store disagrees with the layout\n");
     return false;
   }
-  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu));
+  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, tile_n), p, mdlm::gemm::smem_bytes(tile_n, mdlm::gemm::kSwiglu));
   auto dot = [&](int row, int t) {
     double r = 0;
     for (int q = 0; q < d; ++q) r += (double)__bfloat162float(wgu[(size_t)row * d + q]) * __bfloat162float(x[(size_t)t * d + q]);
@@ -226,17 +227,21 @@ int main() {
     }
   }
   // F, rows, d: tails in F and rows; rows 300 take the pair stores, 296 TMA stores with two tiles
-  // a warpgroup (12 over 3 blocks), so that a staged tile is written again after its stores.
-  const int swiglu_cases[][3] = {{64, 128, 64}, {100, 200, 72}, {256, 300, 136}, {256, 296, 64}};
+  // a warpgroup at 128 wide (12 over 3 blocks), 392 at 192 wide, so that a staged tile is written
+  // again after its stores (at 192 wide, also by each block's second piece of 64 columns).
+  const int swiglu_cases[][3] = {{64, 128, 64}, {100, 200, 72}, {256, 300, 136}, {256, 296, 64}, {256, 392, 64}};
   for (const auto& c : swiglu_cases) {
-    for (const bool tma : {false, true}) {
-      double rel = NAN;
-      const bool ok = run_swiglu(c[0], c[1], c[2], tma, rel);
-      failed += !ok;
-      char label[96];
-      std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
-      std::printf("%-64s %-12s rel err %.3e%s\n", label, tma ? "ping 128 tma" : "ping 128", rel, ok ? "  ok" : "  FAIL");
-      std::fflush(stdout);
+    for (const int tile_n : {128, 192}) {
+      for (const bool tma : {false, true}) {
+        double rel = NAN;
+        const bool ok = run_swiglu(c[0], c[1], c[2], tma, tile_n, rel);
+        failed += !ok;
+        char label[96], variant[24];
+        std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
+        std::snprintf(variant, sizeof variant, "ping %d%s", tile_n, tma ? " tma" : "");
+        std::printf("%-64s %-12s rel err %.3e%s\n", label, variant, rel, ok ? "  ok" : "  FAIL");
+        std::fflush(stdout);
+      }
     }
   }
   // F and rows multiples of 8, with tails in both; 3 blocks over more tiles: the G and U buffers
