@@ -50,6 +50,7 @@ struct Shape {
   int rope_d, split;  // rope_d > 0: a q/k projection, q the first `split` columns
   bool swiglu;        // the gate/up projection [Gᵀ; Uᵀ] (m = 2F): also timed with the SwiGLU epilogue
   bool a_t;           // a stored [k][m]: dh = Wdownᵀ · doutᵀ (m = F), also timed with SwiGLU's backward epilogue
+  bool b_t;           // w stored [k][n]: a projection's dx = dy · W
 };
 
 // Milliseconds a launch of f, the mean of `reps` after a warm-up.
@@ -70,7 +71,8 @@ float time_ms(F f, int reps) {
   return ms / reps;
 }
 
-// out[m][n] = a[m][k] · w[n][k]ᵀ by cuBLASLt (column-major: outᵀ = wᵀᵀ·aᵀ, A = w transposed).
+// out[m][n] = a[m][k] · w[n][k]ᵀ by cuBLASLt (column-major: outᵀ = wᵀᵀ·aᵀ, A = w transposed; w
+// [k][n], b_t, is the column-major n × k matrix, op N).
 struct Lt {
   cublasLtHandle_t handle;
   cublasLtMatmulDesc_t desc;
@@ -91,10 +93,10 @@ Lt make_lt(cublasLtHandle_t handle, const bf16* a, const bf16* w, bf16* out, con
   Lt lt{handle};
   lt.a = a, lt.w = w, lt.out = out, lt.workspace = workspace;
   check(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  const cublasOperation_t t = CUBLAS_OP_T, op_b = s.a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "transa");
+  const cublasOperation_t op_a = s.b_t ? CUBLAS_OP_N : CUBLAS_OP_T, op_b = s.a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "transa");
   check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "transb");
-  check(cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.k, s.n, s.k), "layout a");
+  check(s.b_t ? cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.n, s.k, s.n) : cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.k, s.n, s.k), "layout a");
   check(s.a_t ? cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.m, s.k, s.m) : cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.k, s.m, s.k), "layout b");
   check(cublasLtMatrixLayoutCreate(&lt.lc, CUDA_R_16BF, s.n, s.m, s.n), "layout c");
   cublasLtMatmulPreference_t pref;
@@ -178,6 +180,8 @@ int main(int argc, char** argv) {
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
       {"124M dh [F, rows] 2048x16384x768 (a transposed)", 2048, 16384, 768, 0, 0, false, true},
       {"1.3B dh [F, rows] 5504x16384x2048 (a transposed)", 5504, 16384, 2048, 0, 0, false, true},
+      {"124M LM head dx 16384x768x50304 (w [k][n])", 16384, 768, 50304, 0, 0, false, false, true},
+      {"124M o proj dx 16384x768x768 (w [k][n])", 16384, 768, 768, 0, 0, false, false, true},
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
@@ -209,7 +213,7 @@ int main(int argc, char** argv) {
     double diff[kNumVariants];
     for (int vi = 0; vi < kNumVariants; ++vi) {
       mdlm::gemm::Params p;
-      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t)) {
+      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t, s.b_t)) {
         std::printf("%s: %s\n", s.label, err);
         return 1;
       }

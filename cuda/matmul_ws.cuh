@@ -37,7 +37,9 @@
 // second read of G and U, are saved.
 //
 // kAT: a is stored transposed, [b][k][m] (m fastest), loaded as [64 k][64 m] boxes and read
-// MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. Its kSwigluBwd epilogue
+// MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. kBT (the plain product
+// only): w is stored [b][k][n] (n fastest) and read MN-major in the same way, kBN / 64 boxes a
+// stage: the layout of a projection's input gradient dx = dy · W. Its kSwigluBwd epilogue
 // (ping-pong, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
 // (rounded to bf16, as the unfused path stores it) and G and U of the tile from [2F][n], it
 // writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
@@ -97,7 +99,8 @@ __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStor
 }
 
 struct Params {
-  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
+  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64 (a_t, b_t: below)
+  bool b_t;                  // w stored [batch][k][n] (make_params), boxes of 64 k × 64 n
   // tma_store (use_tma_store): the staged output tiles leave by TMA stores through out_map (and
   // out2_map: rope's k, or SwiGLU's second half; out3_map: SwiGLU's h), boxes of 64 rows × 64
   // columns, instead of the consumers' own stores.
@@ -420,7 +423,7 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
 // it would pass on the stale phase: the emulator's random schedules caught that).
 enum Schedule { kCooperative, kPingPong };
 
-template <int kEpi, Schedule kSched, int kBN, bool kAT>
+template <int kEpi, Schedule kSched, int kBN, bool kAT, bool kBT = false>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
@@ -430,6 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
                 "tiles 128 wide, 192 ping-pong, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
+  static_assert(!kBT || kEpi == kStore, "w stored [k][n]: the plain product only");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
@@ -477,7 +481,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
         } else {
           wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
         }
-        wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
+        if constexpr (kBT) {  // kBN / 64 [64 k][64 n] slabs, 8 KB each
+#pragma unroll
+          for (int c = 0; c < kBN / 64; ++c) wg::tile_load_4d(stage_w(s) + c * 64 * 128, p.w_map, tl.n0 + 64 * c, 0, ks * kBK, tl.b, full(s));
+        } else {
+          wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
+        }
       }
     }
     return;
@@ -515,12 +524,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t w_desc = wg::desc_k_major(stage_w(s), kBN, 0, kk);
+        const uint64_t w_desc = kBT ? wg::desc_mn_major(stage_w(s), kBK, 0, kk) : wg::desc_k_major(stage_w(s), kBN, 0, kk);
 #pragma unroll
         for (int r = 0; r < kAcc; ++r) {
           const int a_rows = kPing ? 64 * r : 64 * wgi;  // this accumulator's 64 rows of the a tile
-          if constexpr (kAT) wg::wgmma_ss<kBN, 1, 0>(acc[r], wg::desc_mn_major(stage_a(s), kBK, a_rows, kk), w_desc, true);
-          else wg::wgmma_ss<kBN, 0, 0>(acc[r], wg::desc_k_major(stage_a(s), kBM, a_rows, kk), w_desc, true);
+          if constexpr (kAT) wg::wgmma_ss<kBN, 1, kBT>(acc[r], wg::desc_mn_major(stage_a(s), kBK, a_rows, kk), w_desc, true);
+          else wg::wgmma_ss<kBN, 0, kBT>(acc[r], wg::desc_k_major(stage_a(s), kBM, a_rows, kk), w_desc, true);
         }
       }
       wg::wgmma_commit();
@@ -553,12 +562,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 }
 
 // Encodes p's tile maps for a [batch][m][k] (or, a_t, [batch][k][m]: m a multiple of 8) and w
-// [batch][n][k] (16-byte aligned, k a multiple of 8) and sets its tile counts for tiles tile_n
-// wide (the epilogues' fields unset). Returns an error message, or nullptr.
+// [batch][n][k] (or, b_t, [batch][k][n]: n a multiple of 8; 16-byte aligned, k a multiple of 8)
+// and sets its tile counts for tiles tile_n wide (the epilogues' fields unset). Returns an error
+// message, or nullptr.
 inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo, int tile_n,
-                               bool a_t = false) {
+                               bool a_t = false, bool b_t = false) {
   p = Params{};
   p.tile_n = tile_n;
+  p.b_t = b_t;
   p.out = out;
   p.ldo = ldo;
   p.out_batch = (int64_t)m * ldo;
@@ -566,7 +577,8 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   p.tiles_m = (m + kBM - 1) / kBM;
   p.tiles_n = (n + tile_n - 1) / tile_n;
   const char* err = a_t ? wg::encode_head_rows(p.a_map, a, batch, k, 1, m, 64) : wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
-  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
+  if (err) return err;
+  return b_t ? wg::encode_head_rows(p.w_map, w, batch, k, 1, n, 64) : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
 }
 
 // Sends the staged tiles of p's out (and, when rope splits the columns, out2; with SwiGLU, out's
@@ -624,11 +636,12 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
 }
 
 // The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
-// schedule, tile width (128; 192 for the plain product in ping-pong; 256 cooperative) and a's layout (a_t: [k][m]), launched with
+// schedule, tile width (128; 192 in ping-pong for the plain product and SwiGLU's forward; 256
+// cooperative) and the operands' layouts (a_t: a [k][m]; b_t, the plain product only: w [k][n]), launched with
 // kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
 // for another combination.
 using Kernel = void (*)(const Params);
-inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {
+inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false, bool b_t = false) {
   const auto pick = [&](auto epi, auto at) -> Kernel {
     constexpr int kE = decltype(epi)::value;
     constexpr bool kT = decltype(at)::value;
@@ -638,15 +651,20 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
-      if (sched == kPingPong) {
-        if (tile_n == 128) return gemm_ws_nt<kE, kPingPong, 128, kT>;
-        // 192 wide: the plain product and SwiGLU's forward (rope's epilogue spilled 172 bytes at
-        // this width).
-        if constexpr (kE == kStore || kE == kSwiglu) return tile_n == 192 ? gemm_ws_nt<kE, kPingPong, 192, kT> : nullptr;
-        return nullptr;
-      }
-      if constexpr (kE == kSwiglu) return nullptr;
-      else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
+      const auto forms = [&](auto bt) -> Kernel {
+        constexpr bool kB = decltype(bt)::value;
+        if (sched == kPingPong) {
+          if (tile_n == 128) return gemm_ws_nt<kE, kPingPong, 128, kT, kB>;
+          // 192 wide: the plain product and SwiGLU's forward (rope's epilogue spilled 172 bytes
+          // at this width).
+          if constexpr (kE == kStore || kE == kSwiglu) return tile_n == 192 ? gemm_ws_nt<kE, kPingPong, 192, kT, kB> : nullptr;
+          return nullptr;
+        }
+        if constexpr (kE == kSwiglu) return nullptr;
+        else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT, kB> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT, kB> : nullptr;
+      };
+      if constexpr (kE == kStore) return b_t ? forms(std::true_type{}) : forms(std::false_type{});
+      else return b_t ? nullptr : forms(std::false_type{});
     }
   };
   const auto with_layout = [&](auto epi) -> Kernel {
@@ -668,7 +686,7 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
 // allowed once. Returns the launch's error (cudaErrorInvalidValue for a combination kernel_for
 // has no kernel for).
 inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_t, int sms, cudaStream_t stream) {
-  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, a_t);
+  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, a_t, p.b_t);
   if (!kernel) return cudaErrorInvalidValue;
   const size_t smem = smem_bytes(p.tile_n, epilogue);
   static std::set<Kernel> allowed;

@@ -312,13 +312,16 @@ describe.runIf(hasCuda)('cuda specifics', () => {
 
   // cuda/matmul_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
   // matmul op never dispatches it, so the test says it skipped.
-  it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping, coop256 and ping192, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
+  it('runs bf16 products through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping, coop256 and ping192, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a or b transposed or not', async (ctx) => {
     const b = await cuda();
     if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the kernel is for sm 9.0`);
     const shapes = [
       matmulAttrs(1, 300, 260, 136, false, true), matmulAttrs(2, 257, 300, 72, false, true), matmulAttrs(1, 2048, 768, 768, false, true), matmulAttrs(3, 64, 96, 8, false, true),
       // a transposed (the MLP's dh = Wdownᵀ · doutᵀ layout)
       matmulAttrs(1, 264, 300, 136, true, true), matmulAttrs(2, 2048, 1024, 768, true, true),
+      // b stored [k][n] (a projection's input gradient dy · W), and both transposed
+      matmulAttrs(1, 300, 264, 136, false, false), matmulAttrs(2, 257, 304, 72, false, false), matmulAttrs(1, 2048, 768, 2304, false, false),
+      matmulAttrs(1, 264, 136, 200, true, false),
     ];
     try {
       for (const [schedule, tma] of [['coop', '0'], ['ping', '0'], ['coop256', '0'], ['coop256', '1'], ['ping', '1'], ['ping192', '0'], ['ping192', '1']] as const) {

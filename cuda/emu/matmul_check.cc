@@ -25,6 +25,7 @@ struct Case {
   int rope_d = 0;           // > 0: the rope epilogue, heads of rope_d columns, columns from split to out2
   int split = 0;
   bool a_t = false;  // a stored [k][m]
+  bool b_t = false;  // w stored [k][n]
 };
 
 using mdlm::gemm::bf16;
@@ -67,7 +68,7 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
   const bf16 poison = __float2bfloat16_rn(NAN);
   std::vector<bf16> out((size_t)c.batch * c.m * ldo, poison), out2((size_t)c.m * ldo2, poison);
   mdlm::gemm::Params p{};
-  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n, c.a_t)) {
+  if (const char* err = mdlm::gemm::make_params(p, a.data(), w.data(), out.data(), c.batch, c.m, c.n, c.k, ldo, v.tile_n, c.a_t, c.b_t)) {
     std::printf("%s: %s\n", c.label, err);
     return false;
   }
@@ -90,7 +91,7 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
     std::printf("%s: TMA stores %s\n", c.label, dense ? "refused a dense output" : "taken for a padded or odd output");
     return false;
   }
-  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n, c.a_t);
+  const mdlm::gemm::Kernel kernel = mdlm::gemm::kernel_for(c.rope_d, v.sched, v.tile_n, c.a_t, c.b_t);
   if (!kernel) {
     std::printf("%s: no kernel for rope head dim %d\n", c.label, c.rope_d);
     return false;
@@ -100,7 +101,8 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
     double r = 0;
     for (int q = 0; q < c.k; ++q) {
       const size_t ai = c.a_t ? ((size_t)b * c.k + q) * c.m + i : ((size_t)b * c.m + i) * c.k + q;
-      r += (double)__bfloat162float(a[ai]) * __bfloat162float(w[((size_t)b * c.n + j) * c.k + q]);
+      const size_t wi = c.b_t ? ((size_t)b * c.k + q) * c.n + j : ((size_t)b * c.n + j) * c.k + q;
+      r += (double)__bfloat162float(a[ai]) * __bfloat162float(w[wi]);
     }
     return r;
   };
@@ -214,6 +216,9 @@ int main() {
       {"rope D=128: q 256 + k 256 columns, 200 rows", 1, 200, 512, 64, 0, 128, 256},
       {"a transposed: tails 200x136x72", 1, 200, 136, 72, 0, 0, 0, true},
       {"a transposed: batched 2x264x300x136, padded rows", 2, 264, 300, 136, 8, 0, 0, true},
+      {"b stored [k][n]: tails 200x136x72", 1, 200, 136, 72, 0, 0, 0, false, true},
+      {"b stored [k][n]: batched 2x257x304x136, padded rows", 2, 257, 304, 136, 8, 0, 0, false, true},
+      {"a and b transposed: many tiles 1096x264x192", 1, 1096, 264, 192, 0, 0, 0, true, true},
   };
   int failed = 0;
   for (const Case& c : cases) {

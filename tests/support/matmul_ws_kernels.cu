@@ -9,7 +9,9 @@ void launch_all(const Params& p, float2* table) {
     for (const Schedule sched : {kCooperative, kPingPong}) {
       for (const int tile_n : {128, 192, 256}) {
         for (const bool a_t : {false, true}) {
-          if (const Kernel kernel = kernel_for(epilogue, sched, tile_n, a_t)) kernel<<<1, kThreads, smem_bytes(tile_n, epilogue)>>>(p);
+          for (const bool b_t : {false, true}) {
+            if (const Kernel kernel = kernel_for(epilogue, sched, tile_n, a_t, b_t)) kernel<<<1, kThreads, smem_bytes(tile_n, epilogue)>>>(p);
+          }
         }
       }
     }
