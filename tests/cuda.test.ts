@@ -320,7 +320,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       // a transposed (the MLP's dh = Wdownᵀ · doutᵀ layout)
       matmulAttrs(1, 264, 300, 136, true, true), matmulAttrs(2, 2048, 1024, 768, true, true),
       // b stored [k][n] (a projection's input gradient dy · W), and both transposed
-      matmulAttrs(1, 300, 264, 136, false, false), matmulAttrs(2, 257, 304, 72, false, false), matmulAttrs(1, 2048, 768, 2304, false, false),
+      matmulAttrs(1, 300, 264, 136, false, false), matmulAttrs(2, 257, 304, 72, false, false), matmulAttrs(1, 1024, 768, 1152, false, false),
       matmulAttrs(1, 264, 136, 200, true, false),
     ];
     try {
