@@ -146,8 +146,8 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
                                  {"ping192t", mdlm::gemm::kPingPong, 192, true}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
-void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v, bool a_t = false) {
-  check(mdlm::gemm::launch(p, epilogue, v.sched, a_t, sms, nullptr), "ours: launch");
+void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v) {
+  check(mdlm::gemm::launch(p, epilogue, v.sched, sms, nullptr), "ours: launch");
 }
 
 std::vector<float> download(const bf16* d, size_t n) {
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
       }
       if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(p)) std::printf("%s: no TMA stores for %s\n", s.label, kVariants[vi].name);
       check(cudaMemset(out, 0xff, no * 2), "poison");
-      ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi], s.a_t); }, reps);
+      ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi]); }, reps);
       check(cudaDeviceSynchronize(), "ours");
       diff[vi] = rel_diff(download(out, no), want);
       failed += !(diff[vi] <= 5e-3);
@@ -343,7 +343,7 @@ int main(int argc, char** argv) {
         return 1;
       }
       check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
-      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1], true); }, reps);  // ping 128
+      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1]); }, reps);  // ping 128
       check(cudaDeviceSynchronize(), "ours, swiglu backward");
       bwd_diff = rel_diff(download(dgu, ngu), ref);
       failed += !(bwd_diff <= 5e-3);

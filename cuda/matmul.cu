@@ -203,7 +203,7 @@ bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void
   gemm::Params p;
   if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a, !key.trans_b)) return false;
   if (env_knob("MDLM_MATMUL_WS_TMA") == "1") gemm::use_tma_store(p);  // where the output allows it
-  check_cuda(gemm::launch(p, gemm::kStore, sched, key.trans_a, call.device->multiProcessorCount, call.stream), "gemm_ws_nt");
+  check_cuda(gemm::launch(p, gemm::kStore, sched, call.device->multiProcessorCount, call.stream), "gemm_ws_nt");
   return true;
 }
 

@@ -59,7 +59,7 @@ bool launch_fused(const OpCall& call, const Arg& x, const Arg& w, const Arg& pos
   p.positions = static_cast<const int*>(positions.ptr), p.rope_cs = table.cs, p.rope_positions = table.positions, p.rope_base = base;
   gemm::use_tma_store(p);  // where q and k allow it
   const gemm::Schedule sched = tile_n == 256 ? gemm::kCooperative : gemm::kPingPong;
-  check_cuda(gemm::launch(p, head_dim, sched, false, call.device->multiProcessorCount, call.stream), "matmul_rope (gemm_ws_nt)");
+  check_cuda(gemm::launch(p, head_dim, sched, call.device->multiProcessorCount, call.stream), "matmul_rope (gemm_ws_nt)");
   return true;
 }
 

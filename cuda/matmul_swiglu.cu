@@ -30,7 +30,7 @@ bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& g
   const int tile_n = env_knob("MDLM_MATMUL_SWIGLU_TILE") == "192" ? 192 : 128;
   if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k, tile_n)) return false;
   gemm::use_tma_store(p);  // where the layout allows it
-  check_cuda(gemm::launch(p, gemm::kSwiglu, gemm::kPingPong, false, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
+  check_cuda(gemm::launch(p, gemm::kSwiglu, gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
   return true;
 }
 
@@ -56,7 +56,7 @@ MDLM_OP(matmul_swiglu_backward) {
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
     if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {
-      check_cuda(gemm::launch(p, gemm::kSwigluBwd, gemm::kPingPong, true, call.device->multiProcessorCount, call.stream), "matmul_swiglu_backward (gemm_ws_nt)");
+      check_cuda(gemm::launch(p, gemm::kSwigluBwd, gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu_backward (gemm_ws_nt)");
       return;
     }
   }

@@ -99,8 +99,8 @@ __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStor
 }
 
 struct Params {
-  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64 (a_t, b_t: below)
-  bool b_t;                  // w stored [batch][k][n] (make_params), boxes of 64 k × 64 n
+  wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
+  bool a_t, b_t;             // a stored [batch][k][m], w [batch][k][n] (make_params): boxes of 64 × 64
   // tma_store (use_tma_store): the staged output tiles leave by TMA stores through out_map (and
   // out2_map: rope's k, or SwiGLU's second half; out3_map: SwiGLU's h), boxes of 64 rows × 64
   // columns, instead of the consumers' own stores.
@@ -569,7 +569,7 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
                                bool a_t = false, bool b_t = false) {
   p = Params{};
   p.tile_n = tile_n;
-  p.b_t = b_t;
+  p.a_t = a_t, p.b_t = b_t;
   p.out = out;
   p.ldo = ldo;
   p.out_batch = (int64_t)m * ldo;
@@ -681,12 +681,12 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
 }
 
 #ifndef MDLM_ATTN_EMULATE
-// Launches the kernel for (epilogue, sched, p.tile_n, a_t) over p's tiles, one block an SM at most
+// Launches the kernel for (epilogue, sched, p.tile_n, p.a_t, p.b_t) over p's tiles, one block an SM at most
 // (`sms`), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory, which each kernel is
 // allowed once. Returns the launch's error (cudaErrorInvalidValue for a combination kernel_for
 // has no kernel for).
-inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, bool a_t, int sms, cudaStream_t stream) {
-  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, a_t, p.b_t);
+inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, int sms, cudaStream_t stream) {
+  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, p.a_t, p.b_t);
   if (!kernel) return cudaErrorInvalidValue;
   const size_t smem = smem_bytes(p.tile_n, epilogue);
   static std::set<Kernel> allowed;

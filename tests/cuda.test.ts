@@ -367,7 +367,6 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       const fused = await outputs();
       process.env.MDLM_MATMUL_SWIGLU_TILE = '192';
       const fused192 = await outputs();
-      delete process.env.MDLM_MATMUL_SWIGLU_TILE;
       process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
       const unfused = await outputs();
       for (const [tile, got] of [['128', fused], ['192', fused192]] as const) {
