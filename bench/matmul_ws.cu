@@ -50,7 +50,6 @@ struct Shape {
   int rope_d, split;  // rope_d > 0: a q/k projection, q the first `split` columns
   bool swiglu;        // the gate/up projection [Gᵀ; Uᵀ] (m = 2F): also timed with the SwiGLU epilogue
   bool a_t;           // a stored [k][m]: dh = Wdownᵀ · doutᵀ (m = F), also timed with SwiGLU's backward epilogue
-  bool b_t;           // w stored [k][n]: a projection's dx = dy · W
 };
 
 // Milliseconds a launch of f, the mean of `reps` after a warm-up.
@@ -71,8 +70,7 @@ float time_ms(F f, int reps) {
   return ms / reps;
 }
 
-// out[m][n] = a[m][k] · w[n][k]ᵀ by cuBLASLt (column-major: outᵀ = wᵀᵀ·aᵀ, A = w transposed; w
-// [k][n], b_t, is the column-major n × k matrix, op N).
+// out[m][n] = a[m][k] · w[n][k]ᵀ by cuBLASLt (column-major: outᵀ = wᵀᵀ·aᵀ, A = w transposed).
 struct Lt {
   cublasLtHandle_t handle;
   cublasLtMatmulDesc_t desc;
@@ -93,10 +91,10 @@ Lt make_lt(cublasLtHandle_t handle, const bf16* a, const bf16* w, bf16* out, con
   Lt lt{handle};
   lt.a = a, lt.w = w, lt.out = out, lt.workspace = workspace;
   check(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  const cublasOperation_t op_a = s.b_t ? CUBLAS_OP_N : CUBLAS_OP_T, op_b = s.a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "transa");
+  const cublasOperation_t t = CUBLAS_OP_T, op_b = s.a_t ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)), "transa");
   check(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "transb");
-  check(s.b_t ? cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.n, s.k, s.n) : cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.k, s.n, s.k), "layout a");
+  check(cublasLtMatrixLayoutCreate(&lt.la, CUDA_R_16BF, s.k, s.n, s.k), "layout a");
   check(s.a_t ? cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.m, s.k, s.m) : cublasLtMatrixLayoutCreate(&lt.lb, CUDA_R_16BF, s.k, s.m, s.k), "layout b");
   check(cublasLtMatrixLayoutCreate(&lt.lc, CUDA_R_16BF, s.n, s.m, s.n), "layout c");
   cublasLtMatmulPreference_t pref;
@@ -141,9 +139,7 @@ constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
                                  {"ping 128", mdlm::gemm::kPingPong, 128},
                                  {"coop 256", mdlm::gemm::kCooperative, 256},
                                  {"coop256t", mdlm::gemm::kCooperative, 256, true},
-                                 {"ping128t", mdlm::gemm::kPingPong, 128, true},
-                                 {"ping 192", mdlm::gemm::kPingPong, 192},
-                                 {"ping192t", mdlm::gemm::kPingPong, 192, true}};
+                                 {"ping128t", mdlm::gemm::kPingPong, 128, true}};
 constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
 
 void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v) {
@@ -180,8 +176,6 @@ int main(int argc, char** argv) {
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
       {"124M dh [F, rows] 2048x16384x768 (a transposed)", 2048, 16384, 768, 0, 0, false, true},
       {"1.3B dh [F, rows] 5504x16384x2048 (a transposed)", 5504, 16384, 2048, 0, 0, false, true},
-      {"124M LM head dx 16384x768x50304 (w [k][n])", 16384, 768, 50304, 0, 0, false, false, true},
-      {"124M o proj dx 16384x768x768 (w [k][n])", 16384, 768, 768, 0, 0, false, false, true},
   };
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SMs");
@@ -193,7 +187,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "ping192t", "diff", "ping 128", "diff");
+  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "diff", "ping 128", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
@@ -213,7 +207,7 @@ int main(int argc, char** argv) {
     double diff[kNumVariants];
     for (int vi = 0; vi < kNumVariants; ++vi) {
       mdlm::gemm::Params p;
-      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t, s.b_t)) {
+      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t)) {
         std::printf("%s: %s\n", s.label, err);
         return 1;
       }
@@ -272,7 +266,6 @@ int main(int argc, char** argv) {
         return std::sqrt(e2 / f2);
       };
       for (int vi = 0; vi < kNumVariants; ++vi) {
-        if (!mdlm::gemm::kernel_for(s.rope_d, kVariants[vi].sched, kVariants[vi].tile_n)) continue;  // no rope epilogue at this width
         mdlm::gemm::Params pr;
         mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
         pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
@@ -287,7 +280,7 @@ int main(int argc, char** argv) {
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    float swiglu_ms[3] = {NAN, NAN, NAN};  // ping-pong 128 wide with the consumers' stores, with TMA stores; 192 wide with TMA stores
+    float swiglu_ms[2] = {NAN, NAN};  // the consumers' stores, TMA stores
     double swiglu_diff = NAN;
     if (s.swiglu) {
       // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
@@ -295,23 +288,22 @@ int main(int argc, char** argv) {
       const int F = s.m / 2, rows = s.n;
       bf16* h;
       check(cudaMalloc(&h, (size_t)F * rows * 2), "h");
+      mdlm::gemm::Params ps;
+      if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k)) {
+        std::printf("%s: %s\n", s.label, err);
+        return 1;
+      }
       std::vector<float> h_ref((size_t)F * rows);
       for (size_t i = 0; i < h_ref.size(); ++i) {
         const float g = want[i], u = want[h_ref.size() + i];
         h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
       swiglu_diff = 0;
-      for (int form = 0; form < 3; ++form) {
-        const bool tma = form > 0;
-        mdlm::gemm::Params ps;
-        if (const char* err = mdlm::gemm::make_swiglu_params(ps, a, w, out, h, F, rows, s.k, form == 2 ? 192 : 128)) {
-          std::printf("%s: %s\n", s.label, err);
-          return 1;
-        }
+      for (int tma = 0; tma < 2; ++tma) {
         if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[form] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping-pong, ps's width
+        swiglu_ms[tma] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping 128
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
       }
@@ -353,8 +345,7 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_ms[2], swiglu_diff, bwd_ms,
-                bwd_diff);
+    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_diff, bwd_ms, bwd_diff);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

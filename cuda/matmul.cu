@@ -19,11 +19,10 @@
 // Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with 2-byte alignment,
 // say), a plain kernel computes it: one thread per output, f32 sums in k order.
 //
-// MDLM_MATMUL_WS=coop|ping|coop256|ping192 (read at every call): the bf16 products with transB (x·Wᵀ),
-// or without it where n is a multiple of 8 (dy·W), and with transA too where m is a multiple of
-// 8, bf16 out written, not accumulated, operands 16-byte aligned and k a multiple of 8, on an sm_90
-// GPU go through cuda/matmul_ws.cuh's kernel in that schedule and tile width (128 columns, or 256
-// cooperative, or 192 ping-pong) instead, its output tiles leaving by TMA stores
+// MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 products with transB (x·Wᵀ, and
+// with transA too where m is a multiple of 8), bf16 out written, not accumulated, operands 16-byte
+// aligned and k a multiple of 8, on an sm_90 GPU go through cuda/matmul_ws.cuh's kernel in that
+// schedule and tile width (128 columns, or 256) instead, its output tiles leaving by TMA stores
 // with MDLM_MATMUL_WS_TMA=1: an A/B of our Hopper GEMM against cuBLASLt in training, the step
 // before element-wise work is fused into its epilogue.
 #include <cublasLt.h>
@@ -193,15 +192,15 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
 // the top of the file); false when it is not.
 bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
   const std::string knob = env_knob("MDLM_MATMUL_WS");
-  const int tile_n = knob == "coop256" ? 256 : knob == "ping192" ? 192 : 128;
-  const gemm::Schedule sched = knob == "ping" || knob == "ping192" ? gemm::kPingPong : gemm::kCooperative;
-  if ((knob != "coop" && knob != "coop256" && knob != "ping" && knob != "ping192") || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || (!key.trans_b && key.n % 8 != 0) || key.k % 8 != 0 || (key.trans_a && key.m % 8 != 0) ||
+  const int tile_n = knob == "coop256" ? 256 : 128;
+  const gemm::Schedule sched = knob == "ping" ? gemm::kPingPong : gemm::kCooperative;
+  if ((knob != "coop" && knob != "coop256" && knob != "ping") || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || !key.trans_b || key.k % 8 != 0 || (key.trans_a && key.m % 8 != 0) ||
       key.align_a < 16 || key.align_b < 16 || key.align_out < 16 || !call.device || call.device->major != 9 ||
       std::max({key.batch, key.m, key.n, key.k}) > std::numeric_limits<int>::max()) {
     return false;
   }
   gemm::Params p;
-  if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a, !key.trans_b)) return false;
+  if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a)) return false;
   if (env_knob("MDLM_MATMUL_WS_TMA") == "1") gemm::use_tma_store(p);  // where the output allows it
   check_cuda(gemm::launch(p, gemm::kStore, sched, call.device->multiProcessorCount, call.stream), "gemm_ws_nt");
   return true;

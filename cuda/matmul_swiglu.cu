@@ -3,9 +3,8 @@
 // cuda/matmul_ws.cuh's ping-pong kernel with its SwiGLU epilogue, which writes G, U and out as
 // it stores each tile (by TMA stores where rows is a multiple of 8 and the outputs 16-byte
 // aligned), so out is computed from G and U as they are stored, as the swiglu op would read
-// them. Tiles of 64 hidden units by 128 rows; MDLM_MATMUL_SWIGLU_TILE=192, by 192 rows (an A/B
-// switch, untimed: bench/RESULTS.md, twenty-second session). Otherwise, or with
-// MDLM_MATMUL_SWIGLU_FUSED=0 (an A/B switch): the matmul op, then the swiglu op on gu's halves.
+// them. Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0 (an A/B switch): the matmul op, then the
+// swiglu op on gu's halves.
 // matmul_swiglu_backward: dhᵀ = Wdownᵀ · doutᵀ, then dG and dU into dgu. On an sm_90 GPU, bf16,
 // every tensor 16-byte aligned and hidden, rows and k multiples of 8: the ping-pong kernel with
 // SwiGLU's backward epilogue (dh never stored; G and U come by TMA while the tile multiplies).
@@ -27,8 +26,7 @@ bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& g
     return false;
   }
   gemm::Params p;
-  const int tile_n = env_knob("MDLM_MATMUL_SWIGLU_TILE") == "192" ? 192 : 128;
-  if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k, tile_n)) return false;
+  if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k)) return false;
   gemm::use_tma_store(p);  // where the layout allows it
   check_cuda(gemm::launch(p, gemm::kSwiglu, gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
   return true;

@@ -8,7 +8,7 @@
 //
 // Both operands K-major (row-major with k fastest): the x · Wᵀ layout of a projection (a may
 // also be stored transposed: kAT below). A block
-// takes output tiles of 128 rows by kBN (128, 192 or 256) columns in a grouped order (kGroupM tile rows
+// takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
 // step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of kStages stages, tile
@@ -37,9 +37,7 @@
 // second read of G and U, are saved.
 //
 // kAT: a is stored transposed, [b][k][m] (m fastest), loaded as [64 k][64 m] boxes and read
-// MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. kBT (the plain product
-// only): w is stored [b][k][n] (n fastest) and read MN-major in the same way, kBN / 64 boxes a
-// stage: the layout of a projection's input gradient dx = dy · W. Its kSwigluBwd epilogue
+// MN-major by the wgmma: the layout of the MLP's dh = Wdownᵀ · doutᵀ. Its kSwigluBwd epilogue
 // (ping-pong, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
 // (rounded to bf16, as the unfused path stores it) and G and U of the tile from [2F][n], it
 // writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
@@ -68,7 +66,7 @@ namespace gemm {
 
 using bf16 = __nv_bfloat16;
 
-// Tiles of 128 rows × kBN columns (kBN 128, 192 or 256: the width is the kernel's template argument
+// Tiles of 128 rows × kBN columns (kBN 128 or 256: the width is the kernel's template argument
 // and Params::tile_n), k steps of 64.
 constexpr int kBM = 128, kBK = 64, kGroupM = 8;
 constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
@@ -85,22 +83,19 @@ constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
 // The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
 // and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
-// three (64 rows of its G, then of its U, then the tile dG and dU are staged in). Four stages,
-// but three for kSwiglu 192 wide, whose three output tiles a consumer leave no room for a fourth
-// 40 KB stage (120 KB in flight against the 128-wide ring's 128).
-__host__ __device__ constexpr int stages_for(int tile_n, int epilogue) { return tile_n == 192 && epilogue == kSwiglu ? 3 : 4; }
+// three (64 rows of its G, then of its U, then the tile dG and dU are staged in).
+constexpr int kStages = 4;
 __host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
 // The ring, the consumers' output tiles, the ring's full and empty mbarriers and kSwigluBwd's two,
-// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB,
-// 3 · 40 KB + 2 · 48 KB: each + … ≤ 227 KB).
+// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB:
+// each + … ≤ 227 KB).
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
-  const int stages = stages_for(tile_n, epilogue);
-  return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + 2) * 8 + 1024;
+  return (size_t)kStages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * kStages + 2) * 8 + 1024;
 }
 
 struct Params {
   wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
-  bool a_t, b_t;             // a stored [batch][k][m], w [batch][k][n] (make_params): boxes of 64 × 64
+  bool a_t;                  // a stored [batch][k][m] (make_params): boxes of 64 × 64
   // tma_store (use_tma_store): the staged output tiles leave by TMA stores through out_map (and
   // out2_map: rope's k, or SwiGLU's second half; out3_map: SwiGLU's h), boxes of 64 rows × 64
   // columns, instead of the consumers' own stores.
@@ -190,42 +185,39 @@ struct OutStage {
   __device__ __forceinline__ OutStage tile(int i) const { return OutStage{addr + i * kOutStageBytes, ptr + i * kOutStageBytes, barrier, true}; }
 };
 
-// Block v into d. Staged, 128 columns at a time (the last piece 64 when kBN is 192): stmatrix
-// into the tile, the warpgroup's barrier, then 16-byte stores of whole lines (8 a thread, 4 for 64
-// columns), or, through d.map, a TMA store of each [64][64] box, issued by one thread, which the
-// warpgroup does not wait for until it next needs the tile. Else a 4-byte store for each pair of
-// columns (or 2-byte ones, at odd strides and edges).
+// Block v into d. Staged, 128 columns at a time: stmatrix into the tile, the warpgroup's
+// barrier, then 16-byte stores of whole 128-byte lines (8 a thread), or, through d.map, two TMA
+// stores issued by one thread, which the warpgroup does not wait for until it next needs the
+// tile. Else a 4-byte store for each pair of columns (or 2-byte ones, at odd strides and edges).
 template <int kBN>
 __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[kBN / 4], int warp, int gid, int tig, const OutStage& st) {
-  static_assert(kBN % 64 == 0, "store_block: whole [64][64] boxes");
   if (d.staged()) {
     const int t = threadIdx.x % 128;
 #pragma unroll
-    for (int c = 0; c < (kBN + 127) / 128; ++c) {
-      const int boxes = min(2, kBN / 64 - 2 * c);  // [64][64] boxes in this piece (constant once unrolled)
-      if (d.map) {  // the staged tile is free once the last TMA store from it (this block's previous piece, too) has read it
-        if (t == 0 && (c > 0 || !st.unread)) wg::bulk_wait_read<0>();
+    for (int c = 0; c < kBN / 128; ++c) {
+      if (d.map) {  // the staged tile is free once the last TMA store from it has read it
+        if (t == 0 && !st.unread) wg::bulk_wait_read<0>();
         wg::bar_sync(st.barrier, 128);
       }
 #pragma unroll
-      for (int kk = 0; kk < 4 * boxes; ++kk) {  // columns 128c + 16kk..: pairs 32c + 4kk..
+      for (int kk = 0; kk < 8; ++kk) {  // columns 128c + 16kk..: pairs 32c + 4kk..
         const uint32_t r[4] = {v[32 * c + 4 * kk], v[32 * c + 4 * kk + 1], v[32 * c + 4 * kk + 2], v[32 * c + 4 * kk + 3]};
         wg::store_fragment(st.addr, 64, 16 * warp, kk, r);
       }
-      if (d.map) {  // [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
+      if (d.map) {  // two [64][64] boxes, clipped at the tensor's edges; waited for above or at the end
         wg::fence_proxy_async();
         wg::bar_sync(st.barrier, 128);
         if (t == 0) {
-          for (int box = 0; box < boxes; ++box) wg::tile_store_4d(st.addr + box * 64 * 128, *d.map, d.col0 + 128 * c + 64 * box, 0, d.row0, d.b);
+          wg::tile_store_4d(st.addr, *d.map, d.col0 + 128 * c, 0, d.row0, d.b);
+          wg::tile_store_4d(st.addr + 64 * 128, *d.map, d.col0 + 128 * c + 64, 0, d.row0, d.b);
           wg::bulk_commit();
         }
         continue;
       }
       wg::bar_sync(st.barrier, 128);
-      const int chunks = 8 * boxes;  // 16-byte chunks a row of the piece
 #pragma unroll
-      for (int i = 0; i < 4 * boxes; ++i) {
-        const int q = t + 128 * i, row = q / chunks, chunk = q % chunks;
+      for (int i = 0; i < 8; ++i) {
+        const int q = t + 128 * i, row = q / 16, chunk = q % 16;
         const int orow = d.row0 + row, col = d.col0 + 128 * c + 8 * chunk;
         if (orow >= d.rows || col >= d.cols) continue;
         const uint4 x = *reinterpret_cast<const uint4*>(st.ptr + wg::sw128_offset(64, row, 8 * chunk));
@@ -423,21 +415,18 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
 // it would pass on the stale phase: the emulator's random schedules caught that).
 enum Schedule { kCooperative, kPingPong };
 
-template <int kEpi, Schedule kSched, int kBN, bool kAT, bool kBT = false>
+template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
-  static_assert(kBN == 128 || (kBN == 192 && kPing) || (kBN == 256 && !kPing),
-                "tiles 128 wide, 192 ping-pong, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
+  static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
-  static_assert(!kBT || kEpi == kStore, "w stored [k][n]: the plain product only");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
-  constexpr int kStages = stages_for(kBN, kEpi);
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
@@ -481,12 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
         } else {
           wg::tile_load_4d(stage_a(s), p.a_map, ks * kBK, 0, tl.m0, tl.b, full(s));
         }
-        if constexpr (kBT) {  // kBN / 64 [64 k][64 n] slabs, 8 KB each
-#pragma unroll
-          for (int c = 0; c < kBN / 64; ++c) wg::tile_load_4d(stage_w(s) + c * 64 * 128, p.w_map, tl.n0 + 64 * c, 0, ks * kBK, tl.b, full(s));
-        } else {
-          wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
-        }
+        wg::tile_load_4d(stage_w(s), p.w_map, ks * kBK, 0, tl.n0, tl.b, full(s));
       }
     }
     return;
@@ -524,12 +508,12 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        const uint64_t w_desc = kBT ? wg::desc_mn_major(stage_w(s), kBK, 0, kk) : wg::desc_k_major(stage_w(s), kBN, 0, kk);
+        const uint64_t w_desc = wg::desc_k_major(stage_w(s), kBN, 0, kk);
 #pragma unroll
         for (int r = 0; r < kAcc; ++r) {
           const int a_rows = kPing ? 64 * r : 64 * wgi;  // this accumulator's 64 rows of the a tile
-          if constexpr (kAT) wg::wgmma_ss<kBN, 1, kBT>(acc[r], wg::desc_mn_major(stage_a(s), kBK, a_rows, kk), w_desc, true);
-          else wg::wgmma_ss<kBN, 0, kBT>(acc[r], wg::desc_k_major(stage_a(s), kBM, a_rows, kk), w_desc, true);
+          if constexpr (kAT) wg::wgmma_ss<kBN, 1, 0>(acc[r], wg::desc_mn_major(stage_a(s), kBK, a_rows, kk), w_desc, true);
+          else wg::wgmma_ss<kBN, 0, 0>(acc[r], wg::desc_k_major(stage_a(s), kBM, a_rows, kk), w_desc, true);
         }
       }
       wg::wgmma_commit();
@@ -562,14 +546,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 }
 
 // Encodes p's tile maps for a [batch][m][k] (or, a_t, [batch][k][m]: m a multiple of 8) and w
-// [batch][n][k] (or, b_t, [batch][k][n]: n a multiple of 8; 16-byte aligned, k a multiple of 8)
-// and sets its tile counts for tiles tile_n wide (the epilogues' fields unset). Returns an error
-// message, or nullptr.
+// [batch][n][k] (16-byte aligned, k a multiple of 8) and sets its tile counts for tiles tile_n
+// wide (the epilogues' fields unset). Returns an error message, or nullptr.
 inline const char* make_params(Params& p, const void* a, const void* w, bf16* out, int batch, int m, int n, int k, int64_t ldo, int tile_n,
-                               bool a_t = false, bool b_t = false) {
+                               bool a_t = false) {
   p = Params{};
   p.tile_n = tile_n;
-  p.a_t = a_t, p.b_t = b_t;
+  p.a_t = a_t;
   p.out = out;
   p.ldo = ldo;
   p.out_batch = (int64_t)m * ldo;
@@ -577,8 +560,7 @@ inline const char* make_params(Params& p, const void* a, const void* w, bf16* ou
   p.tiles_m = (m + kBM - 1) / kBM;
   p.tiles_n = (n + tile_n - 1) / tile_n;
   const char* err = a_t ? wg::encode_head_rows(p.a_map, a, batch, k, 1, m, 64) : wg::encode_head_rows(p.a_map, a, batch, m, 1, k, kBM);
-  if (err) return err;
-  return b_t ? wg::encode_head_rows(p.w_map, w, batch, k, 1, n, 64) : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
+  return err ? err : wg::encode_head_rows(p.w_map, w, batch, n, 1, k, tile_n);
 }
 
 // Sends the staged tiles of p's out (and, when rope splits the columns, out2; with SwiGLU, out's
@@ -606,19 +588,18 @@ inline bool use_tma_store(Params& p) {
 }
 
 // p for kSwiglu: wgu [2F][d] (gate rows, then up rows), x [rows][d], G and U into gu [2F][rows]
-// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8), in tiles of 64 hidden units by
-// tile_n (128 or 192) rows. Returns an error message, or nullptr.
-inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d, int tile_n = 128) {
+// and h into h [F][rows] (all 16-byte aligned, d a multiple of 8). Returns an error message, or nullptr.
+inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d) {
   p = Params{};
   p.out = gu, p.ldo = rows, p.out_batch = (int64_t)2 * F * rows;
   p.out3 = h, p.ldo3 = rows;
   p.swiglu_f = F;
   p.batch = 1, p.m = F, p.n = rows, p.k = d;
-  p.tile_n = tile_n;
+  p.tile_n = 128;
   p.tiles_m = (F + 63) / 64;
-  p.tiles_n = (rows + tile_n - 1) / tile_n;
+  p.tiles_n = (rows + 127) / 128;
   const char* err = wg::encode_head_rows(p.a_map, wgu, 1, 2 * F, 1, d, 64);
-  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, tile_n);
+  return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
@@ -636,12 +617,11 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
 }
 
 // The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
-// schedule, tile width (128; 192 in ping-pong for the plain product and SwiGLU's forward; 256
-// cooperative) and the operands' layouts (a_t: a [k][m]; b_t, the plain product only: w [k][n]), launched with
+// schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
 // kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
 // for another combination.
 using Kernel = void (*)(const Params);
-inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false, bool b_t = false) {
+inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {
   const auto pick = [&](auto epi, auto at) -> Kernel {
     constexpr int kE = decltype(epi)::value;
     constexpr bool kT = decltype(at)::value;
@@ -651,20 +631,9 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
-      const auto forms = [&](auto bt) -> Kernel {
-        constexpr bool kB = decltype(bt)::value;
-        if (sched == kPingPong) {
-          if (tile_n == 128) return gemm_ws_nt<kE, kPingPong, 128, kT, kB>;
-          // 192 wide: the plain product and SwiGLU's forward (rope's epilogue spilled 172 bytes
-          // at this width).
-          if constexpr (kE == kStore || kE == kSwiglu) return tile_n == 192 ? gemm_ws_nt<kE, kPingPong, 192, kT, kB> : nullptr;
-          return nullptr;
-        }
-        if constexpr (kE == kSwiglu) return nullptr;
-        else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT, kB> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT, kB> : nullptr;
-      };
-      if constexpr (kE == kStore) return b_t ? forms(std::true_type{}) : forms(std::false_type{});
-      else return b_t ? nullptr : forms(std::false_type{});
+      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
+      if constexpr (kE == kSwiglu) return nullptr;
+      else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
     }
   };
   const auto with_layout = [&](auto epi) -> Kernel {
@@ -681,12 +650,12 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
 }
 
 #ifndef MDLM_ATTN_EMULATE
-// Launches the kernel for (epilogue, sched, p.tile_n, p.a_t, p.b_t) over p's tiles, one block an SM at most
+// Launches the kernel for (epilogue, sched, p.tile_n, p.a_t) over p's tiles, one block an SM at most
 // (`sms`), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory, which each kernel is
 // allowed once. Returns the launch's error (cudaErrorInvalidValue for a combination kernel_for
 // has no kernel for).
 inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, int sms, cudaStream_t stream) {
-  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, p.a_t, p.b_t);
+  const Kernel kernel = kernel_for(epilogue, sched, p.tile_n, p.a_t);
   if (!kernel) return cudaErrorInvalidValue;
   const size_t smem = smem_bytes(p.tile_n, epilogue);
   static std::set<Kernel> allowed;

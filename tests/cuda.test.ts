@@ -312,19 +312,16 @@ describe.runIf(hasCuda)('cuda specifics', () => {
 
   // cuda/matmul_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
   // matmul op never dispatches it, so the test says it skipped.
-  it('runs bf16 products through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping, coop256 and ping192, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a or b transposed or not', async (ctx) => {
+  it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
     const b = await cuda();
     if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the kernel is for sm 9.0`);
     const shapes = [
       matmulAttrs(1, 300, 260, 136, false, true), matmulAttrs(2, 257, 300, 72, false, true), matmulAttrs(1, 2048, 768, 768, false, true), matmulAttrs(3, 64, 96, 8, false, true),
       // a transposed (the MLP's dh = Wdownᵀ · doutᵀ layout)
       matmulAttrs(1, 264, 300, 136, true, true), matmulAttrs(2, 2048, 1024, 768, true, true),
-      // b stored [k][n] (a projection's input gradient dy · W), and both transposed
-      matmulAttrs(1, 300, 264, 136, false, false), matmulAttrs(2, 257, 304, 72, false, false), matmulAttrs(1, 1024, 768, 1152, false, false),
-      matmulAttrs(1, 264, 136, 200, true, false),
     ];
     try {
-      for (const [schedule, tma] of [['coop', '0'], ['ping', '0'], ['coop256', '0'], ['coop256', '1'], ['ping', '1'], ['ping192', '0'], ['ping192', '1']] as const) {
+      for (const [schedule, tma] of [['coop', '0'], ['ping', '0'], ['coop256', '0'], ['coop256', '1'], ['ping', '1']] as const) {
         process.env.MDLM_MATMUL_WS = schedule;
         process.env.MDLM_MATMUL_WS_TMA = tma;
         for (const attrs of shapes) {
@@ -340,8 +337,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
   });
 
   // matmul_swiglu and matmul_swiglu_backward through cuda/matmul_ws.cuh's SwiGLU epilogues (the
-  // default on Hopper; the forward also in tiles 192 wide, MDLM_MATMUL_SWIGLU_TILE=192) against the
-  // same ops unfused (MDLM_MATMUL_SWIGLU_FUSED=0: matmul, then
+  // default on Hopper) against the same ops unfused (MDLM_MATMUL_SWIGLU_FUSED=0: matmul, then
   // swiglu or swiglu_backward) at a llama-sized shape, several tiles an SM with a long k: a race
   // between a consumer's reads of its G and U buffer and the next TMA load into it shows as a
   // difference far above the two paths' own (the same bf16 roundings: about 1e-5 on the H100).
@@ -365,16 +361,11 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     };
     try {
       const fused = await outputs();
-      process.env.MDLM_MATMUL_SWIGLU_TILE = '192';
-      const fused192 = await outputs();
       process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
       const unfused = await outputs();
-      for (const [tile, got] of [['128', fused], ['192', fused192]] as const) {
-        got.forEach((t, i) => expect(relativeError(t, unfused[i]!, false), `${['gu', 'out', 'dgu'][i]} (tiles ${tile} wide)`).toBeLessThanOrEqual(1e-4));
-      }
+      fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), ['gu', 'out', 'dgu'][i]).toBeLessThanOrEqual(1e-4));
     } finally {
       delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
-      delete process.env.MDLM_MATMUL_SWIGLU_TILE;
       [...Object.values(fwd), ...Object.values(bwd)].forEach((t) => b.free(t));
     }
   });

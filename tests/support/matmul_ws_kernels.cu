@@ -7,11 +7,9 @@ namespace mdlm::gemm {
 void launch_all(const Params& p, float2* table) {
   for (const int epilogue : {kStore, kSwiglu, kSwigluBwd, 64, 128}) {
     for (const Schedule sched : {kCooperative, kPingPong}) {
-      for (const int tile_n : {128, 192, 256}) {
+      for (const int tile_n : {128, 256}) {
         for (const bool a_t : {false, true}) {
-          for (const bool b_t : {false, true}) {
-            if (const Kernel kernel = kernel_for(epilogue, sched, tile_n, a_t, b_t)) kernel<<<1, kThreads, smem_bytes(tile_n, epilogue)>>>(p);
-          }
+          if (const Kernel kernel = kernel_for(epilogue, sched, tile_n, a_t)) kernel<<<1, kThreads, smem_bytes(tile_n, epilogue)>>>(p);
         }
       }
     }
