@@ -12,6 +12,7 @@ namespace mdlm {
 
 constexpr int kTile = 256;  // threads a block = keys a sort tile = radix buckets
 constexpr int kRadixBits = 8;
+constexpr int kScanThreads = 1024, kScanItems = 8;  // radix_scan_kernel: 8192 counts a round
 constexpr int kRowsPerBlock = 16;  // vocab rows a row_sum block: one round of bound searches for 16 rows
 constexpr int kChunk = 64;         // sorted positions a chunk sum covers
 
@@ -62,18 +63,31 @@ __global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* 
   tile_counts[threadIdx.x * tiles + blockIdx.x] = hist[threadIdx.x];
 }
 
-// Exclusive scan of all kTile · tiles counts, digit-major, in one block: thread d owns digit d.
-__global__ void __launch_bounds__(kTile) radix_scan_kernel(uint32_t* __restrict__ tile_counts, int tiles) {
+// Exclusive scan of the n = kTile · tiles counts, digit-major, in place, in one block: rounds of
+// kScanThreads · kScanItems counts, each thread a run of kScanItems consecutive counts, the
+// rounds chained by their totals. (Thread d walking digit d's tiles alone took 34 µs at 16384
+// tokens on an H200, two launches a 124M step, its reads 256 B apart and one after another.)
+__global__ void __launch_bounds__(kScanThreads) radix_scan_kernel(uint32_t* __restrict__ counts, int n) {
   wait_previous_kernel();
-  uint32_t* own = tile_counts + static_cast<int64_t>(threadIdx.x) * tiles;
-  uint32_t total = 0;
-  for (int t = 0; t < tiles; t++) total += own[t];
-  uint32_t all;
-  uint32_t run = block_inclusive_scan<kTile>(total, all) - total;
-  for (int t = 0; t < tiles; t++) {
-    const uint32_t c = own[t];
-    own[t] = run;
-    run += c;
+  uint32_t carry = 0;
+  for (int base = 0; base < n; base += kScanThreads * kScanItems) {
+    const int first = base + static_cast<int>(threadIdx.x) * kScanItems;
+    uint32_t v[kScanItems];
+    uint32_t own = 0;
+#pragma unroll
+    for (int i = 0; i < kScanItems; i++) {
+      v[i] = first + i < n ? counts[first + i] : 0u;
+      own += v[i];
+    }
+    uint32_t round_total;
+    uint32_t run = carry + block_inclusive_scan<kScanThreads>(own, round_total) - own;
+#pragma unroll
+    for (int i = 0; i < kScanItems; i++) {
+      if (first + i < n) counts[first + i] = run;
+      run += v[i];
+    }
+    carry += round_total;
+    __syncthreads();  // the scan's shared partials are read before the next round writes them
   }
 }
 
@@ -224,7 +238,7 @@ MDLM_OP(embedding_backward) {
   const int bits = 32 - __builtin_clz(static_cast<unsigned>(s.vocab));
   for (int shift = 0; shift < bits; shift += kRadixBits) {
     check_cuda(launch_kernel(radix_histogram_kernel, tiles, kTile, 0, call.stream, keys, tile_counts, s.tokens, tiles, shift), "radix_histogram_kernel");
-    check_cuda(launch_kernel(radix_scan_kernel, 1, kTile, 0, call.stream, tile_counts, tiles), "radix_scan_kernel");
+    check_cuda(launch_kernel(radix_scan_kernel, 1, kScanThreads, 0, call.stream, tile_counts, kTile * tiles), "radix_scan_kernel");
     check_cuda(launch_kernel(radix_scatter_kernel, tiles, kTile, 0, call.stream, keys, vals, tile_counts, keys_next, vals_next, s.tokens, tiles, shift), "radix_scatter_kernel");
     std::swap(keys, keys_next);
     std::swap(vals, vals_next);

@@ -105,6 +105,8 @@ export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
           // a bf16 model's first gradient write of a step (ParamStore.beginGradients): rows no id names become 0
           { label: 'f32 dtable = tokens 30 vocab 77 dim 16', attrs: { tokens: 30, vocab: 77, dim: 16, accumulate: false, outF32: true } },
           { label: 'dtable += tokens 70 vocab 300 dim 5', attrs: { tokens: 70, vocab: 300, dim: 5, accumulate: true, outF32: false } },
+          // two radix passes over 36 sort tiles: 9216 counts, more than a round of CUDA's scan (8192)
+          { label: 'tokens 9000 vocab 700 dim 3', attrs: { tokens: 9000, vocab: 700, dim: 3, ...plain } },
         ]
       : [
           ...benchCases.map((c) => ({ ...c, attrs: { ...c.attrs, ...plain } })),
