@@ -49,7 +49,14 @@
 // 0.18 ms against 0.09 for the plain product at llama-124m's dh on the H100). Half a tile at a
 // time, so that the ring keeps its four stages: with three, for room for the whole tile's G and
 // U, the main loop waited on its loads 2.5 times as long (Nsight Compute: 175 µs against 87 for
-// the plain product at llama-124m's dh, H100).
+// the plain product at llama-124m's dh, H100). Even so the epilogue outlasts the other consumer's
+// main loop: 139 µs a launch at llama-124m's dh on an H200, where dh alone is about 70 and the
+// epilogue's bytes about 56 at the memory's bandwidth. Its stalls: the second half's G and U, asked
+// for only after the first half is read, and dG then dU staged one after the other through one
+// tile. kSwigluBwdSlots (MDLM_SWIGLU_BWD_SLOTS=1, an A/B) splits the same 48 KB into three slots of
+// a quarter tile (64 hidden units by 64 tokens of G and U): three quarters asked for as the tile
+// begins, the fourth as soon as the first quarter's stores have read its slot, and each quarter's
+// dG and dU written over its G and U and stored from there together.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -79,18 +86,23 @@ __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes +
 
 // Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
 // backward (below), or rope's with that head dim (16, 32, 64 or 128).
-constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
+constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2, kSwigluBwdSlots = 3;
 
 // The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
 // and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
-// three (64 rows of its G, then of its U, then the tile dG and dU are staged in).
+// three (64 rows of its G, then of its U, then the tile dG and dU are staged in), or
+// kSwigluBwdSlots' three slots (a quarter of a tile's G and U each, [64][64] boxes, which its dG
+// and dU are written over and stored from).
 constexpr int kStages = 4;
-__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
-// The ring, the consumers' output tiles, the ring's full and empty mbarriers and kSwigluBwd's two,
-// and the 1024-byte alignment of the swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB:
-// each + … ≤ 227 KB).
+constexpr int kBwdSlots = 3;
+__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd || epilogue == kSwigluBwdSlots ? 3 : 1; }
+// mbarriers past the ring's full and empty ones: kSwigluBwd's one a consumer, kSwigluBwdSlots' one
+// a slot and consumer.
+__host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwdSlots ? 2 * kBwdSlots : 2; }
+// The ring, the consumers' output tiles, the mbarriers, and the 1024-byte alignment of the
+// swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB: each + … ≤ 227 KB).
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
-  return (size_t)kStages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * kStages + 2) * 8 + 1024;
+  return (size_t)kStages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * kStages + aux_barriers(epilogue)) * 8 + 1024;
 }
 
 struct Params {
@@ -256,12 +268,14 @@ __device__ __forceinline__ void store_block(const Block& d, const uint32_t (&v)[
   }
 }
 
-// The [64][128] block staged at shared address `addr` (store_block's layout: two 128B-swizzled
-// [64][64] slabs, as two TMA boxes land) into v, by ldmatrix (store_fragment's addresses).
-__device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[32], int warp) {
+// The [64][kCols] block staged at shared address `addr` (store_block's layout: kCols / 64
+// 128B-swizzled [64][64] slabs, as TMA boxes land) into v, by ldmatrix (store_fragment's
+// addresses): this warp's 16 rows.
+template <int kCols = 128>
+__device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[kCols / 4], int warp) {
   const int lane = threadIdx.x & 31, m = lane >> 3;
 #pragma unroll
-  for (int kk = 0; kk < 8; ++kk) {
+  for (int kk = 0; kk < kCols / 16; ++kk) {
     uint32_t* const r = v + 4 * kk;
     attn::ldsm_x4(addr + wg::sw128_offset(64, 16 * warp + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r[0], r[1], r[2], r[3]);
   }
@@ -404,6 +418,65 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
   }
 }
 
+// kSwigluBwdSlots: quarter j (0..3) of a tile, accumulator j / 2's 64 hidden units by the 64
+// tokens of half j % 2: the TMA loads of its G and U ([64][64] boxes, 8 KB each) into `slot`, G
+// then U, on mbarrier `full`.
+__device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, int j, uint32_t slot, uint32_t full) {
+  wg::mbar_arrive_expect_tx(full, kOutStageBytes);
+  const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
+  wg::tile_load_4d(slot, p.aux_map, t0, 0, f0, 0, full);
+  wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, t0, 0, f0, 0, full);
+}
+
+// kSwigluBwdSlots' store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
+// rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the three
+// slots at `slots` (kOutStageBytes apart; slot s's mbarrier at full0 + 8s). The consumer's
+// quarters are numbered across its tiles, from q0 = 4 · its tiles before this one, and quarter q
+// takes slot q % 3 at phase (q / 3) & 1. Quarters 0-2 were asked for as the tile began
+// (gemm_ws_nt); quarter 3, into quarter 0's slot, once quarter 0's stores have read it. Each
+// warp reads its 16 rows of G and U, writes its dG and dU over them, and one thread stores both
+// boxes by TMA: dG and dU of a quarter leave together, and no staged tile waits for a store.
+__device__ __forceinline__ void store_swiglu_bwd_slots(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots,
+                                                       uint32_t full0, int barrier) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int q = q0 + j, s = q % kBwdSlots;
+    const uint32_t slot = slots + s * kOutStageBytes;
+    wg::mbar_wait(full0 + 8 * s, (uint32_t)(q / kBwdSlots) & 1u);
+    uint32_t vg[16], vu[16];
+    read_block<64>(slot, vg, warp);
+    read_block<64>(slot + kOutStageBytes / 2, vu, warp);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const float2 d = unpack_bf16(dh[j / 2][16 * (j % 2) + i]), g = unpack_bf16(vg[i]), u = unpack_bf16(vu[i]);
+      float dg0, du0, dg1, du1;
+      swiglu_backward(d.x, g.x, u.x, dg0, du0);
+      swiglu_backward(d.y, g.y, u.y, dg1, du1);
+      vg[i] = pack_bf16(dg0, dg1), vu[i] = pack_bf16(du0, du1);
+    }
+    // Over the rows this warp read (its ldmatrix results are used above, so the reads are done).
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
+      const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
+      wg::store_fragment(slot, 64, 16 * warp, kk, rg);
+      wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
+    }
+    wg::fence_proxy_async();  // the generic writes before the async proxy's reads
+    wg::bar_sync(barrier, 128);
+    if (threadIdx.x % 128 == 0) {
+      const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
+      wg::tile_store_4d(slot, p.out_map, t0, 0, f0, 0);
+      wg::tile_store_4d(slot + kOutStageBytes / 2, p.out2_map, t0, 0, f0, 0);
+      wg::bulk_commit();
+      if (j == 1) {  // quarter 0's stores, one group before the latest, have read its slot
+        wg::bulk_wait_read<1>();
+        load_quarter(p, tl, 3, slots + (q0 % kBwdSlots) * kOutStageBytes, full0 + 8 * (q0 % kBwdSlots));
+      }
+    }
+  }
+}
+
 // The two consumer warpgroups' schedules. kCooperative: both work on each tile, 64 rows each,
 // and store it together (the tensor cores idle while they store). kPingPong: each takes every
 // other tile of the block, all 128 rows (two accumulators), and their main loops take turns, so
@@ -424,8 +497,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
-  constexpr bool kSwiBwd = kEpi == kSwigluBwd;
-  static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
+  constexpr bool kSwiBwd = kEpi == kSwigluBwd, kSwiBwdSlots = kEpi == kSwigluBwdSlots;
+  static_assert(!(kSwiBwd || kSwiBwdSlots) || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
@@ -439,6 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   auto full = [&](int s) { return bar + 8 * s; };
   auto empty = [&](int s) { return bar + 8 * (kStages + s); };
   auto aux_full = [&](int w) { return bar + 8 * (2 * kStages + w); };  // kSwigluBwd: consumer w's G and U have landed
+  auto slot_full = [&](int w, int s) { return bar + 8 * (2 * kStages + kBwdSlots * w + s); };  // kSwigluBwdSlots: consumer w's slot s
   const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
 
   if (threadIdx.x == 0) {
@@ -447,6 +521,9 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
     if (kSwiBwd) wg::mbar_init(aux_full(0), 1), wg::mbar_init(aux_full(1), 1);
+    if (kSwiBwdSlots) {
+      for (int b = 0; b < 2 * kBwdSlots; ++b) wg::mbar_init(slot_full(0, b), 1);
+    }
     wg::fence_mbarrier_init();
   }
   __syncthreads();
@@ -501,6 +578,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     // kSwigluBwd: the first 64 rows of G and U, to land while the tile multiplies (the buffer was
     // read before the previous tile's second half was stored).
     if (kSwiBwd && threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0, out_stage.addr, aux_full(wgi));
+    // kSwigluBwdSlots: the tile's first three quarters, into the slots once the previous tile's
+    // stores from them have read them.
+    [[maybe_unused]] const int q0 = 4 * (seq >> 1);
+    if (kSwiBwdSlots && threadIdx.x % 128 == 0) {
+      wg::bulk_wait_read<0>();
+#pragma unroll
+      for (int j = 0; j < kBwdSlots; ++j) load_quarter(p, tl, j, out_stage.addr + (q0 + j) % kBwdSlots * kOutStageBytes, slot_full(wgi, (q0 + j) % kBwdSlots));
+    }
     if (kPing) wg::bar_sync(1 + wgi, kConsumers);
     for (int ks = 0; ks < ksteps; ++ks) {
       const int i = i0 + ks, s = i % kStages;
@@ -536,6 +621,11 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
       const OutStage staged{out_stage.addr + 2 * kOutStageBytes, out_stage.ptr + 2 * kOutStageBytes, out_stage.barrier};
       store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage.addr, aux_full(wgi), staged);
+    } else if constexpr (kSwiBwdSlots) {
+      uint32_t dh[2][32];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
+      store_swiglu_bwd_slots(p, tl, warp, q0, dh, out_stage.addr, slot_full(wgi, 0), out_stage.barrier);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -627,7 +717,7 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     constexpr bool kT = decltype(at)::value;
     if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
-    } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
+    } else if constexpr (kE == kSwigluBwd || kE == kSwigluBwdSlots) {  // a = Wdown transposed, ping-pong 128 wide only
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
@@ -643,6 +733,7 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     case kStore: return with_layout(std::integral_constant<int, kStore>{});
     case kSwiglu: return with_layout(std::integral_constant<int, kSwiglu>{});
     case kSwigluBwd: return with_layout(std::integral_constant<int, kSwigluBwd>{});
+    case kSwigluBwdSlots: return with_layout(std::integral_constant<int, kSwigluBwdSlots>{});
     case 64: return with_layout(std::integral_constant<int, 64>{});
     case 128: return with_layout(std::integral_constant<int, 128>{});
     default: return nullptr;
