@@ -371,6 +371,15 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(2));
 }
 
+// SwiGLU's backward for a register's two bf16 values: g and u (G and U) become dG and dU from dh.
+__device__ __forceinline__ void swiglu_backward_pair(uint32_t dh, uint32_t& g, uint32_t& u) {
+  const float2 d = unpack_bf16(dh), gf = unpack_bf16(g), uf = unpack_bf16(u);
+  float dg0, du0, dg1, du1;
+  swiglu_backward(d.x, gf.x, uf.x, dg0, du0);
+  swiglu_backward(d.y, gf.y, uf.y, dg1, du1);
+  g = pack_bf16(dg0, dg1), u = pack_bf16(du0, du1);
+}
+
 // The TMA loads of 64 rows (f0..) of a kSwigluBwd tile's G and U into a consumer's buffer at
 // `aux` (G's [64][128] block, then U's: [64][64] boxes, 8 KB each), on mbarrier `full`.
 __device__ __forceinline__ void load_gate_up(const Params& p, const Tile& tl, int f0, uint32_t aux, uint32_t full) {
@@ -405,13 +414,7 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
       if (threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0 + 64, aux, full);
     }
 #pragma unroll
-    for (int q = 0; q < 32; ++q) {
-      const float2 d = unpack_bf16(dh[r][q]), g = unpack_bf16(vg[q]), u = unpack_bf16(vu[q]);
-      float dg0, du0, dg1, du1;
-      swiglu_backward(d.x, g.x, u.x, dg0, du0);
-      swiglu_backward(d.y, g.y, u.y, dg1, du1);
-      vg[q] = pack_bf16(dg0, dg1), vu[q] = pack_bf16(du0, du1);
-    }
+    for (int q = 0; q < 32; ++q) swiglu_backward_pair(dh[r][q], vg[q], vu[q]);
     const int f0 = tl.m0 + 64 * r;
     store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, st);
     store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, st);
@@ -447,13 +450,7 @@ __device__ __forceinline__ void store_swiglu_bwd_slots(const Params& p, const Ti
     read_block<64>(slot, vg, warp);
     read_block<64>(slot + kOutStageBytes / 2, vu, warp);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const float2 d = unpack_bf16(dh[j / 2][16 * (j % 2) + i]), g = unpack_bf16(vg[i]), u = unpack_bf16(vu[i]);
-      float dg0, du0, dg1, du1;
-      swiglu_backward(d.x, g.x, u.x, dg0, du0);
-      swiglu_backward(d.y, g.y, u.y, dg1, du1);
-      vg[i] = pack_bf16(dg0, dg1), vu[i] = pack_bf16(du0, du1);
-    }
+    for (int i = 0; i < 16; ++i) swiglu_backward_pair(dh[j / 2][16 * (j % 2) + i], vg[i], vu[i]);
     // Over the rows this warp read (its ldmatrix results are used above, so the reads are done).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
