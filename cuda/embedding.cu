@@ -167,10 +167,13 @@ __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* 
   const int vecs = dim / VEC;
   for (int item = threadIdx.x; item < count * vecs; item += blockDim.x) {
     const int r = item / vecs, c = (item % vecs) * VEC;
+    const uint32_t lo = bounds[r], hi = bounds[r + 1];
+    // Accumulating, a row no token holds stays as it is: a 124M step's batch holds a fraction of
+    // the vocabulary, and the f32 table is 154 MB to read and write back.
+    if (accumulate && lo == hi) continue;
     TO* dst = dtable + static_cast<int64_t>(first + r) * dim + c;
     float acc[VEC] = {};
     if (accumulate) load<TO, VEC>(dst, acc);
-    const uint32_t lo = bounds[r], hi = bounds[r + 1];
     const uint32_t chunk_lo = (lo + kChunk - 1) / kChunk, chunk_hi = hi / kChunk;
     if (chunk_hi > chunk_lo) {
       add_positions<T, VEC>(positions, dout, lo, chunk_lo * kChunk, dim, c, acc);

@@ -202,6 +202,9 @@ fn row_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3
   for (var r = 0u; r < count; r++) {
     let start = bounds[r];
     let end = bounds[r + 1u];
+    if (ACCUMULATE && start == end) {
+      continue;  // a row no token holds: left as it is, not read and written back
+    }
     let row = first + r;
     let chunkLo = (start + CHUNK - 1u) / CHUNK;
     let chunkHi = end / CHUNK;
