@@ -7,9 +7,8 @@
 // swiglu op on gu's halves.
 // matmul_swiglu_backward: dhᵀ = Wdownᵀ · doutᵀ, then dG and dU into dgu. On an sm_90 GPU, bf16,
 // every tensor 16-byte aligned and hidden, rows and k multiples of 8: the ping-pong kernel with
-// SwiGLU's backward epilogue (dh never stored; G and U come by TMA while the tile multiplies);
-// MDLM_SWIGLU_BWD_SLOTS=1 (read at every call), the epilogue in three slots of a quarter tile each
-// (kSwigluBwdSlots), for an A/B on the GPU.
+// SwiGLU's backward epilogue (dh never stored; G and U come by TMA, in three slots of a quarter
+// tile, while the tile multiplies).
 // Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0: the matmul op into scratch, then swiglu_backward.
 #include "common.cuh"
 #include "matmul_ws.cuh"
@@ -56,8 +55,7 @@ MDLM_OP(matmul_swiglu_backward) {
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
     if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {
-      const int epilogue = env_knob("MDLM_SWIGLU_BWD_SLOTS") == "1" ? gemm::kSwigluBwdSlots : gemm::kSwigluBwd;
-      check_cuda(gemm::launch(p, epilogue, gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu_backward (gemm_ws_nt)");
+      check_cuda(gemm::launch(p, gemm::kSwigluBwd, gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu_backward (gemm_ws_nt)");
       return;
     }
   }

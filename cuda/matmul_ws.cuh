@@ -41,22 +41,20 @@
 // (ping-pong, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
 // (rounded to bf16, as the unfused path stores it) and G and U of the tile from [2F][n], it
 // writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
-// come by TMA into a buffer of its own, 64 rows at a time: the first half asked for as its tile
-// begins, so that it lands while the tile multiplies (read in the epilogue, G and U stalled it on
-// memory latency), the second as soon as the first has been read, to land while the first's dG
-// and dU are computed and stored; and ping-pong hides the epilogue's math behind the other
-// consumer's tile (cooperative, both consumers computing it with the tensor cores idle, took
-// 0.18 ms against 0.09 for the plain product at llama-124m's dh on the H100). Half a tile at a
-// time, so that the ring keeps its four stages: with three, for room for the whole tile's G and
-// U, the main loop waited on its loads 2.5 times as long (Nsight Compute: 175 µs against 87 for
-// the plain product at llama-124m's dh, H100). Even so the epilogue outlasts the other consumer's
-// main loop: 139 µs a launch at llama-124m's dh on an H200, where dh alone is about 70 and the
-// epilogue's bytes about 56 at the memory's bandwidth. Its stalls: the second half's G and U, asked
-// for only after the first half is read, and dG then dU staged one after the other through one
-// tile. kSwigluBwdSlots (MDLM_SWIGLU_BWD_SLOTS=1, an A/B) splits the same 48 KB into three slots of
-// a quarter tile (64 hidden units by 64 tokens of G and U): three quarters asked for as the tile
-// begins, the fourth as soon as the first quarter's stores have read its slot, and each quarter's
-// dG and dU written over its G and U and stored from there together.
+// come by TMA into three slots of its own, a quarter tile each (64 hidden units by 64 tokens):
+// three quarters asked for as its tile begins, so that they land while the tile multiplies (read
+// in the epilogue, G and U stalled it on memory latency), the fourth as soon as the first
+// quarter's stores have read its slot; each quarter's dG and dU are written over its G and U and
+// leave together by TMA. Ping-pong hides the epilogue's math behind the other consumer's tile
+// (cooperative, both consumers computing it with the tensor cores idle, took 0.18 ms against 0.09
+// for the plain product at llama-124m's dh on the H100). The slots are the same 48 KB a consumer
+// as two half tiles of G and U, so the ring keeps its four stages: with three, for room for the
+// whole tile's G and U, the main loop waited on its loads 2.5 times as long (Nsight Compute: 175
+// µs against 87 for the plain product at llama-124m's dh, H100). Half tiles, the second asked for
+// only once the first was read and dG then dU staged one after the other through one tile, took
+// 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); the slots 123, and the
+// step 0.18 ms less (twenty-fourth session: bench/RESULTS.md), where dh alone is about 70 and the
+// epilogue's bytes about 56 at the memory's bandwidth.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -86,19 +84,17 @@ __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes +
 
 // Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
 // backward (below), or rope's with that head dim (16, 32, 64 or 128).
-constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2, kSwigluBwdSlots = 3;
+constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
 // The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
 // and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
-// three (64 rows of its G, then of its U, then the tile dG and dU are staged in), or
-// kSwigluBwdSlots' three slots (a quarter of a tile's G and U each, [64][64] boxes, which its dG
-// and dU are written over and stored from).
+// three slots (a quarter of a tile's G and U each, [64][64] boxes, which its dG and dU are written
+// over and stored from).
 constexpr int kStages = 4;
 constexpr int kBwdSlots = 3;
-__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd || epilogue == kSwigluBwdSlots ? 3 : 1; }
-// mbarriers past the ring's full and empty ones: kSwigluBwd's one a consumer, kSwigluBwdSlots' one
-// a slot and consumer.
-__host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwdSlots ? 2 * kBwdSlots : 2; }
+__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
+// mbarriers past the ring's full and empty ones: kSwigluBwd's one a slot and consumer.
+__host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The ring, the consumers' output tiles, the mbarriers, and the 1024-byte alignment of the
 // swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB: each + … ≤ 227 KB).
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
@@ -380,48 +376,7 @@ __device__ __forceinline__ void swiglu_backward_pair(uint32_t dh, uint32_t& g, u
   g = pack_bf16(dg0, dg1), u = pack_bf16(du0, du1);
 }
 
-// The TMA loads of 64 rows (f0..) of a kSwigluBwd tile's G and U into a consumer's buffer at
-// `aux` (G's [64][128] block, then U's: [64][64] boxes, 8 KB each), on mbarrier `full`.
-__device__ __forceinline__ void load_gate_up(const Params& p, const Tile& tl, int f0, uint32_t aux, uint32_t full) {
-  wg::mbar_arrive_expect_tx(full, 2 * kOutStageBytes);
-#pragma unroll
-  for (int box = 0; box < 2; ++box) {
-    wg::tile_load_4d(aux + box * (kOutStageBytes / 2), p.aux_map, tl.n0 + 64 * box, 0, f0, 0, full);
-    wg::tile_load_4d(aux + kOutStageBytes + box * (kOutStageBytes / 2), p.aux2_map, tl.n0 + 64 * box, 0, f0, 0, full);
-  }
-}
-
-// kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
-// rounded to bf16 (pack_acc) as the unfused path stores it, 64 rows at a time: their G and U from
-// the buffer at `aux` (the first half asked for as the tile began; the mbarrier `full` completes
-// a phase for each half), the second half asked for once the first is read, then dG and dU into
-// out's rows f and F + f through the staged tile `st`.
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int gid, int tig, const uint32_t (&dh)[2][32], uint32_t aux,
-                                                 uint32_t full, const OutStage& st) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    uint32_t vg[32], vu[32];
-    wg::mbar_wait(full, (uint32_t)r);  // the phases alternate: the first half's, then the second's
-    read_block(aux, vg, warp);
-    read_block(aux + kOutStageBytes, vu, warp);
-    if (r == 0) {
-      // All read, by every thread, and its reads (the generic proxy) ordered before the TMA load
-      // (the async proxy) that the barrier lets in: without the fence the load could land under
-      // an ldmatrix still reading (a 1.9e-3 difference at llama-1.3b's dh, H100). The second
-      // half's reads are fenced and met in store_block, before the next tile's first load.
-      wg::fence_proxy_async();
-      wg::bar_sync(st.barrier, 128);
-      if (threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0 + 64, aux, full);
-    }
-#pragma unroll
-    for (int q = 0; q < 32; ++q) swiglu_backward_pair(dh[r][q], vg[q], vu[q]);
-    const int f0 = tl.m0 + 64 * r;
-    store_block<128>(swiglu_half(p, tl, f0, 0), vg, warp, gid, tig, st);
-    store_block<128>(swiglu_half(p, tl, f0, 1), vu, warp, gid, tig, st);
-  }
-}
-
-// kSwigluBwdSlots: quarter j (0..3) of a tile, accumulator j / 2's 64 hidden units by the 64
+// kSwigluBwd: quarter j (0..3) of a tile, accumulator j / 2's 64 hidden units by the 64
 // tokens of half j % 2: the TMA loads of its G and U ([64][64] boxes, 8 KB each) into `slot`, G
 // then U, on mbarrier `full`.
 __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, int j, uint32_t slot, uint32_t full) {
@@ -431,7 +386,7 @@ __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, in
   wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, t0, 0, f0, 0, full);
 }
 
-// kSwigluBwdSlots' store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
+// kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
 // rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the three
 // slots at `slots` (kOutStageBytes apart; slot s's mbarrier at full0 + 8s). The consumer's
 // quarters are numbered across its tiles, from q0 = 4 · its tiles before this one, and quarter q
@@ -439,8 +394,8 @@ __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, in
 // (gemm_ws_nt); quarter 3, into quarter 0's slot, once quarter 0's stores have read it. Each
 // warp reads its 16 rows of G and U, writes its dG and dU over them, and one thread stores both
 // boxes by TMA: dG and dU of a quarter leave together, and no staged tile waits for a store.
-__device__ __forceinline__ void store_swiglu_bwd_slots(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots,
-                                                       uint32_t full0, int barrier) {
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots, uint32_t full0,
+                                                 int barrier) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int q = q0 + j, s = q % kBwdSlots;
@@ -494,22 +449,21 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
-  constexpr bool kSwiBwd = kEpi == kSwigluBwd, kSwiBwdSlots = kEpi == kSwigluBwdSlots;
-  static_assert(!(kSwiBwd || kSwiBwdSlots) || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
+  constexpr bool kSwiBwd = kEpi == kSwigluBwd;
+  static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
-  // After the ring: the consumers' output tiles (kSwigluBwd: their G and U first), then the mbarriers.
+  // After the ring: the consumers' output tiles (kSwigluBwd: their slots), then the mbarriers.
   const uint32_t out_tiles = base + kStages * kStageBytes, bar = out_tiles + 2 * kOutTileBytes;
   auto stage_a = [&](int s) { return base + s * kStageBytes; };
   auto stage_w = [&](int s) { return base + s * kStageBytes + kTileABytes; };
   auto full = [&](int s) { return bar + 8 * s; };
   auto empty = [&](int s) { return bar + 8 * (kStages + s); };
-  auto aux_full = [&](int w) { return bar + 8 * (2 * kStages + w); };  // kSwigluBwd: consumer w's G and U have landed
-  auto slot_full = [&](int w, int s) { return bar + 8 * (2 * kStages + kBwdSlots * w + s); };  // kSwigluBwdSlots: consumer w's slot s
+  auto slot_full = [&](int w, int s) { return bar + 8 * (2 * kStages + kBwdSlots * w + s); };  // kSwigluBwd: consumer w's slot s
   const int tiles = p.batch * p.tiles_m * p.tiles_n, ksteps = (p.k + kBK - 1) / kBK;
 
   if (threadIdx.x == 0) {
@@ -517,8 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       wg::mbar_init(full(s), 1);                          // the producer's arrival with the stage's bytes
       wg::mbar_init(empty(s), kPing ? 1 : kConsumers / 128);  // an arrival from each warpgroup that reads it
     }
-    if (kSwiBwd) wg::mbar_init(aux_full(0), 1), wg::mbar_init(aux_full(1), 1);
-    if (kSwiBwdSlots) {
+    if (kSwiBwd) {
       for (int b = 0; b < 2 * kBwdSlots; ++b) wg::mbar_init(slot_full(0, b), 1);
     }
     wg::fence_mbarrier_init();
@@ -572,13 +525,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #pragma unroll
       for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
     const int i0 = seq * ksteps;
-    // kSwigluBwd: the first 64 rows of G and U, to land while the tile multiplies (the buffer was
-    // read before the previous tile's second half was stored).
-    if (kSwiBwd && threadIdx.x % 128 == 0) load_gate_up(p, tl, tl.m0, out_stage.addr, aux_full(wgi));
-    // kSwigluBwdSlots: the tile's first three quarters, into the slots once the previous tile's
+    // kSwigluBwd: the tile's first three quarters, into the slots once the previous tile's
     // stores from them have read them.
     [[maybe_unused]] const int q0 = 4 * (seq >> 1);
-    if (kSwiBwdSlots && threadIdx.x % 128 == 0) {
+    if (kSwiBwd && threadIdx.x % 128 == 0) {
       wg::bulk_wait_read<0>();
 #pragma unroll
       for (int j = 0; j < kBwdSlots; ++j) load_quarter(p, tl, j, out_stage.addr + (q0 + j) % kBwdSlots * kOutStageBytes, slot_full(wgi, (q0 + j) % kBwdSlots));
@@ -616,13 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       uint32_t dh[2][32];
 #pragma unroll
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      const OutStage staged{out_stage.addr + 2 * kOutStageBytes, out_stage.ptr + 2 * kOutStageBytes, out_stage.barrier};
-      store_swiglu_bwd(p, tl, warp, gid, tig, dh, out_stage.addr, aux_full(wgi), staged);
-    } else if constexpr (kSwiBwdSlots) {
-      uint32_t dh[2][32];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      store_swiglu_bwd_slots(p, tl, warp, q0, dh, out_stage.addr, slot_full(wgi, 0), out_stage.barrier);
+      store_swiglu_bwd(p, tl, warp, q0, dh, out_stage.addr, slot_full(wgi, 0), out_stage.barrier);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -714,7 +658,7 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     constexpr bool kT = decltype(at)::value;
     if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
-    } else if constexpr (kE == kSwigluBwd || kE == kSwigluBwdSlots) {  // a = Wdown transposed, ping-pong 128 wide only
+    } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
@@ -730,7 +674,6 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
     case kStore: return with_layout(std::integral_constant<int, kStore>{});
     case kSwiglu: return with_layout(std::integral_constant<int, kSwiglu>{});
     case kSwigluBwd: return with_layout(std::integral_constant<int, kSwigluBwd>{});
-    case kSwigluBwdSlots: return with_layout(std::integral_constant<int, kSwigluBwdSlots>{});
     case 64: return with_layout(std::integral_constant<int, 64>{});
     case 128: return with_layout(std::integral_constant<int, 128>{});
     default: return nullptr;

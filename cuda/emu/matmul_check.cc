@@ -168,10 +168,9 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
   return rel <= 5e-3;
 }
 
-// kSwigluBwd or kSwigluBwdSlots (`epilogue`; ping-pong, 128 wide): dh = Wdownᵀ · doutᵀ with
-// Wdown [d][F] (a transposed) and dout [rows][d], then dG and dU from dh rounded to bf16 and G, U
-// (random), against float64.
-bool run_swiglu_bwd(int F, int rows, int d, int epilogue, double& rel) {
+// kSwigluBwd (ping-pong, 128 wide): dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and
+// dout [rows][d], then dG and dU from dh rounded to bf16 and G, U (random), against float64.
+bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
@@ -181,7 +180,7 @@ bool run_swiglu_bwd(int F, int rows, int d, int epilogue, double& rel) {
     std::printf("swiglu bwd: %s\n", err);
     return false;
   }
-  launch(mdlm::gemm::kernel_for(epilogue, mdlm::gemm::kPingPong, 128, true), p, mdlm::gemm::smem_bytes(128, epilogue));
+  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd));
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
   double e2[2] = {0, 0}, r2[2] = {0, 0};
   for (int f = 0; f < F; ++f)
@@ -237,19 +236,17 @@ int main() {
       std::fflush(stdout);
     }
   }
-  // F and rows multiples of 8, with tails in both; 3 blocks over more tiles: the G and U buffers
-  // (or slots) reused, their mbarriers' phases turning.
+  // F and rows multiples of 8, with tails in both; 3 blocks over more tiles: the slots reused,
+  // their mbarriers' phases turning.
   const int swiglu_bwd_cases[][3] = {{104, 200, 72}, {256, 296, 136}, {392, 520, 64}};
   for (const auto& c : swiglu_bwd_cases) {
-    for (const int epilogue : {mdlm::gemm::kSwigluBwd, mdlm::gemm::kSwigluBwdSlots}) {
-      double rel = NAN;
-      const bool ok = run_swiglu_bwd(c[0], c[1], c[2], epilogue, rel);
-      failed += !ok;
-      char label[96];
-      std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
-      std::printf("%-64s %-12s rel err %.3e%s\n", label, epilogue == mdlm::gemm::kSwigluBwd ? "ping 128 tma" : "3 slots", rel, ok ? "  ok" : "  FAIL");
-      std::fflush(stdout);
-    }
+    double rel = NAN;
+    const bool ok = run_swiglu_bwd(c[0], c[1], c[2], rel);
+    failed += !ok;
+    char label[96];
+    std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
+    std::printf("%-64s %-12s rel err %.3e%s\n", label, "ping 128 tma", rel, ok ? "  ok" : "  FAIL");
+    std::fflush(stdout);
   }
   return failed ? 1 : 0;
 }
