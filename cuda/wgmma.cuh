@@ -161,6 +161,12 @@ __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, i
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// `bytes` (a multiple of 16) from global `src` to shared address `dst`, both 16-byte aligned,
+// credited to mbarrier `bar`: a one-dimensional TMA copy, no tensor map.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 // The box of `map` at (c0, c1, c2, c3) from shared address `src` (the load's layout) to global
 // memory, in this thread's current bulk group; elements out of bounds are not written. The
 // writes to `src` must be made visible to the copy engine first (fence_proxy_async, then a
