@@ -134,10 +134,17 @@ __device__ __forceinline__ Online block_online(Online acc) {
   return Online{red[0][0], red[1][0]};
 }
 
+// A row's lse as max + log Σ exp(x − max), the two kept apart: the gradient pass takes x − lse as
+// (x − max) − log s, exact where the target dominates (x = max, log s small), where x − lse rounded
+// lse's f32 error into a relative 2e-5 of the target's gradient (an H100, 1 × 3 f32).
+struct RowLse {
+  float m, log_s;
+};
+
 // The loss pass over row `row`: lse, and the loss from the target's logit `xt` (read by thread 0
 // before the pass). Returns the row's lse.
 template <int kThreads, typename T, int VEC>
-__device__ __forceinline__ float loss_row(const T* p, int row, int t, float xt, const float* weights, float* loss, float* lse, int vocab) {
+__device__ __forceinline__ RowLse loss_row(const T* p, int row, int t, float xt, const float* weights, float* loss, float* lse, int vocab) {
   Online acc;
   sweep_row<VEC>(row_head<VEC>(p, vocab), vocab, [&](int j, auto& v) { load(p + j, v); }, [&](int, const auto& v) { acc.push(v); });
   acc = block_online<kThreads>(acc);
@@ -150,7 +157,7 @@ __device__ __forceinline__ float loss_row(const T* p, int row, int t, float xt, 
     else if (t >= 0) l = weights[row] * ((acc.m - xt) + log_s);
     loss[row] = l;
   }
-  return acc.m + log_s;
+  return {acc.m, log_s};
 }
 
 // The target's logit, read by thread 0 before a pass may overwrite it (0 for other threads).
@@ -168,7 +175,7 @@ __device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
 // L2's usual policy, 0.585 evicted first (bench/RESULTS.md, twenty-second session).
 // `read`: how p's reads treat L2 (L2::keep for a row in shared memory).
 template <typename T, int VEC, L2 read = L2::evict_first>
-__device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, float l, int vocab) {
+__device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, RowLse l, int vocab) {
   const int head = row_head<VEC>(p, vocab);
   if (t < 0 || t >= vocab) {
     const float fill = t < 0 ? 0.0f : CUDART_NAN_F;
@@ -183,11 +190,11 @@ __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scal
     constexpr int N = sizeof(v) / sizeof(float);
     float g[N];
 #pragma unroll
-    for (int e = 0; e < N; e++) g[e] = scale * __expf(v[e] - l);
+    for (int e = 0; e < N; e++) g[e] = scale * __expf((v[e] - l.m) - l.log_s);
     if (static_cast<unsigned>(t - j) < static_cast<unsigned>(N)) {
 #pragma unroll
       for (int e = 0; e < N; e++) {
-        if (j + e == t) g[e] = scale * expm1f(v[e] - l);
+        if (j + e == t) g[e] = scale * expm1f((v[e] - l.m) - l.log_s);
       }
     }
     store<T, N, L2::evict_first>(q + j, g);
@@ -211,7 +218,7 @@ __global__ void __launch_bounds__(kCeMaxThreads)
   wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
-  gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], lse[row], vocab);
+  gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], RowLse{lse[row], 0.0f}, vocab);
 }
 
 template <typename T, int VEC>
@@ -222,7 +229,7 @@ __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
-  const float l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
+  const RowLse l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
   gradient_row<T, VEC>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
 }
 
@@ -272,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float scale = dloss[row] * weights[row];
     wg::mbar_wait(bar + 8 * b, static_cast<uint32_t>(i >> 1) & 1u);  // buffer b's (i / 2)-th row
     const T* p = reinterpret_cast<const T*>(buffer(b));
-    const float l = loss_row<kThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
+    const RowLse l = loss_row<kThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
     gradient_row<T, VEC, L2::keep>(p, dlogits + static_cast<int64_t>(row) * vocab, t, scale, l, vocab);
     // Every thread's reads of the buffer (the generic proxy) before the copy (the async proxy)
     // that overwrites it.
