@@ -246,12 +246,16 @@ __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
 // registers held for it: the two-blocks kernel above keeps 64 KB an SM in flight in registers,
 // 3.2 of an H200's 4.8 TB/s (bench/RESULTS.md, twenty-third session).
 // Shared memory: two mbarriers in the first 128 bytes, then the buffers, 128-byte aligned.
-// kThreads 1024 (64 registers: ptxas spills 8 bytes) or 512 (MDLM_CE_BULK_THREADS=512, an A/B).
+// 1024 threads (64 registers: ptxas spills 8 bytes); 512 were 0.07-0.13 ms a 124M step slower on
+// an H100. On an H100 it is level with the two-blocks kernel, which reached 84% of that GPU's
+// bandwidth already (0.585 against 0.586 ms at 8192 × 50304; twenty-fourth session); on an H200
+// it is untimed (MDLM_CE_BULK=0 runs the two-blocks kernel instead, for that A/B).
+constexpr int kCeBulkThreads = 1024;
 
 __host__ __device__ constexpr uint32_t ce_bulk_stride(int vocab, int elem_bytes) { return (static_cast<uint32_t>(vocab) * elem_bytes + 127) / 128 * 128; }
 
-template <typename T, int kThreads>
-__global__ void __launch_bounds__(kThreads, 1)
+template <typename T>
+__global__ void __launch_bounds__(kCeBulkThreads, 1)
     cross_entropy_fused_bulk_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights, const float* __restrict__ dloss,
                                     float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int rows, int vocab) {
   wait_previous_kernel();
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const float scale = dloss[row] * weights[row];
     wg::mbar_wait(bar + 8 * b, static_cast<uint32_t>(i >> 1) & 1u);  // buffer b's (i / 2)-th row
     const T* p = reinterpret_cast<const T*>(buffer(b));
-    const RowLse l = loss_row<kThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
+    const RowLse l = loss_row<kCeBulkThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
     gradient_row<T, VEC, L2::keep>(p, dlogits + static_cast<int64_t>(row) * vocab, t, scale, l, vocab);
     // Every thread's reads of the buffer (the generic proxy) before the copy (the async proxy)
     // that overwrites it.
@@ -354,14 +358,13 @@ bool launch_ce_bulk(const OpCall& call, int rows, int vocab) {
   if (env_knob("MDLM_CE_BULK") == "0" || !hopper_bf16(call, dtype, {rows, vocab}) || vocab % kVec16<bf16> != 0 || !all_aligned16({logits, dlogits})) return false;
   const size_t smem = 128 + 2 * static_cast<size_t>(ce_bulk_stride(vocab, sizeof(bf16)));
   if (smem > call.device->sharedMemPerBlockOptin) return false;
-  const bool half = env_knob("MDLM_CE_BULK_THREADS") == "512";
-  const auto kernel = half ? cross_entropy_fused_bulk_kernel<bf16, 512> : cross_entropy_fused_bulk_kernel<bf16, 1024>;
-  static size_t allowed[2] = {0, 0};  // the most dynamic shared memory each form was allowed so far
-  if (smem > allowed[half]) {
+  const auto kernel = cross_entropy_fused_bulk_kernel<bf16>;
+  static size_t allowed = 0;  // the most dynamic shared memory the kernel was allowed so far
+  if (smem > allowed) {
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "cross_entropy_fused (bulk): shared memory");
-    allowed[half] = smem;
+    allowed = smem;
   }
-  check_cuda(launch_kernel(kernel, std::min(rows, sm_count(call)), half ? 512 : 1024, smem, call.stream, static_cast<const bf16*>(logits),
+  check_cuda(launch_kernel(kernel, std::min(rows, sm_count(call)), kCeBulkThreads, smem, call.stream, static_cast<const bf16*>(logits),
       static_cast<const int*>(call.arg("targets").ptr), static_cast<const float*>(call.arg("weights").ptr),
       static_cast<const float*>(call.arg("dloss").ptr), static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr),
       static_cast<bf16*>(dlogits), rows, vocab), call.op.c_str());
