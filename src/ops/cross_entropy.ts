@@ -210,7 +210,10 @@ export const crossEntropyFused = defineOp<CrossEntropyAttrs>({
       gradientRow('cross_entropy_fused', args, r, vocab);
     }
   },
-  cases: backwardCases,
+  // Not the one-row 1x3: like the forward's cases (forwardCases), its lse may land near 0 where f32
+  // m + log s keeps only an absolute error (WebGPU: a relative 1e-4 at 3 of 600 seeds); 9x3 takes
+  // the scalar tail.
+  cases: (scale) => backwardCases(scale).filter((c) => c.attrs.rows > 1),
   sample(rng, attrs) {
     return { ...sampleInputs(rng, attrs), dloss: randn(rng, attrs.rows) };
   },
