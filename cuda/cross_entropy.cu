@@ -17,7 +17,9 @@
 // fourteenth pass). The gradient pass's reads and writes are evicted first from L2, so that
 // they keep the rows in L2 for the second read (gradient_row). With that, on an H100 at 8192 ×
 // 50304: four blocks of 256 were 21% slower than two of 512, and the loss pass's reads evicted
-// last 1% faster, no faster in training (twenty-second session).
+// last 1% faster, no faster in training (twenty-second session). On Hopper in bf16 rows come
+// instead by TMA copies into shared memory, a whole row in flight an SM while the other is worked
+// on (cross_entropy_fused_bulk_kernel, below).
 // In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
@@ -142,7 +144,7 @@ struct RowLse {
 };
 
 // The loss pass over row `row`: lse, and the loss from the target's logit `xt` (read by thread 0
-// before the pass). Returns the row's lse.
+// before the pass). Returns the row's lse in its two parts.
 template <int kThreads, typename T, int VEC>
 __device__ __forceinline__ RowLse loss_row(const T* p, int row, int t, float xt, const float* weights, float* loss, float* lse, int vocab) {
   Online acc;
