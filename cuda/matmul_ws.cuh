@@ -340,7 +340,7 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
   store_block<kBN>(d, v, warp, gid, tig, st);
 }
 
-// The first (half = 0) or second half of SwiGLU's [2F][n] out, G or dG, U or dU: rows f0.. of
+// The first (half = 0) or second half of SwiGLU's [2F][n] out, G or U: rows f0.. of
 // the F, through out_map or out2_map.
 __device__ __forceinline__ Block swiglu_half(const Params& p, const Tile& tl, int f0, int half) {
   return Block{p.out + (int64_t)half * p.swiglu_f * p.ldo, p.ldo, p.swiglu_f, p.n, f0, tl.n0, p.tma_store ? (half ? &p.out2_map : &p.out_map) : nullptr, 0};
