@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#ifdef MDLM_ATTN_EMULATE
+#include "emu/warp_emu.h"  // before the kernels: their CUDA names become the emulator's
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -230,6 +233,13 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
   config.attrs = &pdl, config.numAttrs = pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+#else
+// On the warp emulator (one-dimensional blocks), the kernel run to its end.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t, Args&&... args) {
+  ::emu::launch(kernel, grid, static_cast<int>(block.x), smem, std::forward<Args>(args)...);
+  return cudaSuccess;
 }
 #endif
 

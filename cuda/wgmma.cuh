@@ -135,6 +135,7 @@ __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, i
 __device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, int c0, int c1, int c2, int c3) {
   ::emu::tile_store(src, &map, {c0, c1, c2, c3, 0});
 }
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) { ::emu::bulk_load(dst, src, bytes, bar); }
 __device__ __forceinline__ void bulk_commit() { ::emu::bulk_commit(); }
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() { ::emu::bulk_wait_read(N); }

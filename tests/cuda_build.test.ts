@@ -250,6 +250,19 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     }
   }, EMU_TIMEOUT);
 
+  it('runs cross_entropy_fused (rows by bulk copies into two shared buffers, and two blocks a row) within tolerance of float64, in place too, under every kind of schedule', async () => {
+    const exe = await buildEmu('cross_entropy_check.cc', 'cross_entropy_check');
+    // A block's next-but-one row asked for before every thread has read the buffer shows under
+    // the random schedules (and with eager copies), not under the default one.
+    const schedules: Record<string, string>[] = [{}, { EMU_SCHEDULE: 'random:11' }, { EMU_SCHEDULE: 'random:3', EMU_CP_ASYNC: 'eager' }];
+    for (const extra of schedules) {
+      const { stdout } = await run(exe, [], { env: env(extra), maxBuffer: 1 << 24 });
+      const lines = stdout.trim().split('\n');
+      expect(lines.length, stdout).toBe(6);
+      for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ \([a-z]+\) {2}ok$/);
+    }
+  }, EMU_TIMEOUT);
+
   it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {
     // A random priority order with one thread held, at random points, until every other thread
     // is blocked (warp_emu.h, EMU_SCHEDULE=random). Seed 8 holds lane 0 of warp 8, the producer

@@ -115,6 +115,7 @@ struct TileCopy {
   int coord[5];
   int64_t bytes;
   Block* block;  // whose shared memory: the load's destination (a multicast's each), the store's source
+  const void* linear_src = nullptr;  // a one-dimensional bulk copy's source (no map, no swizzle)
 };
 
 struct Thread {
@@ -723,6 +724,10 @@ inline TileCopy tile_copy(uint32_t smem, const TensorMap* map, const int (&coord
 // waits on the mbarrier with its arrivals all in (mbarrier_settle).
 inline void land_tile(const TileCopy& t) {
   check_proxy_fenced(*t.block, t.smem, t.bytes, "a TMA load landed");
+  if (t.linear_src) {
+    std::memcpy(t.block->smem.data() + t.smem, t.linear_src, (size_t)t.bytes);
+    return;
+  }
   each_box_element(t, [&](int64_t global, uint32_t smem) {
     uint16_t v = 0;
     if (global >= 0) std::memcpy(&v, static_cast<const unsigned char*>(t.map.base) + global, 2);
@@ -744,6 +749,16 @@ inline void queue_tile_load(const TileCopy& t, uint32_t bar) {
 
 inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
   queue_tile_load(tile_copy(dst, map, coord, "tile load"), bar);
+}
+
+// cp.async.bulk (one-dimensional, mbarrier::complete_tx): `bytes` from global `src` to shared
+// address `dst`, landing as a tile load does.
+inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  if (dst % 16 != 0 || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) fail("bulk copy: address or size not a multiple of 16 bytes");
+  check_smem(dst, bytes);
+  TileCopy t{};
+  t.smem = dst, t.bytes = bytes, t.block = block_ptr(), t.linear_src = src;
+  queue_tile_load(t, bar);
 }
 
 // .multicast::cluster: the box to shared address `dst` of every block of the cluster whose rank's
@@ -1003,6 +1018,10 @@ inline void wgmma_wait(int n) { wgmma_group_sync(2, n); }
 #define __grid_constant__
 #undef __device__
 #define __device__
+// Static shared memory (the SIMT kernels' block reductions): one variable for the whole grid,
+// which is the block's own, as blocks run one at a time (launch); cluster kernels have none.
+#undef __shared__
+#define __shared__ static
 
 #define threadIdx (::emu::thread_ptr()->tid)
 #define blockIdx (::emu::block_ptr()->bid)
@@ -1024,6 +1043,16 @@ inline float __log2f(float x) { return std::log2(x); }
 inline float __expf(float x) { return std::exp(x); }
 inline void __sincosf(float x, float* s, float* c) { *s = std::sin(x), *c = std::cos(x); }
 inline float __fdividef(float a, float b) { return a / b; }
+inline float __int_as_float(int i) {
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+template <typename T>
+inline T __ldcs(const T* p) { return *p; }
+template <typename T>
+inline void __stcs(T* p, T v) { *p = v; }
+inline size_t __cvta_generic_to_shared(const void* p) { return emu::smem_addr(p); }
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
