@@ -30,7 +30,7 @@
 
 #include <cfloat>
 
-#include "attention.cuh"  // MDLM_ATTN_DYNAMIC_SMEM
+#include "attention.cuh"  // MDLM_ATTN_DYNAMIC_SMEM, attn::smem_u32
 #include "common.cuh"
 #include "wgmma.cuh"
 
@@ -282,11 +282,11 @@ __global__ void __launch_bounds__(kCeBulkThreads, 1)
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, ce_smem);
   constexpr int VEC = kVec16<T>;
   const uint32_t row_bytes = static_cast<uint32_t>(vocab) * sizeof(T), stride = ce_bulk_stride(vocab, sizeof(T));
-  const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(ce_smem));  // buffer b's mbarrier at bar + 8b
+  const uint32_t bar = attn::smem_u32(ce_smem);  // buffer b's mbarrier at bar + 8b
   const auto buffer = [&](int b) { return ce_smem + 128 + b * stride; };
   const auto fetch = [&](int row, int b) {
     wg::mbar_arrive_expect_tx(bar + 8 * b, row_bytes);
-    wg::bulk_load(static_cast<uint32_t>(__cvta_generic_to_shared(buffer(b))), logits + static_cast<int64_t>(row) * vocab, row_bytes, bar + 8 * b);
+    wg::bulk_load(attn::smem_u32(buffer(b)), logits + static_cast<int64_t>(row) * vocab, row_bytes, bar + 8 * b);
   };
   if (threadIdx.x == 0) {
     wg::mbar_init(bar, 1);

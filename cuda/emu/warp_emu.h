@@ -1052,7 +1052,6 @@ template <typename T>
 inline T __ldcs(const T* p) { return *p; }
 template <typename T>
 inline void __stcs(T* p, T v) { *p = v; }
-inline size_t __cvta_generic_to_shared(const void* p) { return emu::smem_addr(p); }
 inline float __uint_as_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);

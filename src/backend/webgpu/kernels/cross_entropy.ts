@@ -35,8 +35,8 @@ function dispatchGradient(k: KernelContext, { logits: given, targets, weights, l
   }
   const n = rows * vocab;
   const params = { rows, vocab };
-  // Without lseParts the shader never reads parts_saved, but a binding it declares needs a buffer.
-  const rowArgs = { targets: targets!, weights: weights!, lse_saved: lse!, parts_saved: lseParts ?? dloss!, dloss: dloss! };
+  // Without lseParts the shader never reads parts_saved, but a binding it declares needs a buffer of its size.
+  const rowArgs = { targets: targets!, weights: weights!, lse_saved: lse!, parts_saved: lseParts ?? k.scratch([rows, 2], 'f32'), dloss: dloss! };
   const constants = { LSE_PARTS: lseParts ? 1 : 0 };
   if (n >= 4) {
     k.dispatch({
