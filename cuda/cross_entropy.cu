@@ -17,9 +17,10 @@
 // fourteenth pass). The gradient pass's reads and writes are evicted first from L2, so that
 // they keep the rows in L2 for the second read (gradient_row). With that, on an H100 at 8192 ×
 // 50304: four blocks of 256 were 21% slower than two of 512, and the loss pass's reads evicted
-// last 1% faster, no faster in training (twenty-second session). On Hopper in bf16 rows come
-// instead by TMA copies into shared memory, a whole row in flight an SM while the other is worked
-// on (cross_entropy_fused_bulk_kernel, below).
+// last 1% faster, no faster in training (twenty-second session). Whole rows by TMA bulk copies
+// into two shared buffers (bf16 on Hopper, one block of 1024 threads an SM) were level with two
+// blocks of 512 to 11% slower on H100s, and were taken back (bench/RESULTS.md, twenty-fourth and
+// twenty-fifth sessions).
 // In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
@@ -30,9 +31,7 @@
 
 #include <cfloat>
 
-#include "attention.cuh"  // MDLM_ATTN_DYNAMIC_SMEM, attn::smem_u32
 #include "common.cuh"
-#include "wgmma.cuh"
 
 namespace mdlm {
 
@@ -192,8 +191,7 @@ __device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
 // each row in L2 for this pass, and the gradients in flight (26 MB, as much again as the rows in
 // flight) pushed rows out before their second read. 8192 × 50304 bf16 on an H100: 0.733 ms with
 // L2's usual policy, 0.585 evicted first (bench/RESULTS.md, twenty-second session).
-// `read`: how p's reads treat L2 (L2::keep for a row in shared memory).
-template <typename T, int VEC, L2 read = L2::evict_first>
+template <typename T, int VEC>
 __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, RowLse l, int vocab) {
   const int head = row_head<VEC>(p, vocab);
   if (t < 0 || t >= vocab) {
@@ -205,7 +203,7 @@ __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scal
     });
     return;
   }
-  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load<T, sizeof(v) / sizeof(float), read>(p + j, v); }, [&](int j, const auto& v) {
+  sweep_row<VEC>(head, vocab, [&](int j, auto& v) { load<T, sizeof(v) / sizeof(float), L2::evict_first>(p + j, v); }, [&](int j, const auto& v) {
     constexpr int N = sizeof(v) / sizeof(float);
     float g[N];
 #pragma unroll
@@ -250,67 +248,6 @@ __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
   const T* p = logits + start;
   const RowLse l = loss_row<kCeFusedThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
   gradient_row<T, VEC>(p, dlogits + start, t, dloss[row] * weights[row], l, vocab);
-}
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || defined(MDLM_ATTN_EMULATE)
-#define MDLM_CE_BULK 1
-#endif
-
-// cross_entropy_fused on Hopper, rows of 16-byte multiples two of which fit in shared memory
-// (bf16 vocabularies up to about 58K): one block an SM walks rows blockIdx.x, + gridDim.x, ...,
-// each row brought whole into one of two shared buffers by a one-dimensional TMA copy (wg::bulk_load),
-// the next but one asked for as soon as a row's passes have read its buffer. Both passes read
-// the row from shared memory, so the logits leave memory once with no help from L2, and a whole
-// row (100 KB at a GPT-2 vocabulary) is in flight an SM while the other is worked on, with no
-// registers held for it: the two-blocks kernel above keeps 64 KB an SM in flight in registers,
-// 3.2 of an H200's 4.8 TB/s (bench/RESULTS.md, twenty-third session).
-// Shared memory: two mbarriers in the first 128 bytes, then the buffers, 128-byte aligned.
-// 1024 threads (64 registers: ptxas spills 8 bytes); 512 were 0.07-0.13 ms a 124M step slower on
-// an H100. On an H100 it is level with the two-blocks kernel, which reached 84% of that GPU's
-// bandwidth already (0.585 against 0.586 ms at 8192 × 50304; twenty-fourth session); on an H200
-// it is untimed (MDLM_CE_BULK=0 runs the two-blocks kernel instead, for that A/B).
-constexpr int kCeBulkThreads = 1024;
-
-__host__ __device__ constexpr uint32_t ce_bulk_stride(int vocab, int elem_bytes) { return (static_cast<uint32_t>(vocab) * elem_bytes + 127) / 128 * 128; }
-
-template <typename T>
-__global__ void __launch_bounds__(kCeBulkThreads, 1)
-    cross_entropy_fused_bulk_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights, const float* __restrict__ dloss,
-                                    float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int rows, int vocab) {
-  wait_previous_kernel();
-#ifdef MDLM_CE_BULK
-  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, ce_smem);
-  constexpr int VEC = kVec16<T>;
-  const uint32_t row_bytes = static_cast<uint32_t>(vocab) * sizeof(T), stride = ce_bulk_stride(vocab, sizeof(T));
-  const uint32_t bar = attn::smem_u32(ce_smem);  // buffer b's mbarrier at bar + 8b
-  const auto buffer = [&](int b) { return ce_smem + 128 + b * stride; };
-  const auto fetch = [&](int row, int b) {
-    wg::mbar_arrive_expect_tx(bar + 8 * b, row_bytes);
-    wg::bulk_load(attn::smem_u32(buffer(b)), logits + static_cast<int64_t>(row) * vocab, row_bytes, bar + 8 * b);
-  };
-  if (threadIdx.x == 0) {
-    wg::mbar_init(bar, 1);
-    wg::mbar_init(bar + 8, 1);
-    wg::fence_mbarrier_init();
-    for (int b = 0; b < 2; ++b) {
-      if (blockIdx.x + b * gridDim.x < rows) fetch(blockIdx.x + b * gridDim.x, b);
-    }
-  }
-  __syncthreads();
-  for (int i = 0, row = blockIdx.x; row < rows; ++i, row += gridDim.x) {
-    const int b = i & 1, t = targets[row];
-    const float scale = dloss[row] * weights[row];
-    wg::mbar_wait(bar + 8 * b, static_cast<uint32_t>(i >> 1) & 1u);  // buffer b's (i / 2)-th row
-    const T* p = reinterpret_cast<const T*>(buffer(b));
-    const RowLse l = loss_row<kCeBulkThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
-    gradient_row<T, VEC, L2::keep>(p, dlogits + static_cast<int64_t>(row) * vocab, t, scale, l, vocab);
-    // Every thread's reads of the buffer (the generic proxy) before the copy (the async proxy)
-    // that overwrites it.
-    wg::fence_proxy_async();
-    __syncthreads();
-    if (threadIdx.x == 0 && row + 2 * gridDim.x < rows) fetch(row + 2 * gridDim.x, b);
-  }
-#endif
 }
 
 // One block per row, as many threads as the row has vectors up to `most`.
@@ -365,45 +302,9 @@ MDLM_OP(cross_entropy_backward) {
   });
 }
 
-namespace mdlm {
-
-// Whether cross_entropy_fused_bulk_kernel takes the call (MDLM_CE_BULK=0: never): an sm_90 GPU,
-// bf16, rows of 16-byte multiples from 16-byte aligned logits and dlogits, two rows within the
-// block's shared memory. Launches it if so.
-bool launch_ce_bulk(const OpCall& call, int rows, int vocab) {
-  const void* logits = call.arg("logits").ptr;
-  void* dlogits = call.arg("dlogits").ptr;
-  const DType dtype = float_dtype_of(call, {"logits", "dlogits"});
-  if (env_knob("MDLM_CE_BULK") == "0" || vocab % kVec16<bf16> != 0 || !all_aligned16({logits, dlogits})) return false;
-  const size_t smem = 128 + 2 * static_cast<size_t>(ce_bulk_stride(vocab, sizeof(bf16)));
-  const auto kernel = cross_entropy_fused_bulk_kernel<bf16>;
-#ifdef MDLM_ATTN_EMULATE
-  // The warp emulator (cuda/emu/cross_entropy_check.cc) models the Hopper kernel: three blocks,
-  // so that each walks several rows and takes each buffer more than once.
-  if (dtype != DType::bf16) return false;
-  const int blocks = std::min(rows, 3);
-#else
-  if (!hopper_bf16(call, dtype, {rows, vocab}) || smem > call.device->sharedMemPerBlockOptin) return false;
-  static size_t allowed = 0;  // the most dynamic shared memory the kernel was allowed so far
-  if (smem > allowed) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), "cross_entropy_fused (bulk): shared memory");
-    allowed = smem;
-  }
-  const int blocks = std::min(rows, sm_count(call));
-#endif
-  check_cuda(launch_kernel(kernel, blocks, kCeBulkThreads, smem, call.stream, static_cast<const bf16*>(logits),
-      static_cast<const int*>(call.arg("targets").ptr), static_cast<const float*>(call.arg("weights").ptr),
-      static_cast<const float*>(call.arg("dloss").ptr), static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr),
-      static_cast<bf16*>(dlogits), rows, vocab), call.op.c_str());
-  return true;
-}
-
-}  // namespace mdlm
-
 MDLM_OP(cross_entropy_fused) {
   using namespace mdlm;
   const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  if (rows > 0 && launch_ce_bulk(call, rows, vocab)) return;
   with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;

@@ -135,7 +135,6 @@ __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, i
 __device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, int c0, int c1, int c2, int c3) {
   ::emu::tile_store(src, &map, {c0, c1, c2, c3, 0});
 }
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) { ::emu::bulk_load(dst, src, bytes, bar); }
 __device__ __forceinline__ void bulk_commit() { ::emu::bulk_commit(); }
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() { ::emu::bulk_wait_read(N); }
@@ -161,12 +160,6 @@ __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, i
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
-}
-// `bytes` (a multiple of 16) from global `src` to shared address `dst`, both 16-byte aligned,
-// credited to mbarrier `bar`: a one-dimensional TMA copy, no tensor map.
-__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-               : "memory");
 }
 // The box of `map` at (c0, c1, c2, c3) from shared address `src` (the load's layout) to global
 // memory, in this thread's current bulk group; elements out of bounds are not written. The

@@ -115,7 +115,6 @@ struct TileCopy {
   int coord[5];
   int64_t bytes;
   Block* block;  // whose shared memory: the load's destination (a multicast's each), the store's source
-  const void* linear_src = nullptr;  // a one-dimensional bulk copy's source (no map, no swizzle)
 };
 
 struct Thread {
@@ -724,10 +723,6 @@ inline TileCopy tile_copy(uint32_t smem, const TensorMap* map, const int (&coord
 // waits on the mbarrier with its arrivals all in (mbarrier_settle).
 inline void land_tile(const TileCopy& t) {
   check_proxy_fenced(*t.block, t.smem, t.bytes, "a TMA load landed");
-  if (t.linear_src) {
-    std::memcpy(t.block->smem.data() + t.smem, t.linear_src, (size_t)t.bytes);
-    return;
-  }
   each_box_element(t, [&](int64_t global, uint32_t smem) {
     uint16_t v = 0;
     if (global >= 0) std::memcpy(&v, static_cast<const unsigned char*>(t.map.base) + global, 2);
@@ -749,16 +744,6 @@ inline void queue_tile_load(const TileCopy& t, uint32_t bar) {
 
 inline void tile_load(uint32_t dst, const TensorMap* map, const int (&coord)[5], uint32_t bar) {
   queue_tile_load(tile_copy(dst, map, coord, "tile load"), bar);
-}
-
-// cp.async.bulk (one-dimensional, mbarrier::complete_tx): `bytes` from global `src` to shared
-// address `dst`, landing as a tile load does.
-inline void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
-  if (dst % 16 != 0 || bytes % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) fail("bulk copy: address or size not a multiple of 16 bytes");
-  check_smem(dst, bytes);
-  TileCopy t{};
-  t.smem = dst, t.bytes = bytes, t.block = block_ptr(), t.linear_src = src;
-  queue_tile_load(t, bar);
 }
 
 // .multicast::cluster: the box to shared address `dst` of every block of the cluster whose rank's

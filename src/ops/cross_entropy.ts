@@ -98,9 +98,9 @@ function backwardCases(scale: 'test' | 'bench') {
         { label: '7x257 (tail of 3)', attrs: { rows: 7, vocab: 257 } },
         { label: '5x1003 (tail of 3)', attrs: { rows: 5, vocab: 1003 } },
         { label: '4x1024 (aligned rows)', attrs: { rows: 4, vocab: 1024 } },
-        // More rows than twice an H100's or H200's 132 SMs: CUDA's bulk-copy kernel (bf16, Hopper)
-        // takes each of its two row buffers a second time.
-        { label: '300x1024 (aligned rows, three a block on a Hopper GPU)', attrs: { rows: 300, vocab: 1024 } },
+        // More rows than twice an H100's or H200's 132 SMs: more blocks than CUDA's fused kernel
+        // (a block a row, two an SM) holds at once, so some start only as others finish.
+        { label: '300x1024 (aligned rows, more than two a Hopper SM)', attrs: { rows: 300, vocab: 1024 } },
         { label: '9x3 (vec4s straddle rows)', attrs: { rows: 9, vocab: 3 } },
         { label: '1x3 (tail only)', attrs: { rows: 1, vocab: 3 } },
       ]
