@@ -2,7 +2,8 @@
 // defines it. f32 computes with CUBLAS_COMPUTE_32F (true f32 FMAs, never TF32: the op's f32
 // tolerance would not hold); bf16 inputs with f32 accumulation and f32 scale, out in bf16 or (outF32)
 // f32. accumulate is GEMM's beta = 1 with C = D = out: weight gradients land in the f32 master
-// gradient directly.
+// gradient directly. matmul_add is beta = 1 with C = residual, D = out: a decoder block's output
+// projection writes the residual stream's next value, the add read in the GEMM's epilogue.
 //
 // cuBLASLt is column-major. A row-major [r, c] matrix is the column-major [c, r] matrix with
 // ld = c, its transpose; so out = op(A)·op(B) is computed as outᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's
@@ -61,10 +62,10 @@ struct PlanKey {
   DType dtype, out_dtype;
   int64_t batch, m, n, k;
   bool trans_a, trans_b;
-  uint32_t align_a, align_b, align_out;
+  uint32_t align_a, align_b, align_out, align_c;  // C: out, or matmul_add's residual
   bool operator<(const PlanKey& o) const {
-    return std::tie(dtype, out_dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out) <
-           std::tie(o.dtype, o.out_dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out);
+    return std::tie(dtype, out_dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out, align_c) <
+           std::tie(o.dtype, o.out_dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out, o.align_c);
   }
 };
 
@@ -76,8 +77,8 @@ struct Plan {
 };
 
 template <typename T, typename TO>
-__global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, TO* __restrict__ out, int64_t m, int64_t n,
-                                                              int64_t k, bool trans_a, bool trans_b, bool accumulate) {
+__global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, const TO* addend, TO* out, int64_t m,
+                                                              int64_t n, int64_t k, bool trans_a, bool trans_b) {
   wait_previous_kernel();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t i = blockIdx.y;
@@ -86,8 +87,8 @@ __global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restric
   const T* bb = b + blockIdx.z * k * n;
   float acc = 0.0f;
   for (int64_t l = 0; l < k; l++) acc += to_float(ab[trans_a ? l * m + i : i * k + l]) * to_float(bb[trans_b ? j * k + l : l * n + j]);
-  TO* o = out + blockIdx.z * m * n + i * n + j;
-  *o = from_float<TO>(accumulate ? to_float(*o) + acc : acc);
+  const int64_t o = blockIdx.z * m * n + i * n + j;
+  out[o] = from_float<TO>(addend ? to_float(addend[o]) + acc : acc);
 }
 
 // A column-major rows x cols layout, ld = rows, `batch` of them `stride` elements apart.
@@ -108,10 +109,10 @@ bool autotune_enabled() {
 }
 
 // The fastest of the heuristic's algorithms on this call's operands (out = a·b, beta = 0, into out
-// itself or, when the call accumulates, into a scratch of the same size), or the first when they
-// cannot be timed here.
+// itself or, when the call accumulates, into a scratch of the same size; matmul_add's out =
+// residual + a·b as it is), or the first when they cannot be timed here.
 cublasLtMatmulAlgo_t fastest_algo(const OpCall& call, const Plan& p, const PlanKey& key, const cublasLtMatmulHeuristicResult_t* results, int found,
-                                  const void* a, const void* b, void* out, bool accumulate) {
+                                  const void* a, const void* b, void* out, bool accumulate, const void* residual) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (found < 2 || !autotune_enabled() || cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
     return results[0].algo;
@@ -123,9 +124,10 @@ cublasLtMatmulAlgo_t fastest_algo(const OpCall& call, const Plan& p, const PlanK
     target = call.scratch->get(out_bytes);
   }
   const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
+  const void* c = residual ? residual : target;
   const auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(handle, p.desc, &alpha, b, p.lt_a, a, p.lt_b, &beta, target, p.lt_out, target, p.lt_out, &algo, call.cublaslt_workspace,
+    return cublasLtMatmul(handle, p.desc, &alpha, b, p.lt_a, a, p.lt_b, &beta, c, p.lt_out, target, p.lt_out, &algo, call.cublaslt_workspace,
                           call.cublaslt_workspace_bytes, call.stream);
   };
   cudaEvent_t start = nullptr, stop = nullptr;
@@ -151,7 +153,7 @@ cublasLtMatmulAlgo_t fastest_algo(const OpCall& call, const Plan& p, const PlanK
   return best;
 }
 
-Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
+Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate, const void* residual) {
   const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
   const cudaDataType_t type = key.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const int64_t m = key.m, n = key.n, k = key.k;
@@ -173,7 +175,7 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)), "set MAX_WORKSPACE_BYTES");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_b, sizeof(uint32_t)), "set MIN_ALIGNMENT_A");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t)), "set MIN_ALIGNMENT_B");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
+  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_D");
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
@@ -184,7 +186,7 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
     return p;
   }
   check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-  p.algo = fastest_algo(call, p, key, results, found, a, b, out, accumulate);
+  p.algo = fastest_algo(call, p, key, results, found, a, b, out, accumulate, residual);
   return p;
 }
 
@@ -206,15 +208,14 @@ bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void
   return true;
 }
 
-}  // namespace
-}  // namespace mdlm
-
-MDLM_OP(matmul) {
-  using namespace mdlm;
+// out (+)= op(a) · op(b), or with `residual` out = residual + op(a) · op(b).
+void run_gemm(const OpCall& call, const Arg* residual) {
   const Arg& a = call.arg("a");
   const Arg& b = call.arg("b");
   const Arg& out = call.arg("out");
   const DType dtype = float_dtype_of(call, {"a", "b"});
+  const bool accumulate = !residual && call.flag("accumulate");
+  const void* c = residual ? residual->ptr : out.ptr;  // GEMM's C: read when beta = 1
   // The TypeScript side has checked out's dtype: the inputs' own, or f32 with outF32.
   const PlanKey key{dtype,
                     out.dtype,
@@ -226,13 +227,13 @@ MDLM_OP(matmul) {
                     call.flag("transB"),
                     alignment(a.ptr),
                     alignment(b.ptr),
-                    alignment(out.ptr)};
-  const bool accumulate = call.flag("accumulate");
-  if (launch_ws(call, key, a.ptr, b.ptr, out.ptr, accumulate)) return;
+                    alignment(out.ptr),
+                    alignment(c)};
+  if (!residual && launch_ws(call, key, a.ptr, b.ptr, out.ptr, accumulate)) return;
   // One device and one handle per process, and the JavaScript side calls from one thread.
   static std::map<PlanKey, Plan> plans;
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate)).first;
+  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate, residual ? c : nullptr)).first;
   const Plan& p = it->second;
   if (p.fallback) {
     if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
@@ -242,14 +243,22 @@ MDLM_OP(matmul) {
         using TO = typename decltype(out_tag)::type;
         const dim3 grid(static_cast<unsigned>((key.n + 255) / 256), static_cast<unsigned>(key.m), static_cast<unsigned>(key.batch));
         check_cuda(launch_kernel(matmul_fallback_kernel<T, TO>, grid, 256, 0, call.stream, static_cast<const T*>(a.ptr), static_cast<const T*>(b.ptr),
-                                 static_cast<TO*>(out.ptr), key.m, key.n, key.k, key.trans_a, key.trans_b, accumulate),
+                                 (accumulate || residual) ? static_cast<const TO*>(c) : nullptr, static_cast<TO*>(out.ptr), key.m, key.n, key.k,
+                                 key.trans_a, key.trans_b),
                    "matmul_fallback_kernel");
       });
     });
     return;
   }
-  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-  check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(call.cublaslt), p.desc, &alpha, b.ptr, p.lt_a, a.ptr, p.lt_b, &beta, out.ptr, p.lt_out, out.ptr,
+  const float alpha = 1.0f, beta = (accumulate || residual) ? 1.0f : 0.0f;
+  check_lt(cublasLtMatmul(static_cast<cublasLtHandle_t>(call.cublaslt), p.desc, &alpha, b.ptr, p.lt_a, a.ptr, p.lt_b, &beta, c, p.lt_out, out.ptr,
                           p.lt_out, &p.algo, call.cublaslt_workspace, call.cublaslt_workspace_bytes, call.stream),
            "cublasLtMatmul");
 }
+
+}  // namespace
+}  // namespace mdlm
+
+MDLM_OP(matmul) { mdlm::run_gemm(call, nullptr); }
+
+MDLM_OP(matmul_add) { mdlm::run_gemm(call, &call.arg("residual")); }

@@ -1,5 +1,7 @@
 // matmul: out[b] (+)= op(A[b]) · op(B[b]) with op = identity or transpose, f32 accumulate; with
 // ACCUMULATE the product is added to what out holds (GEMM beta = 1).
+// matmul_add (RESIDUAL): out[b] = residual[b] + op(A[b]) · op(B[b]). Plain matmul binds a
+// placeholder there that it never reads.
 //
 // - Blocks: one workgroup of 256 threads (16 x 16) computes a BM x 128 block of out, BM = 16·TM
 //   (64 by default, 128 in the `rows8` variant). A thread owns rows 4·ty + 64·h + i (h < TM/4,
@@ -38,11 +40,13 @@ struct Params {
 @group(0) @binding(1) var<storage, read> a: array<vec4f>;
 @group(0) @binding(2) var<storage, read> b: array<vec4f>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
+@group(0) @binding(4) var<storage, read> residual: array<f32>;
 
 // a is [k, m] (else [m, k]); b is [n, k] (else [k, n])
 override TRANS_A: bool = false;
 override TRANS_B: bool = false;
 override ACCUMULATE: bool = false;
+override RESIDUAL: bool = false;
 // rows of out per thread: 4 (64 x 128 block) or 8 (128 x 128). On the H200 4 is faster even at
 // 4096³ (src/backend/webgpu/kernels/matmul.ts), though 8 needs fewer shared-memory reads a FMA.
 override TM: u32 = 4u;
@@ -254,7 +258,13 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
         for (var j = 0u; j < 4u; j++) {
           if (col0 + j >= params.n) { continue; }
           let o = base_out + row * params.n + col0 + j;
-          if (ACCUMULATE) { out[o] += v[j]; } else { out[o] = v[j]; }
+          if (ACCUMULATE) {
+            out[o] += v[j];
+          } else if (RESIDUAL) {
+            out[o] = residual[o] + v[j];
+          } else {
+            out[o] = v[j];
+          }
         }
       }
     }

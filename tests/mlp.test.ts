@@ -43,16 +43,18 @@ describe('SwiGluMlp', () => {
       expect(mlp.joined).toBe(joined);
       const rng = new PhiloxStream(3, RngPurpose.harness);
       const host = (n: number) => Float32Array.from({ length: n }, () => rng.normal());
-      const [xh, dyh] = [host(rows * d), host(rows * d)];
-      const x = arena.alloc([rows, d]), dy = arena.alloc([rows, d]), y = arena.alloc([rows, d]), dx = arena.alloc([rows, d]);
+      const [xh, dyh, rh] = [host(rows * d), host(rows * d), host(rows * d)];
+      const x = arena.alloc([rows, d]), dy = arena.alloc([rows, d]), y = arena.alloc([rows, d]), dx = arena.alloc([rows, d]), residual = arena.alloc([rows, d]);
       b.upload(x, xh);
       b.upload(dy, dyh);
-      mlp.forward(b, x, y);
+      b.upload(residual, rh);
+      mlp.forward(b, x, residual, y);
       mlp.backward(b, x, dy, dx);
       const vals = (await b.download(store.value)) as Float32Array;
       const grads = (await b.download(store.grad)) as Float32Array;
       const w = (l: { weight: { offset: number; value: { size: number } } }, from: Float32Array) => Float64Array.from(from.subarray(l.weight.offset, l.weight.offset + l.weight.value.size));
       const want = reference(Float64Array.from(xh), w(mlp.gate, vals), w(mlp.up, vals), w(mlp.down, vals), Float64Array.from(dyh), rows, d, hidden);
+      want.y = want.y.map((v, i) => v + rh[i]!); // the residual added by the down projection
       const got = { y: (await b.download(y)) as Float32Array, dx: (await b.download(dx)) as Float32Array, dwg: w(mlp.gate, grads), dwu: w(mlp.up, grads), dwd: w(mlp.down, grads) };
       for (const k of ['y', 'dx', 'dwg', 'dwu', 'dwd'] as const) expect(relativeError(got[k], want[k], false), k).toBeLessThan(1e-5);
       arena.destroy();

@@ -87,11 +87,13 @@ describe('LlamaModel', () => {
     const x = arena.alloc([rows, d]);
     b.upload(x, Float32Array.from({ length: rows * d }, () => rng.normal()));
     const out = arena.alloc([rows, d]);
+    const residual = arena.alloc([rows, d]);
+    b.upload(residual, new Float32Array(rows * d));
     const segIds = arena.alloc([1, s.seqLen], 'i32');
     const positions = arena.alloc([1, s.seqLen], 'i32');
     b.upload(segIds, new Int32Array(s.seqLen));
     b.upload(positions, Int32Array.from({ length: s.seqLen }, (_, i) => i));
-    attn.forward(b, x, out, segIds, positions, true);
+    attn.forward(b, x, residual, out, segIds, positions, true);
     const got = (await b.download(out)) as Float32Array;
     // Query head h reads kv head floor(h / 2): its value row is bv's slice for that kv head.
     const wo = store.find('attn.wo');

@@ -225,10 +225,8 @@ export class LlamaModel {
     const b = this.backend;
     const N = this.rows;
     this.embed.forward(b, this.ids, this.streams[0]!, N);
-    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.segIds, this.positions, this.causal, this.blocks[i - 1] ?? null));
-    // The last block's residual add, fused into the final norm (as each block's is into the next's norm1).
-    const [mid, branch] = this.blocks[this.cfg.nLayers - 1]!.output;
-    this.finalNorm.forwardAdd(b, mid, branch, this.streams[this.cfg.nLayers]!, this.normed, this.rstdFinal, N);
+    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.segIds, this.positions, this.causal));
+    this.finalNorm.forward(b, this.streams[this.cfg.nLayers]!, this.normed, this.rstdFinal, N);
   }
 
   /**

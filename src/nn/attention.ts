@@ -186,8 +186,8 @@ export class SelfAttention {
     return b.view(this.scratch.qkv, offset, stridedRows(s.batch * s.seqLen, this.qkvWidth, heads * s.headDim));
   }
 
-  /** out [rows, dModel] from x [rows, dModel]. */
-  forward(b: Backend, x: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+  /** out [rows, dModel] = residual + attention(x [rows, dModel]). */
+  forward(b: Backend, x: Tensor, residual: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
     const s = this.s;
     const rows = s.batch * s.seqLen;
     if (this.fused) {
@@ -205,7 +205,7 @@ export class SelfAttention {
       this.projectAll(b, x, positions);
     }
     b.run(attention, { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse }, this.attrs(causal));
-    this.o.forward(b, as2d(b, this.savedOut), out, rows);
+    this.o.forward(b, as2d(b, this.savedOut), out, rows, residual);
   }
 
   /** q, k and v one projection at a time (biases, norms), then rope on q and k. */
@@ -249,11 +249,11 @@ export class SelfAttention {
   }
 
   /**
-   * One new token of one sequence against its KV cache (incremental decoding): x [1, dModel] ->
-   * out [1, dModel]. The token's roped key and its value go into the caches at `pos` first;
-   * `positions` [1, 1] holds pos. The first rows of the training buffers serve as scratch.
+   * One new token of one sequence against its KV cache (incremental decoding): out [1, dModel] =
+   * residual + attention(x [1, dModel]). The token's roped key and its value go into the caches at
+   * `pos` first; `positions` [1, 1] holds pos. The first rows of the training buffers serve as scratch.
    */
-  decode(b: Backend, x: Tensor, out: Tensor, cache: KvCache, pos: number, positions: Tensor): void {
+  decode(b: Backend, x: Tensor, residual: Tensor, out: Tensor, cache: KvCache, pos: number, positions: Tensor): void {
     const s = this.s;
     const D = s.headDim;
     const sc = this.scratch;
@@ -271,7 +271,7 @@ export class SelfAttention {
       { q: b.view(this.savedQ, 0, [1, s.heads, D]), k: cache.k, v: cache.v, out: attnOut },
       { batch: 1, heads: s.heads, kvHeads: s.kvHeads, headDim: D, maxLen: cache.k.shape[1]!, length: pos + 1, scale: 1 / Math.sqrt(D), kvStride: cache.stride },
     );
-    this.o.forward(b, b.view(attnOut, 0, [1, s.heads * D]), out, 1);
+    this.o.forward(b, b.view(attnOut, 0, [1, s.heads * D]), out, 1, residual);
   }
 
   /** y [rows, 1, heads, D] (or [B, T, heads, D]) = norm(x · Wᵀ + bias), each part as configured. */

@@ -1,27 +1,23 @@
 /**
  * A pre-norm decoder block: h2 = h + attn(norm1(h)); out = h2 + mlp(norm2(h2)). Both residual
- * adds are fused into the norm that reads their sum: the first into norm2, the second into the
- * next block's norm1 (or the model's final norm), so a block leaves its output as the two terms
- * h2 and mlp(·) (`output`). Backward writes the block input's gradient in place of the output
- * gradient (the stream gradient buffer is updated block by block).
+ * adds are in the output projections' GEMMs (matmul_add: attention's Wo writes h2, the MLP's down
+ * projection writes out), so each norm reads one tensor: a fused add in the norm instead read the
+ * branch and the residual and wrote their sum besides the norm. Backward writes the block input's
+ * gradient in place of the output gradient (the stream gradient buffer is updated block by block).
  */
 import type { Backend } from '../backend/backend.js';
-import { add } from '../ops/add.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { type AttentionScratch, type AttentionShape, type KvCache, SelfAttention } from './attention.js';
-import { flat } from './linear.js';
 import { type MlpScratch, SwiGluMlp } from './mlp.js';
 import type { ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
 
 /** Temporaries shared by all blocks. */
 export class BlockScratch {
-  readonly branch: Tensor; // attention or MLP output before the residual add
   readonly dNorm: Tensor;
   readonly dMid: Tensor;
   constructor(arena: Arena, rows: number, dModel: number) {
-    this.branch = arena.alloc([rows, dModel]);
     this.dNorm = arena.alloc([rows, dModel]);
     this.dMid = arena.alloc([rows, dModel]);
   }
@@ -65,29 +61,14 @@ export class DecoderBlock {
   }
 
   /**
-   * The block on input h: the previous block's output, which norm1 sums into h, or (prev null, the
-   * first block) h as it is. h must stay untouched until backward (the model keeps every block
-   * input); the block's own output is left in `output`.
+   * The block on input h into out (the next block's input). h must stay untouched until backward
+   * (the model keeps every block input).
    */
-  forward(b: Backend, h: Tensor, segIds: Tensor, positions: Tensor, causal: boolean, prev: DecoderBlock | null): void {
-    const sc = this.scratch;
-    if (prev) {
-      const [mid, branch] = prev.output;
-      this.norm1.forwardAdd(b, mid, branch, h, this.n1, this.rstd1, this.rows);
-    } else {
-      this.norm1.forward(b, h, this.n1, this.rstd1, this.rows);
-    }
-    this.attn.forward(b, this.n1, sc.branch, segIds, positions, causal);
-    this.norm2.forwardAdd(b, h, sc.branch, this.mid, this.n2, this.rstd2, this.rows);
-    this.mlp.forward(b, this.n2, sc.branch);
-  }
-
-  /**
-   * The last forward's output as its two residual terms, h2 and the MLP's output; their sum is the
-   * output. The second is shared scratch: valid until the next block's attention writes it.
-   */
-  get output(): readonly [Tensor, Tensor] {
-    return [this.mid, this.scratch.branch];
+  forward(b: Backend, h: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
+    this.norm1.forward(b, h, this.n1, this.rstd1, this.rows);
+    this.attn.forward(b, this.n1, h, this.mid, segIds, positions, causal);
+    this.norm2.forward(b, this.mid, this.n2, this.rstd2, this.rows);
+    this.mlp.forward(b, this.n2, this.mid, out);
   }
 
   /**
@@ -96,12 +77,11 @@ export class DecoderBlock {
    */
   decode(b: Backend, x: Tensor, out: Tensor, cache: KvCache, pos: number, positions: Tensor): void {
     const first = (t: Tensor) => b.view(t, 0, [1, this.d.dModel]);
-    const [n1, branch, mid, n2] = [this.n1, this.scratch.branch, this.mid, this.n2].map(first) as [Tensor, Tensor, Tensor, Tensor];
+    const [n1, mid, n2] = [this.n1, this.mid, this.n2].map(first) as [Tensor, Tensor, Tensor];
     this.norm1.forward(b, x, n1, b.view(this.rstd1, 0, [1]), 1);
-    this.attn.decode(b, n1, branch, cache, pos, positions);
-    this.norm2.forwardAdd(b, x, branch, mid, n2, b.view(this.rstd2, 0, [1]), 1);
-    this.mlp.forward(b, n2, branch, 1);
-    b.run(add, { a: flat(b, mid), b: flat(b, branch), out: flat(b, out) }, { n: this.d.dModel });
+    this.attn.decode(b, n1, x, mid, cache, pos, positions);
+    this.norm2.forward(b, mid, n2, b.view(this.rstd2, 0, [1]), 1);
+    this.mlp.forward(b, n2, mid, out, 1);
   }
 
   /** On entry `dStream` holds d(out); on exit d(h). */

@@ -4,7 +4,7 @@
  * gradient accumulates in f32 straight into the master gradient (matmul with accumulate, outF32).
  */
 import type { Backend } from '../backend/backend.js';
-import { matmul, matmulAttrs } from '../ops/matmul.js';
+import { matmul, matmulAdd, matmulAddAttrs, matmulAttrs } from '../ops/matmul.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
 
@@ -23,9 +23,14 @@ export class Linear {
     return new Linear(null, '', inFeatures, outFeatures, 0, weight);
   }
 
-  /** y [rows, out] = x [rows, in] · Wᵀ */
-  forward(b: Backend, x: Tensor, y: Tensor, rows: number): void {
-    b.run(matmul, { a: as3d(b, x), b: as3d(b, this.weight.compute), out: as3d(b, y) }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
+  /** y [rows, out] = x [rows, in] · Wᵀ, or residual + x · Wᵀ (a residual add in the GEMM). */
+  forward(b: Backend, x: Tensor, y: Tensor, rows: number, residual?: Tensor): void {
+    const [a, w, out] = [as3d(b, x), as3d(b, this.weight.compute), as3d(b, y)];
+    if (residual) {
+      b.run(matmulAdd, { a, b: w, residual: as3d(b, residual), out }, matmulAddAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
+    } else {
+      b.run(matmul, { a, b: w, out }, matmulAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
+    }
   }
 
   /** dW += dyᵀ · x (f32; or = on the pass's first write: ParamStore.accumulates); dx = or += dy · W (per `mode`). */

@@ -13,7 +13,7 @@
  */
 import type { Backend } from '../backend/backend.js';
 import { gateUpJoined } from '../config/model-size.js';
-import { matmul, matmulAttrs } from '../ops/matmul.js';
+import { matmul, matmulAdd, matmulAddAttrs, matmulAttrs } from '../ops/matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from '../ops/matmul_swiglu.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
@@ -79,21 +79,24 @@ export class SwiGluMlp {
     return h;
   }
 
-  /** out [rows, dModel] from x [rows, dModel]; fewer rows than built for use the first rows of the buffers (decoding). */
-  forward(b: Backend, x: Tensor, out: Tensor, rows = this.rows): void {
+  /**
+   * out [rows, dModel] = residual + mlp(x [rows, dModel]); fewer rows than built for use the first
+   * rows of the buffers (decoding).
+   */
+  forward(b: Backend, x: Tensor, residual: Tensor, out: Tensor, rows = this.rows): void {
     const F = this.hidden, d = this.dModel;
     if (rows !== this.rows || !this.joined) {
       const [g, u] = SwiGluMlp.halves(b, this.gu, rows, F);
       this.gate.forward(b, x, g, rows);
       this.up.forward(b, x, u, rows);
-      this.down.forward(b, this.product(b, rows, F), out, rows);
+      this.down.forward(b, this.product(b, rows, F), out, rows, residual);
       return;
     }
     // [Gᵀ; Uᵀ] [2F, rows] = Wgu [2F, d] · xᵀ, and hᵀ = silu(Gᵀ) · Uᵀ, in one op (one kernel on Hopper)
     const hT = b.view(this.h, 0, [F, rows]);
     b.run(matmulSwiglu, { wgu: b.view(this.gate.weight.compute, 0, [2 * F, d]), x: b.view(x, 0, [rows, d]), gu: b.view(this.gu, 0, [2 * F, rows]), out: hT }, { hidden: F, rows, k: d });
-    // out [rows, d] = (hᵀ)ᵀ · Wdownᵀ
-    b.run(matmul, { a: as3d(b, hT), b: as3d(b, this.down.weight.compute), out: as3d(b, out) }, matmulAttrs(1, rows, d, F, true, true));
+    // out [rows, d] = residual + (hᵀ)ᵀ · Wdownᵀ
+    b.run(matmulAdd, { a: as3d(b, hT), b: as3d(b, this.down.weight.compute), residual: as3d(b, residual), out: as3d(b, out) }, matmulAddAttrs(1, rows, d, F, true, true));
   }
 
   backward(b: Backend, x: Tensor, dout: Tensor, dx: Tensor): void {

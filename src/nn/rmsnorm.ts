@@ -1,6 +1,6 @@
-/** RMSNorm layer: y = x / rms(x) · weight; the fused variant adds the residual branch first. */
+/** RMSNorm layer: y = x / rms(x) · weight. */
 import type { Backend } from '../backend/backend.js';
-import { addRmsnorm, rmsnorm, rmsnormBackward } from '../ops/rmsnorm.js';
+import { rmsnorm, rmsnormBackward } from '../ops/rmsnorm.js';
 import type { Tensor } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
 
@@ -13,11 +13,6 @@ export class RMSNorm {
 
   forward(b: Backend, x: Tensor, y: Tensor, rstd: Tensor, rows: number): void {
     b.run(rmsnorm, { x, weight: this.weight.compute, y, rstd }, { rows, dim: this.dim, eps: this.eps });
-  }
-
-  /** sum = x + residual; y = norm(sum). */
-  forwardAdd(b: Backend, x: Tensor, residual: Tensor, sum: Tensor, y: Tensor, rstd: Tensor, rows: number): void {
-    b.run(addRmsnorm, { x, residual, weight: this.weight.compute, sum, y, rstd }, { rows, dim: this.dim, eps: this.eps });
   }
 
   /** dx = dresidual + ∂y/∂x · dy; weight gradient accumulated (ParamStore.accumulates). `x` is the normalised input. */

@@ -5,7 +5,7 @@ import { axpy } from './axpy.js';
 import { scale } from './scale.js';
 import { cast } from './cast.js';
 import { reduce } from './reduce.js';
-import { matmul } from './matmul.js';
+import { matmul, matmulAdd } from './matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from './matmul_swiglu.js';
 import { matmulRope } from './matmul_rope.js';
 import { embedding, embeddingBackward } from './embedding.js';
@@ -30,6 +30,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   cast,
   reduce,
   matmul,
+  matmulAdd,
   embedding,
   embeddingBackward,
   rmsnorm,

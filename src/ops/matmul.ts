@@ -5,7 +5,7 @@
  * gradient with `accumulate` and `outF32` under bf16 activations: no scratch, no extra add).
  */
 import { type Shape, numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, defineOp, randn, requireDims, requireFlags } from './op.js';
+import { BF16_ROUNDED_OUTPUT, type RefArray, defineOp, randn, requireDims, requireFlags } from './op.js';
 
 export interface MatmulAttrs {
   readonly batch: number;
@@ -36,6 +36,32 @@ function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAttrs): Record<'
   };
 }
 
+/**
+ * out = addend + op(a) · op(b) per batch item (no addend: the product alone), in float64. Gathers
+ * op(A) by rows and op(B) by columns into contiguous scratch so each output is a plain dot product
+ * over k (cache-friendly: the CPU backend trains with this). addend may be out itself.
+ */
+function matmulReference(a: RefArray, b: RefArray, out: RefArray, addend: RefArray | null, { batch, m, n, k, transA, transB }: MatmulAttrs): void {
+  const rowA = new Float64Array(m * k);
+  const colB = new Float64Array(n * k);
+  for (let p = 0; p < batch; p++) {
+    const ao = p * m * k;
+    const bo = p * k * n;
+    for (let i = 0; i < m; i++) for (let l = 0; l < k; l++) rowA[i * k + l] = a[ao + (transA ? l * m + i : i * k + l)]!;
+    for (let j = 0; j < n; j++) for (let l = 0; l < k; l++) colB[j * k + l] = b[bo + (transB ? j * k + l : l * n + j)]!;
+    for (let i = 0; i < m; i++) {
+      const ai = i * k;
+      for (let j = 0; j < n; j++) {
+        const bj = j * k;
+        let s = 0;
+        for (let l = 0; l < k; l++) s += rowA[ai + l]! * colB[bj + l]!;
+        const o = p * m * n + i * n + j;
+        out[o] = addend ? addend[o]! + s : s;
+      }
+    }
+  }
+}
+
 export const matmul = defineOp<MatmulAttrs>({
   name: 'matmul',
   summary: 'out[b] (+)= op(a[b]) · op(b[b]), op = identity or transpose (transA, transB), f32 accumulation; out += with accumulate, f32 out under bf16 inputs with outF32',
@@ -52,27 +78,8 @@ export const matmul = defineOp<MatmulAttrs>({
   },
   shapes: matmulShapes,
   argDtype: (arg, { outF32 }) => (arg === 'out' && outF32 ? 'f32' : undefined),
-  reference({ a, b, out }, { batch, m, n, k, transA, transB, accumulate }) {
-    // Gather op(A) by rows and op(B) by columns into contiguous scratch so each output is a plain
-    // dot product over k (same float64 sums, cache-friendly: the CPU backend trains with this).
-    const rowA = new Float64Array(m * k);
-    const colB = new Float64Array(n * k);
-    for (let p = 0; p < batch; p++) {
-      const ao = p * m * k;
-      const bo = p * k * n;
-      for (let i = 0; i < m; i++) for (let l = 0; l < k; l++) rowA[i * k + l] = a![ao + (transA ? l * m + i : i * k + l)]!;
-      for (let j = 0; j < n; j++) for (let l = 0; l < k; l++) colB[j * k + l] = b![bo + (transB ? j * k + l : l * n + j)]!;
-      for (let i = 0; i < m; i++) {
-        const ai = i * k;
-        for (let j = 0; j < n; j++) {
-          const bj = j * k;
-          let s = 0;
-          for (let l = 0; l < k; l++) s += rowA[ai + l]! * colB[bj + l]!;
-          const o = p * m * n + i * n + j;
-          out![o] = accumulate ? out![o]! + s : s;
-        }
-      }
-    }
+  reference({ a, b, out }, attrs) {
+    matmulReference(a!, b!, out!, attrs.accumulate ? out! : null, attrs);
   },
   // Sizes off the 128/64-row, 128-column and 8-deep tiles; large batches and single products.
   cases: (scale) =>
@@ -110,6 +117,62 @@ export const matmul = defineOp<MatmulAttrs>({
   // bf16 in and out, f32 accumulation: products of bf16 values are exact in f32, the f32 sum adds
   // ~5e-6 as above, and the one rounding to bf16 at most 2^-8 ≈ 3.9e-3: within 4e-3 (an f32 out
   // skips that rounding; accumulating adds one f32 addition before it).
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
+});
+
+/** matmul_add's attributes: a plain product's (no accumulate, out in the inputs' dtype). */
+export type MatmulAddAttrs = Omit<MatmulAttrs, 'accumulate' | 'outF32'>;
+
+export function matmulAddAttrs(batch: number, m: number, n: number, k: number, transA = false, transB = false): MatmulAddAttrs {
+  return { batch, m, n, k, transA, transB };
+}
+const ma = matmulAddAttrs;
+
+/**
+ * matmul_add: out = residual + op(a) · op(b), GEMM's C ≠ D with beta = 1. A decoder block's output
+ * projections write the residual stream's next value with it, so the norm that follows reads one
+ * tensor instead of adding two (one activation pass fewer a residual add).
+ */
+export const matmulAdd = defineOp<MatmulAddAttrs>({
+  name: 'matmul_add',
+  summary: 'out[b] = residual[b] + op(a[b]) · op(b[b]), op = identity or transpose (transA, transB), f32 accumulation, one rounding',
+  args: [
+    { name: 'a', role: 'in', dtype: 'float' },
+    { name: 'b', role: 'in', dtype: 'float' },
+    { name: 'residual', role: 'in', dtype: 'float' },
+    { name: 'out', role: 'out', dtype: 'float' },
+  ],
+  floatDtypes: ['f32', 'bf16'],
+  validate(attrs) {
+    requireDims('matmul_add', attrs, ['batch', 'm', 'n', 'k']);
+    requireFlags('matmul_add', attrs, ['transA', 'transB']);
+  },
+  shapes: (attrs) => {
+    const s = matmulShapes({ ...attrs, accumulate: false, outF32: false });
+    return { ...s, residual: s.out };
+  },
+  reference({ a, b, residual, out }, attrs) {
+    matmulReference(a!, b!, out!, residual!, { ...attrs, accumulate: false, outF32: false });
+  },
+  // The decoder block's two shapes (x·Wᵀ; the MLP's down projection from the stored hᵀ, aᵀ·bᵀ)
+  // off the tiles, and a batch.
+  cases: (scale) =>
+    scale === 'test'
+      ? [
+          { label: 'r + a·bᵀ 67x45x33', attrs: ma(1, 67, 45, 33, false, true) },
+          { label: 'r + aᵀ·bᵀ 70x130x19', attrs: ma(1, 70, 130, 19, true, true) },
+          { label: 'r + a·b batch 2 130x260x20', attrs: ma(2, 130, 260, 20) },
+        ]
+      : [
+          { label: 'attention output x·Wᵀ + r 16384x768x768', attrs: ma(1, 16384, 768, 768, false, true) },
+          { label: 'down projection hᵀᵀ·Wᵀ + r 16384x768x2048', attrs: ma(1, 16384, 768, 2048, true, true) },
+        ],
+  sample: (rng, attrs) => {
+    const s = matmulShapes({ ...attrs, accumulate: false, outF32: false });
+    return { a: randn(rng, numel(s.a)), b: randn(rng, numel(s.b)), residual: randn(rng, numel(s.out)) };
+  },
+  // As matmul's, plus the residual's one f32 addition before the rounding.
   tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
   flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
 });

@@ -5,7 +5,7 @@ import { axpyKernel } from './axpy.js';
 import { scaleKernel } from './scale.js';
 import { castKernel } from './cast.js';
 import { reduceKernel } from './reduce.js';
-import { matmulKernel } from './matmul.js';
+import { matmulAddKernel, matmulKernel } from './matmul.js';
 import { embeddingKernel, embeddingBackwardKernel } from './embedding.js';
 import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
 import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
@@ -30,6 +30,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   castKernel,
   reduceKernel,
   matmulKernel,
+  matmulAddKernel,
   embeddingKernel,
   embeddingBackwardKernel,
   rmsnormKernel,

@@ -1,5 +1,5 @@
 import { fail } from '../../../errors.js';
-import { type MatmulAttrs, matmul } from '../../../ops/matmul.js';
+import { type MatmulAttrs, matmul, matmulAdd } from '../../../ops/matmul.js';
 import type { Tensor } from '../../../tensor.js';
 import { type KernelContext, ceilDiv, defineKernel } from '../kernel.js';
 
@@ -37,8 +37,11 @@ export function matmulVariant(name: string | undefined = process.env.MDLM_MATMUL
 /** Columns of out per workgroup (BN in the shader); rows are 16 · TM. */
 const BLOCK_N = 128;
 
-/** Dispatches matmul's shader for out (+)= op(a) · op(b) (also matmul_swiglu's first half). */
-export function dispatchMatmul(k: KernelContext, a: Tensor, b: Tensor, out: Tensor, { batch, m, n, k: depth, transA, transB, accumulate }: MatmulAttrs): void {
+/**
+ * Dispatches matmul's shader for out (+)= op(a) · op(b) (also matmul_swiglu's first half), or with
+ * `residual` out = residual + op(a) · op(b) (matmul_add).
+ */
+export function dispatchMatmul(k: KernelContext, a: Tensor, b: Tensor, out: Tensor, { batch, m, n, k: depth, transA, transB, accumulate }: MatmulAttrs, residual?: Tensor): void {
   const variant = MATMUL_VARIANTS[matmulVariant()];
   const blockM = 16 * variant.TM;
   k.dispatch({
@@ -49,9 +52,10 @@ export function dispatchMatmul(k: KernelContext, a: Tensor, b: Tensor, out: Tens
       a,
       b,
       out,
+      residual: residual ?? k.scratch([1], 'f32'),
     },
     workgroups: [ceilDiv(n, BLOCK_N), ceilDiv(m, blockM), batch],
-    constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0 },
+    constants: { ...variant, TRANS_A: transA ? 1 : 0, TRANS_B: transB ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0, RESIDUAL: residual ? 1 : 0 },
   });
 }
 
@@ -60,5 +64,13 @@ export const matmulKernel = defineKernel({
   shaders: ['matmul'],
   run(k, { a, b, out }, attrs) {
     dispatchMatmul(k, a!, b!, out!, attrs);
+  },
+});
+
+export const matmulAddKernel = defineKernel({
+  op: matmulAdd,
+  shaders: ['matmul'],
+  run(k, { a, b, residual, out }, attrs) {
+    dispatchMatmul(k, a!, b!, out!, { ...attrs, accumulate: false, outF32: false }, residual!);
   },
 });
