@@ -1,6 +1,4 @@
 // rmsnorm: y = x · rstd · weight, rstd = 1 / sqrt(mean(x²) + eps) per row, saved for backward.
-// add_rmsnorm: the same on sum = x + residual, which it also writes (y is computed from the f32
-// sum, before its rounding to the storage dtype).
 // rmsnorm_backward, g = dy · weight:
 //   dx = rstd · g − rstd³ · mean(g · x) · x + dresidual,  dweight (+)= Σ_rows dy · x · rstd
 //   (dweight in the float dtype, or f32 with outF32; added to with accumulate).
@@ -9,34 +7,25 @@
 
 namespace mdlm {
 
-// residual == nullptr: plain rmsnorm (sum unused).
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kMaxRowThreads)
-    rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ residual, const T* __restrict__ weight, T* __restrict__ sum,
-                   T* __restrict__ y, float* __restrict__ rstd, int rows, int dim, float eps) {
+template <typename T, int VEC, int R>
+__global__ void __launch_bounds__(kRowBlockThreads<VEC, R>)
+    rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y, float* __restrict__ rstd, int rows, int dim, float eps) {
   wait_previous_kernel();
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a dead team still meets the block at team_sum's barriers
   const int64_t base = static_cast<int64_t>(row) * dim;
-  float v[kRowVecs<VEC>][VEC];
+  float v[R][VEC];
   float ss[1] = {0.0f};
-  for_row_vecs<VEC>(dim, [&](int k, int j) {
+  for_row_vecs<VEC, R>(dim, [&](int k, int j) {
     if (!live) return;
     load<T, VEC>(x + base + j, v[k]);
-    if (residual) {
-      float r[VEC];
-      load<T, VEC>(residual + base + j, r);
-#pragma unroll
-      for (int e = 0; e < VEC; e++) v[k][e] += r[e];
-      store<T, VEC>(sum + base + j, v[k]);
-    }
 #pragma unroll
     for (int e = 0; e < VEC; e++) ss[0] += v[k][e] * v[k][e];
   });
   team_sum(ss);
   if (!live) return;
   const float r = 1.0f / sqrtf(ss[0] / dim + eps);
-  for_row_vecs<VEC>(dim, [&](int k, int j) {
+  for_row_vecs<VEC, R>(dim, [&](int k, int j) {
     float w[VEC], out[VEC];
     load<T, VEC>(weight + j, w);
 #pragma unroll
@@ -57,7 +46,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   extern __shared__ float column_acc[];
   constexpr int R = kRowVecs<VEC>;
   float w[R][VEC], dw[R][VEC] = {};
-  for_row_vecs<VEC>(dim, [&](int k, int j) { load<T, VEC>(weight + j, w[k]); });
+  for_row_vecs<VEC, R>(dim, [&](int k, int j) { load<T, VEC>(weight + j, w[k]); });
   for (int first = blockIdx.x * blockDim.y; first < rows; first += gridDim.x * blockDim.y) {
     const int row = first + threadIdx.y;
     const bool live = row < rows;
@@ -67,7 +56,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     // instead of two, then one after the barriers (1.3-2× the bandwidth-bound time before).
     float xv[R][VEC], dyv[R][VEC], out[R][VEC];
     float gx[1] = {0.0f};  // Σ dy · weight · x
-    for_row_vecs<VEC>(dim, [&](int k, int j) {
+    for_row_vecs<VEC, R>(dim, [&](int k, int j) {
       if (!live) return;
       load<T, VEC>(x + base + j, xv[k]);
       load<T, VEC>(dy + base + j, dyv[k]);
@@ -78,7 +67,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     team_sum(gx);
     if (!live) continue;
     const float coef = r * r * r * gx[0] / dim;
-    for_row_vecs<VEC>(dim, [&](int k, int j) {
+    for_row_vecs<VEC, R>(dim, [&](int k, int j) {
 #pragma unroll
       for (int e = 0; e < VEC; e++) {
         out[k][e] += r * dyv[k][e] * w[k][e] - coef * xv[k][e];
@@ -87,37 +76,33 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       store<T, VEC>(dx + base + j, out[k]);
     });
   }
-  write_block_columns<VEC>(dw, dim, partials + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
-}
-
-void launch_rmsnorm(const OpCall& call, bool fused) {
-  const Arg& x = call.arg("x");
-  const Arg& weight = call.arg("weight");
-  const Arg& y = call.arg("y");
-  const Arg* residual = fused ? &call.arg("residual") : nullptr;
-  const Arg* sum = fused ? &call.arg("sum") : nullptr;
-  const DType dtype = fused ? float_dtype_of(call, {"x", "residual", "weight", "sum", "y"}) : float_dtype_of(call, {"x", "weight", "y"});
-  const int rows = call.i32("rows"), dim = call.i32("dim");
-  const float eps = static_cast<float>(call.num("eps"));
-  const bool aligned = all_aligned16({x.ptr, weight.ptr, y.ptr, residual ? residual->ptr : nullptr, sum ? sum->ptr : nullptr});
-  with_float_type(dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
-      constexpr int VEC = decltype(vec)::value;
-      const RowLayout layout = row_layout<VEC>(call, dim, 256);
-      check_cuda(launch_kernel(rmsnorm_kernel<T, VEC>, blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream,
-          static_cast<const T*>(x.ptr), residual ? static_cast<const T*>(residual->ptr) : nullptr,
-          static_cast<const T*>(weight.ptr), sum ? static_cast<T*>(sum->ptr) : nullptr, static_cast<T*>(y.ptr),
-          static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
-    });
-  });
+  write_block_columns<VEC, R>(dw, dim, partials + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
 }
 
 }  // namespace mdlm
 
-MDLM_OP(rmsnorm) { mdlm::launch_rmsnorm(call, false); }
-
-MDLM_OP(add_rmsnorm) { mdlm::launch_rmsnorm(call, true); }
+MDLM_OP(rmsnorm) {
+  using namespace mdlm;
+  const Arg& x = call.arg("x");
+  const Arg& weight = call.arg("weight");
+  const Arg& y = call.arg("y");
+  const DType dtype = float_dtype_of(call, {"x", "weight", "y"});
+  const int rows = call.i32("rows"), dim = call.i32("dim");
+  const float eps = static_cast<float>(call.num("eps"));
+  const bool aligned = all_aligned16({x.ptr, weight.ptr, y.ptr});
+  with_float_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
+      constexpr int VEC = decltype(vec)::value;
+      const RowLayout layout = row_layout<VEC>(call, dim, 256, true);
+      with_row_vecs<VEC>(layout, [&](auto vecs) {
+        check_cuda(launch_kernel(rmsnorm_kernel<T, VEC, decltype(vecs)::value>, blocks_for(rows, layout.rows_per_block), layout.block(), 0,
+            call.stream, static_cast<const T*>(x.ptr), static_cast<const T*>(weight.ptr), static_cast<T*>(y.ptr),
+            static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
+      });
+    });
+  });
+}
 
 MDLM_OP(rmsnorm_backward) {
   using namespace mdlm;

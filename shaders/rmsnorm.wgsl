@@ -1,38 +1,17 @@
 // rmsnorm: y = x * rstd * weight, rstd = 1 / sqrt(mean(x^2) + eps), one row per row slot.
-// add_rmsnorm: the same on sum = x + residual, which it also writes (fused residual add).
 // rmsnorm_backward: dx = rstd * (g - x * rstd^2 * mean(g * x)) + dresidual with g = dy * weight;
 // dweight partials per workgroup (summed by reduce_partials), no atomics.
 //!import lib/rownorm
 
 @group(0) @binding(1) var<storage, read> x: array<vec4f>;
-@group(0) @binding(2) var<storage, read> residual: array<vec4f>;
-@group(0) @binding(3) var<storage, read> weight: array<vec4f>;
-@group(0) @binding(4) var<storage, read_write> sum: array<vec4f>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4f>;
-@group(0) @binding(6) var<storage, read_write> rstd: array<f32>;
-@group(0) @binding(7) var<storage, read> dy: array<vec4f>;
-@group(0) @binding(8) var<storage, read> saved_rstd: array<f32>;
-@group(0) @binding(9) var<storage, read> dresidual: array<vec4f>;
-@group(0) @binding(10) var<storage, read_write> dx: array<vec4f>;
-@group(0) @binding(11) var<storage, read_write> dweight_partials: array<vec4f>;
-
-// The forward tail shared by both entry points: v holds this lane's columns of the row and ss
-// their sum of squares.
-fn normalize_row(l: Lane, row: u32, v: RowVecs, ss: f32) {
-  let r = inverseSqrt(row_sum(l, ss) / f32(params.dim) + params.eps);
-  if (row >= params.rows) {
-    return;
-  }
-  for (var k = 0u; k < VEC_PER_THREAD; k++) {
-    let c = column(l, k);
-    if (c < dim4()) {
-      y[row * dim4() + c] = v[k] * r * weight[c];
-    }
-  }
-  if (l.lane == 0u) {
-    rstd[row] = r;
-  }
-}
+@group(0) @binding(2) var<storage, read> weight: array<vec4f>;
+@group(0) @binding(3) var<storage, read_write> y: array<vec4f>;
+@group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
+@group(0) @binding(5) var<storage, read> dy: array<vec4f>;
+@group(0) @binding(6) var<storage, read> saved_rstd: array<f32>;
+@group(0) @binding(7) var<storage, read> dresidual: array<vec4f>;
+@group(0) @binding(8) var<storage, read_write> dx: array<vec4f>;
+@group(0) @binding(9) var<storage, read_write> dweight_partials: array<vec4f>;
 
 @compute @workgroup_size(256)
 fn rmsnorm(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
@@ -47,25 +26,20 @@ fn rmsnorm(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid
       ss += dot(v[k], v[k]);
     }
   }
-  normalize_row(l, row, v, ss);
-}
-
-@compute @workgroup_size(256)
-fn add_rmsnorm(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
-  let l = lane_of(lid, wid, nwg);
-  let row = l.group * slots() + l.slot;
-  var v: RowVecs;
-  var ss = 0.0;
+  // row_sum holds workgroup barriers: every lane calls it before idle slots return
+  let r = inverseSqrt(row_sum(l, ss) / f32(params.dim) + params.eps);
+  if (row >= params.rows) {
+    return;
+  }
   for (var k = 0u; k < VEC_PER_THREAD; k++) {
     let c = column(l, k);
-    if (row < params.rows && c < dim4()) {
-      let i = row * dim4() + c;
-      v[k] = x[i] + residual[i];
-      sum[i] = v[k];
-      ss += dot(v[k], v[k]);
+    if (c < dim4()) {
+      y[row * dim4() + c] = v[k] * r * weight[c];
     }
   }
-  normalize_row(l, row, v, ss);
+  if (l.lane == 0u) {
+    rstd[row] = r;
+  }
 }
 
 @compute @workgroup_size(256)

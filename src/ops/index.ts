@@ -9,7 +9,7 @@ import { matmul, matmulAdd } from './matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from './matmul_swiglu.js';
 import { matmulRope } from './matmul_rope.js';
 import { embedding, embeddingBackward } from './embedding.js';
-import { rmsnorm, addRmsnorm, rmsnormBackward } from './rmsnorm.js';
+import { rmsnorm, rmsnormBackward } from './rmsnorm.js';
 import { layernorm, layernormBackward } from './layernorm.js';
 import { rope, ropeBackward } from './rope.js';
 import { attention, attentionBackward } from './attention.js';
@@ -34,7 +34,6 @@ export const OPS: readonly OpDef<unknown>[] = [
   embedding,
   embeddingBackward,
   rmsnorm,
-  addRmsnorm,
   rmsnormBackward,
   layernorm,
   layernormBackward,

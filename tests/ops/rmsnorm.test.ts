@@ -3,7 +3,7 @@ import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { MdlmError } from '../../src/errors.js';
 import { runReference } from '../../src/harness/parity.js';
 import type { RefArgs } from '../../src/ops/op.js';
-import { type RmsnormBackwardAttrs, type RowNormAttrs, addRmsnorm, rmsnorm, rmsnormBackward } from '../../src/ops/rmsnorm.js';
+import { type RmsnormBackwardAttrs, type RowNormAttrs, rmsnorm, rmsnormBackward } from '../../src/ops/rmsnorm.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
 import type { Shape } from '../../src/tensor.js';
 
@@ -23,18 +23,6 @@ describe('rmsnorm reference', () => {
     const s0 = Math.sqrt(12.5 + 0.5);
     const s1 = Math.sqrt(1 + 0.5);
     close(out.y!, [6 / s0, -4 / s0, 2 / s1, -1 / s1]);
-  });
-
-  it('add_rmsnorm is rmsnorm of x + residual and returns the sum', () => {
-    const attrs = { rows: 2, dim: 4, eps: 1e-5 };
-    const rng = new PhiloxStream(1, RngPurpose.harness);
-    const args = addRmsnorm.sample(rng, attrs);
-    const fused = runReference(addRmsnorm, args, attrs, 'f32');
-    const sum = args.x!.map((v, i) => v + args.residual![i]!);
-    const plain = runReference(rmsnorm, { x: sum, weight: args.weight! }, attrs, 'f32');
-    close(fused.sum!, [...sum]);
-    close(fused.y!, [...plain.y!]);
-    close(fused.rstd!, [...plain.rstd!]);
   });
 });
 
@@ -92,7 +80,7 @@ describe('rmsnorm argument checks', () => {
   it('rejects a dim that is not a multiple of 4, a dim over the limit and a negative eps', () => {
     expect(() => rmsnorm.validate!({ rows: 7, dim: 30, eps: 1e-5 })).toThrow(/rmsnorm: attribute 'dim' is 30; expected a multiple of 4/);
     expect(() => rmsnormBackward.validate!({ rows: 7, dim: 16384, eps: 1e-5, accumulate: false, outF32: false })).toThrow(/rmsnorm_backward: attribute 'dim' is 16384; expected at most 8192/);
-    expect(() => addRmsnorm.validate!({ rows: 7, dim: 36, eps: -1 })).toThrow(/add_rmsnorm: attribute 'eps' is -1/);
+    expect(() => rmsnorm.validate!({ rows: 7, dim: 36, eps: -1 })).toThrow(/rmsnorm: attribute 'eps' is -1/);
     expect(() => rmsnorm.validate!({ rows: 0, dim: 36, eps: 1e-5 })).toThrow(/rmsnorm: attribute 'rows' is 0/);
   });
 });

@@ -7,7 +7,7 @@ import { castKernel } from './cast.js';
 import { reduceKernel } from './reduce.js';
 import { matmulAddKernel, matmulKernel } from './matmul.js';
 import { embeddingKernel, embeddingBackwardKernel } from './embedding.js';
-import { rmsnormKernel, addRmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
+import { rmsnormKernel, rmsnormBackwardKernel } from './rmsnorm.js';
 import { layernormKernel, layernormBackwardKernel } from './layernorm.js';
 import { ropeKernel, ropeBackwardKernel } from './rope.js';
 import { attentionKernel, attentionBackwardKernel } from './attention.js';
@@ -34,7 +34,6 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   embeddingKernel,
   embeddingBackwardKernel,
   rmsnormKernel,
-  addRmsnormKernel,
   rmsnormBackwardKernel,
   layernormKernel,
   layernormBackwardKernel,

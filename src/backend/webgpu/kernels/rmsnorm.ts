@@ -1,4 +1,4 @@
-import { type RowNormAttrs, addRmsnorm, rmsnorm, rmsnormBackward } from '../../../ops/rmsnorm.js';
+import { type RowNormAttrs, rmsnorm, rmsnormBackward } from '../../../ops/rmsnorm.js';
 import type { Tensor } from '../../../tensor.js';
 import { type KernelContext, defineKernel, grid1d } from '../kernel.js';
 
@@ -51,30 +51,18 @@ export function reducePartials(k: KernelContext, shader: string, attrs: RowNormA
   });
 }
 
-function forwardDispatch(k: KernelContext, entry: string, attrs: RowNormAttrs, tensors: Record<string, Tensor>): void {
-  const layout = rowNormLayout(attrs.dim);
-  k.dispatch({
-    shader: 'rmsnorm',
-    entry,
-    bindings: { params: rowNormParams(attrs, layout.slots), ...tensors },
-    workgroups: grid1d(attrs.rows, layout.slots),
-    constants: rowNormConstants(layout),
-  });
-}
-
 export const rmsnormKernel = defineKernel({
   op: rmsnorm,
   shaders: ['rmsnorm'],
   run(k, { x, weight, y, rstd }, attrs) {
-    forwardDispatch(k, 'rmsnorm', attrs, { x: x!, weight: weight!, y: y!, rstd: rstd! });
-  },
-});
-
-export const addRmsnormKernel = defineKernel({
-  op: addRmsnorm,
-  shaders: ['rmsnorm'],
-  run(k, { x, residual, weight, sum, y, rstd }, attrs) {
-    forwardDispatch(k, 'add_rmsnorm', attrs, { x: x!, residual: residual!, weight: weight!, sum: sum!, y: y!, rstd: rstd! });
+    const layout = rowNormLayout(attrs.dim);
+    k.dispatch({
+      shader: 'rmsnorm',
+      entry: 'rmsnorm',
+      bindings: { params: rowNormParams(attrs, layout.slots), x: x!, weight: weight!, y: y!, rstd: rstd! },
+      workgroups: grid1d(attrs.rows, layout.slots),
+      constants: rowNormConstants(layout),
+    });
   },
 });
 
