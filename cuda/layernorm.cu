@@ -8,17 +8,17 @@
 
 namespace mdlm {
 
-template <typename T, int VEC, int R>
-__global__ void __launch_bounds__(kRowBlockThreads<VEC, R>)
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxRowThreads)
     layernorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, const T* __restrict__ bias, T* __restrict__ y,
                      float* __restrict__ mean, float* __restrict__ rstd, int rows, int dim, float eps) {
   wait_previous_kernel();
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a dead team still meets the block at team_sum's barriers
   const int64_t base = static_cast<int64_t>(row) * dim;
-  float v[R][VEC];
+  float v[kRowVecs<VEC>][VEC];
   float s[1] = {0.0f};
-  for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+  for_row_vecs<VEC>(dim, [&](int k, int j) {
     if (!live) return;
     load<T, VEC>(x + base + j, v[k]);
 #pragma unroll
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kRowBlockThreads<VEC, R>)
   team_sum(s);
   const float mu = s[0] / dim;
   float ss[1] = {0.0f};
-  for_row_vecs<VEC, R>(dim, [&](int k, int) {
+  for_row_vecs<VEC>(dim, [&](int k, int) {
     if (!live) return;
 #pragma unroll
     for (int e = 0; e < VEC; e++) ss[0] += (v[k][e] - mu) * (v[k][e] - mu);
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kRowBlockThreads<VEC, R>)
   team_sum(ss);
   if (!live) return;
   const float r = 1.0f / sqrtf(ss[0] / dim + eps);
-  for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+  for_row_vecs<VEC>(dim, [&](int k, int j) {
     float w[VEC], b[VEC], out[VEC];
     load<T, VEC>(weight + j, w);
     load<T, VEC>(bias + j, b);
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   extern __shared__ float column_acc[];
   constexpr int R = kRowVecs<VEC>;
   float w[R][VEC], dw[R][VEC] = {}, db[R][VEC] = {};
-  for_row_vecs<VEC, R>(dim, [&](int k, int j) { load<T, VEC>(weight + j, w[k]); });
+  for_row_vecs<VEC>(dim, [&](int k, int j) { load<T, VEC>(weight + j, w[k]); });
   for (int first = blockIdx.x * blockDim.y; first < rows; first += gridDim.x * blockDim.y) {
     const int row = first + threadIdx.y;
     const bool live = row < rows;
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     const float r = live ? rstd[row] : 0.0f;
     float xhat[R][VEC], dyv[R][VEC];
     float sums[2] = {0.0f, 0.0f};  // Σ g, Σ g · xhat
-    for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+    for_row_vecs<VEC>(dim, [&](int k, int j) {
       if (!live) return;
       load<T, VEC>(x + base + j, xhat[k]);
       load<T, VEC>(dy + base + j, dyv[k]);
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     team_sum(sums);
     if (!live) continue;
     const float mean_g = sums[0] / dim, mean_gx = sums[1] / dim;
-    for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+    for_row_vecs<VEC>(dim, [&](int k, int j) {
       float out[VEC];
       load<T, VEC>(dresidual + base + j, out);
 #pragma unroll
@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     });
   }
   const int64_t grid_dim = static_cast<int64_t>(gridDim.x) * dim;
-  write_block_columns<VEC, R>(dw, dim, partials + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
-  write_block_columns<VEC, R>(db, dim, partials + grid_dim + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
+  write_block_columns<VEC>(dw, dim, partials + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
+  write_block_columns<VEC>(db, dim, partials + grid_dim + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
 }
 
 }  // namespace mdlm
@@ -117,12 +117,10 @@ MDLM_OP(layernorm) {
     using T = typename decltype(tag)::type;
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
-      const RowLayout layout = row_layout<VEC>(call, dim, 256, true);
-      with_row_vecs<VEC>(layout, [&](auto vecs) {
-        check_cuda(launch_kernel(layernorm_kernel<T, VEC, decltype(vecs)::value>, blocks_for(rows, layout.rows_per_block), layout.block(), 0,
-            call.stream, static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
-            static_cast<float*>(call.arg("mean").ptr), static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
-      });
+      const RowLayout layout = row_layout<VEC>(call, dim, 256);
+      check_cuda(launch_kernel(layernorm_kernel<T, VEC>, blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream,
+          static_cast<const T*>(x), static_cast<const T*>(weight), static_cast<const T*>(bias), static_cast<T*>(y),
+          static_cast<float*>(call.arg("mean").ptr), static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
     });
   });
 }

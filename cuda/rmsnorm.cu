@@ -7,16 +7,16 @@
 
 namespace mdlm {
 
-template <typename T, int VEC, int R>
-__global__ void __launch_bounds__(kRowBlockThreads<VEC, R>)
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kMaxRowThreads)
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y, float* __restrict__ rstd, int rows, int dim, float eps) {
   wait_previous_kernel();
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a dead team still meets the block at team_sum's barriers
   const int64_t base = static_cast<int64_t>(row) * dim;
-  float v[R][VEC];
+  float v[kRowVecs<VEC>][VEC];
   float ss[1] = {0.0f};
-  for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+  for_row_vecs<VEC>(dim, [&](int k, int j) {
     if (!live) return;
     load<T, VEC>(x + base + j, v[k]);
 #pragma unroll
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kRowBlockThreads<VEC, R>)
   team_sum(ss);
   if (!live) return;
   const float r = 1.0f / sqrtf(ss[0] / dim + eps);
-  for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+  for_row_vecs<VEC>(dim, [&](int k, int j) {
     float w[VEC], out[VEC];
     load<T, VEC>(weight + j, w);
 #pragma unroll
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
   extern __shared__ float column_acc[];
   constexpr int R = kRowVecs<VEC>;
   float w[R][VEC], dw[R][VEC] = {};
-  for_row_vecs<VEC, R>(dim, [&](int k, int j) { load<T, VEC>(weight + j, w[k]); });
+  for_row_vecs<VEC>(dim, [&](int k, int j) { load<T, VEC>(weight + j, w[k]); });
   for (int first = blockIdx.x * blockDim.y; first < rows; first += gridDim.x * blockDim.y) {
     const int row = first + threadIdx.y;
     const bool live = row < rows;
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     // instead of two, then one after the barriers (1.3-2× the bandwidth-bound time before).
     float xv[R][VEC], dyv[R][VEC], out[R][VEC];
     float gx[1] = {0.0f};  // Σ dy · weight · x
-    for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+    for_row_vecs<VEC>(dim, [&](int k, int j) {
       if (!live) return;
       load<T, VEC>(x + base + j, xv[k]);
       load<T, VEC>(dy + base + j, dyv[k]);
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     team_sum(gx);
     if (!live) continue;
     const float coef = r * r * r * gx[0] / dim;
-    for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+    for_row_vecs<VEC>(dim, [&](int k, int j) {
 #pragma unroll
       for (int e = 0; e < VEC; e++) {
         out[k][e] += r * dyv[k][e] * w[k][e] - coef * xv[k][e];
@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       store<T, VEC>(dx + base + j, out[k]);
     });
   }
-  write_block_columns<VEC, R>(dw, dim, partials + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
+  write_block_columns<VEC>(dw, dim, partials + static_cast<int64_t>(blockIdx.x) * dim, column_acc);
 }
 
 }  // namespace mdlm
@@ -94,12 +94,10 @@ MDLM_OP(rmsnorm) {
     using T = typename decltype(tag)::type;
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) {
       constexpr int VEC = decltype(vec)::value;
-      const RowLayout layout = row_layout<VEC>(call, dim, 256, true);
-      with_row_vecs<VEC>(layout, [&](auto vecs) {
-        check_cuda(launch_kernel(rmsnorm_kernel<T, VEC, decltype(vecs)::value>, blocks_for(rows, layout.rows_per_block), layout.block(), 0,
-            call.stream, static_cast<const T*>(x.ptr), static_cast<const T*>(weight.ptr), static_cast<T*>(y.ptr),
-            static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
-      });
+      const RowLayout layout = row_layout<VEC>(call, dim, 256);
+      check_cuda(launch_kernel(rmsnorm_kernel<T, VEC>, blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream,
+          static_cast<const T*>(x.ptr), static_cast<const T*>(weight.ptr), static_cast<T*>(y.ptr),
+          static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
     });
   });
 }

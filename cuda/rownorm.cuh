@@ -2,14 +2,7 @@
 //
 // A row of `dim` elements lives in registers, read from memory once: a team of blockDim.x threads
 // (a multiple of 32) holds it, thread t owning the vectors of VEC elements t + k · blockDim.x,
-// k < R. A block holds blockDim.y teams, one row each. Two layouts (row_layout picks; the kernels
-// take R as a template parameter):
-// - R = kRowVecs<VEC>, at most 8 elements a thread, teams of up to 1024 threads;
-// - for the forward kernels, one-warp teams of up to kWarpRowVecs vectors a thread (rows of 33-128
-//   16-byte vectors: d = 768 or 1024 in bf16). A team's sum is then a warp shuffle with no block
-//   barrier. On an H100 at 8192 × 768 bf16 rmsnorm took 9 µs instead of 18-21. The backward kernels
-//   hold three rows' worth a thread besides the column sums; in one-warp teams they were slower
-//   (rmsnorm_backward 38 -> 47 µs a call at 16384 × 768; bench/RESULTS.md, twenty-fifth session).
+// k < kRowVecs<VEC>, at most 8 elements per thread. A block holds blockDim.y teams, one row each.
 //
 // Parameter gradients (dweight, dbias) are deterministic: each thread sums its columns over the
 // rows its team walks, the teams of a block are added in team order into one partial row per block
@@ -28,20 +21,12 @@ constexpr int kMaxRowThreads = 1024;
 // Most teams of a block whose teams span several warps: blocks of up to 512 threads, 64 a team.
 constexpr int kMaxSharedTeams = 8;
 
-// Most vectors a thread of a one-warp team owns, and most threads of a block of such teams.
-constexpr int kWarpRowVecs = 4;
-constexpr int kWarpRowBlockThreads = 256;
-
-// The most threads a block of a kernel holding R vectors a thread has: its __launch_bounds__.
-template <int VEC, int R>
-constexpr int kRowBlockThreads = R > kRowVecs<VEC> ? kWarpRowBlockThreads : kMaxRowThreads;
-
-// Calls f(k, j) for each vector k < R this thread owns; j is its first column.
-template <int VEC, int R, typename F>
+// Calls f(k, j) for each vector k < kRowVecs<VEC> this thread owns; j is its first column.
+template <int VEC, typename F>
 __device__ __forceinline__ void for_row_vecs(int dim, F&& f) {
   const int nvec = dim / VEC;
 #pragma unroll
-  for (int k = 0; k < R; k++) {
+  for (int k = 0; k < kRowVecs<VEC>; k++) {
     const int c = threadIdx.x + k * blockDim.x;
     if (c < nvec) f(k, c * VEC);
   }
@@ -71,15 +56,15 @@ __device__ __forceinline__ void team_sum(float (&v)[K]) {
 // Adds v (this thread's owned columns) over the block's teams in team order and writes the total
 // row to out[0, dim). `acc` is dynamic shared memory of dim floats when blockDim.y > 1. Every
 // thread of the block must call it.
-template <int VEC, int R>
-__device__ void write_block_columns(const float (&v)[R][VEC], int dim, float* out, float* acc) {
+template <int VEC>
+__device__ void write_block_columns(const float (&v)[kRowVecs<VEC>][VEC], int dim, float* out, float* acc) {
   if (blockDim.y == 1) {
-    for_row_vecs<VEC, R>(dim, [&](int k, int j) { store<float, VEC>(out + j, v[k]); });
+    for_row_vecs<VEC>(dim, [&](int k, int j) { store<float, VEC>(out + j, v[k]); });
     return;
   }
   for (int team = 0; team < static_cast<int>(blockDim.y); team++) {
     if (static_cast<int>(threadIdx.y) == team) {
-      for_row_vecs<VEC, R>(dim, [&](int k, int j) {
+      for_row_vecs<VEC>(dim, [&](int k, int j) {
 #pragma unroll
         for (int e = 0; e < VEC; e++) acc[j + e] = (team == 0 ? 0.0f : acc[j + e]) + v[k][e];
       });
@@ -119,34 +104,21 @@ __global__ void __launch_bounds__(1024) sum_partials_kernel(const float* __restr
 struct RowLayout {
   int threads_per_row;
   int rows_per_block;
-  int vecs;  // R: vectors a thread owns
   dim3 block() const { return dim3(threads_per_row, rows_per_block); }
   // Dynamic shared memory of write_block_columns.
   size_t column_smem(int dim) const { return rows_per_block > 1 ? dim * sizeof(float) : 0; }
 };
 
-// Teams of whole warps owning at most 8 elements a thread, or with `one_warp_rows` one-warp teams
-// when a row is 33-128 16-byte vectors; as many rows a block as fit in `block_threads` threads.
+// Teams of whole warps owning at most 8 elements a thread; as many rows a block as fit in
+// `block_threads` threads.
 template <int VEC>
-RowLayout row_layout(const OpCall& call, int dim, int block_threads, bool one_warp_rows = false) {
+RowLayout row_layout(const OpCall& call, int dim, int block_threads) {
   const int nvec = dim / VEC;
-  if (one_warp_rows && VEC > 1 && nvec > 32 * kRowVecs<VEC> && nvec <= 32 * kWarpRowVecs) {
-    return {32, std::min(block_threads, kWarpRowBlockThreads) / 32, (nvec + 31) / 32};
-  }
   const int threads = round_up((nvec + kRowVecs<VEC> - 1) / kRowVecs<VEC>, 32);
   if (threads > kMaxRowThreads) {
     throw OpError("BAD_ARGUMENT", call.op + ": dim " + std::to_string(dim) + " is more than the kernels hold (8192)");
   }
-  return {threads, threads >= block_threads ? 1 : block_threads / threads, kRowVecs<VEC>};
-}
-
-// f(std::integral_constant<int, R>) for the layout's R: kRowVecs<VEC> up to kWarpRowVecs.
-template <int VEC, int R = kRowVecs<VEC>, typename F>
-void with_row_vecs(const RowLayout& layout, F&& f) {
-  if constexpr (R < kWarpRowVecs) {
-    if (layout.vecs != R) return with_row_vecs<VEC, R + 1>(layout, f);
-  }
-  f(std::integral_constant<int, R>{});
+  return {threads, threads >= block_threads ? 1 : block_threads / threads};
 }
 
 // Backward grid: one block per row group up to as many as are resident at once, each walking
