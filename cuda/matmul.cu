@@ -11,7 +11,8 @@
 //
 // Descriptors and the algorithm are made once per (dtype, shape, transposes, pointer alignment)
 // and cached; the workspace is the addon's. The algorithm: cuBLASLt's heuristic offers up to
-// kCandidates, and on the first call of a shape each is timed on that call's own operands and the
+// kCandidates (MDLM_MATMUL_CANDIDATES=N: up to N, at most 64, read once), and on the first call of
+// a shape each is timed on that call's own operands and the
 // fastest kept (the heuristic's first choice left weight-gradient shapes, 768 x 768 over 16384
 // rows, at a third of the GPU). Timing needs a stream that is not being captured and, when
 // accumulating, a scratch copy of the output (up to kTuneScratchBytes); otherwise, or with
@@ -33,6 +34,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "common.cuh"
 #include "matmul_ws.cuh"
@@ -54,7 +56,7 @@ uint32_t alignment(const void* p) {
   return align;
 }
 
-constexpr int kCandidates = 8;
+constexpr int kCandidates = 8, kMostCandidates = 64;
 constexpr int kTimedReps = 3;
 constexpr size_t kTuneScratchBytes = size_t(64) << 20;
 
@@ -101,6 +103,21 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
     check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "set STRIDED_BATCH_OFFSET");
   }
   return l;
+}
+
+// How many of the heuristic's algorithms are timed: kCandidates unless MDLM_MATMUL_CANDIDATES says.
+int candidates() {
+  static const int count = [] {
+    const std::string knob = env_knob("MDLM_MATMUL_CANDIDATES");
+    if (knob.empty()) return kCandidates;
+    char* end = nullptr;
+    const long n = std::strtol(knob.c_str(), &end, 10);
+    if (*end != '\0' || n < 1 || n > kMostCandidates) {
+      throw OpError("BAD_ARGUMENT", "MDLM_MATMUL_CANDIDATES='" + knob + "' is not a count from 1 to " + std::to_string(kMostCandidates));
+    }
+    return static_cast<int>(n);
+  }();
+  return count;
 }
 
 bool autotune_enabled() {
@@ -177,16 +194,16 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t)), "set MIN_ALIGNMENT_B");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_D");
-  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(candidates());
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, kCandidates, results, &found);
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, static_cast<int>(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
     p.fallback = true;
     return p;
   }
   check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-  p.algo = fastest_algo(call, p, key, results, found, a, b, out, accumulate, residual);
+  p.algo = fastest_algo(call, p, key, results.data(), found, a, b, out, accumulate, residual);
   return p;
 }
 
