@@ -174,11 +174,11 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: 'f32' | 'bf
   const q = N * m.nHeads * hd;
   const kv = N * m.nKvHeads * hd;
   const F = m.ffnHidden;
-  // Shared scratch: the block's three [N, d], attention's q/k/v projection and its gradient (one
+  // Shared scratch: the block's two [N, d] (its norms' input gradients), attention's q/k/v projection and its gradient (one
   // buffer) and the output's gradient (+ ones for biases; zeros and a norm's input gradient for
   // q/k norms), the MLP's [2N, F] gate and up gradients and, where gate and up are not joined,
   // its [N, F] dh.
-  const scratch = f * (3 * N * d + (q + 2 * kv + q) + (m.qkvBias ? N : 0) + (m.qkNorm ? 2 * q : 0) + (gateUpJoined(d, F) ? 2 : 3) * N * F);
+  const scratch = f * (2 * N * d + (q + 2 * kv + q) + (m.qkvBias ? N : 0) + (m.qkNorm ? 2 * q : 0) + (gateUpJoined(d, F) ? 2 : 3) * N * F);
   // Per layer: n1, mid, n2 and their two rstd; q/k before their norms and the norms' rstd; saved
   // q, k, v, out and lse; the MLP's gate, up and (unless recomputed) product.
   const perLayer =
