@@ -3,6 +3,7 @@
  * a linear layer's forward (x·Wᵀ), its input gradient (dy·W, added to what a sibling branch wrote
  * with `accumulate`) and its weight gradient (dyᵀ·x, accumulated straight into the f32 master
  * gradient with `accumulate` and `outF32` under bf16 activations: no scratch, no extra add).
+ * matmul_add (below) writes residual + the product: a residual add in the GEMM.
  */
 import { type Shape, numel } from '../tensor.js';
 import { BF16_ROUNDED_OUTPUT, type RefArray, defineOp, randn, requireDims, requireFlags } from './op.js';
@@ -22,13 +23,16 @@ export interface MatmulAttrs {
   readonly outF32: boolean;
 }
 
+/** matmul_add's attributes: a plain product's (no accumulate, out in the inputs' dtype). */
+export type MatmulAddAttrs = Omit<MatmulAttrs, 'accumulate' | 'outF32'>;
+
 /** Attributes of a plain product (no accumulation, out in the inputs' dtype) unless `extra` says so. */
 export function matmulAttrs(batch: number, m: number, n: number, k: number, transA = false, transB = false, extra: Partial<Pick<MatmulAttrs, 'accumulate' | 'outF32'>> = {}): MatmulAttrs {
   return { batch, m, n, k, transA, transB, accumulate: false, outF32: false, ...extra };
 }
 const mm = matmulAttrs;
 
-function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAttrs): Record<'a' | 'b' | 'out', Shape> {
+function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAddAttrs): Record<'a' | 'b' | 'out', Shape> {
   return {
     a: transA ? [batch, k, m] : [batch, m, k],
     b: transB ? [batch, n, k] : [batch, k, n],
@@ -41,7 +45,7 @@ function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAttrs): Record<'
  * op(A) by rows and op(B) by columns into contiguous scratch so each output is a plain dot product
  * over k (cache-friendly: the CPU backend trains with this). addend may be out itself.
  */
-function matmulReference(a: RefArray, b: RefArray, out: RefArray, addend: RefArray | null, { batch, m, n, k, transA, transB }: MatmulAttrs): void {
+function matmulReference(a: RefArray, b: RefArray, out: RefArray, addend: RefArray | null, { batch, m, n, k, transA, transB }: MatmulAddAttrs): void {
   const rowA = new Float64Array(m * k);
   const colB = new Float64Array(n * k);
   for (let p = 0; p < batch; p++) {
@@ -121,9 +125,6 @@ export const matmul = defineOp<MatmulAttrs>({
   flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
 });
 
-/** matmul_add's attributes: a plain product's (no accumulate, out in the inputs' dtype). */
-export type MatmulAddAttrs = Omit<MatmulAttrs, 'accumulate' | 'outF32'>;
-
 export function matmulAddAttrs(batch: number, m: number, n: number, k: number, transA = false, transB = false): MatmulAddAttrs {
   return { batch, m, n, k, transA, transB };
 }
@@ -149,11 +150,11 @@ export const matmulAdd = defineOp<MatmulAddAttrs>({
     requireFlags('matmul_add', attrs, ['transA', 'transB']);
   },
   shapes: (attrs) => {
-    const s = matmulShapes({ ...attrs, accumulate: false, outF32: false });
+    const s = matmulShapes(attrs);
     return { ...s, residual: s.out };
   },
   reference({ a, b, residual, out }, attrs) {
-    matmulReference(a!, b!, out!, residual!, { ...attrs, accumulate: false, outF32: false });
+    matmulReference(a!, b!, out!, residual!, attrs);
   },
   // The decoder block's two shapes (x·Wᵀ; the MLP's down projection from the stored hᵀ, aᵀ·bᵀ)
   // off the tiles, and a batch.
@@ -169,7 +170,7 @@ export const matmulAdd = defineOp<MatmulAddAttrs>({
           { label: 'down projection hᵀᵀ·Wᵀ + r 16384x768x2048', attrs: ma(1, 16384, 768, 2048, true, true) },
         ],
   sample: (rng, attrs) => {
-    const s = matmulShapes({ ...attrs, accumulate: false, outF32: false });
+    const s = matmulShapes(attrs);
     return { a: randn(rng, numel(s.a)), b: randn(rng, numel(s.b)), residual: randn(rng, numel(s.out)) };
   },
   // As matmul's, plus the residual's one f32 addition before the rounding.
