@@ -226,13 +226,13 @@ bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void
 }
 
 // out (+)= op(a) · op(b), or with `residual` out = residual + op(a) · op(b).
-void run_gemm(const OpCall& call, const Arg* residual) {
+void run_gemm(const OpCall& call, const void* residual) {
   const Arg& a = call.arg("a");
   const Arg& b = call.arg("b");
   const Arg& out = call.arg("out");
   const DType dtype = float_dtype_of(call, {"a", "b"});
   const bool accumulate = !residual && call.flag("accumulate");
-  const void* c = residual ? residual->ptr : out.ptr;  // GEMM's C: read when beta = 1
+  const void* c = residual ? residual : out.ptr;  // GEMM's C: read when beta = 1
   // The TypeScript side has checked out's dtype: the inputs' own, or f32 with outF32.
   const PlanKey key{dtype,
                     out.dtype,
@@ -250,7 +250,7 @@ void run_gemm(const OpCall& call, const Arg* residual) {
   // One device and one handle per process, and the JavaScript side calls from one thread.
   static std::map<PlanKey, Plan> plans;
   auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate, residual ? c : nullptr)).first;
+  if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate, residual)).first;
   const Plan& p = it->second;
   if (p.fallback) {
     if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
@@ -278,4 +278,4 @@ void run_gemm(const OpCall& call, const Arg* residual) {
 
 MDLM_OP(matmul) { mdlm::run_gemm(call, nullptr); }
 
-MDLM_OP(matmul_add) { mdlm::run_gemm(call, &call.arg("residual")); }
+MDLM_OP(matmul_add) { mdlm::run_gemm(call, call.arg("residual").ptr); }
