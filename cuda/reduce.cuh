@@ -86,10 +86,7 @@ __global__ void __launch_bounds__(256) segment_reduce_kernel(const float* __rest
   const int64_t end = begin + seg_len < cols ? begin + seg_len : cols;
   const float* row = x + (o / segments) * cols;
   float acc = 0.0f;
-  // 16 loads a thread in flight before their adds (the adds keep their order, and so the bits):
-  // with 4, grad_norm's sum of squares over a 124M model's 494 MB of f32 gradients ran at
-  // 2.4 TB/s on an H100 (bench/RESULTS.md, twenty-fifth session).
-#pragma unroll 16
+#pragma unroll 4
   for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc = combine<MAX>(acc, reduce_map<MAP>(row[j]));
   acc = block_combine<MAX>(acc);
   if (threadIdx.x == 0) out[o] = acc * scale;
