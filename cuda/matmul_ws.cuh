@@ -59,7 +59,9 @@
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
 
+#include <cstdlib>
 #include <set>
+#include <string>
 #include <type_traits>
 
 #include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
@@ -127,6 +129,9 @@ struct Params {
   // kSwigluBwd: F (= m), and G and U, [2F][n] (make_swiglu_bwd_params), loaded through aux_map
   // and aux2_map, boxes of 64 rows × 64 columns.
   int swiglu_f;
+  // kSwigluBwd: dG and dU stored from the consumers' registers (MDLM_SWIGLU_BWD_STORES=direct)
+  // instead of staged over G and U in the slots and stored by TMA.
+  bool swiglu_bwd_direct;
   bf16* out3;
   int64_t ldo3;
   wg::TileMap aux_map, aux2_map;
@@ -386,6 +391,26 @@ __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, in
   wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, t0, 0, f0, 0, full);
 }
 
+// kSwigluBwd's dG and dU of a quarter straight from registers (read_block's layout: v[2jj + h] is
+// row f0 + 16·warp + gid + 8h, columns t0 + 8jj + 2·tig) into rows f and F + f of out.
+__device__ __forceinline__ void store_quarter_direct(const Params& p, int f0, int t0, int warp, const uint32_t (&vg)[16], const uint32_t (&vu)[16]) {
+  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int f = f0 + 16 * warp + gid + 8 * h;
+    if (f >= p.swiglu_f) continue;
+    bf16* const g_row = p.out + (int64_t)f * p.ldo;
+    bf16* const u_row = g_row + (int64_t)p.swiglu_f * p.ldo;
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {
+      const int t = t0 + 8 * jj + 2 * tig;  // n is a multiple of 8: t + 1 < n with t
+      if (t >= p.n) continue;
+      *reinterpret_cast<uint32_t*>(g_row + t) = vg[2 * jj + h];
+      *reinterpret_cast<uint32_t*>(u_row + t) = vu[2 * jj + h];
+    }
+  }
+}
+
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
 // rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the three
 // slots at `slots` (kOutStageBytes apart; slot s's mbarrier at full0 + 8s). The consumer's
@@ -406,6 +431,16 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
     read_block<64>(slot + kOutStageBytes / 2, vu, warp);
 #pragma unroll
     for (int i = 0; i < 16; ++i) swiglu_backward_pair(dh[j / 2][16 * (j % 2) + i], vg[i], vu[i]);
+    const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
+    if (p.swiglu_bwd_direct) {
+      if (j == 0) {  // quarter 0's slot takes quarter 3 once every warp has read it
+        wg::fence_proxy_async();  // the generic reads before the async proxy's writes
+        wg::bar_sync(barrier, 128);
+        if (threadIdx.x % 128 == 0) load_quarter(p, tl, 3, slot, full0 + 8 * s);
+      }
+      store_quarter_direct(p, f0, t0, warp, vg, vu);
+      continue;
+    }
     // Over the rows this warp read (its ldmatrix results are used above, so the reads are done).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -417,7 +452,6 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
     wg::fence_proxy_async();  // the generic writes before the async proxy's reads
     wg::bar_sync(barrier, 128);
     if (threadIdx.x % 128 == 0) {
-      const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
       wg::tile_store_4d(slot, p.out_map, t0, 0, f0, 0);
       wg::tile_store_4d(slot + kOutStageBytes / 2, p.out2_map, t0, 0, f0, 0);
       wg::bulk_commit();
@@ -426,6 +460,10 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
         load_quarter(p, tl, 3, slots + (q0 % kBwdSlots) * kOutStageBytes, full0 + 8 * (q0 % kBwdSlots));
       }
     }
+  }
+  if (p.swiglu_bwd_direct) {  // every warp's reads of the slots done before the next tile's loads into them
+    wg::fence_proxy_async();
+    wg::bar_sync(barrier, 128);
   }
 }
 
@@ -644,6 +682,8 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
   const char* err = wg::encode_head_rows(p.aux_map, gu, 1, F, 1, rows, 64);
   if (!err) err = wg::encode_head_rows(p.aux2_map, gu + (int64_t)F * rows, 1, F, 1, rows, 64);
   if (!err && !use_tma_store(p)) err = "SwiGLU's backward epilogue: dgu must be 16-byte aligned";
+  const char* stores = std::getenv("MDLM_SWIGLU_BWD_STORES");
+  p.swiglu_bwd_direct = stores && std::string(stores) == "direct";
   return err;
 }
 
