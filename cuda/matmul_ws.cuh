@@ -54,7 +54,12 @@
 // only once the first was read and dG then dU staged one after the other through one tile, took
 // 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); the slots 123, and the
 // step 0.18 ms less (twenty-fourth session: bench/RESULTS.md), where dh alone is about 70 and the
-// epilogue's bytes about 56 at the memory's bandwidth.
+// epilogue's bytes about 56 at the memory's bandwidth. On an H100 (twenty-sixth session, Nsight
+// Compute) it took 145 µs against 85 for the product alone, with DRAM 67% and the SMs 40% busy:
+// neither saturated, so the quarters' waits are in the way. MDLM_SWIGLU_BWD_STORES=direct
+// (Params::swiglu_bwd_direct, untimed) stores dG and dU from the registers instead: a slot is then
+// free once every warp has read its G and U, with no TMA store to wait for, and the fourth quarter
+// is asked for as soon as the first is read.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once

@@ -169,17 +169,21 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
 }
 
 // kSwigluBwd (ping-pong, 128 wide): dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and
-// dout [rows][d], then dG and dU from dh rounded to bf16 and G, U (random), against float64.
-bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
+// dout [rows][d], then dG and dU from dh rounded to bf16 and G, U (random), against float64; dG
+// and dU stored by TMA from the slots, or (`direct`) from the consumers' registers. A guard after
+// dgu must keep its poison.
+bool run_swiglu_bwd(int F, int rows, int d, bool direct, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wdown = fill((size_t)d * F), dout = fill((size_t)rows * d), gu = fill((size_t)2 * F * rows);
-  std::vector<bf16> dgu((size_t)2 * F * rows, __float2bfloat16_rn(NAN));
+  const size_t guard = (size_t)128 * rows;
+  std::vector<bf16> dgu((size_t)2 * F * rows + guard, __float2bfloat16_rn(NAN));
   mdlm::gemm::Params p{};
   if (const char* err = mdlm::gemm::make_swiglu_bwd_params(p, wdown.data(), dout.data(), dgu.data(), gu.data(), F, rows, d)) {
     std::printf("swiglu bwd: %s\n", err);
     return false;
   }
+  p.swiglu_bwd_direct = direct;
   launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong, 128, true), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwigluBwd));
   auto f32 = [](bf16 x) { return (double)__bfloat162float(x); };
   double e2[2] = {0, 0}, r2[2] = {0, 0};
@@ -194,6 +198,12 @@ bool run_swiglu_bwd(int F, int rows, int d, double& rel) {
       for (int i = 0; i < 2; ++i) e2[i] += (got[i] - want[i]) * (got[i] - want[i]), r2[i] += want[i] * want[i];
     }
   rel = std::max(std::sqrt(e2[0] / r2[0]), std::sqrt(e2[1] / r2[1]));
+  for (size_t i = (size_t)2 * F * rows; i < dgu.size(); ++i) {
+    if (!std::isnan(f32(dgu[i]))) {
+      std::printf("swiglu bwd: wrote past dgu at element %zu\n", i);
+      return false;
+    }
+  }
   return rel <= 5e-3;
 }
 
@@ -240,13 +250,15 @@ int main() {
   // their mbarriers' phases turning.
   const int swiglu_bwd_cases[][3] = {{104, 200, 72}, {256, 296, 136}, {392, 520, 64}};
   for (const auto& c : swiglu_bwd_cases) {
-    double rel = NAN;
-    const bool ok = run_swiglu_bwd(c[0], c[1], c[2], rel);
-    failed += !ok;
-    char label[96];
-    std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
-    std::printf("%-64s %-12s rel err %.3e%s\n", label, "ping 128 tma", rel, ok ? "  ok" : "  FAIL");
-    std::fflush(stdout);
+    for (const bool direct : {false, true}) {
+      double rel = NAN;
+      const bool ok = run_swiglu_bwd(c[0], c[1], c[2], direct, rel);
+      failed += !ok;
+      char label[96];
+      std::snprintf(label, sizeof label, "swiglu backward F=%d rows=%d d=%d", c[0], c[1], c[2]);
+      std::printf("%-64s %-12s rel err %.3e%s\n", label, direct ? "ping 128 reg" : "ping 128 tma", rel, ok ? "  ok" : "  FAIL");
+      std::fflush(stdout);
+    }
   }
   return failed ? 1 : 0;
 }
