@@ -56,10 +56,10 @@
 // step 0.18 ms less (twenty-fourth session: bench/RESULTS.md), where dh alone is about 70 and the
 // epilogue's bytes about 56 at the memory's bandwidth. On an H100 (twenty-sixth session, Nsight
 // Compute) it took 145 µs against 85 for the product alone, with DRAM 67% and the SMs 40% busy:
-// neither saturated, so the quarters' waits are in the way. MDLM_SWIGLU_BWD_STORES=direct
-// (Params::swiglu_bwd_direct, untimed) stores dG and dU from the registers instead: a slot is then
-// free once every warp has read its G and U, with no TMA store to wait for, and the fourth quarter
-// is asked for as soon as the first is read.
+// neither saturated, so the quarters' waits are in the way. MDLM_SWIGLU_BWD_STORES=direct or warp
+// (BwdStores, untimed) store dG and dU without TMA: a slot is then free once every warp is done
+// with it, with no TMA store to wait for, and the fourth quarter is asked for as soon as the first
+// is.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
@@ -99,6 +99,11 @@ constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 // over and stored from).
 constexpr int kStages = 4;
 constexpr int kBwdSlots = 3;
+// How kSwigluBwd's dG and dU leave: written over G and U in the slot and stored by TMA (a slot is
+// free once its stores have read it); or from the consumers' registers, 4 bytes a store (direct);
+// or each warp's 16 rows written over its G and U and read back 16 bytes a lane, whole 128-byte
+// rows a store (warp). In the last two a slot is free once every warp has read it.
+enum BwdStores { kBwdStoresTma = 0, kBwdStoresDirect = 1, kBwdStoresWarp = 2 };
 __host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
 // mbarriers past the ring's full and empty ones: kSwigluBwd's one a slot and consumer.
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
@@ -134,9 +139,8 @@ struct Params {
   // kSwigluBwd: F (= m), and G and U, [2F][n] (make_swiglu_bwd_params), loaded through aux_map
   // and aux2_map, boxes of 64 rows × 64 columns.
   int swiglu_f;
-  // kSwigluBwd: dG and dU stored from the consumers' registers (MDLM_SWIGLU_BWD_STORES=direct)
-  // instead of staged over G and U in the slots and stored by TMA.
-  bool swiglu_bwd_direct;
+  // kSwigluBwd: how dG and dU leave (BwdStores; MDLM_SWIGLU_BWD_STORES=tma|direct|warp).
+  int swiglu_bwd_stores;
   bf16* out3;
   int64_t ldo3;
   wg::TileMap aux_map, aux2_map;
@@ -416,6 +420,32 @@ __device__ __forceinline__ void store_quarter_direct(const Params& p, int f0, in
   }
 }
 
+// kSwigluBwd's dG and dU of a quarter through this warp's own 16 rows of the slot (at `slot`,
+// `slot_ptr` the same bytes): written over its G and U (store_fragment), then each row's 128 bytes
+// read back 16 a lane and stored whole, four rows an instruction, into rows f and F + f of out.
+__device__ __forceinline__ void store_quarter_warp(const Params& p, uint32_t slot, const unsigned char* slot_ptr, int f0, int t0, int warp, const uint32_t (&vg)[16],
+                                                   const uint32_t (&vu)[16]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
+    const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
+    wg::store_fragment(slot, 64, 16 * warp, kk, rg);
+    wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
+  }
+  __syncwarp();
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {  // dG (over G, the slot's first half), then dU
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int r = 16 * warp + 4 * i + lane / 8, c = lane % 8;
+      const int f = f0 + r, t = t0 + 8 * c;  // n is a multiple of 8: the chunk is in or out whole
+      const uint4 x = *reinterpret_cast<const uint4*>(slot_ptr + half * (kOutStageBytes / 2) + wg::sw128_offset(64, r, 8 * c));
+      if (f < p.swiglu_f && t < p.n) *reinterpret_cast<uint4*>(p.out + (int64_t)(half * p.swiglu_f + f) * p.ldo + t) = x;
+    }
+  }
+}
+
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
 // rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the three
 // slots at `slots` (kOutStageBytes apart; slot s's mbarrier at full0 + 8s). The consumer's
@@ -424,8 +454,8 @@ __device__ __forceinline__ void store_quarter_direct(const Params& p, int f0, in
 // (gemm_ws_nt); quarter 3, into quarter 0's slot, once quarter 0's stores have read it. Each
 // warp reads its 16 rows of G and U, writes its dG and dU over them, and one thread stores both
 // boxes by TMA: dG and dU of a quarter leave together, and no staged tile waits for a store.
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots, uint32_t full0,
-                                                 int barrier) {
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots,
+                                                 const unsigned char* slots_ptr, uint32_t full0, int barrier) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int q = q0 + j, s = q % kBwdSlots;
@@ -437,13 +467,14 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
 #pragma unroll
     for (int i = 0; i < 16; ++i) swiglu_backward_pair(dh[j / 2][16 * (j % 2) + i], vg[i], vu[i]);
     const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
-    if (p.swiglu_bwd_direct) {
-      if (j == 0) {  // quarter 0's slot takes quarter 3 once every warp has read it
-        wg::fence_proxy_async();  // the generic reads before the async proxy's writes
+    if (p.swiglu_bwd_stores != kBwdStoresTma) {
+      if (p.swiglu_bwd_stores == kBwdStoresWarp) store_quarter_warp(p, slot, slots_ptr + s * kOutStageBytes, f0, t0, warp, vg, vu);
+      if (j == 0) {  // quarter 0's slot takes quarter 3 once every warp is done with it
+        wg::fence_proxy_async();  // the generic accesses before the async proxy's writes
         wg::bar_sync(barrier, 128);
         if (threadIdx.x % 128 == 0) load_quarter(p, tl, 3, slot, full0 + 8 * s);
       }
-      store_quarter_direct(p, f0, t0, warp, vg, vu);
+      if (p.swiglu_bwd_stores == kBwdStoresDirect) store_quarter_direct(p, f0, t0, warp, vg, vu);
       continue;
     }
     // Over the rows this warp read (its ldmatrix results are used above, so the reads are done).
@@ -466,7 +497,7 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
       }
     }
   }
-  if (p.swiglu_bwd_direct) {  // every warp's reads of the slots done before the next tile's loads into them
+  if (p.swiglu_bwd_stores != kBwdStoresTma) {  // every warp done with the slots before the next tile's loads into them
     wg::fence_proxy_async();
     wg::bar_sync(barrier, 128);
   }
@@ -609,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       uint32_t dh[2][32];
 #pragma unroll
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      store_swiglu_bwd(p, tl, warp, q0, dh, out_stage.addr, slot_full(wgi, 0), out_stage.barrier);
+      store_swiglu_bwd(p, tl, warp, q0, dh, out_stage.addr, out_stage.ptr, slot_full(wgi, 0), out_stage.barrier);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -687,8 +718,9 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
   const char* err = wg::encode_head_rows(p.aux_map, gu, 1, F, 1, rows, 64);
   if (!err) err = wg::encode_head_rows(p.aux2_map, gu + (int64_t)F * rows, 1, F, 1, rows, 64);
   if (!err && !use_tma_store(p)) err = "SwiGLU's backward epilogue: dgu must be 16-byte aligned";
-  const char* stores = std::getenv("MDLM_SWIGLU_BWD_STORES");
-  p.swiglu_bwd_direct = stores && std::string(stores) == "direct";
+  const char* env = std::getenv("MDLM_SWIGLU_BWD_STORES");
+  const std::string stores = env ? env : "";
+  p.swiglu_bwd_stores = stores == "direct" ? kBwdStoresDirect : stores == "warp" ? kBwdStoresWarp : kBwdStoresTma;
   return err;
 }
 
