@@ -454,6 +454,9 @@ __device__ __forceinline__ void store_quarter_warp(const Params& p, uint32_t slo
 // (gemm_ws_nt); quarter 3, into quarter 0's slot, once quarter 0's stores have read it. Each
 // warp reads its 16 rows of G and U, writes its dG and dU over them, and one thread stores both
 // boxes by TMA: dG and dU of a quarter leave together, and no staged tile waits for a store.
+// Stored the other ways (BwdStores: store_quarter_direct, store_quarter_warp), quarter 3 is asked
+// for once every warp is done with quarter 0's slot, and the tile ends at a barrier that frees
+// the slots for the next tile's loads.
 __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots,
                                                  const unsigned char* slots_ptr, uint32_t full0, int barrier) {
 #pragma unroll
