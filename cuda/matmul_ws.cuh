@@ -400,6 +400,18 @@ __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, in
   wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, t0, 0, f0, 0, full);
 }
 
+// A quarter's dG and dU (read_block's layout) written over this warp's 16 rows of its G and U in
+// the slot.
+__device__ __forceinline__ void write_over_quarter(uint32_t slot, int warp, const uint32_t (&vg)[16], const uint32_t (&vu)[16]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
+    const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
+    wg::store_fragment(slot, 64, 16 * warp, kk, rg);
+    wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
+  }
+}
+
 // kSwigluBwd's dG and dU of a quarter straight from registers (read_block's layout: v[2jj + h] is
 // row f0 + 16·warp + gid + 8h, columns t0 + 8jj + 2·tig) into rows f and F + f of out.
 __device__ __forceinline__ void store_quarter_direct(const Params& p, int f0, int t0, int warp, const uint32_t (&vg)[16], const uint32_t (&vu)[16]) {
@@ -421,17 +433,11 @@ __device__ __forceinline__ void store_quarter_direct(const Params& p, int f0, in
 }
 
 // kSwigluBwd's dG and dU of a quarter through this warp's own 16 rows of the slot (at `slot`,
-// `slot_ptr` the same bytes): written over its G and U (store_fragment), then each row's 128 bytes
+// `slot_ptr` the same bytes): written over its G and U (write_over_quarter), then each row's 128 bytes
 // read back 16 a lane and stored whole, four rows an instruction, into rows f and F + f of out.
 __device__ __forceinline__ void store_quarter_warp(const Params& p, uint32_t slot, const unsigned char* slot_ptr, int f0, int t0, int warp, const uint32_t (&vg)[16],
                                                    const uint32_t (&vu)[16]) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
-    const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
-    wg::store_fragment(slot, 64, 16 * warp, kk, rg);
-    wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
-  }
+  write_over_quarter(slot, warp, vg, vu);
   __syncwarp();
   const int lane = threadIdx.x & 31;
 #pragma unroll
@@ -481,13 +487,7 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
       continue;
     }
     // Over the rows this warp read (its ldmatrix results are used above, so the reads are done).
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
-      const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
-      wg::store_fragment(slot, 64, 16 * warp, kk, rg);
-      wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
-    }
+    write_over_quarter(slot, warp, vg, vu);
     wg::fence_proxy_async();  // the generic writes before the async proxy's reads
     wg::bar_sync(barrier, 128);
     if (threadIdx.x % 128 == 0) {
