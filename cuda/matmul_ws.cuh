@@ -710,6 +710,14 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
   return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
 
+// BwdStores from MDLM_SWIGLU_BWD_STORES (unset: TMA); -1 for another value.
+inline int bwd_stores_from_env() {
+  const char* env = std::getenv("MDLM_SWIGLU_BWD_STORES");
+  const std::string stores = env ? env : "";
+  if (stores.empty() || stores == "tma") return kBwdStoresTma;
+  return stores == "direct" ? kBwdStoresDirect : stores == "warp" ? kBwdStoresWarp : -1;
+}
+
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
 // and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the ping-pong
 // 128-wide kernel. Needs every tensor 16-byte aligned, F, rows and d multiples of 8. Returns an
@@ -721,9 +729,8 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
   const char* err = wg::encode_head_rows(p.aux_map, gu, 1, F, 1, rows, 64);
   if (!err) err = wg::encode_head_rows(p.aux2_map, gu + (int64_t)F * rows, 1, F, 1, rows, 64);
   if (!err && !use_tma_store(p)) err = "SwiGLU's backward epilogue: dgu must be 16-byte aligned";
-  const char* env = std::getenv("MDLM_SWIGLU_BWD_STORES");
-  const std::string stores = env ? env : "";
-  p.swiglu_bwd_stores = stores == "direct" ? kBwdStoresDirect : stores == "warp" ? kBwdStoresWarp : kBwdStoresTma;
+  p.swiglu_bwd_stores = bwd_stores_from_env();
+  if (!err && p.swiglu_bwd_stores < 0) err = "MDLM_SWIGLU_BWD_STORES must be tma, direct or warp";
   return err;
 }
 

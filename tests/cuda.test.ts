@@ -373,6 +373,9 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       const unfused = await outputs();
       fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), ['gu', 'out', 'dgu'][i]).toBeLessThanOrEqual(1e-4));
       for (const [stores, dgu] of Object.entries(others)) expect(relativeError(dgu, unfused[2]!, false), `dgu, MDLM_SWIGLU_BWD_STORES=${stores}`).toBeLessThanOrEqual(1e-4);
+      // A misspelt setting is an error, not a quiet run of the default.
+      process.env.MDLM_SWIGLU_BWD_STORES = 'regs';
+      expect(() => b.run(matmulSwigluBackward, bwd, attrs)).toThrow(/MDLM_SWIGLU_BWD_STORES='regs' is not tma, direct or warp/);
     } finally {
       delete process.env.MDLM_SWIGLU_BWD_STORES;
       delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
