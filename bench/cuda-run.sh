@@ -37,6 +37,12 @@ summary() {
     console.log(rs.length + ' records, ' + bad.length + ' failed');"
 }
 
+# bench/matmul_ws.cu (our Hopper GEMM beside cuBLASLt) as /tmp/matmul_ws.
+build_matmul_ws() {
+  local cuda=${CUDA_HOME:-/usr/local/cuda}
+  "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws
+}
+
 for w in ${*:-build probe wgmma parity bench peer tests train}; do
   echo "=== $w"
   case $w in
@@ -102,14 +108,11 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
     matmul-ws)  # cuda/matmul_ws.cuh's GEMM (and its fused epilogues) against cuBLASLt on the training shapes
-      cuda=${CUDA_HOME:-/usr/local/cuda}
-      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
-        && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
+      build_matmul_ws && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
     swiglu-bwd-ab)  # SwiGLU backward's ways of storing dG and dU (MDLM_SWIGLU_BWD_STORES: tma, the default;
       # direct; warp), alternating: bench/matmul_ws.cu at the dh shapes (the fused backward's time and its
       # difference from the unfused path, last column), then bench/train-ab.sh at 124M (AB_RUNS, default 3)
-      cuda=${CUDA_HOME:-/usr/local/cuda}
-      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws || exit 1
+      build_matmul_ws || exit 1
       for r in 1 2; do
         for m in tma direct warp; do
           MDLM_SWIGLU_BWD_STORES=$m timeout 60 /tmp/matmul_ws 20 " dh " 2>&1 | grep -E "dh \[" | awk -F'|' -v m="$m $r" '{print m ": " $1 "|" $NF}' | tee -a "$OUT/swiglu-bwd-ab.txt"
@@ -121,9 +124,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       # whose label contains NCU_GEMM_SHAPE (default "124M q/k"): every launch of each, --set full;
       # the details page as $OUT/ncu-gemm-details.txt (the report itself, large, stays in /tmp).
       # Kernel names: gemm_ws_nt<epilogue, schedule, tile width, a transposed>, nvjet_*.
-      cuda=${CUDA_HOME:-/usr/local/cuda}
-      "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws \
-        && timeout 280 ncu --clock-control none --set full -k "regex:gemm_ws_nt|nvjet" -f -o /tmp/ncu-gemm /tmp/matmul_ws 1 "${NCU_GEMM_SHAPE:-124M q/k}" > "$OUT/ncu-gemm.log" 2>&1
+      build_matmul_ws && timeout 280 ncu --clock-control none --set full -k "regex:gemm_ws_nt|nvjet" -f -o /tmp/ncu-gemm /tmp/matmul_ws 1 "${NCU_GEMM_SHAPE:-124M q/k}" > "$OUT/ncu-gemm.log" 2>&1
       tail -n 3 "$OUT/ncu-gemm.log"
       ncu -i /tmp/ncu-gemm.ncu-rep --page details > "$OUT/ncu-gemm-details.txt" 2>&1
       grep -E "gemm_ws_nt|nvjet|Duration|Compute \(SM\) Throughput|Registers Per|Warp Cycles Per Issued" "$OUT/ncu-gemm-details.txt" | head -n 60 ;;

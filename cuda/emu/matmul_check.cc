@@ -170,7 +170,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
 
 // kSwigluBwd (ping-pong, 128 wide): dh = Wdownᵀ · doutᵀ with Wdown [d][F] (a transposed) and
 // dout [rows][d], then dG and dU from dh rounded to bf16 and G, U (random), against float64; dG
-// and U stored each way (BwdStores). A guard after dgu must keep its poison.
+// and dU stored each way (BwdStores). A guard after dgu must keep its poison.
 bool run_swiglu_bwd(int F, int rows, int d, int stores, double& rel) {
   std::mt19937_64 rng(7 + F * 5 + rows * 11 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
