@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws swiglu-bwd-ab]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws]
 #   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
 #   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
 #   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
@@ -109,17 +109,6 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
     matmul-ws)  # cuda/matmul_ws.cuh's GEMM (and its fused epilogues) against cuBLASLt on the training shapes
       build_matmul_ws && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
-    swiglu-bwd-ab)  # SwiGLU backward's ways of storing dG and dU (MDLM_SWIGLU_BWD_STORES: tma, the default;
-      # direct; warp), alternating: bench/matmul_ws.cu at the dh shapes (the fused backward's time and its
-      # difference from the unfused path, last column), then bench/train-ab.sh at 124M (AB_RUNS, default 3)
-      build_matmul_ws || exit 1
-      for r in 1 2; do
-        for m in tma direct warp; do
-          MDLM_SWIGLU_BWD_STORES=$m timeout 60 /tmp/matmul_ws 20 " dh " 2>&1 | grep -E "dh \[" | awk -F'|' -v m="$m $r" '{print m ": " $1 "|" $NF}' | tee -a "$OUT/swiglu-bwd-ab.txt"
-        done
-      done
-      OUT="$OUT" AB_SIDES="MDLM_SWIGLU_BWD_STORES=tma MDLM_SWIGLU_BWD_STORES=direct MDLM_SWIGLU_BWD_STORES=warp" AB_CASES="llama-124m:ar llama-124m:mdlm" \
-        bash bench/train-ab.sh 2>&1 | grep -iv warning | tee "$OUT/swiglu-bwd-train-ab.txt" | grep median ;;
     ncu-gemm)  # Nsight Compute on cuda/matmul_ws.cuh's kernels and cuBLASLt's at the matmul-ws shapes
       # whose label contains NCU_GEMM_SHAPE (default "124M q/k"): every launch of each, --set full;
       # the details page as $OUT/ncu-gemm-details.txt (the report itself, large, stays in /tmp).

@@ -52,9 +52,6 @@ MDLM_OP(matmul_swiglu_backward) {
   const DType dtype = float_dtype_of(call, {"wdown", "dout", "gu", "dgu"});
   const Arg &wdown = call.arg("wdown"), &dout = call.arg("dout"), &gu = call.arg("gu"), &dgu = call.arg("dgu");
   const int64_t F = call.i64("hidden"), rows = call.i64("rows"), k = call.i64("k");
-  if (gemm::bwd_stores_from_env() < 0) {  // a typo would otherwise time the default, or the unfused path
-    throw OpError("BAD_ARGUMENT", "MDLM_SWIGLU_BWD_STORES='" + env_knob("MDLM_SWIGLU_BWD_STORES") + "' is not tma, direct or warp");
-  }
   if (fusable(call, dtype, {2 * F, rows, k}) && all_aligned16({wdown.ptr, dout.ptr, gu.ptr, dgu.ptr})) {
     gemm::Params p;
     if (!gemm::make_swiglu_bwd_params(p, wdown.ptr, dout.ptr, static_cast<gemm::bf16*>(dgu.ptr), static_cast<const gemm::bf16*>(gu.ptr), (int)F, (int)rows, (int)k)) {

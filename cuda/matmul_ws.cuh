@@ -54,19 +54,12 @@
 // only once the first was read and dG then dU staged one after the other through one tile, took
 // 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); the slots 123, and the
 // step 0.18 ms less (twenty-fourth session: bench/RESULTS.md), where dh alone is about 70 and the
-// epilogue's bytes about 56 at the memory's bandwidth. On an H100 (twenty-sixth session, Nsight
-// Compute) it took 145 µs against 85 for the product alone, with DRAM 67% and the SMs 40% busy:
-// neither saturated, so the quarters' waits are in the way. MDLM_SWIGLU_BWD_STORES=direct or warp
-// (BwdStores, untimed) store dG and dU without TMA: a slot is then free once every warp is done
-// with it, with no TMA store to wait for, and the fourth quarter is asked for as soon as the first
-// is.
+// epilogue's bytes about 56 at the memory's bandwidth.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
 
-#include <cstdlib>
 #include <set>
-#include <string>
 #include <type_traits>
 
 #include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
@@ -99,11 +92,6 @@ constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 // over and stored from).
 constexpr int kStages = 4;
 constexpr int kBwdSlots = 3;
-// How kSwigluBwd's dG and dU leave: written over G and U in the slot and stored by TMA (a slot is
-// free once its stores have read it); or from the consumers' registers, 4 bytes a store (direct);
-// or each warp's 16 rows written over its G and U and read back 16 bytes a lane, whole 128-byte
-// rows a store (warp). In the last two a slot is free once every warp has read it.
-enum BwdStores { kBwdStoresTma = 0, kBwdStoresDirect = 1, kBwdStoresWarp = 2 };
 __host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
 // mbarriers past the ring's full and empty ones: kSwigluBwd's one a slot and consumer.
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
@@ -139,8 +127,6 @@ struct Params {
   // kSwigluBwd: F (= m), and G and U, [2F][n] (make_swiglu_bwd_params), loaded through aux_map
   // and aux2_map, boxes of 64 rows × 64 columns.
   int swiglu_f;
-  // kSwigluBwd: how dG and dU leave (BwdStores; MDLM_SWIGLU_BWD_STORES=tma|direct|warp).
-  int swiglu_bwd_stores;
   bf16* out3;
   int64_t ldo3;
   wg::TileMap aux_map, aux2_map;
@@ -400,58 +386,6 @@ __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, in
   wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, t0, 0, f0, 0, full);
 }
 
-// A quarter's dG and dU (read_block's layout) written over this warp's 16 rows of its G and U in
-// the slot.
-__device__ __forceinline__ void write_over_quarter(uint32_t slot, int warp, const uint32_t (&vg)[16], const uint32_t (&vu)[16]) {
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
-    const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
-    wg::store_fragment(slot, 64, 16 * warp, kk, rg);
-    wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
-  }
-}
-
-// kSwigluBwd's dG and dU of a quarter straight from registers (read_block's layout: v[2jj + h] is
-// row f0 + 16·warp + gid + 8h, columns t0 + 8jj + 2·tig) into rows f and F + f of out.
-__device__ __forceinline__ void store_quarter_direct(const Params& p, int f0, int t0, int warp, const uint32_t (&vg)[16], const uint32_t (&vu)[16]) {
-  const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int f = f0 + 16 * warp + gid + 8 * h;
-    if (f >= p.swiglu_f) continue;
-    bf16* const g_row = p.out + (int64_t)f * p.ldo;
-    bf16* const u_row = g_row + (int64_t)p.swiglu_f * p.ldo;
-#pragma unroll
-    for (int jj = 0; jj < 8; ++jj) {
-      const int t = t0 + 8 * jj + 2 * tig;  // n is a multiple of 8: t + 1 < n with t
-      if (t >= p.n) continue;
-      *reinterpret_cast<uint32_t*>(g_row + t) = vg[2 * jj + h];
-      *reinterpret_cast<uint32_t*>(u_row + t) = vu[2 * jj + h];
-    }
-  }
-}
-
-// kSwigluBwd's dG and dU of a quarter through this warp's own 16 rows of the slot (at `slot`,
-// `slot_ptr` the same bytes): written over its G and U (write_over_quarter), then each row's 128 bytes
-// read back 16 a lane and stored whole, four rows an instruction, into rows f and F + f of out.
-__device__ __forceinline__ void store_quarter_warp(const Params& p, uint32_t slot, const unsigned char* slot_ptr, int f0, int t0, int warp, const uint32_t (&vg)[16],
-                                                   const uint32_t (&vu)[16]) {
-  write_over_quarter(slot, warp, vg, vu);
-  __syncwarp();
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {  // dG (over G, the slot's first half), then dU
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int r = 16 * warp + 4 * i + lane / 8, c = lane % 8;
-      const int f = f0 + r, t = t0 + 8 * c;  // n is a multiple of 8: the chunk is in or out whole
-      const uint4 x = *reinterpret_cast<const uint4*>(slot_ptr + half * (kOutStageBytes / 2) + wg::sw128_offset(64, r, 8 * c));
-      if (f < p.swiglu_f && t < p.n) *reinterpret_cast<uint4*>(p.out + (int64_t)(half * p.swiglu_f + f) * p.ldo + t) = x;
-    }
-  }
-}
-
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
 // rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the three
 // slots at `slots` (kOutStageBytes apart; slot s's mbarrier at full0 + 8s). The consumer's
@@ -460,11 +394,8 @@ __device__ __forceinline__ void store_quarter_warp(const Params& p, uint32_t slo
 // (gemm_ws_nt); quarter 3, into quarter 0's slot, once quarter 0's stores have read it. Each
 // warp reads its 16 rows of G and U, writes its dG and dU over them, and one thread stores both
 // boxes by TMA: dG and dU of a quarter leave together, and no staged tile waits for a store.
-// Stored the other ways (BwdStores: store_quarter_direct, store_quarter_warp), quarter 3 is asked
-// for once every warp is done with quarter 0's slot, and the tile ends at a barrier that frees
-// the slots for the next tile's loads.
-__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots,
-                                                 const unsigned char* slots_ptr, uint32_t full0, int barrier) {
+__device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots, uint32_t full0,
+                                                 int barrier) {
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     const int q = q0 + j, s = q % kBwdSlots;
@@ -475,22 +406,18 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
     read_block<64>(slot + kOutStageBytes / 2, vu, warp);
 #pragma unroll
     for (int i = 0; i < 16; ++i) swiglu_backward_pair(dh[j / 2][16 * (j % 2) + i], vg[i], vu[i]);
-    const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
-    if (p.swiglu_bwd_stores != kBwdStoresTma) {
-      if (p.swiglu_bwd_stores == kBwdStoresWarp) store_quarter_warp(p, slot, slots_ptr + s * kOutStageBytes, f0, t0, warp, vg, vu);
-      if (j == 0) {  // quarter 0's slot takes quarter 3 once every warp is done with it
-        wg::fence_proxy_async();  // the generic accesses before the async proxy's writes
-        wg::bar_sync(barrier, 128);
-        if (threadIdx.x % 128 == 0) load_quarter(p, tl, 3, slot, full0 + 8 * s);
-      }
-      if (p.swiglu_bwd_stores == kBwdStoresDirect) store_quarter_direct(p, f0, t0, warp, vg, vu);
-      continue;
-    }
     // Over the rows this warp read (its ldmatrix results are used above, so the reads are done).
-    write_over_quarter(slot, warp, vg, vu);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t rg[4] = {vg[4 * kk], vg[4 * kk + 1], vg[4 * kk + 2], vg[4 * kk + 3]};
+      const uint32_t ru[4] = {vu[4 * kk], vu[4 * kk + 1], vu[4 * kk + 2], vu[4 * kk + 3]};
+      wg::store_fragment(slot, 64, 16 * warp, kk, rg);
+      wg::store_fragment(slot + kOutStageBytes / 2, 64, 16 * warp, kk, ru);
+    }
     wg::fence_proxy_async();  // the generic writes before the async proxy's reads
     wg::bar_sync(barrier, 128);
     if (threadIdx.x % 128 == 0) {
+      const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
       wg::tile_store_4d(slot, p.out_map, t0, 0, f0, 0);
       wg::tile_store_4d(slot + kOutStageBytes / 2, p.out2_map, t0, 0, f0, 0);
       wg::bulk_commit();
@@ -499,10 +426,6 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
         load_quarter(p, tl, 3, slots + (q0 % kBwdSlots) * kOutStageBytes, full0 + 8 * (q0 % kBwdSlots));
       }
     }
-  }
-  if (p.swiglu_bwd_stores != kBwdStoresTma) {  // every warp done with the slots before the next tile's loads into them
-    wg::fence_proxy_async();
-    wg::bar_sync(barrier, 128);
   }
 }
 
@@ -643,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
       uint32_t dh[2][32];
 #pragma unroll
       for (int r = 0; r < 2; ++r) pack_acc<128>(acc[r], dh[r]);
-      store_swiglu_bwd(p, tl, warp, q0, dh, out_stage.addr, out_stage.ptr, slot_full(wgi, 0), out_stage.barrier);
+      store_swiglu_bwd(p, tl, warp, q0, dh, out_stage.addr, slot_full(wgi, 0), out_stage.barrier);
     } else {
 #pragma unroll
       for (int r = 0; r < kAcc; ++r) store_rows<kRopeD, kBN>(p, tl, kPing ? 64 * r : 64 * wgi, warp, gid, tig, acc[r], out_stage);
@@ -710,14 +633,6 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
   return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
 
-// BwdStores from MDLM_SWIGLU_BWD_STORES (unset: TMA); -1 for another value.
-inline int bwd_stores_from_env() {
-  const char* env = std::getenv("MDLM_SWIGLU_BWD_STORES");
-  const std::string stores = env ? env : "";
-  if (stores.empty() || stores == "tma") return kBwdStoresTma;
-  return stores == "direct" ? kBwdStoresDirect : stores == "warp" ? kBwdStoresWarp : -1;
-}
-
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
 // and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the ping-pong
 // 128-wide kernel. Needs every tensor 16-byte aligned, F, rows and d multiples of 8. Returns an
@@ -729,8 +644,6 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
   const char* err = wg::encode_head_rows(p.aux_map, gu, 1, F, 1, rows, 64);
   if (!err) err = wg::encode_head_rows(p.aux2_map, gu + (int64_t)F * rows, 1, F, 1, rows, 64);
   if (!err && !use_tma_store(p)) err = "SwiGLU's backward epilogue: dgu must be 16-byte aligned";
-  p.swiglu_bwd_stores = bwd_stores_from_env();
-  if (!err && p.swiglu_bwd_stores < 0) err = "MDLM_SWIGLU_BWD_STORES must be tma, direct or warp";
   return err;
 }
 

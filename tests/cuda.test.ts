@@ -341,9 +341,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
   // swiglu or swiglu_backward) at a llama-sized shape, several tiles an SM with a long k: a race
   // between a consumer's reads of its G and U buffer and the next TMA load into it shows as a
   // difference far above the two paths' own (the same bf16 roundings: about 1e-5 on the H100).
-  // The backward runs fused with dG and dU stored each way: by TMA from the slots (the default),
-  // from the consumers' registers and through each warp's rows (MDLM_SWIGLU_BWD_STORES=direct, warp).
-  it('gives matmul_swiglu and matmul_swiglu_backward fused (every way of storing dG and dU) what they give unfused, to 1e-4, at F=2048, 8192 rows, k=1024', async (ctx) => {
+  it('gives matmul_swiglu and matmul_swiglu_backward fused what they give unfused, to 1e-4, at F=2048, 8192 rows, k=1024', async (ctx) => {
     const b = await cuda();
     if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the fused kernels are for sm 9.0`);
     const attrs = { hidden: 2048, rows: 8192, k: 1024 };
@@ -363,21 +361,10 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     };
     try {
       const fused = await outputs();
-      const others: Record<string, Float32Array> = {};
-      for (const stores of ['direct', 'warp']) {
-        process.env.MDLM_SWIGLU_BWD_STORES = stores;
-        others[stores] = (await outputs())[2]!;
-      }
-      delete process.env.MDLM_SWIGLU_BWD_STORES;
       process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
       const unfused = await outputs();
       fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), ['gu', 'out', 'dgu'][i]).toBeLessThanOrEqual(1e-4));
-      for (const [stores, dgu] of Object.entries(others)) expect(relativeError(dgu, unfused[2]!, false), `dgu, MDLM_SWIGLU_BWD_STORES=${stores}`).toBeLessThanOrEqual(1e-4);
-      // A misspelt setting is an error, not a quiet run of the default.
-      process.env.MDLM_SWIGLU_BWD_STORES = 'regs';
-      expect(() => b.run(matmulSwigluBackward, bwd, attrs)).toThrow(/MDLM_SWIGLU_BWD_STORES='regs' is not tma, direct or warp/);
     } finally {
-      delete process.env.MDLM_SWIGLU_BWD_STORES;
       delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
       [...Object.values(fwd), ...Object.values(bwd)].forEach((t) => b.free(t));
     }

@@ -233,7 +233,7 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
 
-  it('runs the Hopper GEMM (cuda/matmul_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not), plain, a transposed, with rope and with SwiGLU forward and backward (dG and dU stored each of three ways), within bf16 rounding of float64, under every kind of schedule', async () => {
+  it('runs the Hopper GEMM (cuda/matmul_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not), plain, a transposed, with rope and with SwiGLU forward and backward, within bf16 rounding of float64, under every kind of schedule', async () => {
     const exe = await buildEmu('matmul_check.cc', 'matmul_check');
     // Random seed 11 holds a producer thread back: it caught the ping-pong schedule's consumers
     // waiting on a stage whose other-warpgroup phase was still open (the turns' barriers fix it).
@@ -245,7 +245,7 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     for (const extra of schedules) {
       const { stdout } = await run(exe, [], { env: env(extra), maxBuffer: 1 << 24 });
       const lines = stdout.trim().split('\n');
-      expect(lines.length, stdout).toBe(67);
+      expect(lines.length, stdout).toBe(61);
       for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
     }
   }, EMU_TIMEOUT);
