@@ -7,8 +7,8 @@
 // swiglu op on gu's halves.
 // matmul_swiglu_backward: dhᵀ = Wdownᵀ · doutᵀ, then dG and dU into dgu. On an sm_90 GPU, bf16,
 // every tensor 16-byte aligned and hidden, rows and k multiples of 8: the ping-pong kernel with
-// SwiGLU's backward epilogue (dh never stored; G and U come by TMA, in three slots of a quarter
-// tile, while the tile multiplies).
+// SwiGLU's backward epilogue (dh never stored; G and U come by TMA, in two slots of a quarter
+// tile, beside a ring of five stages).
 // Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0: the matmul op into scratch, then swiglu_backward.
 #include "common.cuh"
 #include "matmul_ws.cuh"

@@ -11,8 +11,8 @@
 // takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
-// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of kStages stages, tile
-// after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
+// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages (four, or
+// five: stages_for), tile after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
 // four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
 // on each tile, or each on every other tile. While consumers store a tile, the producer is
 // already loading the next one's stages. Tails (m, n, k not multiples of the tile) load as zeros
@@ -41,19 +41,21 @@
 // (ping-pong, 128 wide: make_swiglu_bwd_params) is SwiGLU's backward on the spot: with dh
 // (rounded to bf16, as the unfused path stores it) and G and U of the tile from [2F][n], it
 // writes dG and dU into out's rows f and F + f and never writes dh. Each consumer's G and U
-// come by TMA into three slots of its own, a quarter tile each (64 hidden units by 64 tokens):
-// three quarters asked for as its tile begins, so that they land while the tile multiplies (read
-// in the epilogue, G and U stalled it on memory latency), the fourth as soon as the first
-// quarter's stores have read its slot; each quarter's dG and dU are written over its G and U and
-// leave together by TMA. Ping-pong hides the epilogue's math behind the other consumer's tile
-// (cooperative, both consumers computing it with the tensor cores idle, took 0.18 ms against 0.09
-// for the plain product at llama-124m's dh on the H100). The slots are the same 48 KB a consumer
-// as two half tiles of G and U, so the ring keeps its four stages: with three, for room for the
-// whole tile's G and U, the main loop waited on its loads 2.5 times as long (Nsight Compute: 175
-// µs against 87 for the plain product at llama-124m's dh, H100). Half tiles, the second asked for
-// only once the first was read and dG then dU staged one after the other through one tile, took
-// 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); the slots 123, and the
-// step 0.18 ms less (twenty-fourth session: bench/RESULTS.md), where dh alone is about 70 and the
+// come by TMA into two slots of its own, a quarter tile each (64 hidden units by 64 tokens): two
+// quarters asked for as its tile begins, so that they land while the tile multiplies (read in the
+// epilogue, G and U stalled it on memory latency), and the other two brought into L2 then and
+// loaded into a slot as soon as the stores of the quarter before them there have read it; each
+// quarter's dG and dU are written over its G and U and leave together by TMA. Ping-pong hides the
+// epilogue's math behind the other consumer's tile (cooperative, both consumers computing it with
+// the tensor cores idle, took 0.18 ms against 0.09 for the plain product at llama-124m's dh on
+// the H100). Two slots rather than three leave room for a fifth stage of the ring: with three
+// slots and four stages (145 µs at llama-124m's dh on the H100, 71 for cuBLASLt's plain product),
+// a quarter of the stall samples were the main loop waiting on operand loads queued behind G, U,
+// dG and dU (twenty-seventh session: bench/RESULTS.md); with three stages, for room for the whole
+// tile's G and U, it waited 2.5 times as long as the plain product's. Half tiles, the second
+// asked for only once the first was read and dG then dU staged one after the other through one
+// tile, took 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); three slots
+// 123, and the step 0.18 ms less (twenty-fourth session), where dh alone is about 70 and the
 // epilogue's bytes about 56 at the memory's bandwidth.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
@@ -86,19 +88,22 @@ __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes +
 // backward (below), or rope's with that head dim (16, 32, 64 or 128).
 constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
-// The ring's stages, and each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U
-// and h each its own, so that their TMA stores need not wait for each other), or kSwigluBwd's
-// three slots (a quarter of a tile's G and U each, [64][64] boxes, which its dG and dU are written
-// over and stored from).
-constexpr int kStages = 4;
-constexpr int kBwdSlots = 3;
-__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluBwd ? 3 : 1; }
+// The ring's stages: four, or kSwigluBwd's five (its main loop's operand loads share the memory
+// with G, U, dG and dU; with four it waited on them for a quarter of its stall samples). Each
+// consumer's [64][128] output tiles: one, or kSwiglu's three (G, U and h each its own, so that
+// their TMA stores need not wait for each other), or kSwigluBwd's two slots (a quarter of a
+// tile's G and U each, [64][64] boxes, which its dG and dU are written over and stored from).
+__host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd ? 5 : 4; }
+constexpr int kBwdSlots = 2;
+__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu ? 3 : epilogue == kSwigluBwd ? kBwdSlots : 1; }
 // mbarriers past the ring's full and empty ones: kSwigluBwd's one a slot and consumer.
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The ring, the consumers' output tiles, the mbarriers, and the 1024-byte alignment of the
-// swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB: each + … ≤ 227 KB).
+// swizzled tiles (4 · 48 KB + 2 · 16 KB, 4 · 32 KB + 2 · 48 KB, 5 · 32 KB + 2 · 32 KB: each + … ≤
+// 227 KB, the most a block may have).
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
-  return (size_t)kStages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * kStages + aux_barriers(epilogue)) * 8 + 1024;
+  const int stages = stages_for(epilogue);
+  return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + aux_barriers(epilogue)) * 8 + 1024;
 }
 
 struct Params {
@@ -376,24 +381,33 @@ __device__ __forceinline__ void swiglu_backward_pair(uint32_t dh, uint32_t& g, u
   g = pack_bf16(dg0, dg1), u = pack_bf16(du0, du1);
 }
 
-// kSwigluBwd: quarter j (0..3) of a tile, accumulator j / 2's 64 hidden units by the 64
-// tokens of half j % 2: the TMA loads of its G and U ([64][64] boxes, 8 KB each) into `slot`, G
-// then U, on mbarrier `full`.
+// kSwigluBwd: quarter j (0..3) of a tile is accumulator j / 2's 64 hidden units by the 64
+// tokens of half j % 2; its boxes' origin in G, U, dG and dU ([F][n] each): (token, unit).
+__device__ __forceinline__ int2 quarter_origin(const Tile& tl, int j) { return make_int2(tl.n0 + 64 * (j % 2), tl.m0 + 64 * (j / 2)); }
+// The TMA loads of quarter j's G and U ([64][64] boxes, 8 KB each) into `slot`, G then U, on
+// mbarrier `full`.
 __device__ __forceinline__ void load_quarter(const Params& p, const Tile& tl, int j, uint32_t slot, uint32_t full) {
   wg::mbar_arrive_expect_tx(full, kOutStageBytes);
-  const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
-  wg::tile_load_4d(slot, p.aux_map, t0, 0, f0, 0, full);
-  wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, t0, 0, f0, 0, full);
+  const int2 o = quarter_origin(tl, j);
+  wg::tile_load_4d(slot, p.aux_map, o.x, 0, o.y, 0, full);
+  wg::tile_load_4d(slot + kOutStageBytes / 2, p.aux2_map, o.x, 0, o.y, 0, full);
+}
+// Quarter j's G and U brought into L2 only, for its load_quarter later.
+__device__ __forceinline__ void prefetch_quarter(const Params& p, const Tile& tl, int j) {
+  const int2 o = quarter_origin(tl, j);
+  wg::tile_prefetch_l2_4d(p.aux_map, o.x, 0, o.y, 0);
+  wg::tile_prefetch_l2_4d(p.aux2_map, o.x, 0, o.y, 0);
 }
 
 // kSwigluBwd's store of a consumer's tile `tl` (128 hidden units by 128 tokens) from its dh,
-// rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the three
+// rounded to bf16 (pack_acc) as the unfused path stores it, a quarter at a time from the two
 // slots at `slots` (kOutStageBytes apart; slot s's mbarrier at full0 + 8s). The consumer's
 // quarters are numbered across its tiles, from q0 = 4 · its tiles before this one, and quarter q
-// takes slot q % 3 at phase (q / 3) & 1. Quarters 0-2 were asked for as the tile began
-// (gemm_ws_nt); quarter 3, into quarter 0's slot, once quarter 0's stores have read it. Each
-// warp reads its 16 rows of G and U, writes its dG and dU over them, and one thread stores both
-// boxes by TMA: dG and dU of a quarter leave together, and no staged tile waits for a store.
+// takes slot q % 2 at phase (q / 2) & 1. Quarters 0 and 1 were asked for as the tile began, and
+// 2 and 3 brought into L2 (gemm_ws_nt); quarter j + 2 is loaded into quarter j's slot as soon as
+// quarter j's stores have read it, to land while quarter j + 1 is worked. Each warp reads its 16
+// rows of G and U, writes its dG and dU over them, and one thread stores both boxes by TMA: dG
+// and dU of a quarter leave together.
 __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl, int warp, int q0, const uint32_t (&dh)[2][32], uint32_t slots, uint32_t full0,
                                                  int barrier) {
 #pragma unroll
@@ -417,13 +431,13 @@ __device__ __forceinline__ void store_swiglu_bwd(const Params& p, const Tile& tl
     wg::fence_proxy_async();  // the generic writes before the async proxy's reads
     wg::bar_sync(barrier, 128);
     if (threadIdx.x % 128 == 0) {
-      const int f0 = tl.m0 + 64 * (j / 2), t0 = tl.n0 + 64 * (j % 2);
-      wg::tile_store_4d(slot, p.out_map, t0, 0, f0, 0);
-      wg::tile_store_4d(slot + kOutStageBytes / 2, p.out2_map, t0, 0, f0, 0);
+      const int2 o = quarter_origin(tl, j);
+      wg::tile_store_4d(slot, p.out_map, o.x, 0, o.y, 0);
+      wg::tile_store_4d(slot + kOutStageBytes / 2, p.out2_map, o.x, 0, o.y, 0);
       wg::bulk_commit();
-      if (j == 1) {  // quarter 0's stores, one group before the latest, have read its slot
-        wg::bulk_wait_read<1>();
-        load_quarter(p, tl, 3, slots + (q0 % kBwdSlots) * kOutStageBytes, full0 + 8 * (q0 % kBwdSlots));
+      if (j + kBwdSlots < 4) {  // the stores just issued have read the slot
+        wg::bulk_wait_read<0>();
+        load_quarter(p, tl, j + kBwdSlots, slot, full0 + 8 * s);
       }
     }
   }
@@ -451,6 +465,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
+  constexpr int kStages = stages_for(kEpi);
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
@@ -525,13 +540,15 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
 #pragma unroll
       for (int e = 0; e < kBN / 2; ++e) acc[r][e] = 0.f;
     const int i0 = seq * ksteps;
-    // kSwigluBwd: the tile's first three quarters, into the slots once the previous tile's
-    // stores from them have read them.
+    // kSwigluBwd: the tile's first quarters into the slots, once the previous tile's stores from
+    // them have read them, and the others into L2.
     [[maybe_unused]] const int q0 = 4 * (seq >> 1);
     if (kSwiBwd && threadIdx.x % 128 == 0) {
       wg::bulk_wait_read<0>();
 #pragma unroll
       for (int j = 0; j < kBwdSlots; ++j) load_quarter(p, tl, j, out_stage.addr + (q0 + j) % kBwdSlots * kOutStageBytes, slot_full(wgi, (q0 + j) % kBwdSlots));
+#pragma unroll
+      for (int j = kBwdSlots; j < 4; ++j) prefetch_quarter(p, tl, j);
     }
     if (kPing) wg::bar_sync(1 + wgi, kConsumers);
     for (int ks = 0; ks < ksteps; ++ks) {

@@ -138,6 +138,8 @@ __device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, 
 __device__ __forceinline__ void bulk_commit() { ::emu::bulk_commit(); }
 template <int N>
 __device__ __forceinline__ void bulk_wait_read() { ::emu::bulk_wait_read(N); }
+// A hint to the memory system, with no effect on results: nothing to emulate.
+__device__ __forceinline__ void tile_prefetch_l2_4d(const TileMap&, int, int, int, int) {}
 __device__ __forceinline__ void tile_load_4d_multicast(uint32_t dst, const TileMap& map, int c0, int c1, int c2, int c3, uint32_t bar, uint16_t mask) {
   ::emu::tile_load_multicast(dst, &map, {c0, c1, c2, c3, 0}, bar, mask);
 }
@@ -168,6 +170,12 @@ __device__ __forceinline__ void tile_load_4d(uint32_t dst, const TileMap& map, i
 __device__ __forceinline__ void tile_store_4d(uint32_t src, const TileMap& map, int c0, int c1, int c2, int c3) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(&map)), "r"(src),
                "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+// The box of `map` at (c0, c1, c2, c3) brought into L2, for a tile_load_4d of it soon after.
+__device__ __forceinline__ void tile_prefetch_l2_4d(const TileMap& map, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2),
+               "r"(c3)
                : "memory");
 }
 // Closes this thread's bulk group; waits until at most N groups may still read their shared source.
