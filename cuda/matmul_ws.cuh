@@ -88,17 +88,18 @@ __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes +
 // backward (below), or rope's with that head dim (16, 32, 64 or 128).
 constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
 
-// Each consumer's [64][128] output tiles: one, or kSwiglu's two (G and U each its own, then h in
-// G's once G's TMA stores have read it), or kSwigluBwd's two slots (a quarter of a tile's G and U
-// each, [64][64] boxes, which its dG and dU are written over and stored from).
+// Each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U and h each its own, so
+// that their TMA stores need not wait for each other), or kSwigluBwd's two slots (a quarter of a
+// tile's G and U each, [64][64] boxes, which its dG and dU are written over and stored from).
 constexpr int kBwdSlots = 2;
-__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu ? 2 : epilogue == kSwigluBwd ? kBwdSlots : 1; }
+__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu ? 3 : epilogue == kSwigluBwd ? kBwdSlots : 1; }
 // mbarriers past the ring's full and empty ones: kSwigluBwd's one a slot and consumer.
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The most shared memory a block may have (227 KB), and the 1024-byte alignment of the swizzled tiles within it.
 constexpr int kSmemMax = 232448, kSmemAlign = 1024;
 // The ring's stages: as many as fit beside the output tiles and the mbarriers (two a stage): six
-// for 128-wide tiles with one output tile, five for the SwiGLU epilogues, four for 256-wide tiles. (kSwigluBwd's main loop, four stages deep, waited on its operand loads, queued behind G,
+// for 128-wide tiles with one output tile, five for kSwigluBwd, four for kSwiglu and for 256-wide
+// tiles. (kSwigluBwd's main loop, four stages deep, waited on its operand loads, queued behind G,
 // U, dG and dU, for a quarter of its stall samples: twenty-seventh session.)
 __host__ __device__ constexpr int stages_for(int tile_n, int epilogue) {
   return (kSmemMax - kSmemAlign - 2 * out_tiles_for(epilogue) * kOutStageBytes - 8 * aux_barriers(epilogue)) / (stage_bytes(tile_n) + 16);
@@ -108,7 +109,7 @@ __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStor
   const int stages = stages_for(tile_n, epilogue);
   return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + aux_barriers(epilogue)) * 8 + kSmemAlign;
 }
-static_assert(stages_for(128, kStore) == 6 && stages_for(256, kStore) == 4 && stages_for(128, kSwiglu) == 5 && stages_for(128, kSwigluBwd) == 5);
+static_assert(stages_for(128, kStore) == 6 && stages_for(256, kStore) == 4 && stages_for(128, kSwiglu) == 4 && stages_for(128, kSwigluBwd) == 5);
 static_assert(smem_bytes(128, kStore) <= kSmemMax && smem_bytes(256, kStore) <= kSmemMax && smem_bytes(128, kSwiglu) <= kSmemMax &&
               smem_bytes(128, kSwigluBwd) <= kSmemMax);
 
@@ -366,7 +367,7 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
   uint32_t vg[kBN / 4], vu[kBN / 4];
   pack_acc<kBN>(g, vg);
   pack_acc<kBN>(u, vu);
-  // The previous tile's stores have long read the two tiles (store_block's barrier passes it on).
+  // The previous tile's stores have long read the three tiles (store_block's barrier passes it on).
   if (threadIdx.x % 128 == 0) wg::bulk_wait_read<0>();
   store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, st.tile(0));
   store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, st.tile(1));
@@ -375,8 +376,7 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
     const float2 a = unpack_bf16(vg[q]), b = unpack_bf16(vu[q]);
     vg[q] = pack_bf16(swiglu_forward(a.x, b.x), swiglu_forward(a.y, b.y));
   }
-  if (threadIdx.x % 128 == 0) wg::bulk_wait_read<1>();  // G's stores (all but U's) have read tile 0
-  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(0));
+  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(2));
 }
 
 // SwiGLU's backward for a register's two bf16 values: g and u (G and U) become dG and dU from dh.
