@@ -11,8 +11,8 @@
 // takes output tiles of 128 rows by kBN (128 or 256) columns in a grouped order (kGroupM tile rows
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
-// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages (four to six:
-// stages_for), tile after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
+// step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages (four, or
+// five: stages_for), tile after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
 // four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
 // on each tile, or each on every other tile. While consumers store a tile, the producer is
 // already loading the next one's stages. Tails (m, n, k not multiples of the tile) load as zeros
@@ -97,19 +97,17 @@ __host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue 
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The most shared memory a block may have (227 KB), and the 1024-byte alignment of the swizzled tiles within it.
 constexpr int kSmemMax = 232448, kSmemAlign = 1024;
-// The ring's stages: as many as fit beside the output tiles and the mbarriers (two a stage): six
-// for 128-wide tiles with one output tile, five for kSwigluBwd, four for kSwiglu and for 256-wide
-// tiles. (kSwigluBwd's main loop, four stages deep, waited on its operand loads, queued behind G,
-// U, dG and dU, for a quarter of its stall samples: twenty-seventh session.)
-__host__ __device__ constexpr int stages_for(int tile_n, int epilogue) {
-  return (kSmemMax - kSmemAlign - 2 * out_tiles_for(epilogue) * kOutStageBytes - 8 * aux_barriers(epilogue)) / (stage_bytes(tile_n) + 16);
-}
+// The ring's stages: four, or kSwigluBwd's five (its main loop, four stages deep, waited on its
+// operand loads, queued behind G, U, dG and dU, for a quarter of its stall samples; five took
+// 5% off its time at llama-1.3b's dh on an H100). Six, where they fit (one output tile), were
+// 3-7% faster than four at llama-124m's shapes but 8-22% slower at llama-1.3b's larger ones and
+// at the LM head (twenty-eighth session: bench/RESULTS.md).
+__host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd ? 5 : 4; }
 // The ring, the consumers' output tiles, the mbarriers, and the alignment: at most kSmemMax.
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
-  const int stages = stages_for(tile_n, epilogue);
+  const int stages = stages_for(epilogue);
   return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + aux_barriers(epilogue)) * 8 + kSmemAlign;
 }
-static_assert(stages_for(128, kStore) == 6 && stages_for(256, kStore) == 4 && stages_for(128, kSwiglu) == 4 && stages_for(128, kSwigluBwd) == 5);
 static_assert(smem_bytes(128, kStore) <= kSmemMax && smem_bytes(256, kStore) <= kSmemMax && smem_bytes(128, kSwiglu) <= kSmemMax &&
               smem_bytes(128, kSwigluBwd) <= kSmemMax);
 
@@ -472,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
   constexpr bool kSwiBwd = kEpi == kSwigluBwd;
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
-  constexpr int kStages = stages_for(kBN, kEpi);
+  constexpr int kStages = stages_for(kEpi);
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
