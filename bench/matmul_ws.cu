@@ -15,9 +15,10 @@
 // SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores; the unfused
 // path adds the swiglu kernel) and its worst difference, and, for the dh products (a transposed),
 // the ping-pong kernel with SwiGLU's backward epilogue (the unfused path adds swiglu_backward).
-// Alone and timed back to back, the backward's epilogue in three slots (now the only form) was
-// 4-7% slower than in half tiles, but 10% faster inside a training step (Nsight Compute):
-// bench/RESULTS.md, twenty-fourth session.
+// Alone and timed back to back, the backward's epilogue in three slots was 4-7% slower than in
+// half tiles, but 10% faster inside a training step (Nsight Compute): bench/RESULTS.md,
+// twenty-fourth session. Two slots beside a fifth ring stage (the form now) were level with three
+// at llama-124m's dh and 5% faster at llama-1.3b's (twenty-eighth session).
 // Exits non-zero when a difference or error is over 5e-3.
 #include <cublasLt.h>
 
