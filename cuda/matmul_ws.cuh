@@ -51,10 +51,11 @@
 // the H100). Two slots rather than three leave room for a fifth stage of the ring: with three
 // slots and four stages (145 µs at llama-124m's dh on the H100, 71 for cuBLASLt's plain product),
 // a quarter of the stall samples were the main loop waiting on operand loads queued behind G, U,
-// dG and dU (twenty-seventh session: bench/RESULTS.md); with three stages, for room for the whole
-// tile's G and U, it waited 2.5 times as long as the plain product's. Half tiles, the second
-// asked for only once the first was read and dG then dU staged one after the other through one
-// tile, took 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); three slots
+// dG and dU (twenty-seventh session: bench/RESULTS.md). Two slots and five stages took 5% off it
+// at llama-1.3b's dh (0.642 against 0.676 ms, H100) and were level at llama-124m's (twenty-eighth
+// session). With three stages, for room for the whole tile's G and U, it waited 2.5 times as
+// long as the plain product's. Half tiles, the second asked for only once the first was read and
+// dG then dU staged one after the other through one tile, took 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); three slots
 // 123, and the step 0.18 ms less (twenty-fourth session), where dh alone is about 70 and the
 // epilogue's bytes about 56 at the memory's bandwidth.
 //
@@ -100,7 +101,7 @@ constexpr int kSmemMax = 232448, kSmemAlign = 1024;
 // The ring's stages: four, or kSwigluBwd's five (its main loop, four stages deep, waited on its
 // operand loads, queued behind G, U, dG and dU, for a quarter of its stall samples; five took
 // 5% off its time at llama-1.3b's dh on an H100). Six, where they fit (one output tile), were
-// 3-7% faster than four at llama-124m's shapes but 8-22% slower at llama-1.3b's larger ones and
+// 3-12% faster than four at llama-124m's shapes but 8-26% slower at llama-1.3b's larger ones and
 // at the LM head (twenty-eighth session: bench/RESULTS.md).
 __host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd ? 5 : 4; }
 // The ring, the consumers' output tiles, the mbarriers, and the alignment: at most kSmemMax.
