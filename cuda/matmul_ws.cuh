@@ -55,9 +55,10 @@
 // at llama-1.3b's dh (0.642 against 0.676 ms, H100) and were level at llama-124m's (twenty-eighth
 // session). With three stages, for room for the whole tile's G and U, it waited 2.5 times as
 // long as the plain product's. Half tiles, the second asked for only once the first was read and
-// dG then dU staged one after the other through one tile, took 137 µs a launch in a llama-124m ar step on the H200 (Nsight Compute); three slots
-// 123, and the step 0.18 ms less (twenty-fourth session), where dh alone is about 70 and the
-// epilogue's bytes about 56 at the memory's bandwidth.
+// dG then dU staged one after the other through one tile, took 137 µs a launch in a llama-124m
+// ar step on the H200 (Nsight Compute); three slots 123, and the step 0.18 ms less (twenty-fourth
+// session), where dh alone is about 70 and the epilogue's bytes about 56 at the memory's
+// bandwidth.
 //
 // Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
