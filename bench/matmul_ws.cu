@@ -12,8 +12,8 @@
 // where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
-// SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores; the unfused
-// path adds the swiglu kernel) and its worst difference, and, for the dh products (a transposed),
+// SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores, and in its deep
+// form, kSwigluDeep, by TMA stores; the unfused path adds the swiglu kernel) and its worst difference, and, for the dh products (a transposed),
 // the ping-pong kernel with SwiGLU's backward epilogue (the unfused path adds swiglu_backward).
 // Alone and timed back to back, the backward's epilogue in three slots was 4-7% slower than in
 // half tiles, but 10% faster inside a training step (Nsight Compute): bench/RESULTS.md,
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
   std::printf(" | rope:");
   for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "diff", "ping 128", "diff");
+  std::printf(" %8s | swiglu %8s %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "deep tma", "diff", "ping 128", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
@@ -284,7 +284,7 @@ int main(int argc, char** argv) {
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    float swiglu_ms[2] = {NAN, NAN};  // the consumers' stores, TMA stores
+    float swiglu_ms[3] = {NAN, NAN, NAN};  // kSwiglu with the consumers' stores and with TMA stores, kSwigluDeep with TMA stores
     double swiglu_diff = NAN;
     if (s.swiglu) {
       // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
@@ -303,11 +303,13 @@ int main(int argc, char** argv) {
         h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
       swiglu_diff = 0;
-      for (int tma = 0; tma < 2; ++tma) {
-        if (tma && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
+      // The consumers' stores, then TMA stores, with kSwiglu; then kSwigluDeep with TMA stores.
+      const int forms[3] = {mdlm::gemm::kSwiglu, mdlm::gemm::kSwiglu, mdlm::gemm::kSwigluDeep};
+      for (int f = 0; f < 3; ++f) {
+        if (f == 1 && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[tma] = time_ms([&] { launch(ps, sms, mdlm::gemm::kSwiglu, kVariants[1]); }, reps);  // ping 128
+        swiglu_ms[f] = time_ms([&] { launch(ps, sms, forms[f], kVariants[1]); }, reps);  // ping 128
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
       }
@@ -349,7 +351,8 @@ int main(int argc, char** argv) {
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
     std::printf(" |      ");
     for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_diff, bwd_ms, bwd_diff);
+    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_ms[2], swiglu_diff, bwd_ms,
+                bwd_diff);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

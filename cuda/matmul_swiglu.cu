@@ -29,7 +29,7 @@ bool launch_fused(const OpCall& call, const Arg& wgu, const Arg& x, const Arg& g
   gemm::Params p;
   if (gemm::make_swiglu_params(p, wgu.ptr, x.ptr, static_cast<gemm::bf16*>(gu.ptr), static_cast<gemm::bf16*>(out.ptr), F, rows, k)) return false;
   gemm::use_tma_store(p);  // where the layout allows it
-  check_cuda(gemm::launch(p, gemm::kSwiglu, gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
+  check_cuda(gemm::launch(p, gemm::swiglu_epilogue(F, rows, k), gemm::kPingPong, call.device->multiProcessorCount, call.stream), "matmul_swiglu (gemm_ws_nt)");
   return true;
 }
 

@@ -28,7 +28,7 @@
 // instruction count, about a third of the time of a K = 768 tile's main loop. A row whose
 // position is past the table (or negative) takes that slower road (rope_cs_at), to the same bits.
 //
-// With the kSwiglu epilogue (ping-pong only) the product is the MLP's gate/up projection in its
+// With the kSwiglu epilogue (ping-pong only; kSwigluDeep is the same with a deeper ring) the product is the MLP's gate/up projection in its
 // transposed layout, [Gᵀ; Uᵀ] = Wgu · xᵀ (a = Wgu [2F][d], w = x [rows][d], out [2F][rows]): a
 // tile's 128 rows of a are 64 gate rows f0.. and the 64 up rows F + f0.. (two TMA boxes), so a
 // consumer's two accumulators hold the gate and up values of the same (f, token) in the same
@@ -86,32 +86,35 @@ constexpr int kTileABytes = kBM * kBK * 2;  // a's [128][64] bf16 tile of a stag
 constexpr int kOutStageBytes = 64 * 128 * 2;  // a consumer's [64][128] bf16 tile of output, staged for its stores
 __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
 
-// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward or
-// backward (below), or rope's with that head dim (16, 32, 64 or 128).
-constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2;
+// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward (in
+// two forms: swiglu_epilogue) or backward (below), or rope's with that head dim (16, 32, 64 or 128).
+constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2, kSwigluDeep = 3;
 
 // Each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U and h each its own, so
-// that their TMA stores need not wait for each other), or kSwigluBwd's two slots (a quarter of a
-// tile's G and U each, [64][64] boxes, which its dG and dU are written over and stored from).
+// that their TMA stores need not wait for each other), or kSwigluDeep's two (h in G's once G's
+// TMA stores have read it, for a fifth stage of the ring), or kSwigluBwd's two slots (a quarter of
+// a tile's G and U each, [64][64] boxes, which its dG and dU are written over and stored from).
 constexpr int kBwdSlots = 2;
-__host__ __device__ constexpr int out_tiles_for(int epilogue) { return epilogue == kSwiglu ? 3 : epilogue == kSwigluBwd ? kBwdSlots : 1; }
+__host__ __device__ constexpr int out_tiles_for(int epilogue) {
+  return epilogue == kSwiglu ? 3 : epilogue == kSwigluDeep ? 2 : epilogue == kSwigluBwd ? kBwdSlots : 1;
+}
 // mbarriers past the ring's full and empty ones: kSwigluBwd's one a slot and consumer.
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The most shared memory a block may have (227 KB), and the 1024-byte alignment of the swizzled tiles within it.
 constexpr int kSmemMax = 232448, kSmemAlign = 1024;
-// The ring's stages: four, or kSwigluBwd's five (its main loop, four stages deep, waited on its
+// The ring's stages: four, or five for kSwigluDeep and kSwigluBwd (the backward's main loop, four stages deep, waited on its
 // operand loads, queued behind G, U, dG and dU, for a quarter of its stall samples; five took
 // 5% off its time at llama-1.3b's dh on an H100). Six, where they fit (one output tile), were
 // 3-12% faster than four at llama-124m's shapes but 8-26% slower at llama-1.3b's larger ones and
 // at the LM head (twenty-eighth session: bench/RESULTS.md).
-__host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd ? 5 : 4; }
+__host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd || epilogue == kSwigluDeep ? 5 : 4; }
 // The ring, the consumers' output tiles, the mbarriers, and the alignment: at most kSmemMax.
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
   const int stages = stages_for(epilogue);
   return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + aux_barriers(epilogue)) * 8 + kSmemAlign;
 }
 static_assert(smem_bytes(128, kStore) <= kSmemMax && smem_bytes(256, kStore) <= kSmemMax && smem_bytes(128, kSwiglu) <= kSmemMax &&
-              smem_bytes(128, kSwigluBwd) <= kSmemMax);
+              smem_bytes(128, kSwigluDeep) <= kSmemMax && smem_bytes(128, kSwigluBwd) <= kSmemMax);
 
 struct Params {
   wg::TileMap a_map, w_map;  // a [batch][m][k] and w [batch][n][k], boxes of 128 and tile_n rows × 64
@@ -135,7 +138,7 @@ struct Params {
   const float2* rope_cs;
   int rope_positions;
   double rope_base;
-  // kSwiglu: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
+  // kSwiglu, kSwigluDeep: F (m is F too: the tiles' rows are hidden units), and h's buffer [F][n], rows ldo3 apart.
   // kSwigluBwd: F (= m), and G and U, [2F][n] (make_swiglu_bwd_params), loaded through aux_map
   // and aux2_map, boxes of 64 rows × 64 columns.
   int swiglu_f;
@@ -358,16 +361,17 @@ __device__ __forceinline__ Block swiglu_half(const Params& p, const Tile& tl, in
   return Block{p.out + (int64_t)half * p.swiglu_f * p.ldo, p.ldo, p.swiglu_f, p.n, f0, tl.n0, p.tma_store ? (half ? &p.out2_map : &p.out_map) : nullptr, 0};
 }
 
-// kSwiglu's store of tile `tl` (64 hidden units f0.. by kBN tokens) from a ping-pong consumer's
-// gate and up accumulators: G and U rounded to bf16 into out's rows f and F + f, then
-// h = swiglu_forward(G, U) of the rounded values (cuda/swiglu.cuh) into out3's row f.
-template <int kBN>
+// The SwiGLU forward's store of tile `tl` (64 hidden units f0.. by kBN tokens) from a ping-pong
+// consumer's gate and up accumulators: G and U rounded to bf16 into out's rows f and F + f, then
+// h = swiglu_forward(G, U) of the rounded values (cuda/swiglu.cuh) into out3's row f, staged in a
+// third tile or (kHInG, kSwigluDeep's two tiles) in G's.
+template <int kBN, bool kHInG>
 __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, int warp, int gid, int tig, const float (&g)[kBN / 2], const float (&u)[kBN / 2],
                                              const OutStage& st) {
   uint32_t vg[kBN / 4], vu[kBN / 4];
   pack_acc<kBN>(g, vg);
   pack_acc<kBN>(u, vu);
-  // The previous tile's stores have long read the three tiles (store_block's barrier passes it on).
+  // The previous tile's stores have long read the tiles (store_block's barrier passes it on).
   if (threadIdx.x % 128 == 0) wg::bulk_wait_read<0>();
   store_block<kBN>(swiglu_half(p, tl, tl.m0, 0), vg, warp, gid, tig, st.tile(0));
   store_block<kBN>(swiglu_half(p, tl, tl.m0, 1), vu, warp, gid, tig, st.tile(1));
@@ -376,7 +380,8 @@ __device__ __forceinline__ void store_swiglu(const Params& p, const Tile& tl, in
     const float2 a = unpack_bf16(vg[q]), b = unpack_bf16(vu[q]);
     vg[q] = pack_bf16(swiglu_forward(a.x, b.x), swiglu_forward(a.y, b.y));
   }
-  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(2));
+  if (kHInG && threadIdx.x % 128 == 0) wg::bulk_wait_read<1>();  // G's stores (all but U's) have read its tile
+  store_block<kBN>(Block{p.out3, p.ldo3, p.swiglu_f, p.n, tl.m0, tl.n0, p.tma_store ? &p.out3_map : nullptr, 0}, vg, warp, gid, tig, st.tile(kHInG ? 0 : 2));
 }
 
 // SwiGLU's backward for a register's two bf16 values: g and u (G and U) become dG and dU from dh.
@@ -465,7 +470,7 @@ template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
-  constexpr bool kSwi = kEpi == kSwiglu, kPing = kSched == kPingPong;
+  constexpr bool kSwi = kEpi == kSwiglu || kEpi == kSwigluDeep, kPing = kSched == kPingPong;
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
@@ -585,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
     for (int r = 0; r < kAcc; ++r) wg::fence_operand(acc[r]);
     if (ksteps > 0 && threadIdx.x % 128 == 0) wg::mbar_arrive(empty((i0 + ksteps - 1) % kStages));
     if constexpr (kSwi) {
-      store_swiglu<kBN>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
+      store_swiglu<kBN, kEpi == kSwigluDeep>(p, tl, warp, gid, tig, acc[0], acc[kAcc - 1], out_stage);
     } else if constexpr (kSwiBwd) {
       uint32_t dh[2][32];
 #pragma unroll
@@ -642,7 +647,8 @@ inline bool use_tma_store(Params& p) {
   return true;
 }
 
-// p for kSwiglu: wgu [2F][d] (gate rows, then up rows), x [rows][d], G and U into gu [2F][rows]
+// p for the SwiGLU forward (kSwiglu or kSwigluDeep): wgu [2F][d] (gate rows, then up rows), x
+// [rows][d], G and U into gu [2F][rows]
 // and h into h [F][rows] (all 16-byte aligned, d a multiple of 8). Returns an error message, or nullptr.
 inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x, bf16* gu, bf16* h, int F, int rows, int d) {
   p = Params{};
@@ -656,6 +662,14 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
   const char* err = wg::encode_head_rows(p.a_map, wgu, 1, 2 * F, 1, d, 64);
   return err ? err : wg::encode_head_rows(p.w_map, x, 1, rows, 1, d, 128);
 }
+
+// Which SwiGLU forward epilogue a gate/up projection of F hidden units, `rows` tokens and d
+// inputs takes: kSwigluDeep for the smaller, kSwiglu for the larger. On an H100 (twenty-eighth
+// session: bench/RESULTS.md) the deep form was 7.5% faster at llama-124m's shape (F 2048, 16384
+// rows, d 768: 1.0e11 FLOP; 0.16 ms a training step less) and 12% slower at llama-1.3b's (F 5504,
+// d 2048: 7.4e11 FLOP), as were six stages against four for every 128-wide form on the longer
+// launches; the bound lies between the two measured shapes.
+inline int swiglu_epilogue(int F, int rows, int d) { return 4.0 * F * rows * d < 3e11 ? kSwigluDeep : kSwiglu; }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
 // and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the ping-pong
@@ -671,7 +685,7 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
   return err;
 }
 
-// The kernel for an epilogue (kStore, kSwiglu, kSwigluBwd, or a rope head dim of 64 or 128),
+// The kernel for an epilogue (kStore, kSwiglu, kSwigluDeep, kSwigluBwd, or a rope head dim of 64 or 128),
 // schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
 // kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
 // for another combination.
@@ -680,14 +694,14 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
   const auto pick = [&](auto epi, auto at) -> Kernel {
     constexpr int kE = decltype(epi)::value;
     constexpr bool kT = decltype(at)::value;
-    if constexpr ((kE == kSwiglu || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
+    if constexpr ((kE == kSwiglu || kE == kSwigluDeep || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
     } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
       if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
-      if constexpr (kE == kSwiglu) return nullptr;
+      if constexpr (kE == kSwiglu || kE == kSwigluDeep) return nullptr;
       else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
     }
   };
@@ -697,6 +711,7 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
   switch (epilogue) {
     case kStore: return with_layout(std::integral_constant<int, kStore>{});
     case kSwiglu: return with_layout(std::integral_constant<int, kSwiglu>{});
+    case kSwigluDeep: return with_layout(std::integral_constant<int, kSwigluDeep>{});
     case kSwigluBwd: return with_layout(std::integral_constant<int, kSwigluBwd>{});
     case 64: return with_layout(std::integral_constant<int, 64>{});
     case 128: return with_layout(std::integral_constant<int, 128>{});

@@ -338,35 +338,38 @@ describe.runIf(hasCuda)('cuda specifics', () => {
 
   // matmul_swiglu and matmul_swiglu_backward through cuda/matmul_ws.cuh's SwiGLU epilogues (the
   // default on Hopper) against the same ops unfused (MDLM_MATMUL_SWIGLU_FUSED=0: matmul, then
-  // swiglu or swiglu_backward) at a llama-sized shape, several tiles an SM with a long k: a race
+  // swiglu or swiglu_backward) at llama-sized shapes, several tiles an SM with a long k: a race
   // between a consumer's reads of its G and U buffer and the next TMA load into it shows as a
   // difference far above the two paths' own (the same bf16 roundings: about 1e-5 on the H100).
-  it('gives matmul_swiglu and matmul_swiglu_backward fused what they give unfused, to 1e-4, at F=2048, 8192 rows, k=1024', async (ctx) => {
+  // The two shapes take the forward's two forms (gemm::swiglu_epilogue: 6.9e10 FLOP the deep
+  // one, 3.4e11 the other).
+  it('gives matmul_swiglu and matmul_swiglu_backward fused what they give unfused, to 1e-4, at F=2048, 8192 rows, k=1024 and F=4096, k=2560', async (ctx) => {
     const b = await cuda();
     if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the fused kernels are for sm 9.0`);
-    const attrs = { hidden: 2048, rows: 8192, k: 1024 };
     const rng = new PhiloxStream(29, RngPurpose.harness);
     const upload = (shape: number[], scale: number) => {
       const t = b.alloc(shape, 'bf16');
       b.upload(t, Float32Array.from(randn(rng, shape[0]! * shape[1]!, scale)));
       return t;
     };
-    const F = attrs.hidden, R = attrs.rows, K = attrs.k;
-    const fwd = { wgu: upload([2 * F, K], 1 / 32), x: upload([R, K], 1), gu: b.alloc([2 * F, R], 'bf16'), out: b.alloc([F, R], 'bf16') };
-    const bwd = { wdown: upload([K, F], 1 / 32), dout: upload([R, K], 1), gu: upload([2 * F, R], 2), dgu: b.alloc([2 * F, R], 'bf16') };
-    const outputs = async () => {
-      b.run(matmulSwiglu, fwd, attrs);
-      b.run(matmulSwigluBackward, bwd, attrs);
-      return Promise.all([fwd.gu, fwd.out, bwd.dgu].map(async (t) => (await b.download(t)) as Float32Array));
-    };
-    try {
-      const fused = await outputs();
-      process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
-      const unfused = await outputs();
-      fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), ['gu', 'out', 'dgu'][i]).toBeLessThanOrEqual(1e-4));
-    } finally {
-      delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
-      [...Object.values(fwd), ...Object.values(bwd)].forEach((t) => b.free(t));
+    for (const attrs of [{ hidden: 2048, rows: 8192, k: 1024 }, { hidden: 4096, rows: 8192, k: 2560 }]) {
+      const F = attrs.hidden, R = attrs.rows, K = attrs.k;
+      const fwd = { wgu: upload([2 * F, K], 1 / 32), x: upload([R, K], 1), gu: b.alloc([2 * F, R], 'bf16'), out: b.alloc([F, R], 'bf16') };
+      const bwd = { wdown: upload([K, F], 1 / 32), dout: upload([R, K], 1), gu: upload([2 * F, R], 2), dgu: b.alloc([2 * F, R], 'bf16') };
+      const outputs = async () => {
+        b.run(matmulSwiglu, fwd, attrs);
+        b.run(matmulSwigluBackward, bwd, attrs);
+        return Promise.all([fwd.gu, fwd.out, bwd.dgu].map(async (t) => (await b.download(t)) as Float32Array));
+      };
+      try {
+        const fused = await outputs();
+        process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
+        const unfused = await outputs();
+        fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), `${['gu', 'out', 'dgu'][i]} at F=${F}`).toBeLessThanOrEqual(1e-4));
+      } finally {
+        delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
+        [...Object.values(fwd), ...Object.values(bwd)].forEach((t) => b.free(t));
+      }
     }
   });
 

@@ -245,7 +245,7 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     for (const extra of schedules) {
       const { stdout } = await run(exe, [], { env: env(extra), maxBuffer: 1 << 24 });
       const lines = stdout.trim().split('\n');
-      expect(lines.length, stdout).toBe(61);
+      expect(lines.length, stdout).toBe(69);
       for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
     }
   }, EMU_TIMEOUT);

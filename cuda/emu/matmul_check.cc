@@ -130,10 +130,11 @@ bool run_case(const Case& c, const Variant& v, double& rel) {
   return gaps_poisoned && rel <= 5e-3;  // bf16 output rounding: about 2^-9 relative
 }
 
-// kSwiglu (ping-pong only): G and U of [Gᵀ; Uᵀ] = Wgu · xᵀ, and h = silu(G)·U, against float64
-// products rounded to bf16 as the kernel rounds them; the relative error of the worst of the
-// three. With tma, by TMA stores where the rows allow them (rows a multiple of 8).
-bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
+// The SwiGLU forward (`epilogue`: kSwiglu or kSwigluDeep, ping-pong only): G and U of [Gᵀ; Uᵀ] =
+// Wgu · xᵀ, and h = silu(G)·U, against float64 products rounded to bf16 as the kernel rounds
+// them; the relative error of the worst of the three. With tma, by TMA stores where the rows
+// allow them (rows a multiple of 8).
+bool run_swiglu(int epilogue, int F, int rows, int d, bool tma, double& rel) {
   std::mt19937_64 rng(99 + F * 7 + rows * 3 + d);
   auto fill = [&](size_t count) { return normal_bf16(rng, count); };
   const std::vector<bf16> wgu = fill((size_t)2 * F * d), x = fill((size_t)rows * d);
@@ -148,7 +149,7 @@ bool run_swiglu(int F, int rows, int d, bool tma, double& rel) {
     std::printf("swiglu: use_tma_store disagrees with the layout\n");
     return false;
   }
-  launch(mdlm::gemm::kernel_for(mdlm::gemm::kSwiglu, mdlm::gemm::kPingPong, 128), p, mdlm::gemm::smem_bytes(128, mdlm::gemm::kSwiglu));
+  launch(mdlm::gemm::kernel_for(epilogue, mdlm::gemm::kPingPong, 128), p, mdlm::gemm::smem_bytes(128, epilogue));
   auto dot = [&](int row, int t) {
     double r = 0;
     for (int q = 0; q < d; ++q) r += (double)__bfloat162float(wgu[(size_t)row * d + q]) * __bfloat162float(x[(size_t)t * d + q]);
@@ -233,15 +234,17 @@ int main() {
   // F, rows, d: tails in F and rows; rows 300 take the pair stores, 296 TMA stores with two tiles
   // a warpgroup (12 over 3 blocks), so that a staged tile is written again after its stores.
   const int swiglu_cases[][3] = {{64, 128, 64}, {100, 200, 72}, {256, 300, 136}, {256, 296, 64}};
-  for (const auto& c : swiglu_cases) {
-    for (const bool tma : {false, true}) {
-      double rel = NAN;
-      const bool ok = run_swiglu(c[0], c[1], c[2], tma, rel);
-      failed += !ok;
-      char label[96];
-      std::snprintf(label, sizeof label, "swiglu F=%d rows=%d d=%d", c[0], c[1], c[2]);
-      std::printf("%-64s %-12s rel err %.3e%s\n", label, tma ? "ping 128 tma" : "ping 128", rel, ok ? "  ok" : "  FAIL");
-      std::fflush(stdout);
+  for (const int epilogue : {mdlm::gemm::kSwiglu, mdlm::gemm::kSwigluDeep}) {
+    for (const auto& c : swiglu_cases) {
+      for (const bool tma : {false, true}) {
+        double rel = NAN;
+        const bool ok = run_swiglu(epilogue, c[0], c[1], c[2], tma, rel);
+        failed += !ok;
+        char label[96];
+        std::snprintf(label, sizeof label, "swiglu%s F=%d rows=%d d=%d", epilogue == mdlm::gemm::kSwigluDeep ? " deep" : "", c[0], c[1], c[2]);
+        std::printf("%-64s %-12s rel err %.3e%s\n", label, tma ? "ping 128 tma" : "ping 128", rel, ok ? "  ok" : "  FAIL");
+        std::fflush(stdout);
+      }
     }
   }
   // F and rows multiples of 8, with tails in both; 3 blocks over more tiles: the slots reused,

@@ -5,7 +5,7 @@
 namespace mdlm::gemm {
 
 void launch_all(const Params& p, float2* table) {
-  for (const int epilogue : {kStore, kSwiglu, kSwigluBwd, 64, 128}) {
+  for (const int epilogue : {kStore, kSwiglu, kSwigluDeep, kSwigluBwd, 64, 128}) {
     for (const Schedule sched : {kCooperative, kPingPong}) {
       for (const int tile_n : {128, 256}) {
         for (const bool a_t : {false, true}) {
