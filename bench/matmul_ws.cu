@@ -13,8 +13,9 @@
 // adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
 // worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
 // SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores, and in its deep
-// form, kSwigluDeep, by TMA stores; the unfused path adds the swiglu kernel) and its worst difference, and, for the dh products (a transposed),
-// the ping-pong kernel with SwiGLU's backward epilogue (the unfused path adds swiglu_backward).
+// form, kSwigluDeep, by TMA stores; the unfused path adds the swiglu kernel) and its worst
+// difference, and, for the dh products (a transposed), the ping-pong kernel with SwiGLU's
+// backward epilogue (the unfused path adds swiglu_backward).
 // Alone and timed back to back, the backward's epilogue in three slots was 4-7% slower than in
 // half tiles, but 10% faster inside a training step (Nsight Compute): bench/RESULTS.md,
 // twenty-fourth session. Two slots beside a fifth ring stage (the form now) were level with three

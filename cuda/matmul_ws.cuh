@@ -12,8 +12,8 @@
 // at a time, for L2 reuse of the w tiles), persistently: as many blocks as SMs, each walking tiles
 // blockIdx.x, +gridDim.x, ... Warpgroup 2 is the producer: its thread 0 loads each 64-deep k
 // step's tiles of a ([128][64]) and w ([kBN][64]) by TMA into a ring of stages (four, or
-// five: stages_for), tile after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16, both operands from shared memory,
-// four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
+// five: stages_for), tile after tile. Warpgroups 0 and 1 are the consumers (wgmma m64nkBNk16,
+// both operands from shared memory, four a stage, one stage's products kept in flight), in one of two schedules (Schedule): both
 // on each tile, or each on every other tile. While consumers store a tile, the producer is
 // already loading the next one's stages. Tails (m, n, k not multiples of the tile) load as zeros
 // (TMA's out-of-bounds fill) and are not stored.
@@ -28,8 +28,8 @@
 // instruction count, about a third of the time of a K = 768 tile's main loop. A row whose
 // position is past the table (or negative) takes that slower road (rope_cs_at), to the same bits.
 //
-// With the kSwiglu epilogue (ping-pong only; kSwigluDeep is the same with a deeper ring) the product is the MLP's gate/up projection in its
-// transposed layout, [Gᵀ; Uᵀ] = Wgu · xᵀ (a = Wgu [2F][d], w = x [rows][d], out [2F][rows]): a
+// With the kSwiglu epilogue (ping-pong only; kSwigluDeep is the same with a deeper ring) the
+// product is the MLP's gate/up projection in its transposed layout, [Gᵀ; Uᵀ] = Wgu · xᵀ (a = Wgu [2F][d], w = x [rows][d], out [2F][rows]): a
 // tile's 128 rows of a are 64 gate rows f0.. and the 64 up rows F + f0.. (two TMA boxes), so a
 // consumer's two accumulators hold the gate and up values of the same (f, token) in the same
 // registers, and its epilogue writes G, U and h = silu(G)·U (into out3, [F][rows]) at once, each
@@ -102,9 +102,9 @@ __host__ __device__ constexpr int out_tiles_for(int epilogue) {
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The most shared memory a block may have (227 KB), and the 1024-byte alignment of the swizzled tiles within it.
 constexpr int kSmemMax = 232448, kSmemAlign = 1024;
-// The ring's stages: four, or five for kSwigluDeep and kSwigluBwd (the backward's main loop, four stages deep, waited on its
-// operand loads, queued behind G, U, dG and dU, for a quarter of its stall samples; five took
-// 5% off its time at llama-1.3b's dh on an H100). Six, where they fit (one output tile), were
+// The ring's stages: four, or five for kSwigluDeep and kSwigluBwd (the backward's main loop,
+// four stages deep, waited on its operand loads, queued behind G, U, dG and dU, for a quarter of
+// its stall samples; five took 5% off its time at llama-1.3b's dh on an H100). Six, where they fit (one output tile), were
 // 3-12% faster than four at llama-124m's shapes but 8-26% slower at llama-1.3b's larger ones and
 // at the LM head (twenty-eighth session: bench/RESULTS.md).
 __host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd || epilogue == kSwigluDeep ? 5 : 4; }
