@@ -3,8 +3,9 @@
 // cuda/matmul_ws.cuh's ping-pong kernel with its SwiGLU epilogue (of the form
 // gemm::swiglu_epilogue picks for the product's size), which writes G, U and out as it stores
 // each tile (by TMA stores where rows is a multiple of 8 and the outputs 16-byte aligned), so out
-// is computed from G and U as they are stored, as the swiglu op would read them. Otherwise, or with MDLM_MATMUL_SWIGLU_FUSED=0 (an A/B switch): the matmul op, then the
-// swiglu op on gu's halves.
+// is computed from G and U as they are stored, as the swiglu op would read them. Otherwise, or
+// with MDLM_MATMUL_SWIGLU_FUSED=0 (an A/B switch): the matmul op, then the swiglu op on gu's
+// halves.
 // matmul_swiglu_backward: dhᵀ = Wdownᵀ · doutᵀ, then dG and dU into dgu. On an sm_90 GPU, bf16,
 // every tensor 16-byte aligned and hidden, rows and k multiples of 8: the ping-pong kernel with
 // SwiGLU's backward epilogue (dh never stored; G and U come by TMA, in two slots of a quarter
