@@ -179,6 +179,12 @@ int main(int argc, char** argv) {
       {"1.3B q/k proj 16384x4096x2048 (rope D128)", 16384, 4096, 2048, 128, 2048},
       {"1.3B o proj 16384x2048x2048", 16384, 2048, 2048, 0, 0},
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
+      // Between the two presets' gate/up shapes, where gemm::swiglu_epilogue's bound (3e11 FLOP)
+      // lies: 124M's F with 1.3B's d, 1.3B's F with 124M's d, and two sizes on either side.
+      {"gate/up 124M F, d 2048 4096x16384x2048", 4096, 16384, 2048, 0, 0, true},
+      {"gate/up 1.3B F, d 768 11008x16384x768", 11008, 16384, 768, 0, 0, true},
+      {"gate/up F 2752, d 1024 5504x16384x1024", 5504, 16384, 1024, 0, 0, true},
+      {"gate/up F 4096, d 1536 8192x16384x1536", 8192, 16384, 1536, 0, 0, true},
       {"124M dh [F, rows] 2048x16384x768 (a transposed)", 2048, 16384, 768, 0, 0, false, true},
       {"1.3B dh [F, rows] 5504x16384x2048 (a transposed)", 5504, 16384, 2048, 0, 0, false, true},
   };
