@@ -89,6 +89,7 @@ __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes +
 // Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward (in
 // two forms: swiglu_epilogue) or backward (below), or rope's with that head dim (16, 32, 64 or 128).
 constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2, kSwigluDeep = 3;
+__host__ __device__ constexpr bool is_swiglu_forward(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluDeep; }
 
 // Each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U and h each its own, so
 // that their TMA stores need not wait for each other), or kSwigluDeep's two (h in G's once G's
@@ -470,7 +471,7 @@ template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
-  constexpr bool kSwi = kEpi == kSwiglu || kEpi == kSwigluDeep, kPing = kSched == kPingPong;
+  constexpr bool kSwi = is_swiglu_forward(kEpi), kPing = kSched == kPingPong;
   static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
@@ -667,7 +668,7 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
 // inputs takes: kSwigluDeep for the smaller, kSwiglu for the larger. On an H100 (twenty-eighth
 // session: bench/RESULTS.md) the deep form was 7.5% faster at llama-124m's shape (F 2048, 16384
 // rows, d 768: 1.0e11 FLOP; 0.16 ms a training step less) and 12% slower at llama-1.3b's (F 5504,
-// d 2048: 7.4e11 FLOP), as were six stages against four for every 128-wide form on the longer
+// d 2048: 7.4e11 FLOP), as six stages against four were for most 128-wide forms on the longer
 // launches; the bound lies between the two measured shapes.
 inline int swiglu_epilogue(int F, int rows, int d) { return 4.0 * F * rows * d < 3e11 ? kSwigluDeep : kSwiglu; }
 
@@ -694,14 +695,14 @@ inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = fa
   const auto pick = [&](auto epi, auto at) -> Kernel {
     constexpr int kE = decltype(epi)::value;
     constexpr bool kT = decltype(at)::value;
-    if constexpr ((kE == kSwiglu || kE == kSwigluDeep || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
+    if constexpr ((is_swiglu_forward(kE) || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
       return nullptr;
     } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
       if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
       else return nullptr;
     } else {
       if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
-      if constexpr (kE == kSwiglu || kE == kSwigluDeep) return nullptr;
+      if constexpr (is_swiglu_forward(kE)) return nullptr;
       else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
     }
   };
