@@ -95,6 +95,7 @@ struct Params {
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
   bool causal;
+  bool reverse_passes;  // A/B knob MDLM_ATTN_REVERSE (bwd_prep and bwd_dq_store walk rows last-first)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
   // The warp-specialised kernels' TMA maps of q, k, v and dout (encode_tile_maps: their tiles'
@@ -1650,10 +1651,11 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
 // read Drow from here, so they agree on it to the bit.
 __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   wait_previous_kernel();
-  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;  // (b·T + t)·H + h
+  const int64_t rows = (int64_t)p.B * p.T * p.H, step = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
+  const int64_t row = p.reverse_passes ? rows - 1 - step : step;  // (b·T + t)·H + h
   const int c = threadIdx.x & 15;
   const int D = p.D;
-  const bool ok = row < (int64_t)p.B * p.T * p.H && c * 8 < D;
+  const bool ok = step < rows && c * 8 < D;
   if (p.tile_counter && blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   float acc = 0.f;
   if (ok) {
@@ -1684,9 +1686,10 @@ constexpr int kDqStoreHeads = 4;
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
   wait_previous_kernel();
   const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
-  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
-  if (token >= (int64_t)p.B * p.T) return;
-  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = item / (groups * quads);
+  if (step >= (int64_t)p.B * p.T) return;
+  const int64_t token = p.reverse_passes ? (int64_t)p.B * p.T - 1 - step : step;
+  const int rest = (int)(item - step * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
   float2 cs[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
@@ -2431,6 +2434,7 @@ MDLM_OP(attention_backward) {
   p.dsum = reinterpret_cast<float*>(scratch);
   p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
   p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
+  p.reverse_passes = mdlm::env_knob("MDLM_ATTN_REVERSE") != "0";
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {
