@@ -95,7 +95,8 @@ struct Params {
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
   bool causal;
-  bool reverse_passes;  // A/B knob MDLM_ATTN_REVERSE (bwd_prep and bwd_dq_store walk rows last-first)
+  bool reverse_passes;  // A/B knob MDLM_ATTN_REVERSE & 1 (bwd_prep and bwd_dq_store walk rows last-first)
+  bool reverse_rows;    // A/B knob MDLM_ATTN_REVERSE & 2 (the forward's query blocks: rows b·H + h last-first)
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
   // The warp-specialised kernels' TMA maps of q, k, v and dout (encode_tile_maps: their tiles'
@@ -119,8 +120,8 @@ struct QueryBlock {
 };
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows, int index, int blocks) {
   const BlockTile bt = block_tile(p.T, rows, p.group_rows, index, blocks);
-  const int h = bt.row % p.H;
-  return {bt.row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
+  const int row = p.reverse_rows ? p.B * p.H - 1 - bt.row : bt.row, h = row % p.H;
+  return {row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
 }
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) { return query_block(p, rows, blockIdx.x, gridDim.x); }
 // The query blocks of `rows` queries in all (the query-tile grid's size).
@@ -2326,6 +2327,12 @@ int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int 
   return ceil_div(rows, ceil_div(rows, target));
 }
 
+// A/B knob: MDLM_ATTN_REVERSE, bits 1 (backward passes) and 2 (forward rows); unset: both.
+int reverse_knob() {
+  const std::string v = mdlm::env_knob("MDLM_ATTN_REVERSE");
+  return v.empty() ? 3 : std::atoi(v.c_str());
+}
+
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
   Params p{};
   p.B = call.i32("batch");
@@ -2381,6 +2388,7 @@ MDLM_OP(attention) {
   p.v = call.arg("v").ptr;
   p.out = call.arg("out").ptr;
   p.lse = static_cast<float*>(call.arg("lse").ptr);
+  p.reverse_rows = reverse_knob() & 2;
   if (dt == DType::f32) {
     forward_simt<float>(p, call.stream);
   } else if (!use_mma(call, p, kFloatArgs, false)) {
@@ -2434,7 +2442,7 @@ MDLM_OP(attention_backward) {
   p.dsum = reinterpret_cast<float*>(scratch);
   p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
   p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
-  p.reverse_passes = mdlm::env_knob("MDLM_ATTN_REVERSE") != "0";
+  p.reverse_passes = reverse_knob() & 1;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {
