@@ -95,8 +95,9 @@ struct Params {
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
   bool causal;
-  bool reverse_passes;  // A/B knob MDLM_ATTN_REVERSE & 1 (bwd_prep and bwd_dq_store walk rows last-first)
-  bool reverse_rows;    // A/B knob MDLM_ATTN_REVERSE & 2 (the forward's query blocks: rows b·H + h last-first)
+  // Walk orders for L2 (knob MDLM_ATTN_LAST_FIRST, rows_last_first): bwd_prep and bwd_dq_store take
+  // their rows last-first; the forward its query blocks' rows (b·H + h) last-first.
+  bool passes_last_first, forward_last_first;
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
   // The warp-specialised kernels' TMA maps of q, k, v and dout (encode_tile_maps: their tiles'
@@ -120,7 +121,7 @@ struct QueryBlock {
 };
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows, int index, int blocks) {
   const BlockTile bt = block_tile(p.T, rows, p.group_rows, index, blocks);
-  const int row = p.reverse_rows ? p.B * p.H - 1 - bt.row : bt.row, h = row % p.H;
+  const int row = p.forward_last_first ? p.B * p.H - 1 - bt.row : bt.row, h = row % p.H;
   return {row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
 }
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) { return query_block(p, rows, blockIdx.x, gridDim.x); }
@@ -1653,7 +1654,7 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
 __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   wait_previous_kernel();
   const int64_t rows = (int64_t)p.B * p.T * p.H, step = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
-  const int64_t row = p.reverse_passes ? rows - 1 - step : step;  // (b·T + t)·H + h
+  const int64_t row = p.passes_last_first ? rows - 1 - step : step;  // (b·T + t)·H + h
   const int c = threadIdx.x & 15;
   const int D = p.D;
   const bool ok = step < rows && c * 8 < D;
@@ -1689,7 +1690,7 @@ __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
   const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
   const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = item / (groups * quads);
   if (step >= (int64_t)p.B * p.T) return;
-  const int64_t token = p.reverse_passes ? (int64_t)p.B * p.T - 1 - step : step;
+  const int64_t token = p.passes_last_first ? (int64_t)p.B * p.T - 1 - step : step;
   const int rest = (int)(item - step * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
   float2 cs[4];
 #pragma unroll
@@ -2327,11 +2328,13 @@ int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int 
   return ceil_div(rows, ceil_div(rows, target));
 }
 
-// A/B knob: MDLM_ATTN_REVERSE, bits 1 (backward passes) and 2 (forward rows); unset: both.
-int reverse_knob() {
-  const std::string v = mdlm::env_knob("MDLM_ATTN_REVERSE");
-  return v.empty() ? 3 : std::atoi(v.c_str());
-}
+// MDLM_ATTN_LAST_FIRST (untimed, off unless set): bit 1 has bwd_prep and bwd_dq_store walk their
+// rows last-first, bit 2 the forward its query blocks' rows. Each then starts on the rows the
+// kernel before it touched last, which may still be in L2: bwd_ws adds to the dQ rows of the
+// first row group first, whose zeros bwd_prep would then write last; it ends on the last group,
+// which bwd_dq_store would read first; the q/k projection's GEMM (matmul_ws, tile rows in order)
+// writes the last tokens last, which the forward would read first.
+int rows_last_first() { return std::atoi(mdlm::env_knob("MDLM_ATTN_LAST_FIRST").c_str()); }
 
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
   Params p{};
@@ -2388,7 +2391,7 @@ MDLM_OP(attention) {
   p.v = call.arg("v").ptr;
   p.out = call.arg("out").ptr;
   p.lse = static_cast<float*>(call.arg("lse").ptr);
-  p.reverse_rows = reverse_knob() & 2;
+  p.forward_last_first = rows_last_first() & 2;
   if (dt == DType::f32) {
     forward_simt<float>(p, call.stream);
   } else if (!use_mma(call, p, kFloatArgs, false)) {
@@ -2442,7 +2445,7 @@ MDLM_OP(attention_backward) {
   p.dsum = reinterpret_cast<float*>(scratch);
   p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
   p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
-  p.reverse_passes = reverse_knob() & 1;
+  p.passes_last_first = rows_last_first() & 1;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {
