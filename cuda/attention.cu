@@ -95,9 +95,6 @@ struct Params {
   int group_rows;  // rows (b·H + h, or b·G + g) a group of the tile grids' order (block_tile)
   int sms;         // the device's multiprocessors (group_rows)
   bool causal;
-  // Walk orders for L2 (knob MDLM_ATTN_LAST_FIRST, rows_last_first): bwd_prep and bwd_dq_store take
-  // their rows last-first; the forward its query blocks' rows (b·H + h) last-first.
-  bool passes_last_first, forward_last_first;
   float scale;       // multiplies q·k
   float scale_log2;  // scale · log2(e): scores go through exp2
   // The warp-specialised kernels' TMA maps of q, k, v and dout (encode_tile_maps: their tiles'
@@ -121,8 +118,8 @@ struct QueryBlock {
 };
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows, int index, int blocks) {
   const BlockTile bt = block_tile(p.T, rows, p.group_rows, index, blocks);
-  const int row = p.forward_last_first ? p.B * p.H - 1 - bt.row : bt.row, h = row % p.H;
-  return {row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
+  const int h = bt.row % p.H;
+  return {bt.row / p.H, h, h / p.group, (bt.tiles - 1 - bt.tile) * rows};
 }
 __device__ __forceinline__ QueryBlock query_block(const Params& p, int rows) { return query_block(p, rows, blockIdx.x, gridDim.x); }
 // The query blocks of `rows` queries in all (the query-tile grid's size).
@@ -1653,11 +1650,10 @@ __global__ void __launch_bounds__(WsBwdCfg<kD>::kThreads, 1) bwd_ws(const __grid
 // read Drow from here, so they agree on it to the bit.
 __global__ void __launch_bounds__(256) bwd_prep(const Params p) {
   wait_previous_kernel();
-  const int64_t rows = (int64_t)p.B * p.T * p.H, step = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;
-  const int64_t row = p.passes_last_first ? rows - 1 - step : step;  // (b·T + t)·H + h
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 4;  // (b·T + t)·H + h
   const int c = threadIdx.x & 15;
   const int D = p.D;
-  const bool ok = step < rows && c * 8 < D;
+  const bool ok = row < (int64_t)p.B * p.T * p.H && c * 8 < D;
   if (p.tile_counter && blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   float acc = 0.f;
   if (ok) {
@@ -1688,10 +1684,9 @@ constexpr int kDqStoreHeads = 4;
 __global__ void __launch_bounds__(256) bwd_dq_store(const Params p) {
   wait_previous_kernel();
   const int half = p.D / 2, quads = half / 4, groups = (p.H + kDqStoreHeads - 1) / kDqStoreHeads;
-  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, step = item / (groups * quads);
-  if (step >= (int64_t)p.B * p.T) return;
-  const int64_t token = p.passes_last_first ? (int64_t)p.B * p.T - 1 - step : step;
-  const int rest = (int)(item - step * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
+  const int64_t item = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, token = item / (groups * quads);
+  if (token >= (int64_t)p.B * p.T) return;
+  const int rest = (int)(item - token * groups * quads), h0 = rest / quads * kDqStoreHeads, i = rest % quads * 4;
   float2 cs[4];
 #pragma unroll
   for (int e = 0; e < 4; ++e) cs[e] = p.positions ? rope_back_turn(p, p.positions[token], i + e) : make_float2(1.f, 0.f);
@@ -2328,14 +2323,6 @@ int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int 
   return ceil_div(rows, ceil_div(rows, target));
 }
 
-// MDLM_ATTN_LAST_FIRST (untimed, off unless set): bit 1 has bwd_prep and bwd_dq_store walk their
-// rows last-first, bit 2 the forward its query blocks' rows. Each then starts on the rows the
-// kernel before it touched last, which may still be in L2: bwd_ws adds to the dQ rows of the
-// first row group first, whose zeros bwd_prep would then write last; it ends on the last group,
-// which bwd_dq_store would read first; the q/k projection's GEMM (matmul_ws, tile rows in order)
-// writes the last tokens last, which the forward would read first.
-int rows_last_first() { return std::atoi(mdlm::env_knob("MDLM_ATTN_LAST_FIRST").c_str()); }
-
 Params make_params(const OpCall& call, const char* const* float_args, DType dt) {
   Params p{};
   p.B = call.i32("batch");
@@ -2391,7 +2378,6 @@ MDLM_OP(attention) {
   p.v = call.arg("v").ptr;
   p.out = call.arg("out").ptr;
   p.lse = static_cast<float*>(call.arg("lse").ptr);
-  p.forward_last_first = rows_last_first() & 2;
   if (dt == DType::f32) {
     forward_simt<float>(p, call.stream);
   } else if (!use_mma(call, p, kFloatArgs, false)) {
@@ -2445,7 +2431,6 @@ MDLM_OP(attention_backward) {
   p.dsum = reinterpret_cast<float*>(scratch);
   p.tile_counter = fused ? reinterpret_cast<int*>(scratch + drow_bytes) : nullptr;
   p.dq_accum = fused ? reinterpret_cast<float*>(scratch + drow_bytes + 256) : nullptr;
-  p.passes_last_first = rows_last_first() & 1;
   if (dt == DType::f32) {
     backward_simt<float>(p, call.stream);
   } else if (!mma) {

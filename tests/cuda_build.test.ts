@@ -208,9 +208,6 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('multi', { GRAD_STRIDE_EXTRA: '72', ROPE: '10000', DTYPE: 'bf16' }, 11);
     await expectCasesPass('D=64', { GRAD_STRIDE_EXTRA: '4', ROPE: '500' }, 12);
     await expectCasesPass('D=64', { ROPE: '10000', MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }, 6);
-    // And the passes and the forward walking their rows last-first (MDLM_ATTN_LAST_FIRST), with
-    // rope's turn, whose positions follow the token bwd_dq_store takes.
-    await expectCasesPass('multi', { MDLM_ATTN_LAST_FIRST: '3', ROPE: '10000', DTYPE: 'bf16' }, 11);
   }, EMU_TIMEOUT);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
