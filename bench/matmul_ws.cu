@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
       {"1.3B q/k proj 16384x4096x2048 (rope D128)", 16384, 4096, 2048, 128, 2048},
       {"1.3B o proj 16384x2048x2048", 16384, 2048, 2048, 0, 0},
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
-      // Between the two presets' gate/up shapes, where gemm::swiglu_epilogue's bound (3e11 FLOP)
+      // Between the two presets' gate/up shapes, where gemm::swiglu_epilogue's bound (5e11 FLOP)
       // lies: 124M's F with 1.3B's d, 1.3B's F with 124M's d, and two sizes on either side.
       {"gate/up 124M F, d 2048 4096x16384x2048", 4096, 16384, 2048, 0, 0, true},
       {"gate/up 1.3B F, d 768 11008x16384x768", 11008, 16384, 768, 0, 0, true},

@@ -665,12 +665,12 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
 }
 
 // Which SwiGLU forward epilogue a gate/up projection of F hidden units, `rows` tokens and d
-// inputs takes: kSwigluDeep for the smaller, kSwiglu for the larger. On an H100 (twenty-eighth
-// session: bench/RESULTS.md) the deep form was 7.5% faster at llama-124m's shape (F 2048, 16384
-// rows, d 768: 1.0e11 FLOP; 0.16 ms a training step less) and 12% slower at llama-1.3b's (F 5504,
-// d 2048: 7.4e11 FLOP), as six stages against four were for most 128-wide forms on the longer
-// launches; the bound lies between the two measured shapes.
-inline int swiglu_epilogue(int F, int rows, int d) { return 4.0 * F * rows * d < 3e11 ? kSwigluDeep : kSwiglu; }
+// inputs takes: kSwigluDeep for the smaller, kSwiglu for the larger. On an H100 (thirtieth
+// session, bench/matmul_ws.cu: bench/RESULTS.md), with TMA stores, the deep form was 3-7% faster
+// at every measured shape up to 4.1e11 FLOP (llama-124m's, F 2048, 16384 rows, d 768, 1.0e11:
+// 7%; F 4096, d 1536, 4.1e11: 6%) and 2% slower at llama-1.3b's (F 5504, d 2048, 7.4e11); the
+// bound lies between those two.
+inline int swiglu_epilogue(int F, int rows, int d) { return 4.0 * F * rows * d < 5e11 ? kSwigluDeep : kSwiglu; }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G
 // and U from gu [2F][rows], dG and dU into dgu [2F][rows] (by TMA stores), for the ping-pong
