@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
       {"1.3B o proj 16384x2048x2048", 16384, 2048, 2048, 0, 0},
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
       // Between the two presets' gate/up shapes, where gemm::swiglu_epilogue's bound (5e11 FLOP)
-      // lies: 124M's F with 1.3B's d, 1.3B's F with 124M's d, and two sizes on either side.
+      // lies: 124M's F with 1.3B's d, 1.3B's F with 124M's d, and two sizes between (1.8e11, 4.1e11).
       {"gate/up 124M F, d 2048 4096x16384x2048", 4096, 16384, 2048, 0, 0, true},
       {"gate/up 1.3B F, d 768 11008x16384x768", 11008, 16384, 768, 0, 0, true},
       {"gate/up F 2752, d 1024 5504x16384x1024", 5504, 16384, 1024, 0, 0, true},
