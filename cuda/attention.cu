@@ -1005,12 +1005,15 @@ struct WsFwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-template <int kD, bool kOptimistic>
+// kPackedExp: the probabilities two at a time in bf16 (fast_exp2_bf16x2), else in f32 and packed.
+template <int kD, bool kOptimistic, bool kPackedExp>
 __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
   wait_previous_kernel();
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
   static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
+  // (with P·V in flight during the softmax, pa may be written only after its wait: a_fragments)
+  static_assert(!(kPackedExp && Cfg::kOverlapPV), "packed probabilities are written for P·V issued after the softmax");
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1212,13 +1215,18 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           mrow[hi] = m_new;
           float sum = 0.f;
 #pragma unroll
-          for (int j = 0; j < kBc / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pv = fast_exp2(fmaf(x[4 * j + 2 * hi + e], p.scale_log2, -m_use));
-              x[4 * j + 2 * hi + e] = pv;
-              sum += pv;
+          for (int j = 0; j < kBc / 8; ++j) {
+            const float a0 = fmaf(x[4 * j + 2 * hi], p.scale_log2, -m_use), a1 = fmaf(x[4 * j + 2 * hi + 1], p.scale_log2, -m_use);
+            if constexpr (kPackedExp) {  // a_fragments' register for (j, hi)
+              const uint32_t pp = fast_exp2_bf16x2(a0, a1);
+              pa[j >> 1][2 * (j & 1) + hi] = pp;
+              sum += bf16_low(pp) + bf16_high(pp);
+            } else {
+              x[4 * j + 2 * hi] = fast_exp2(a0);
+              x[4 * j + 2 * hi + 1] = fast_exp2(a1);
+              sum += x[4 * j + 2 * hi] + x[4 * j + 2 * hi + 1];
             }
+          }
           lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
         if constexpr (Cfg::kOverlapPV) {
@@ -1234,7 +1242,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
               o[4 * j + 2 * hi + 1] *= alpha[hi];
             }
         }
-        a_fragments<kBc>(x, pa);
+        if constexpr (!kPackedExp) a_fragments<kBc>(x, pa);
       };
       mask(sc, true);
       if constexpr (kOptimistic) {
@@ -1251,10 +1259,15 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 #pragma unroll
           for (int r = 0; r < 4; ++r) {  // register r: row r & 1 (accumulator elements 8·kk + 2·r, + 1)
             const float neg_m = -mrow[r & 1];
-            const float p0 = fast_exp2(fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m));
-            const float p1 = fast_exp2(fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m));
-            psum[r & 1] += p0 + p1;
-            pa[kk][r] = pack_bf16(p0, p1);
+            const float a0 = fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m), a1 = fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m);
+            if constexpr (kPackedExp) {
+              pa[kk][r] = fast_exp2_bf16x2(a0, a1);
+              psum[r & 1] += bf16_low(pa[kk][r]) + bf16_high(pa[kk][r]);
+            } else {
+              const float p0 = fast_exp2(a0), p1 = fast_exp2(a1);
+              psum[r & 1] += p0 + p1;
+              pa[kk][r] = pack_bf16(p0, p1);
+            }
           }
         if (wg::bar_any(4 + wgi, 128, !(psum[0] <= kMaxP && psum[1] <= kMaxP))) {
           float again[kBc / 2];
@@ -2180,10 +2193,13 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      // The optimistic softmax where P·V is not overlapped (head dim 64; see fwd_ws) unless
-      // MDLM_ATTN_FWD_OPT=0, read at every call.
-      auto kernel = fwd_ws<kD, !W::kOverlapPV>;
-      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
+      // Where P·V is not overlapped (head dim 64; see fwd_ws): the optimistic softmax unless
+      // MDLM_ATTN_FWD_OPT=0, and the probabilities in bf16 pairs unless MDLM_ATTN_EXP=f32, both
+      // read at every call.
+      constexpr bool kSerialPV = !W::kOverlapPV;
+      const bool optimistic = kSerialPV && env_knob("MDLM_ATTN_FWD_OPT") != "0", packed = kSerialPV && env_knob("MDLM_ATTN_EXP") != "f32";
+      auto kernel = packed ? (optimistic ? fwd_ws<kD, kSerialPV, kSerialPV> : fwd_ws<kD, false, kSerialPV>)
+                           : (optimistic ? fwd_ws<kD, kSerialPV, false> : fwd_ws<kD, false, false>);
       const char* what = "attention forward (bf16 wgmma, warp-specialised)";
       zero_counter(p.tile_counter, stream, what);
       return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what, true);
