@@ -1005,15 +1005,17 @@ struct WsFwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-// kPackedExp: the probabilities two at a time in bf16 (fast_exp2_bf16x2), else in f32 and packed.
-template <int kD, bool kOptimistic, bool kPackedExp>
+// kOverlapPV: a tile's P·V in flight through the next tile's softmax (WsFwdCfg's choice, or
+// MDLM_ATTN_FWD_SERIAL=1 for the A/B at head dim 128); kPackedExp: the probabilities two at a
+// time in bf16 (fast_exp2_bf16x2), else in f32 and packed.
+template <int kD, bool kOverlapPV, bool kOptimistic, bool kPackedExp>
 __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
   wait_previous_kernel();
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
-  static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
+  static_assert(!(kOptimistic && kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
   // (with P·V in flight during the softmax, pa may be written only after its wait: a_fragments)
-  static_assert(!(kPackedExp && Cfg::kOverlapPV), "packed probabilities are written for P·V issued after the softmax");
+  static_assert(!(kPackedExp && kOverlapPV), "packed probabilities are written for P·V issued after the softmax");
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1164,7 +1166,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         wg::mbar_arrive(empty_v(s));
         break;
       }
-      if (Cfg::kOverlapPV && !first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+      if (kOverlapPV && !first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
       wg::bar_sync(1 + wgi, 256);
       // S = Q·Kᵀ of this stage's key tile into x, issued and committed (the optimistic softmax's
       // exact pass issues it again)
@@ -1177,9 +1179,9 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       };
       float sc[kBc / 2];
       issue_s(sc);
-      if constexpr (Cfg::kOverlapPV) issue_pv();
+      if constexpr (kOverlapPV) issue_pv();
       wg::bar_arrive(2 - wgi, 256);
-      wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
+      wg::wgmma_wait<kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
       // Scores the mask hides to -inf: a one-document tile's by positions (`positions`; else as
       // a partial tile's), a partial tile's with this stage's segment ids too.
@@ -1229,7 +1231,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           }
           lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
-        if constexpr (Cfg::kOverlapPV) {
+        if constexpr (kOverlapPV) {
           wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
           if (!first) wg::mbar_arrive(empty_v((i - 1) % kS));
         }
@@ -1285,7 +1287,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         exact_softmax(sc);
       }
       prev_v = aV + s * Cfg::kTile;
-      if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
+      if constexpr (!kOverlapPV) {  // this tile's P·V now, waited for before the next S
         wg::mbar_wait(full_v(s), phase);
         wg::wgmma_fence();
         issue_pv();
@@ -1295,7 +1297,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       first = false;
     }
     if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
-    if constexpr (Cfg::kOverlapPV) {  // the last tile's P·V
+    if constexpr (kOverlapPV) {  // the last tile's P·V
       if (!first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
       wg::wgmma_fence();
       issue_pv();
@@ -2193,13 +2195,16 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      // Where P·V is not overlapped (head dim 64; see fwd_ws): the optimistic softmax unless
-      // MDLM_ATTN_FWD_OPT=0, and the probabilities in bf16 pairs unless MDLM_ATTN_EXP=f32, both
-      // read at every call.
-      constexpr bool kSerialPV = !W::kOverlapPV;
-      const bool optimistic = kSerialPV && env_knob("MDLM_ATTN_FWD_OPT") != "0", packed = kSerialPV && env_knob("MDLM_ATTN_EXP") != "f32";
-      auto kernel = packed ? (optimistic ? fwd_ws<kD, kSerialPV, kSerialPV> : fwd_ws<kD, false, kSerialPV>)
-                           : (optimistic ? fwd_ws<kD, kSerialPV, false> : fwd_ws<kD, false, false>);
+      // Where P·V is not overlapped (head dim 64, or 128 with MDLM_ATTN_FWD_SERIAL=1; see
+      // fwd_ws): the optimistic softmax unless MDLM_ATTN_FWD_OPT=0, and the probabilities in bf16
+      // pairs unless MDLM_ATTN_EXP=f32; all read at every call.
+      const bool serial = !W::kOverlapPV || env_knob("MDLM_ATTN_FWD_SERIAL") == "1";
+      const bool optimistic = env_knob("MDLM_ATTN_FWD_OPT") != "0", packed = env_knob("MDLM_ATTN_EXP") != "f32";
+      auto kernel = packed ? (optimistic ? fwd_ws<kD, false, true, true> : fwd_ws<kD, false, false, true>)
+                           : (optimistic ? fwd_ws<kD, false, true, false> : fwd_ws<kD, false, false, false>);
+      if constexpr (W::kOverlapPV) {
+        if (!serial) kernel = fwd_ws<kD, true, false, false>;
+      }
       const char* what = "attention forward (bf16 wgmma, warp-specialised)";
       zero_counter(p.tile_counter, stream, what);
       return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what, true);
