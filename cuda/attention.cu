@@ -2197,9 +2197,9 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
       using W = WsFwdCfg<kD>;
       // Where P·V is not overlapped (head dim 64, or 128 with MDLM_ATTN_FWD_SERIAL=1; see
       // fwd_ws): the optimistic softmax unless MDLM_ATTN_FWD_OPT=0, and the probabilities in bf16
-      // pairs unless MDLM_ATTN_EXP=f32; all read at every call.
+      // pairs with MDLM_ATTN_EXP=bf16 (opt-in until timed on a GPU); all read at every call.
       const bool serial = !W::kOverlapPV || env_knob("MDLM_ATTN_FWD_SERIAL") == "1";
-      const bool optimistic = env_knob("MDLM_ATTN_FWD_OPT") != "0", packed = env_knob("MDLM_ATTN_EXP") != "f32";
+      const bool optimistic = env_knob("MDLM_ATTN_FWD_OPT") != "0", packed = env_knob("MDLM_ATTN_EXP") == "bf16";
       auto kernel = packed ? (optimistic ? fwd_ws<kD, false, true, true> : fwd_ws<kD, false, false, true>)
                            : (optimistic ? fwd_ws<kD, false, true, false> : fwd_ws<kD, false, false, false>);
       if constexpr (W::kOverlapPV) {

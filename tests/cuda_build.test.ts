@@ -198,11 +198,11 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('D=64', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 6);
     // And the head-dim-64 forward without its optimistic softmax (the exact pass on every tile).
     await expectCasesPass('D=64', { MDLM_ATTN_FWD_OPT: '0', DTYPE: 'bf16' }, 6);
-    // And its probabilities from f32 exponentials, packed after (MDLM_ATTN_EXP=f32).
-    await expectCasesPass('D=64', { MDLM_ATTN_EXP: 'f32', DTYPE: 'bf16' }, 6);
-    // And the head-dim-128 forward with each P·V waited for before the next tile, optimistic, with
-    // packed probabilities (MDLM_ATTN_FWD_SERIAL=1), skewed.
-    await expectCasesPass('128', { MDLM_ATTN_FWD_SERIAL: '1', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 7);
+    // And its probabilities two at a time from bf16 exponentials (MDLM_ATTN_EXP=bf16).
+    await expectCasesPass('D=64', { MDLM_ATTN_EXP: 'bf16', DTYPE: 'bf16' }, 6);
+    // And the head-dim-128 forward with each P·V waited for before the next tile (optimistic,
+    // MDLM_ATTN_FWD_SERIAL=1), with packed probabilities, skewed.
+    await expectCasesPass('128', { MDLM_ATTN_FWD_SERIAL: '1', MDLM_ATTN_EXP: 'bf16', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 7);
     // And the persistent kernels launched a block a tile (MDLM_ATTN_PERSISTENT=0), skewed.
     await expectCasesPass('multi', { MDLM_ATTN_PERSISTENT: '0', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 11);
     // And the gradients written with their tokens further apart (gradStride), their gaps left
