@@ -1225,8 +1225,9 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
               sum += bf16_low(pp) + bf16_high(pp);
             } else {
               x[4 * j + 2 * hi] = fast_exp2(a0);
+              sum += x[4 * j + 2 * hi];
               x[4 * j + 2 * hi + 1] = fast_exp2(a1);
-              sum += x[4 * j + 2 * hi] + x[4 * j + 2 * hi + 1];
+              sum += x[4 * j + 2 * hi + 1];
             }
           }
           lrow[hi] = lrow[hi] * alpha[hi] + sum;
