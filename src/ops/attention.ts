@@ -4,6 +4,7 @@
  * heads (q head h reads kv head floor(h / (heads / kvHeads))). The forward saves the log-sum-exp
  * of each query row's scaled scores so the backward can recompute the probabilities.
  */
+import { productNT, transposed } from './matmul.js';
 import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags, stridedRows } from './op.js';
 import { type RopeAttrs, ropeRotate, samplePositions } from './rope.js';
 import type { PhiloxStream } from '../rng/philox.js';
@@ -76,33 +77,14 @@ function attentionShapes({ batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D
   return { q: [B, T, H, D], k: [B, T, G, D], v: [B, T, G, D], segIds: [B, T], out: [B, T, H, D], lse: [B, H, T] };
 }
 
-/** Index helpers for [B, T, H, D] and [B, H, T] layouts. */
-function btIndex(a: AttentionAttrs, heads: number) {
-  return (b: number, t: number, h: number) => ((b * a.seqLen + t) * heads + h) * a.headDim;
-}
-
-/** Whether query i may attend key j in batch row b. */
-function visibility(segIds: Int32Array, { seqLen: T, causal }: AttentionAttrs) {
-  return (b: number, i: number, j: number) => (!causal || j <= i) && segIds[b * T + i] === segIds[b * T + j];
-}
-
-/** Scaled scores of one query row; masked keys are -Infinity. */
-function scoreRow(q: Float64Array, k: Float64Array, a: AttentionAttrs, b: number, h: number, i: number, seg: Int32Array): Float64Array {
-  const qAt = btIndex(a, a.heads);
-  const kAt = btIndex(a, a.kvHeads);
-  const kvh = Math.floor(h / (a.heads / a.kvHeads));
-  const visible = visibility(seg, a);
-  const s = new Float64Array(a.seqLen);
-  for (let j = 0; j < a.seqLen; j++) {
-    if (!visible(b, i, j)) {
-      s[j] = -Infinity;
-      continue;
-    }
-    let dot = 0;
-    for (let d = 0; d < a.headDim; d++) dot += q[qAt(b, i, h) + d]! * k[kAt(b, j, kvh) + d]!;
-    s[j] = dot * a.scale;
+/** Head h's rows of x ([B, T, heads, D]) in batch row b, as a [T, D] array. */
+function headRows(x: Float64Array, { seqLen: T, headDim: D }: AttentionAttrs, heads: number, b: number, h: number): Float64Array {
+  const rows = new Float64Array(T * D);
+  for (let t = 0; t < T; t++) {
+    const at = ((b * T + t) * heads + h) * D;
+    rows.set(x.subarray(at, at + D), t * D);
   }
-  return s;
+  return rows;
 }
 
 function logSumExp(s: Float64Array): number {
@@ -113,25 +95,44 @@ function logSumExp(s: Float64Array): number {
   return m + Math.log(sum);
 }
 
+/**
+ * The probabilities P ([T, T]) of one head in batch row b from its queries and keys ([T, D] each):
+ * the scaled scores, -Infinity (so P = 0) where a query may not attend a key (later keys when
+ * causal, other documents'), then exp(s - lse) with each row's log-sum-exp at lse[lseAt + i],
+ * written there first when `writeLse` (the forward) or the forward's (the backward).
+ */
+function probabilities(qh: Float64Array, kh: Float64Array, seg: Int32Array, a: AttentionAttrs, b: number, lse: Float64Array, lseAt: number, writeLse: boolean): Float64Array {
+  const { seqLen: T, headDim: D, causal, scale } = a;
+  const p = productNT(qh, 0, kh, 0, T, T, D);
+  for (let i = 0; i < T; i++) {
+    const row = p.subarray(i * T, (i + 1) * T);
+    const doc = seg[b * T + i];
+    for (let j = 0; j < T; j++) row[j] = (causal && j > i) || seg[b * T + j] !== doc ? -Infinity : row[j]! * scale;
+    if (writeLse) lse[lseAt + i] = logSumExp(row);
+    const l = lse[lseAt + i]!;
+    for (let j = 0; j < T; j++) row[j] = Math.exp(row[j]! - l);
+  }
+  return p;
+}
+
+/** Writes (or adds, `add`) y ([T, D] of head h, times `scale`) into x's rows `stride` apart. */
+function scatterHead(y: Float64Array, x: Float64Array, { seqLen: T, headDim: D }: AttentionAttrs, stride: number, b: number, h: number, scale: number, add: boolean): void {
+  for (let t = 0; t < T; t++) {
+    const at = (b * T + t) * stride + h * D;
+    for (let d = 0; d < D; d++) x[at + d] = (add ? x[at + d]! : 0) + y[t * D + d]! * scale;
+  }
+}
+
 function attentionReference(args: RefArgs, a: AttentionAttrs): void {
   const q = args.q as Float64Array, k = args.k as Float64Array, v = args.v as Float64Array;
   const seg = args.segIds as Int32Array, out = args.out as Float64Array, lse = args.lse as Float64Array;
-  const { batch: B, seqLen: T, heads: H, headDim: D } = a;
-  const oAt = btIndex(a, H);
-  const vAt = btIndex(a, a.kvHeads);
+  const { batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D } = a;
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
-      const kvh = Math.floor(h / (H / a.kvHeads));
-      for (let i = 0; i < T; i++) {
-        const s = scoreRow(q, k, a, b, h, i, seg);
-        const l = logSumExp(s);
-        lse[(b * H + h) * T + i] = l;
-        for (let d = 0; d < D; d++) {
-          let acc = 0;
-          for (let j = 0; j < T; j++) acc += Math.exp(s[j]! - l) * v[vAt(b, j, kvh) + d]!;
-          out[oAt(b, i, h) + d] = acc;
-        }
-      }
+      const kvh = Math.floor(h / (H / G));
+      const p = probabilities(headRows(q, a, H, b, h), headRows(k, a, G, b, kvh), seg, a, b, lse, (b * H + h) * T, true);
+      // out_i = Σ_j p_ij v_j
+      scatterHead(productNT(p, 0, transposed(headRows(v, a, G, b, kvh), 0, T, D), 0, T, D, T), out, a, H * D, b, h, 1, false);
     }
   }
 }
@@ -140,41 +141,31 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
   const q = args.q as Float64Array, k = args.k as Float64Array, v = args.v as Float64Array;
   const seg = args.segIds as Int32Array, out = args.out as Float64Array, lse = args.lse as Float64Array;
   const dout = args.dout as Float64Array, dq = args.dq as Float64Array, dk = args.dk as Float64Array, dv = args.dv as Float64Array;
-  const { batch: B, seqLen: T, heads: H, headDim: D, scale } = a;
-  const qAt = btIndex(a, H);
-  const kAt = btIndex(a, a.kvHeads);
+  const { batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D, scale } = a;
   const stride = gradStrides(a);
-  // dense [B, T, heads, D] index -> the gradient's element
-  const strided = (width: number, s: number) => (i: number) => Math.floor(i / width) * s + (i % width);
-  const dqAt = strided(H * D, stride.q), dkvAt = strided(a.kvHeads * D, stride.kv);
   for (let n = 0; n < B * T; n++) {
-    dq.fill(0, n * stride.q, n * stride.q + H * D);
-    dk.fill(0, n * stride.kv, n * stride.kv + a.kvHeads * D);
-    dv.fill(0, n * stride.kv, n * stride.kv + a.kvHeads * D);
+    dk.fill(0, n * stride.kv, n * stride.kv + G * D);
+    dv.fill(0, n * stride.kv, n * stride.kv + G * D);
   }
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
-      const kvh = Math.floor(h / (H / a.kvHeads));
+      const kvh = Math.floor(h / (H / G));
+      const qh = headRows(q, a, H, b, h), kh = headRows(k, a, G, b, kvh), doh = headRows(dout, a, H, b, h), oh = headRows(out, a, H, b, h);
+      const p = probabilities(qh, kh, seg, a, b, lse, (b * H + h) * T, false);
+      // dS = P ∘ (dP - D_i), dP = dO · Vᵀ, D_i = rowsum(dO ∘ O); 0 wherever P is
+      const ds = productNT(doh, 0, headRows(v, a, G, b, kvh), 0, T, T, D);
       for (let i = 0; i < T; i++) {
-        const s = scoreRow(q, k, a, b, h, i, seg);
-        const l = lse[(b * H + h) * T + i]!;
-        const qi = qAt(b, i, h);
-        let drow = 0; // D_i = rowsum(dO ∘ O)
-        for (let d = 0; d < D; d++) drow += dout[qi + d]! * out[qi + d]!;
+        let drow = 0;
+        for (let d = 0; d < D; d++) drow += doh[i * D + d]! * oh[i * D + d]!;
         for (let j = 0; j < T; j++) {
-          const p = Math.exp(s[j]! - l);
-          if (p === 0) continue;
-          const kj = kAt(b, j, kvh);
-          let dp = 0; // dP_ij = dO_i · V_j
-          for (let d = 0; d < D; d++) dp += dout[qi + d]! * v[kj + d]!;
-          const ds = p * (dp - drow);
-          for (let d = 0; d < D; d++) {
-            dq[dqAt(qi + d)] += ds * k[kj + d]! * scale;
-            dk[dkvAt(kj + d)] += ds * q[qi + d]! * scale;
-            dv[dkvAt(kj + d)] += p * dout[qi + d]!;
-          }
+          const pij = p[i * T + j]!;
+          ds[i * T + j] = pij === 0 ? 0 : pij * (ds[i * T + j]! - drow);
         }
       }
+      // dQ = scale · dS · K, dK += scale · dSᵀ · Q, dV += Pᵀ · dO (the heads of a group add up)
+      scatterHead(productNT(ds, 0, transposed(kh, 0, T, D), 0, T, D, T), dq, a, stride.q, b, h, scale, false);
+      scatterHead(productNT(transposed(ds, 0, T, T), 0, transposed(qh, 0, T, D), 0, T, D, T), dk, a, stride.kv, b, kvh, scale, true);
+      scatterHead(productNT(transposed(p, 0, T, T), 0, transposed(doh, 0, T, D), 0, T, D, T), dv, a, stride.kv, b, kvh, 1, true);
     }
   }
   if (a.ropeBase === undefined) return;

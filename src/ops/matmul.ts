@@ -41,27 +41,65 @@ function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAddAttrs): Recor
 }
 
 /**
- * out = addend + op(a) · op(b) per batch item (no addend: the product alone), in float64. Gathers
- * op(A) by rows and op(B) by columns into contiguous scratch so each output is a plain dot product
- * over k (cache-friendly: the CPU backend trains with this). addend may be out itself.
+ * The float64 products out[i·n + j] = Σ_l a[aAt + i·k + l] · b[bAt + j·k + l] (rows of a against
+ * rows of b), each summed over l in order: the references' GEMM. Blocks of 4 × 4 outputs as 16
+ * independent sums (the same sums, bit for bit, about 4× faster than one add chain at a time),
+ * then the edge rows and columns one output at a time.
+ */
+export function productNT(a: RefArray, aAt: number, b: RefArray, bAt: number, m: number, n: number, k: number): Float64Array {
+  const out = new Float64Array(m * n);
+  const dot = (i: number, j: number): number => {
+    let s = 0;
+    for (let l = 0; l < k; l++) s += a[aAt + i * k + l]! * b[bAt + j * k + l]!;
+    return s;
+  };
+  const m4 = m - (m % 4), n4 = n - (n % 4);
+  for (let i = 0; i < m4; i += 4) {
+    const a0 = aAt + i * k, a1 = a0 + k, a2 = a1 + k, a3 = a2 + k;
+    for (let j = 0; j < n4; j += 4) {
+      const b0 = bAt + j * k, b1 = b0 + k, b2 = b1 + k, b3 = b2 + k;
+      let s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+      let s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+      for (let l = 0; l < k; l++) {
+        const x0 = a[a0 + l]!, x1 = a[a1 + l]!, x2 = a[a2 + l]!, x3 = a[a3 + l]!;
+        const y0 = b[b0 + l]!, y1 = b[b1 + l]!, y2 = b[b2 + l]!, y3 = b[b3 + l]!;
+        s00 += x0 * y0; s01 += x0 * y1; s02 += x0 * y2; s03 += x0 * y3;
+        s10 += x1 * y0; s11 += x1 * y1; s12 += x1 * y2; s13 += x1 * y3;
+        s20 += x2 * y0; s21 += x2 * y1; s22 += x2 * y2; s23 += x2 * y3;
+        s30 += x3 * y0; s31 += x3 * y1; s32 += x3 * y2; s33 += x3 * y3;
+      }
+      const o0 = i * n + j, o1 = o0 + n, o2 = o1 + n, o3 = o2 + n;
+      out[o0] = s00; out[o0 + 1] = s01; out[o0 + 2] = s02; out[o0 + 3] = s03;
+      out[o1] = s10; out[o1 + 1] = s11; out[o1 + 2] = s12; out[o1 + 3] = s13;
+      out[o2] = s20; out[o2 + 1] = s21; out[o2 + 2] = s22; out[o2 + 3] = s23;
+      out[o3] = s30; out[o3 + 1] = s31; out[o3 + 2] = s32; out[o3 + 3] = s33;
+    }
+    for (let r = i; r < i + 4; r++) for (let j = n4; j < n; j++) out[r * n + j] = dot(r, j);
+  }
+  for (let i = m4; i < m; i++) for (let j = 0; j < n; j++) out[i * n + j] = dot(i, j);
+  return out;
+}
+
+/** x [rows, cols] transposed into a new [cols, rows] array. */
+export function transposed(x: RefArray, at: number, rows: number, cols: number): Float64Array {
+  const t = new Float64Array(rows * cols);
+  for (let r = 0; r < rows; r++) for (let c = 0; c < cols; c++) t[c * rows + r] = x[at + r * cols + c]!;
+  return t;
+}
+
+/**
+ * out = addend + op(a) · op(b) per batch item (no addend: the product alone), in float64: op(A)
+ * by rows and op(B) by columns, transposed where stored the other way, into productNT. addend may
+ * be out itself.
  */
 function matmulReference(a: RefArray, b: RefArray, out: RefArray, addend: RefArray | null, { batch, m, n, k, transA, transB }: MatmulAddAttrs): void {
-  const rowA = new Float64Array(m * k);
-  const colB = new Float64Array(n * k);
   for (let p = 0; p < batch; p++) {
     const ao = p * m * k;
     const bo = p * k * n;
-    for (let i = 0; i < m; i++) for (let l = 0; l < k; l++) rowA[i * k + l] = a[ao + (transA ? l * m + i : i * k + l)]!;
-    for (let j = 0; j < n; j++) for (let l = 0; l < k; l++) colB[j * k + l] = b[bo + (transB ? j * k + l : l * n + j)]!;
-    for (let i = 0; i < m; i++) {
-      const ai = i * k;
-      for (let j = 0; j < n; j++) {
-        const bj = j * k;
-        let s = 0;
-        for (let l = 0; l < k; l++) s += rowA[ai + l]! * colB[bj + l]!;
-        const o = p * m * n + i * n + j;
-        out[o] = addend ? addend[o]! + s : s;
-      }
+    const product = productNT(transA ? transposed(a, ao, k, m) : a, transA ? 0 : ao, transB ? b : transposed(b, bo, k, n), transB ? bo : 0, m, n, k);
+    for (let i = 0; i < m * n; i++) {
+      const o = p * m * n + i;
+      out[o] = addend ? addend[o]! + product[i]! : product[i]!;
     }
   }
 }

@@ -7,6 +7,7 @@
  * back); the result is that of matmul then rope, up to the rounding of the product in between.
  */
 import { numel } from '../tensor.js';
+import { productNT } from './matmul.js';
 import { BF16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
 import { ropeRotate, samplePositions, validateRope } from './rope.js';
 
@@ -71,14 +72,7 @@ export const matmulRope = defineOp<MatmulRopeAttrs>({
     const { batch, seqLen, heads, kvHeads, headDim: d, inFeatures } = attrs;
     const rows = batch * seqLen, n = (heads + kvHeads) * d;
     // The product as f32 storage holds it (matmul then rope exactly, in f32), then rope on each part.
-    const qk = new Float64Array(rows * n);
-    for (let t = 0; t < rows; t++) {
-      for (let j = 0; j < n; j++) {
-        let s = 0;
-        for (let l = 0; l < inFeatures; l++) s += x![t * inFeatures + l]! * w![j * inFeatures + l]!;
-        qk[t * n + j] = Math.fround(s);
-      }
-    }
+    const qk = productNT(x!, 0, w!, 0, rows, n, inFeatures).map(Math.fround);
     const rope = { batch, seqLen, headDim: d, base: attrs.base, xStride: n };
     ropeRotate(qk, positions!, q as Float64Array, { ...rope, heads }, 1);
     ropeRotate(qk.subarray(heads * d), positions!, k as Float64Array, { ...rope, heads: kvHeads }, 1);

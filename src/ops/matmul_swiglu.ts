@@ -9,6 +9,7 @@
  * dhᵀ = Wdownᵀ · doutᵀ ([hidden, rows]), then dG and dU from it and gu into dgu. Fused on Hopper
  * (the epilogue computes dG and dU from dh as it leaves the accumulators: dh is never stored).
  */
+import { productNT, transposed } from './matmul.js';
 import { BF16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
 
 export interface MatmulSwigluAttrs {
@@ -54,13 +55,7 @@ export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
   validate: (attrs) => requireDims('matmul_swiglu', attrs, ['hidden', 'rows', 'k']),
   shapes: ({ hidden, rows, k }) => ({ wgu: [2 * hidden, k], x: [rows, k], gu: [2 * hidden, rows], out: [hidden, rows] }),
   reference({ wgu, x, gu, out }, { hidden, rows, k }) {
-    for (let f = 0; f < 2 * hidden; f++) {
-      for (let t = 0; t < rows; t++) {
-        let s = 0;
-        for (let l = 0; l < k; l++) s += wgu![f * k + l]! * x![t * k + l]!;
-        gu![f * rows + t] = s;
-      }
-    }
+    gu!.set(productNT(wgu!, 0, x!, 0, 2 * hidden, rows, k));
     // From G and U as f32 storage holds them: matmul then swiglu exactly, in f32 (where a backward
     // that recomputes out with the swiglu op gets the same bits).
     for (let i = 0; i < hidden * rows; i++) {
@@ -90,15 +85,12 @@ export const matmulSwigluBackward = defineOp<MatmulSwigluAttrs>({
   shapes: ({ hidden, rows, k }) => ({ wdown: [k, hidden], dout: [rows, k], gu: [2 * hidden, rows], dgu: [2 * hidden, rows] }),
   reference({ wdown, dout, gu, dgu }, { hidden, rows, k }) {
     const n = hidden * rows;
-    for (let f = 0; f < hidden; f++) {
-      for (let t = 0; t < rows; t++) {
-        let s = 0;
-        for (let l = 0; l < k; l++) s += wdown![l * hidden + f]! * dout![t * k + l]!;
-        // dh as f32 storage holds it: matmul then swiglu_backward exactly, in f32
-        const dh = Math.fround(s), i = f * rows + t, g = gu![i]!, u = gu![n + i]!, sg = sigmoid(g);
-        dgu![i] = dh * u * (sg + g * sg * (1 - sg));
-        dgu![n + i] = dh * g * sg;
-      }
+    const dhs = productNT(transposed(wdown!, 0, k, hidden), 0, dout!, 0, hidden, rows, k);
+    for (let i = 0; i < n; i++) {
+      // dh as f32 storage holds it: matmul then swiglu_backward exactly, in f32
+      const dh = Math.fround(dhs[i]!), g = gu![i]!, u = gu![n + i]!, sg = sigmoid(g);
+      dgu![i] = dh * u * (sg + g * sg * (1 - sg));
+      dgu![n + i] = dh * g * sg;
     }
   },
   cases,
