@@ -90,10 +90,12 @@ struct Ref {
           for (double x : s) sum += std::exp(x - m);
           const double l = m + std::log(sum);
           lse[(size_t(b) * c.H + h) * c.T + i] = l;
-          for (int d = 0; d < c.D; ++d) {
-            double acc = 0;
-            for (int j = 0; j < c.T; ++j) acc += std::exp(s[j] - l) * v[ki(b, j, g) + d];
-            out[qi(b, i, h) + d] = acc;
+          // out_i = Σ_j p_ij v_j, each element summed over j in order; each p_ij taken once
+          double* o = &out[qi(b, i, h)];
+          for (int j = 0; j < c.T; ++j) {
+            const double p = std::exp(s[j] - l);
+            const double* vj = &v[ki(b, j, g)];
+            for (int d = 0; d < c.D; ++d) o[d] += p * vj[d];
           }
         }
       }

@@ -124,6 +124,10 @@ struct Thread {
   bool started = false;
   bool done = false;
   bool gave_way = false;  // yielded able to go on (schedule_point)
+  // Blocked until *wait_on moves from wait_seen (yield_until_changed): the scheduler passes over
+  // it until then instead of resuming it only to have it yield again.
+  const uint64_t* wait_on = nullptr;
+  uint64_t wait_seen = 0;
   Dim tid;
   int lane = 0, warp = 0;
   std::vector<Copy> pending;  // cp.async not yet waited for
@@ -141,6 +145,7 @@ struct Thread {
 // and its transaction count (bytes announced by expect_tx, not yet landed) with the tile loads
 // that will land them.
 struct MBarrier {
+  uint64_t version = 0;  // version_clock() at its last use (mbarrier_at): a waiter's wake-up
   int expected = 0, pending = 0;
   uint32_t phase = 0;  // phases completed so far
   int64_t tx = 0;
@@ -202,6 +207,21 @@ inline void fail(const char* msg) {
 
 inline void yield() {
   if (!_setjmp(thread_ptr()->jb)) _longjmp(sched_jb(), 1);
+}
+
+// A thread blocked on a condition that only a change of `version` can lift: yields, and is not
+// resumed before `version` moves (the same runs as resuming it to find itself still blocked).
+inline void yield_until_changed(const uint64_t& version) {
+  Thread& th = *thread_ptr();
+  th.wait_on = &version, th.wait_seen = version;
+  yield();
+  th.wait_on = nullptr;
+}
+
+// Counts every use of an mbarrier: MBarrier::version takes a new value at each.
+inline uint64_t& version_clock() {
+  static uint64_t v = 0;
+  return v;
 }
 
 inline void trampoline() {
@@ -356,6 +376,7 @@ void launch_clusters(int cluster, void (*kernel)(Args...), dim3 grid, int thread
             if (th.done) continue;
             all_done = false;
             if (b.held && (int)th.tid.x == b.slow) continue;
+            if (th.wait_on && *th.wait_on == th.wait_seen) continue;
             block_ptr() = &b;
             thread_ptr() = &th;
             const uint64_t before = events();
@@ -399,7 +420,7 @@ template <typename F>
 void rendezvous(int& count, uint64_t& gen, int n, F last) {
   const uint64_t g = gen;
   if (++count < n) {
-    while (gen == g) yield();
+    while (gen == g) yield_until_changed(gen);
     return;
   }
   last();
@@ -433,7 +454,7 @@ inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
   } else {
     if (nb.count > count) fail("named barrier: more arrivals than its count");
     if (!arrive) {
-      while (nb.gen == g) yield();
+      while (nb.gen == g) yield_until_changed(nb.gen);
       result = nb.result;
     }
   }
@@ -441,16 +462,18 @@ inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
   return result;
 }
 
+// Every read or change of an mbarrier goes through here (its waiters wake at each).
 inline MBarrier& mbarrier_at(Block& b, uint32_t addr) {
   auto it = b.mbarriers.find(addr);
   if (it == b.mbarriers.end()) fail("mbarrier used before mbarrier.init");
+  it->second.version = ++version_clock();
   return it->second;
 }
 inline MBarrier& mbarrier_at(uint32_t addr) { return mbarrier_at(*block_ptr(), addr); }
 
 inline void mbarrier_init(uint32_t addr, int count) {
   if (addr % 8 != 0) fail("mbarrier misaligned");
-  block_ptr()->mbarriers[addr] = MBarrier{count, count, 0};
+  block_ptr()->mbarriers[addr] = MBarrier{++version_clock(), count, count, 0};
 }
 
 void land_tile(const TileCopy& t);
@@ -525,7 +548,7 @@ inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
     MBarrier& m = mbarrier_at(addr);
     if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(*block_ptr(), m, true);
     if ((m.phase & 1u) != (parity & 1u)) break;
-    yield();
+    yield_until_changed(m.version);
   }
   schedule_point(false);
 }
@@ -904,8 +927,8 @@ inline uint32_t gmma_address(uint64_t desc, bool mn_major, int mn, int k) {
 // The product of the wgmma gathered in s: A (registers or shared memory) and B read, each
 // thread's accumulator written.
 inline void wgmma_compute(GroupSlot& s, int n) {
-  float A[64][16];
-  std::vector<float> B(16 * n);
+  double A[64][16];
+  std::vector<double> Bt(16 * n);  // B transposed: a column's 16 values side by side
   for (int m = 0; m < 64; ++m)
     for (int k = 0; k < 16; ++k) {
       uint16_t bits;
@@ -925,19 +948,26 @@ inline void wgmma_compute(GroupSlot& s, int n) {
       const uint32_t addr = gmma_address(s.desc_b, s.trans_b, j, k);
       const uint16_t bits = smem_b16(addr);
       s.open.emplace_back(addr, bits);
-      B[k * n + j] = bf16_bits_to_f32(bits);
+      Bt[j * 16 + k] = bf16_bits_to_f32(bits);
     }
   for (int tt = 0; tt < 128; ++tt) {
     const int w = tt / 32, l = tt % 32, g8 = l >> 2, t4 = l & 3;
-    for (int j = 0; j < n / 8; ++j)
-      for (int h = 0; h < 2; ++h)
-        for (int e = 0; e < 2; ++e) {
-          const int row = 16 * w + g8 + 8 * h, col = 8 * j + 2 * t4 + e;
-          float& out = s.acc[tt][4 * j + 2 * h + e];
-          double sum = s.accumulate ? out : 0.0;
-          for (int k = 0; k < 16; ++k) sum += (double)A[row][k] * (double)B[k * n + col];
-          out = (float)sum;
-        }
+    // The thread's 4 elements of each 8-column block, rows r and r + 8, columns c and c + 1:
+    // four double sums over k in order, run side by side
+    const double *a0 = A[16 * w + g8], *a1 = A[16 * w + g8 + 8];
+    for (int j = 0; j < n / 8; ++j) {
+      float* out = &s.acc[tt][4 * j];
+      const double *b0 = &Bt[(8 * j + 2 * t4) * 16], *b1 = b0 + 16;
+      double s00 = 0, s01 = 0, s10 = 0, s11 = 0;
+      if (s.accumulate) s00 = out[0], s01 = out[1], s10 = out[2], s11 = out[3];
+      for (int k = 0; k < 16; ++k) {
+        s00 += a0[k] * b0[k];
+        s01 += a0[k] * b1[k];
+        s10 += a1[k] * b0[k];
+        s11 += a1[k] * b1[k];
+      }
+      out[0] = (float)s00, out[1] = (float)s01, out[2] = (float)s10, out[3] = (float)s11;
+    }
   }
 }
 
