@@ -875,7 +875,8 @@ inline void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
   in.b[0] = b0;
   in.b[1] = b1;
   Out o = collective<In, Out>(kMma, in, [](const In* in, Out* out) {
-    float A[16][16], B[16][8], C[16][8];
+    double A[16][16], Bt[8][16];  // B transposed: a column's 16 values side by side
+    float C[16][8];
     for (int l = 0; l < 32; ++l) {
       const int g = l >> 2, t = l & 3;
       const int ar[4] = {g, g + 8, g, g + 8}, ac[4] = {2 * t, 2 * t, 2 * t + 8, 2 * t + 8};
@@ -884,20 +885,24 @@ inline void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
         A[ar[i]][ac[i] + 1] = bf16_bits_to_f32(in[l].a[i] >> 16);
       }
       for (int i = 0; i < 2; ++i) {
-        B[2 * t + 8 * i][g] = bf16_bits_to_f32(in[l].b[i] & 0xffff);
-        B[2 * t + 8 * i + 1][g] = bf16_bits_to_f32(in[l].b[i] >> 16);
+        Bt[g][2 * t + 8 * i] = bf16_bits_to_f32(in[l].b[i] & 0xffff);
+        Bt[g][2 * t + 8 * i + 1] = bf16_bits_to_f32(in[l].b[i] >> 16);
       }
       C[g][2 * t] = in[l].c[0];
       C[g][2 * t + 1] = in[l].c[1];
       C[g + 8][2 * t] = in[l].c[2];
       C[g + 8][2 * t + 1] = in[l].c[3];
     }
+    // Four double sums over k in order at a time (a row's columns j..j+3), side by side.
     float D[16][8];
     for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 8; ++j) {
-        double s = C[i][j];
-        for (int k = 0; k < 16; ++k) s += (double)A[i][k] * (double)B[k][j];
-        D[i][j] = (float)s;
+      for (int j = 0; j < 8; j += 4) {
+        double s0 = C[i][j], s1 = C[i][j + 1], s2 = C[i][j + 2], s3 = C[i][j + 3];
+        for (int k = 0; k < 16; ++k) {
+          const double a = A[i][k];
+          s0 += a * Bt[j][k], s1 += a * Bt[j + 1][k], s2 += a * Bt[j + 2][k], s3 += a * Bt[j + 3][k];
+        }
+        D[i][j] = (float)s0, D[i][j + 1] = (float)s1, D[i][j + 2] = (float)s2, D[i][j + 3] = (float)s3;
       }
     for (int l = 0; l < 32; ++l) {
       const int g = l >> 2, t = l & 3;
