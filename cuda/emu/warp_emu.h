@@ -4,7 +4,9 @@
 // Every CUDA thread of a block is a coroutine on a stack of its own (entered once through
 // ucontext, then switched with _setjmp/_longjmp, which unlike swapcontext make no system call);
 // the scheduler resumes them round-robin, or in the orders EMU_SCHEDULE picks (skewed; random with
-// one slow thread: see Schedule).
+// one slow thread: see Schedule). A thread blocked at a barrier, a collective or an mbarrier wait
+// is passed over until what it waits on changes (yield_until_changed): resuming it sooner would
+// only see it yield again.
 // __syncthreads and every warp-collective operation (shuffles, votes, redux, ldmatrix, mma) block
 // the calling thread until all participants have arrived, then compute the result from all of
 // their inputs exactly as the PTX ISA defines it (fragment layouts of mma.m16n8k16 and ldmatrix).
