@@ -143,13 +143,9 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
   const dout = args.dout as Float64Array, dq = args.dq as Float64Array, dk = args.dk as Float64Array, dv = args.dv as Float64Array;
   const { batch: B, seqLen: T, heads: H, kvHeads: G, headDim: D, scale } = a;
   const stride = gradStrides(a);
-  for (let n = 0; n < B * T; n++) {
-    dk.fill(0, n * stride.kv, n * stride.kv + G * D);
-    dv.fill(0, n * stride.kv, n * stride.kv + G * D);
-  }
   for (let b = 0; b < B; b++) {
     for (let h = 0; h < H; h++) {
-      const kvh = Math.floor(h / (H / G));
+      const kvh = Math.floor(h / (H / G)), firstOfGroup = h % (H / G) === 0;
       const qh = headRows(q, a, H, b, h), kh = headRows(k, a, G, b, kvh), doh = headRows(dout, a, H, b, h), oh = headRows(out, a, H, b, h);
       const p = probabilities(qh, kh, seg, a, b, lse, (b * H + h) * T, false);
       // dS = P ∘ (dP - D_i), dP = dO · Vᵀ, D_i = rowsum(dO ∘ O); 0 wherever P is
@@ -162,10 +158,11 @@ function attentionBackwardReference(args: RefArgs, a: AttentionAttrs): void {
           ds[i * T + j] = pij === 0 ? 0 : pij * (ds[i * T + j]! - drow);
         }
       }
-      // dQ = scale · dS · K, dK += scale · dSᵀ · Q, dV += Pᵀ · dO (the heads of a group add up)
+      // dQ = scale · dS · K, dK = scale · dSᵀ · Q, dV = Pᵀ · dO: the group's first head writes dK and
+      // dV, the others add to them
       scatterHead(productNT(ds, 0, transposed(kh, 0, T, D), 0, T, D, T), dq, a, stride.q, b, h, scale, false);
-      scatterHead(productNT(transposed(ds, 0, T, T), 0, transposed(qh, 0, T, D), 0, T, D, T), dk, a, stride.kv, b, kvh, scale, true);
-      scatterHead(productNT(transposed(p, 0, T, T), 0, transposed(doh, 0, T, D), 0, T, D, T), dv, a, stride.kv, b, kvh, 1, true);
+      scatterHead(productNT(transposed(ds, 0, T, T), 0, transposed(qh, 0, T, D), 0, T, D, T), dk, a, stride.kv, b, kvh, scale, !firstOfGroup);
+      scatterHead(productNT(transposed(p, 0, T, T), 0, transposed(doh, 0, T, D), 0, T, D, T), dv, a, stride.kv, b, kvh, 1, !firstOfGroup);
     }
   }
   if (a.ropeBase === undefined) return;
