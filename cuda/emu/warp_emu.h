@@ -1,8 +1,8 @@
 // A CPU emulator for the CUDA features the attention kernels use, so cuda/attention.cu can be run
 // and checked against a float64 reference on a machine without a GPU (cuda/emu/attention_check.cc).
 //
-// Every CUDA thread of a block is a coroutine on a stack of its own (entered once through
-// ucontext, then switched with _setjmp/_longjmp, which unlike swapcontext make no system call);
+// Every CUDA thread of a block is a coroutine on a stack of its own (switched by a few
+// instructions on x86-64, by swapcontext elsewhere: see Context);
 // the scheduler resumes them round-robin, or in the orders EMU_SCHEDULE picks (skewed; random with
 // one slow thread: see Schedule). A thread blocked at a barrier, a collective or an mbarrier wait
 // is passed over until what it waits on changes (yield_until_changed): resuming it sooner would
@@ -33,8 +33,9 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <setjmp.h>
+#if !defined(__x86_64__)
 #include <ucontext.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -50,6 +51,60 @@
 #include <vector>
 
 namespace emu {
+
+// Where a coroutine left off, switched to and from by switch_context; make_context sets one up to
+// start `entry` (which must never return) on a stack of its own.
+#if defined(__x86_64__)
+// The System V callee-saved registers pushed on the stack being left, its stack pointer stored in
+// *from, then the same popped from the stack at `to`: none of the signal-mask and unwinding work
+// of glibc's jumps, which took a tenth of the emulator's time. (Weak: defined once however many
+// translation units include this.)
+extern "C" void mdlm_emu_switch(void** from, void* to);
+asm(R"(.text
+.weak mdlm_emu_switch
+.type mdlm_emu_switch, @function
+mdlm_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size mdlm_emu_switch, .-mdlm_emu_switch
+)");
+struct Context {
+  void* sp = nullptr;
+};
+inline void switch_context(Context& from, Context& to) { mdlm_emu_switch(&from.sp, to.sp); }
+inline void make_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  auto top = reinterpret_cast<void**>(reinterpret_cast<uintptr_t>(stack + bytes) & ~uintptr_t{15});
+  *--top = nullptr;                         // entry's return address (it never returns): a call's alignment
+  *--top = reinterpret_cast<void*>(entry);  // where the first switch's ret goes
+  for (int i = 0; i < 6; ++i) *--top = nullptr;  // the registers it pops
+  c.sp = top;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+inline void switch_context(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+inline void make_context(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
 
 struct Dim {
   unsigned x = 1, y = 1, z = 1;
@@ -120,10 +175,8 @@ struct TileCopy {
 };
 
 struct Thread {
+  // First what the scheduler reads of every thread it passes over, in one cache line.
   Block* block = nullptr;
-  ucontext_t ctx;  // the entry into the thread's stack, used once
-  jmp_buf jb;      // where it yielded
-  bool started = false;
   bool done = false;
   bool gave_way = false;  // yielded able to go on (schedule_point)
   // Blocked until *wait_on moves from wait_seen (yield_until_changed): the scheduler passes over
@@ -132,6 +185,7 @@ struct Thread {
   uint64_t wait_seen = 0;
   Dim tid;
   int lane = 0, warp = 0;
+  Context ctx;  // where it yielded (or its entry)
   std::vector<Copy> pending;  // cp.async not yet waited for
   // TMA stores issued since the last bulk commit, and the committed groups not yet waited for
   std::vector<TileCopy> stores_open;
@@ -147,7 +201,7 @@ struct Thread {
 // and its transaction count (bytes announced by expect_tx, not yet landed) with the tile loads
 // that will land them.
 struct MBarrier {
-  uint64_t version = 0;  // version_clock() at its last use (mbarrier_at): a waiter's wake-up
+  uint64_t version = 0;  // version_clock() at its last change (mbarrier_at): a waiter's wake-up
   int expected = 0, pending = 0;
   uint32_t phase = 0;  // phases completed so far
   int64_t tx = 0;
@@ -184,9 +238,9 @@ inline Thread*& thread_ptr() {
   static Thread* t = nullptr;
   return t;
 }
-inline jmp_buf& sched_jb() {
-  static jmp_buf j;
-  return j;
+inline Context& scheduler_context() {
+  static Context c;
+  return c;
 }
 // Thread stacks, kept from block to block: fresh ones per block (touched, zeroed and unmapped
 // again each time) cost more system time than the emulation itself.
@@ -207,9 +261,7 @@ inline void fail(const char* msg) {
   std::abort();
 }
 
-inline void yield() {
-  if (!_setjmp(thread_ptr()->jb)) _longjmp(sched_jb(), 1);
-}
+inline void yield() { switch_context(thread_ptr()->ctx, scheduler_context()); }
 
 // A thread blocked on a condition that only a change of `version` can lift: yields, and is not
 // resumed before `version` moves (the same runs as resuming it to find itself still blocked).
@@ -220,7 +272,7 @@ inline void yield_until_changed(const uint64_t& version) {
   th.wait_on = nullptr;
 }
 
-// Counts every use of an mbarrier: MBarrier::version takes a new value at each.
+// Counts every change of an mbarrier: MBarrier::version takes a new value at each.
 inline uint64_t& version_clock() {
   static uint64_t v = 0;
   return v;
@@ -232,7 +284,7 @@ inline void trampoline() {
     fail("a thread exited with TMA stores it had not waited for (cp.async.bulk.wait_group.read)");
   }
   thread_ptr()->done = true;
-  _longjmp(sched_jb(), 1);  // never returns: the stack is abandoned
+  yield();  // never resumed: the stack is abandoned
 }
 
 // The order threads run in, from EMU_SCHEDULE:
@@ -341,11 +393,7 @@ void launch_clusters(int cluster, void (*kernel)(Args...), dim3 grid, int thread
             th.tid = {(unsigned)t, 0, 0};
             th.lane = t & 31;
             th.warp = t >> 5;
-            getcontext(&th.ctx);
-            th.ctx.uc_stack.ss_sp = thread_stack(r * threads + t);
-            th.ctx.uc_stack.ss_size = kStackBytes;
-            th.ctx.uc_link = nullptr;
-            makecontext(&th.ctx, trampoline, 0);
+            make_context(th.ctx, thread_stack(r * threads + t), kStackBytes, trampoline);
             all.push_back(&th);
           }
         }
@@ -382,11 +430,7 @@ void launch_clusters(int cluster, void (*kernel)(Args...), dim3 grid, int thread
             block_ptr() = &b;
             thread_ptr() = &th;
             const uint64_t before = events();
-            if (!_setjmp(sched_jb())) {
-              if (th.started) _longjmp(th.jb, 1);
-              th.started = true;
-              setcontext(&th.ctx);
-            }
+            switch_context(scheduler_context(), th.ctx);
             const bool moved = events() != before || th.done || th.gave_way;
             progress = progress || moved;
             th.gave_way = false;
@@ -465,11 +509,16 @@ inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
 }
 
 // Every read or change of an mbarrier goes through here (its waiters wake at each).
-inline MBarrier& mbarrier_at(Block& b, uint32_t addr) {
+// Block b's mbarrier at addr, to look at; mbarrier_at to change it (its waiters then look again).
+inline MBarrier& mbarrier_find(Block& b, uint32_t addr) {
   auto it = b.mbarriers.find(addr);
   if (it == b.mbarriers.end()) fail("mbarrier used before mbarrier.init");
-  it->second.version = ++version_clock();
   return it->second;
+}
+inline MBarrier& mbarrier_at(Block& b, uint32_t addr) {
+  MBarrier& m = mbarrier_find(b, addr);
+  m.version = ++version_clock();
+  return m;
 }
 inline MBarrier& mbarrier_at(uint32_t addr) { return mbarrier_at(*block_ptr(), addr); }
 
@@ -547,8 +596,14 @@ inline void mbarrier_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
 inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
   schedule_point(false);
   for (;;) {
-    MBarrier& m = mbarrier_at(addr);
-    if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(*block_ptr(), m, true);
+    // Looking changes nothing; landing its loads or completing its phase does.
+    MBarrier& m = mbarrier_find(*block_ptr(), addr);
+    if ((m.phase & 1u) == (parity & 1u)) {
+      const uint32_t phase = m.phase;
+      const size_t loads = m.loads.size();
+      mbarrier_settle(*block_ptr(), m, true);
+      if (m.phase != phase || m.loads.size() != loads) m.version = ++version_clock();
+    }
     if ((m.phase & 1u) != (parity & 1u)) break;
     yield_until_changed(m.version);
   }
