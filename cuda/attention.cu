@@ -1005,17 +1005,12 @@ struct WsFwdCfg {
   static_assert(setmaxnreg_fits(kProducers, kProducerRegs, kConsumers, kConsumerRegs, kBlocks), "setmaxnreg budget");
 };
 
-// kOverlapPV: a tile's P·V in flight through the next tile's softmax (WsFwdCfg's choice, or
-// MDLM_ATTN_FWD_SERIAL=1 for the A/B at head dim 128); kPackedExp: the probabilities two at a
-// time in bf16 (fast_exp2_bf16x2), else in f32 and packed.
-template <int kD, bool kOverlapPV, bool kOptimistic, bool kPackedExp>
+template <int kD, bool kOptimistic>
 __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks) fwd_ws(const __grid_constant__ Params p) {
   wait_previous_kernel();
 #if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = WsFwdCfg<kD>;
-  static_assert(!(kOptimistic && kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
-  // (with P·V in flight during the softmax, pa may be written only after its wait: a_fragments)
-  static_assert(!(kPackedExp && kOverlapPV), "packed probabilities are written for P·V issued after the softmax");
+  static_assert(!(kOptimistic && Cfg::kOverlapPV), "the optimistic softmax is written for P·V issued after the softmax");
   constexpr int kBr = Cfg::kBr, kBc = Cfg::kBc, kS = Cfg::kStages, kKT = kBc / 16;
   MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
   const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
@@ -1166,7 +1161,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         wg::mbar_arrive(empty_v(s));
         break;
       }
-      if (kOverlapPV && !first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
+      if (Cfg::kOverlapPV && !first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
       wg::bar_sync(1 + wgi, 256);
       // S = Q·Kᵀ of this stage's key tile into x, issued and committed (the optimistic softmax's
       // exact pass issues it again)
@@ -1179,9 +1174,9 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       };
       float sc[kBc / 2];
       issue_s(sc);
-      if constexpr (kOverlapPV) issue_pv();
+      if constexpr (Cfg::kOverlapPV) issue_pv();
       wg::bar_arrive(2 - wgi, 256);
-      wg::wgmma_wait<kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
+      wg::wgmma_wait<Cfg::kOverlapPV ? 1 : 0>();  // S(n); with kOverlapPV the previous P·V may still run
 
       // Scores the mask hides to -inf: a one-document tile's by positions (`positions`; else as
       // a partial tile's), a partial tile's with this stage's segment ids too.
@@ -1217,22 +1212,16 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
           mrow[hi] = m_new;
           float sum = 0.f;
 #pragma unroll
-          for (int j = 0; j < kBc / 8; ++j) {
-            const float a0 = fmaf(x[4 * j + 2 * hi], p.scale_log2, -m_use), a1 = fmaf(x[4 * j + 2 * hi + 1], p.scale_log2, -m_use);
-            if constexpr (kPackedExp) {  // a_fragments' register for (j, hi)
-              const uint32_t pp = fast_exp2_bf16x2(a0, a1);
-              pa[j >> 1][2 * (j & 1) + hi] = pp;
-              sum += bf16_low(pp) + bf16_high(pp);
-            } else {
-              x[4 * j + 2 * hi] = fast_exp2(a0);
-              sum += x[4 * j + 2 * hi];
-              x[4 * j + 2 * hi + 1] = fast_exp2(a1);
-              sum += x[4 * j + 2 * hi + 1];
+          for (int j = 0; j < kBc / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pv = fast_exp2(fmaf(x[4 * j + 2 * hi + e], p.scale_log2, -m_use));
+              x[4 * j + 2 * hi + e] = pv;
+              sum += pv;
             }
-          }
           lrow[hi] = lrow[hi] * alpha[hi] + sum;
         }
-        if constexpr (kOverlapPV) {
+        if constexpr (Cfg::kOverlapPV) {
           wg::wgmma_wait<0>();  // the previous P·V has landed: its V buffer is free, O can be rescaled
           if (!first) wg::mbar_arrive(empty_v((i - 1) % kS));
         }
@@ -1245,7 +1234,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
               o[4 * j + 2 * hi + 1] *= alpha[hi];
             }
         }
-        if constexpr (!kPackedExp) a_fragments<kBc>(x, pa);
+        a_fragments<kBc>(x, pa);
       };
       mask(sc, true);
       if constexpr (kOptimistic) {
@@ -1262,15 +1251,10 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
 #pragma unroll
           for (int r = 0; r < 4; ++r) {  // register r: row r & 1 (accumulator elements 8·kk + 2·r, + 1)
             const float neg_m = -mrow[r & 1];
-            const float a0 = fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m), a1 = fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m);
-            if constexpr (kPackedExp) {
-              pa[kk][r] = fast_exp2_bf16x2(a0, a1);
-              psum[r & 1] += bf16_low(pa[kk][r]) + bf16_high(pa[kk][r]);
-            } else {
-              const float p0 = fast_exp2(a0), p1 = fast_exp2(a1);
-              psum[r & 1] += p0 + p1;
-              pa[kk][r] = pack_bf16(p0, p1);
-            }
+            const float p0 = fast_exp2(fmaf(sc[8 * kk + 2 * r], p.scale_log2, neg_m));
+            const float p1 = fast_exp2(fmaf(sc[8 * kk + 2 * r + 1], p.scale_log2, neg_m));
+            psum[r & 1] += p0 + p1;
+            pa[kk][r] = pack_bf16(p0, p1);
           }
         if (wg::bar_any(4 + wgi, 128, !(psum[0] <= kMaxP && psum[1] <= kMaxP))) {
           float again[kBc / 2];
@@ -1288,7 +1272,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
         exact_softmax(sc);
       }
       prev_v = aV + s * Cfg::kTile;
-      if constexpr (!kOverlapPV) {  // this tile's P·V now, waited for before the next S
+      if constexpr (!Cfg::kOverlapPV) {  // this tile's P·V now, waited for before the next S
         wg::mbar_wait(full_v(s), phase);
         wg::wgmma_fence();
         issue_pv();
@@ -1298,7 +1282,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       first = false;
     }
     if (wgi == 0) wg::bar_sync(1, 256);  // the other warpgroup's last arrival on barrier 1
-    if constexpr (kOverlapPV) {  // the last tile's P·V
+    if constexpr (Cfg::kOverlapPV) {  // the last tile's P·V
       if (!first) wg::mbar_wait(full_v((i - 1) % kS), (uint32_t)((i - 1) / kS) & 1u);
       wg::wgmma_fence();
       issue_pv();
@@ -2196,16 +2180,10 @@ void forward_mma(const Params& p, cudaStream_t stream, bool hopper) {
   if constexpr (kD == 64 || kD == 128) {
     if (hopper) {
       using W = WsFwdCfg<kD>;
-      // Where P·V is not overlapped (head dim 64, or 128 with MDLM_ATTN_FWD_SERIAL=1; see
-      // fwd_ws): the optimistic softmax unless MDLM_ATTN_FWD_OPT=0, and the probabilities in bf16
-      // pairs with MDLM_ATTN_EXP=bf16 (opt-in until timed on a GPU); all read at every call.
-      const bool serial = !W::kOverlapPV || env_knob("MDLM_ATTN_FWD_SERIAL") == "1";
-      const bool optimistic = env_knob("MDLM_ATTN_FWD_OPT") != "0", packed = env_knob("MDLM_ATTN_EXP") == "bf16";
-      auto kernel = packed ? (optimistic ? fwd_ws<kD, false, true, true> : fwd_ws<kD, false, false, true>)
-                           : (optimistic ? fwd_ws<kD, false, true, false> : fwd_ws<kD, false, false, false>);
-      if constexpr (W::kOverlapPV) {
-        if (!serial) kernel = fwd_ws<kD, true, false, false>;
-      }
+      // The optimistic softmax where P·V is not overlapped (head dim 64; see fwd_ws) unless
+      // MDLM_ATTN_FWD_OPT=0, read at every call.
+      auto kernel = fwd_ws<kD, !W::kOverlapPV>;
+      if (W::kOverlapPV || env_knob("MDLM_ATTN_FWD_OPT") == "0") kernel = fwd_ws<kD, false>;
       const char* what = "attention forward (bf16 wgmma, warp-specialised)";
       zero_counter(p.tile_counter, stream, what);
       return launch_tiles(kernel, p.B * p.H, W::kBr, W::kThreads, W::kSmem, with_tile_maps(p, 64, W::kBc, false, what), false, stream, what, true);

@@ -393,26 +393,5 @@ __device__ __forceinline__ float fast_exp2(float x) {
 #endif
 }
 
-// 2^lo and 2^hi as one bf16x2 register (lo in the low half), the probabilities' form for the P·V
-// product: on sm_90 the arguments are rounded to bf16 and one ex2.approx.ftz.bf16x2 takes both,
-// where two f32 ones and a pack take the exponential pipe twice (the head-dim-64 forward's busiest,
-// bench/RESULTS.md seventeenth pass). Rounding the arguments (x ≤ kMaxSlack, relative 2^-9) moves
-// 2^x by |x|·ln 2·2^-9 of itself, as rounding q and k to bf16 moves the scores; the row sums add
-// the same rounded values the product multiplies, so P·V and its normaliser agree.
-__device__ __forceinline__ uint32_t fast_exp2_bf16x2(float lo, float hi) {
-#if !defined(MDLM_ATTN_EMULATE) && __CUDA_ARCH__ >= 900
-  uint32_t y;
-  asm("ex2.approx.ftz.bf16x2 %0, %1;\n" : "=r"(y) : "r"(pack_bf16(lo, hi)));
-  return y;
-#else
-  const float2 r = __bfloat1622float2(__floats2bfloat162_rn(lo, hi));
-  return pack_bf16(fast_exp2(r.x), fast_exp2(r.y));
-#endif
-}
-
-// The low and high bf16 halves of a register as floats (exact).
-__device__ __forceinline__ float bf16_low(uint32_t v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float bf16_high(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
-
 }  // namespace attn
 }  // namespace mdlm

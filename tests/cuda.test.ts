@@ -545,27 +545,6 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     }
   });
 
-  it('runs the forward\'s opt-in variants within tolerance: packed bf16 probabilities (MDLM_ATTN_EXP=bf16), and head dim 128 with serial P·V (MDLM_ATTN_FWD_SERIAL=1)', async () => {
-    const b = await cuda();
-    const shape = (headDim: number, causal: boolean): AttentionAttrs => ({ batch: 2, seqLen: 300, heads: 4, kvHeads: 2, headDim, causal, scale: 0.125 });
-    const cases: [Record<string, string>, string, AttentionAttrs][] = [
-      [{ MDLM_ATTN_EXP: 'bf16' }, 'B2 T300 H4/2 D64 bidirectional', shape(64, false)],
-      [{ MDLM_ATTN_EXP: 'bf16', MDLM_ATTN_FWD_OPT: '0' }, 'B2 T300 H4/2 D64 causal, exact pass', shape(64, true)],
-      [{ MDLM_ATTN_FWD_SERIAL: '1' }, 'B2 T300 H4/2 D128 causal', shape(128, true)],
-      [{ MDLM_ATTN_FWD_SERIAL: '1', MDLM_ATTN_EXP: 'bf16' }, 'B2 T300 H4/2 D128 bidirectional', shape(128, false)],
-    ];
-    for (const [env, label, attrs] of cases) {
-      Object.assign(process.env, env);
-      try {
-        const r = await checkParity(b, attention as OpDef<AttentionAttrs>, { label, attrs }, { seed: freshSeed(), dtype: 'bf16' });
-        expect(r.error, JSON.stringify({ env, r })).toBeUndefined();
-        expect(r.relErr, JSON.stringify({ env, r })).toBeLessThanOrEqual(r.tol);
-      } finally {
-        for (const k of Object.keys(env)) delete process.env[k];
-      }
-    }
-  }, 120_000);
-
   it('runs head-dim-64 attention with many query tiles a key block and several key blocks a row, and the persistent kernels with more blocks than are resident, within tolerance', async () => {
     const b = await cuda();
     // bwd_ws's 128-row steps at head dim 64 (each warpgroup a half of every step's dQ): many steps
