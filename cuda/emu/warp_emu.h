@@ -175,7 +175,7 @@ struct TileCopy {
 };
 
 struct Thread {
-  // First what the scheduler reads of every thread it passes over, in one cache line.
+  // First what the scheduler reads of every thread it passes over.
   Block* block = nullptr;
   bool done = false;
   bool gave_way = false;  // yielded able to go on (schedule_point)
@@ -201,7 +201,7 @@ struct Thread {
 // and its transaction count (bytes announced by expect_tx, not yet landed) with the tile loads
 // that will land them.
 struct MBarrier {
-  uint64_t version = 0;  // version_clock() at its last change (mbarrier_at): a waiter's wake-up
+  uint64_t version = 0;  // version_clock() at its last change (mbarrier_at, mbarrier_settle): a waiter's wake-up
   int expected = 0, pending = 0;
   uint32_t phase = 0;  // phases completed so far
   int64_t tx = 0;
@@ -508,7 +508,6 @@ inline bool named_barrier(int id, int count, bool arrive, bool pred = false) {
   return result;
 }
 
-// Every read or change of an mbarrier goes through here (its waiters wake at each).
 // Block b's mbarrier at addr, to look at; mbarrier_at to change it (its waiters then look again).
 inline MBarrier& mbarrier_find(Block& b, uint32_t addr) {
   auto it = b.mbarriers.find(addr);
@@ -537,12 +536,13 @@ void land_tile(const TileCopy& t);
 // below zero): another block's multicast, say, ahead of this block's expect_tx.
 inline void mbarrier_settle(Block& owner, MBarrier& m, bool land) {
   if (m.pending > 0) return;
-  if (land) {
+  if (land && !m.loads.empty()) {
     for (const TileCopy& t : m.loads) {
       land_tile(t);
       m.tx -= t.bytes;
     }
     m.loads.clear();
+    m.version = ++version_clock();
   }
   if (!m.loads.empty()) return;
   if (m.tx < 0) fail("mbarrier: tile loads landed more bytes than expect_tx announced");
@@ -550,6 +550,7 @@ inline void mbarrier_settle(Block& owner, MBarrier& m, bool land) {
   m.pending = m.expected;
   ++m.phase;
   ++owner.events;
+  m.version = ++version_clock();
 }
 
 // The block of rank `rank` in this one's cluster, which must not have exited (every thread done:
@@ -596,14 +597,9 @@ inline void mbarrier_arrive_expect_tx(uint32_t addr, uint32_t bytes) {
 inline void mbarrier_wait(uint32_t addr, uint32_t parity) {
   schedule_point(false);
   for (;;) {
-    // Looking changes nothing; landing its loads or completing its phase does.
+    // Looking changes nothing; landing its loads or completing its phase does (mbarrier_settle).
     MBarrier& m = mbarrier_find(*block_ptr(), addr);
-    if ((m.phase & 1u) == (parity & 1u)) {
-      const uint32_t phase = m.phase;
-      const size_t loads = m.loads.size();
-      mbarrier_settle(*block_ptr(), m, true);
-      if (m.phase != phase || m.loads.size() != loads) m.version = ++version_clock();
-    }
+    if ((m.phase & 1u) == (parity & 1u)) mbarrier_settle(*block_ptr(), m, true);
     if ((m.phase & 1u) != (parity & 1u)) break;
     yield_until_changed(m.version);
   }
