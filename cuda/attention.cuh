@@ -339,7 +339,10 @@ __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
 // row and column of the warp's fragment is in range (all but a sequence's last tile, at a head
 // dim that needs no padding) the reductions go out untested: the per-reduction tests and their
 // branches were 9 of the 22 instructions a reduction took in bwd_ws<128> (ncu SASS, H200,
-// 2026-12-04).
+// 2026-12-04). These adds are a quarter of bwd_ws's time (11.8 ms of a llama-1.3b mdlm step, H100,
+// 2026-12-07), bounded by L2's reduction throughput: issued from shared memory by the copy engine
+// (cp.reduce.async.bulk, as FlashAttention-3 does) they were no faster, and an L2 evict_last
+// policy changed nothing (bench/RESULTS.md, thirty-fourth session). Fewer bytes is what would help.
 template <int kCols>
 __device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T) {
   const int tig = threadIdx.x & 3;
