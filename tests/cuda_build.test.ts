@@ -182,6 +182,20 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     }
   }, EMU_TIMEOUT);
 
+  it('reports a deadlock by what each run of blocked threads waits on (an mbarrier an arrival short, a named barrier a warp short)', async () => {
+    const exe = await buildEmu('deadlock_check.cc', 'deadlock_check');
+    const failure = await run(exe, [], { env: env() }).then(
+      () => null,
+      (e: { stderr?: string }) => e,
+    );
+    expect(failure, 'the emulator should abort at the deadlock').not.toBeNull();
+    const stderr = String(failure?.stderr);
+    expect(stderr).toContain('emu: deadlock in block (0,0,0)');
+    expect(stderr).toContain('block 0, threads 0-31: mbarrier at 0, phase 0: 1 of 33 arrivals and 0 bytes to come');
+    expect(stderr).toContain('block 0, threads 32-63: named barrier 1: 32 in');
+    expect(stderr).not.toContain('threads 64');  // the third warp exited
+  }, EMU_TIMEOUT);
+
   // Runs attention_check on the cases whose name contains `filter` ('' for all) and expects
   // `rows` table rows; it exits non-zero (run rejects) when a case is over tolerance, with its
   // table in the message.

@@ -22,7 +22,8 @@
 // cp.async.bulk.wait_group.read that retires them (a thread may not exit with any pending);
 // EMU_CP_ASYNC=eager lands every kind of copy at issue, the earliest. mbarriers count arrivals and transaction bytes (expect_tx, complete_tx).
 // Shared memory is a byte array per block; "shared addresses" are offsets into it. Deadlocks and
-// warp divergence at a collective (lanes calling different collectives) abort with a message.
+// warp divergence at a collective (lanes calling different collectives) abort with a message;
+// at a deadlock it names what each run of blocked threads waits on.
 // Thread block clusters (launch_clusters): the blocks of a cluster run under one scheduler, with
 // the cluster barrier, mbarrier arrivals on another block's mbarrier (mapa), and multicast TMA
 // loads into several blocks' shared memory, each crediting its own block's mbarrier; an arrival
@@ -356,6 +357,44 @@ inline void schedule_point(bool arrival) {
   yield();
 }
 
+// What a blocked thread waits on, in words (describe_waits).
+inline std::string wait_of(const Block& b, const Thread& th) {
+  if (!th.wait_on) return "nothing (runnable)";
+  for (const auto& [addr, m] : b.mbarriers)
+    if (th.wait_on == &m.version)
+      return "mbarrier at " + std::to_string(addr) + ", phase " + std::to_string(m.phase) + ": " + std::to_string(m.pending) + " of " +
+             std::to_string(m.expected) + " arrivals and " + std::to_string(m.tx) + " bytes to come";
+  if (th.wait_on == &b.bar_gen) return "__syncthreads: " + std::to_string(b.bar_count) + " of " + std::to_string(b.nthreads) + " in";
+  for (int k = 0; k < 16; ++k)
+    if (th.wait_on == &b.named[k].gen) return "named barrier " + std::to_string(k) + ": " + std::to_string(b.named[k].count) + " in";
+  for (size_t w = 0; w < b.warps.size(); ++w)
+    if (th.wait_on == &b.warps[w].gen) return "a collective of warp " + std::to_string(w) + ": " + std::to_string(b.warps[w].count) + " of 32 lanes in";
+  for (size_t g = 0; g < b.groups.size(); ++g)
+    if (th.wait_on == &b.groups[g].gen) return "a wgmma of warpgroup " + std::to_string(g) + ": " + std::to_string(b.groups[g].count) + " of 128 in";
+  if (b.cluster && th.wait_on == &(*b.cluster)[0].cluster_gen) return "the cluster barrier";
+  return "something else";
+}
+
+// At a deadlock: each run of consecutive threads of a block that wait on the same thing, and what.
+inline void describe_waits(const std::vector<Block>& blocks) {
+  for (const Block& b : blocks) {
+    int first = -1;
+    std::string what;
+    auto flush = [&](int end) {
+      if (first >= 0) std::fprintf(stderr, "  block %d, threads %d-%d: %s\n", b.rank, first, end - 1, what.c_str());
+      first = -1;
+    };
+    for (int t = 0; t < b.nthreads; ++t) {
+      const Thread& th = b.threads[t];
+      const std::string w = th.done ? std::string() : wait_of(b, th);
+      if (first >= 0 && w == what) continue;
+      flush(t);
+      if (!th.done) first = t, what = w;
+    }
+    flush(b.nthreads);
+  }
+}
+
 // Runs kernel(args...) over the grid, one cluster at a time: `cluster` blocks of consecutive x
 // indices (cudaLaunchAttributeClusterDimension {cluster, 1, 1}; 1: one block at a time), their
 // threads under one scheduler, so that they meet at cluster barriers and reach into each other's
@@ -445,6 +484,7 @@ void launch_clusters(int cluster, void (*kernel)(Args...), dim3 grid, int thread
             held->held = false;
           } else if (++stalled_rounds > 3) {
             std::fprintf(stderr, "emu: deadlock in %s (%u,%u,%u)\n", cluster > 1 ? "the cluster of block" : "block", bx0, by, bz);
+            describe_waits(blocks);
             std::abort();
           }
         }
