@@ -43,6 +43,8 @@ export const gradNorm = defineOp<GradNormAttrs>({
           { label: 'n=1003 no clip', attrs: { n: 1003, maxNorm: 0 } },
           { label: 'n=5000 clipped', attrs: { n: 5000, maxNorm: 1 } },
           { label: 'two-stage n=70001 under max', attrs: { n: 70001, maxNorm: 1e6 } },
+          // Whole float4s: CUDA's float4 loads, over segments rounded up to them (cuda/reduce.cuh).
+          { label: 'two-stage n=90004 clipped', attrs: { n: 90004, maxNorm: 1 } },
         ]
       : [{ label: '134M', attrs: { n: 1 << 27, maxNorm: 1 } }],
   sample: (rng, { n }) => ({ x: randn(rng, n) }),
