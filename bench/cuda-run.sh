@@ -118,14 +118,14 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       ncu -i /tmp/ncu-gemm.ncu-rep --page details > "$OUT/ncu-gemm-details.txt" 2>&1
       grep -E "gemm_ws_nt|nvjet|Duration|Compute \(SM\) Throughput|Registers Per|Warp Cycles Per Issued" "$OUT/ncu-gemm-details.txt" | head -n 60 ;;
     ncu-train)  # every kernel of llama-124m and llama-1.3b mdlm training steps (graph-replayed), timed one
-      # by one by Nsight Compute, summed by kernel (bench/kernel-times.mjs): the step's GPU time
-      # without the per-op waits of --profile
+      # by one by Nsight Compute, the second step's graph summed by kernel (bench/kernel-times.mjs
+      # --from adamw_kernel): the step's GPU time without the per-op waits of --profile
       for preset in llama-124m llama-1.3b; do
         shape=$([ $preset = llama-124m ] && echo "--batch 16 --seq-len 1024" || echo "--batch 8 --seq-len 2048")
         timeout 280 ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --kernel-name-base demangled --csv --print-units base \
           --log-file "$OUT/ncu-train-$preset.csv" node bin/mdlm.js bench train --preset $preset --objective ${NCU_OBJECTIVE:-mdlm} --backend cuda $shape \
           --steps 2 --warmup 0 --peer none > "$OUT/ncu-train-$preset.log" 2>&1; tail -n 2 "$OUT/ncu-train-$preset.log"
-        node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" 2 | tee "$OUT/kernel-times-$preset.txt" | head -n 45
+        node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" --from adamw_kernel | tee "$OUT/kernel-times-$preset.txt" | head -n 45
       done ;;
     train-ab)  # this tree's dist/ and addon against another commit's (bash bench/pack-device.sh <commit>),
       # or environment settings against each other (AB_SIDES="K=0 K=1"), alternating, on one addon:
