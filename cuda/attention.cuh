@@ -343,8 +343,8 @@ __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
 // 2026-12-07), bounded by L2's reduction throughput: issued from shared memory by the copy engine
 // (cp.reduce.async.bulk, as FlashAttention-3 does) they were no faster, and an L2 evict_last
 // policy changed nothing (bench/RESULTS.md, thirty-fourth session). Fewer bytes is what would help
-// (a cluster pair summing its dQ first was slower in its first form; a second form, untimed,
-// is on branch wip/bwd-pair-dq).
+// (a cluster pair summing its dQ first was slower in both forms tried: branch wip/bwd-pair-dq,
+// bench/RESULTS.md thirty-fourth and thirty-fifth sessions).
 template <int kCols>
 __device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T) {
   const int tig = threadIdx.x & 3;
