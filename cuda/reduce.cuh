@@ -4,7 +4,8 @@
 // warps' results in warp order) combines them. A row is cut into segments only while rows are too
 // few to fill the GPU; the segments' partials then go through a second pass. Segment counts,
 // block sizes and the load width are functions of the shape and of whether x starts on a 16-byte
-// boundary alone, so the same tensors give the same bits every run and on every GPU. Also the block-wide integer scan of embedding's radix sort and compact_rows.
+// boundary alone, so the same tensors give the same bits every run and on every GPU. Also the
+// block-wide integer scan of embedding's radix sort and compact_rows.
 #pragma once
 
 #include <algorithm>
