@@ -116,23 +116,23 @@ struct SegmentPass {
 // One launch: out gets rows · segments values. Rows of whole float4s on 16-byte boundaries take
 // float4 loads, their segments rounded up to whole float4s (the last one the shorter for it).
 inline void reduce_segments(const OpCall& call, const float* x, float* out, const SegmentPass& p) {
-  const bool vec4 = p.cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool vec4 = p.cols % 4 == 0 && aligned16(x);
   int64_t seg_len = (p.cols + p.segments - 1) / p.segments;
   if (vec4) seg_len = (seg_len + 3) / 4 * 4;
   // About four elements a thread before the tree, 32 to 256 threads.
   int threads = 32;
   while (threads < 256 && threads * 4 < seg_len) threads *= 2;
   const unsigned blocks = static_cast<unsigned>(p.rows * p.segments);
-  auto launch = [&](auto kernel) {
-    check_cuda(launch_kernel(kernel, blocks, threads, 0, call.stream, x, out, p.cols, p.segments, seg_len, p.scale), "segment_reduce_kernel");
+  auto launch = [&](auto kernel_plain, auto kernel_vec4) {
+    check_cuda(launch_kernel(vec4 ? kernel_vec4 : kernel_plain, blocks, threads, 0, call.stream, x, out, p.cols, p.segments, seg_len, p.scale),
+               "segment_reduce_kernel");
   };
-  auto pick = [&](auto kernel_plain, auto kernel_vec4) { vec4 ? launch(kernel_vec4) : launch(kernel_plain); };
   if (p.use_max) {
-    if (p.map == ReduceMap::abs) pick(segment_reduce_kernel<ReduceMap::abs, true, false>, segment_reduce_kernel<ReduceMap::abs, true, true>);
-    else pick(segment_reduce_kernel<ReduceMap::identity, true, false>, segment_reduce_kernel<ReduceMap::identity, true, true>);
+    if (p.map == ReduceMap::abs) launch(segment_reduce_kernel<ReduceMap::abs, true, false>, segment_reduce_kernel<ReduceMap::abs, true, true>);
+    else launch(segment_reduce_kernel<ReduceMap::identity, true, false>, segment_reduce_kernel<ReduceMap::identity, true, true>);
   } else {
-    if (p.map == ReduceMap::square) pick(segment_reduce_kernel<ReduceMap::square, false, false>, segment_reduce_kernel<ReduceMap::square, false, true>);
-    else pick(segment_reduce_kernel<ReduceMap::identity, false, false>, segment_reduce_kernel<ReduceMap::identity, false, true>);
+    if (p.map == ReduceMap::square) launch(segment_reduce_kernel<ReduceMap::square, false, false>, segment_reduce_kernel<ReduceMap::square, false, true>);
+    else launch(segment_reduce_kernel<ReduceMap::identity, false, false>, segment_reduce_kernel<ReduceMap::identity, false, true>);
   }
 }
 
