@@ -1,18 +1,20 @@
-/** The training-memory arithmetic against what a model really allocates, and the setup error it feeds. */
+/** The training-memory estimate (a dry run of the model's allocations) against what a model really allocates, and the setup error it feeds. */
 import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import type { Backend } from '../src/backend/backend.js';
 import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { MdlmError } from '../src/errors.js';
-import { activationSaving, checkTrainingFits, recordsSteps, withMemoryEstimate } from '../src/train/memory.js';
+import { activationSaving, checkTrainingFits, recordsSteps, trainingMemory, withMemoryEstimate } from '../src/train/memory.js';
 import { expectMdlmError } from './support/contracts.js';
 import { MODEL_VARIANTS } from './support/model_variants.js';
 import { lossWeights, tokenBatch } from './support/model_batch.js';
 import { simulatedCudaAddon } from './support/simulated_cuda.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 import { resolveConfig } from '../src/config/load.js';
-import { flatParamElements, logitChunksOf, logitRows, paramCount, trainingMemory } from '../src/config/model-size.js';
+import { paramCount } from '../src/config/model-size.js';
 import { LlamaModel } from '../src/model/llama.js';
+import { logitChunksOf, logitRows } from '../src/model/saving.js';
+import { AdamW } from '../src/optim/adamw.js';
 import type { Recompute } from '../src/config/schema.js';
 
 const smallModel = (over: Record<string, string> = {}) =>
@@ -21,32 +23,55 @@ const smallModel = (over: Record<string, string> = {}) =>
 describe('trainingMemory', () => {
   for (const [label, over, saving] of MODEL_VARIANTS) {
     for (const dtype of ['f32', 'bf16'] as const) {
-      it(`matches the model's allocations exactly: ${label}, ${dtype}`, () => {
+      it(`matches what a model and its AdamW really allocate: ${label}, ${dtype}`, () => {
         const cfg = smallModel(over);
         const batch = 3;
-        const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype, ...saving });
+        const b = new CpuBackend();
+        const model = new LlamaModel(b, cfg.model, batch, 1, { dtype, ...saving });
+        const opt = new AdamW(model.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
         const est = trainingMemory(cfg.model, batch, dtype, saving);
         expect(est.activations).toBe(model.activationBytes);
         expect(est.weights).toBe(model.store.value.byteSize);
-        expect(flatParamElements(cfg.model)).toBe(model.store.value.size);
+        expect(est.grads).toBe(model.store.grad.byteSize);
+        expect(est.optimizer).toBe([opt.m, opt.v, opt.normOut, opt.schedule].reduce((n, t) => n + t.byteSize, 0));
         expect(model.store.list[0]!.compute.dtype).toBe(dtype);
         expect(est.workingCopy).toBe(dtype === 'f32' ? 0 : 2 * model.store.value.size);
-        expect(est.total).toBe(4 * est.weights + est.workingCopy + est.activations);
+        expect(est.total).toBe(est.weights + est.grads + est.optimizer + est.workingCopy + est.activations);
+        // Every tensor of the run is in it: the estimate's buffers, rounded as the pool rounds them, are the device's.
+        const pooled = b.poolStats().liveBytes;
+        expect(pooled).toBeGreaterThanOrEqual(est.total);
+        expect(pooled - est.total).toBeLessThan(256 * 200);
+        opt.destroy();
         model.destroy();
       });
     }
   }
 
   // dModel 48 · ffnHidden 10 = 480 elements, padded to 512: the gate and up weights apart, the
-  // separate GEMMs, and the [N, F] dh scratch they need. The joined MLPs above never store dh: the
-  // estimate counts it for this layout only, and both match exactly.
-  it("matches the model's allocations exactly with the MLP's gate and up apart, which adds its dh scratch", () => {
+  // separate GEMMs, and the [N, F] dh scratch they need, which the joined MLPs never store.
+  it("counts the MLP's dh scratch where its gate and up weights lie apart", () => {
     const cfg = smallModel({ 'model.dModel': '48', 'model.nHeads': '2', 'model.ffnHidden': '10' });
-    const batch = 2;
+    const joined = smallModel({ 'model.dModel': '48', 'model.nHeads': '2', 'model.ffnHidden': '16' });
+    const batch = 2, N = batch * cfg.model.seqLen;
     const model = new LlamaModel(new CpuBackend(), cfg.model, batch, 1, { dtype: 'f32' });
+    expect(model.blocks[0]!.mlp.joined).toBe(false);
     const apart = trainingMemory(cfg.model, batch, 'f32');
     expect(apart.activations).toBe(model.activationBytes);
+    // Per layer 3 [N, F] buffers (gate, up, product) scale with F, plus the shared [2N, F] gradient; apart adds [N, F] once.
+    const perF = (3 * cfg.model.nLayers + 2) * N * 4;
+    expect(trainingMemory(joined.model, batch, 'f32').activations - apart.activations).toBe(6 * perF - N * 10 * 4);
     model.destroy();
+  });
+
+  it('is a dry run: llama-7b shapes in bf16 cost no memory and no parameter values', () => {
+    const cfg = resolveConfig({ preset: 'llama-1.3b', overrides: { 'model.dModel': '4096', 'model.nLayers': '32', 'model.nHeads': '32', 'model.ffnHidden': '11008', 'model.seqLen': '4096', 'model.tieEmbeddings': 'false' } });
+    const started = performance.now();
+    const est = trainingMemory(cfg.model, 4, 'bf16');
+    expect(performance.now() - started).toBeLessThan(2000);
+    const P = paramCount(cfg.model);
+    expect(P).toBeGreaterThan(6.7e9);
+    expect((est.weights + est.grads + est.optimizer + est.workingCopy) / P).toBeGreaterThanOrEqual(18);
+    expect((est.weights + est.grads + est.optimizer + est.workingCopy) / P).toBeLessThan(18.01);
   });
 
   it('train.recompute swiglu: a [tokens, ffnHidden] buffer less a layer, and the same loss and gradient bits', async () => {
@@ -204,10 +229,8 @@ describe('trainingMemory', () => {
     const cfg = resolveConfig({ preset: 'llama-1.3b' });
     expect(cfg.train.logitChunks).toBe(2);
     const est = trainingMemory(cfg.model, cfg.train.batchSize, 'bf16', { recompute: cfg.train.recompute, logitChunks: cfg.train.logitChunks });
-    // torch.compile's peak for the same model and batch on the H200: 48.96 GiB (bench/RESULTS.md,
-    // fourteenth pass); the estimate matched mdlm's measured peak there (48.414 GiB, before the
-    // fused SwiGLU backward dropped the MLP's dh scratch). Unchunked, the logits would leave less
-    // than 0.2 GiB of margin.
+    // 48.96 GiB: torch.compile's measured peak for the same model and batch. Unchunked, the
+    // logits would leave less than 0.2 GiB of margin.
     expect(est.total / 2 ** 30).toBeLessThan(48.96);
     expect(trainingMemory(cfg.model, cfg.train.batchSize, 'bf16').total / 2 ** 30).toBeGreaterThan(48.96 - 0.2);
   });
@@ -217,8 +240,11 @@ describe('trainingMemory', () => {
     const est = trainingMemory(cfg.model, 8, 'bf16');
     const P = paramCount(cfg.model);
     // 16 bytes a parameter of f32 state + 2 of working copy, within the padding.
-    expect((4 * est.weights + est.workingCopy) / P).toBeGreaterThanOrEqual(18);
-    expect((4 * est.weights + est.workingCopy) / P).toBeLessThan(18.01);
+    const state = est.weights + est.grads + est.optimizer + est.workingCopy;
+    expect(est.grads).toBe(est.weights);
+    expect(est.optimizer).toBe(2 * est.weights + 4 * 5); // the two moments, then the norm and the schedule
+    expect(state / P).toBeGreaterThanOrEqual(18);
+    expect(state / P).toBeLessThan(18.01);
   });
 });
 

@@ -20,7 +20,7 @@ import { MlpScratch } from '../nn/mlp.js';
 import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import type { ModelConfig } from '../config/schema.js';
-import { type ActivationSaving, logitChunksOf, logitRows } from '../config/model-size.js';
+import { type ActivationSaving, logitChunksOf, logitRows } from './saving.js';
 
 /** Work a pass queues first, before its forward (forwardBackward); `key` tells its recordings from the pass's others. */
 export interface PassPrelude {
@@ -96,7 +96,8 @@ export class LlamaModel {
    * `dtype` is the compute dtype of activations and of the weights' working copy (bf16 for
    * mixed precision); master weights, gradients and optimizer state are f32 either way.
    * `record`: `forwardBackward` records the pass (a CUDA graph on CUDA) and replays it. `fill`
-   * computes the initial values (default: on this thread; src/runtime/parallel_init.ts: workers).
+   * computes the initial values (default: on this thread; src/runtime/parallel_init.ts: workers);
+   * null computes none (the values are loaded next, or the backend is an allocation plan).
    * `recompute`: activations recomputed in backward instead of kept (train.recompute).
    * `logitChunks`: the LM head and the loss run over that many blocks of rows in turn, holding one
    * block's logits (train.logitChunks).
@@ -106,7 +107,7 @@ export class LlamaModel {
    */
   constructor(
     readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
-    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller } & ActivationSaving = {},
+    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller | null } & ActivationSaving = {},
   ) {
     validateModel(cfg);
     const dtype = opts.dtype ?? 'f32';

@@ -24,11 +24,10 @@ import { attentionDecode } from '../ops/attention_decode.js';
 import { rope } from '../ops/rope.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
-import { PARAM_ALIGN } from '../config/model-size.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
 import { matmulRope } from '../ops/matmul_rope.js';
 import { Linear, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
-import type { Param, ParamStore } from './params.js';
+import { PARAM_ALIGN, type Param, type ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
 
 /**

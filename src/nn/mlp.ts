@@ -12,14 +12,22 @@
  * about the layout). Decoding (fewer rows than built) keeps the row-major layout.
  */
 import type { Backend } from '../backend/backend.js';
-import { gateUpJoined } from '../config/model-size.js';
 import { matmul, matmulAdd, matmulAddAttrs, matmulAttrs } from '../ops/matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from '../ops/matmul_swiglu.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { Linear, as3d } from './linear.js';
-import type { ParamStore } from './params.js';
+import { PARAM_ALIGN, type ParamStore } from './params.js';
+
+/**
+ * Whether the store lays a SwiGLU MLP's gate and up weights back to back, so one GEMM serves both
+ * (`SwiGluMlp.joined`): declared in that order, they are unless the gate's hidden · dModel
+ * elements need padding to PARAM_ALIGN.
+ */
+export function gateUpJoined(dModel: number, hidden: number): boolean {
+  return (dModel * hidden) % PARAM_ALIGN === 0;
+}
 
 /** Temporaries shared by every MLP (only one runs at a time). */
 export class MlpScratch {

@@ -11,9 +11,11 @@
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
-import { PARAM_ALIGN } from '../config/model-size.js';
 import { cast } from '../ops/cast.js';
 import { type FloatDType, type Shape, type Tensor, numel } from '../tensor.js';
+
+/** Parameters start on 64-element boundaries in the flat buffers (WebGPU binding alignment). */
+export const PARAM_ALIGN = 64;
 
 export type ParamInit = { readonly kind: 'normal'; readonly std: number } | { readonly kind: 'ones' } | { readonly kind: 'zeros' };
 
@@ -66,8 +68,12 @@ export class ParamStore {
     return spec as unknown as Param;
   }
 
-  /** Allocate the flat buffers, give every parameter its views, and initialise from `seed` (through `fill`). */
-  materialize(seed: number, fill: ParamFiller = fillSequential): void {
+  /**
+   * Allocate the flat buffers, give every parameter its views, and initialise from `seed` (through
+   * `fill`). `fill` null leaves the values unset: for a model whose values are loaded next
+   * (loadParams), or built against an allocation plan (src/model/plan.ts), computing none.
+   */
+  materialize(seed: number, fill: ParamFiller | null = fillSequential): void {
     if (this.params) throw new Error('ParamStore: materialize() called twice');
     const ordered = [...this.specs.filter((s) => s.decay), ...this.specs.filter((s) => !s.decay)];
     let size = 0;
@@ -98,7 +104,7 @@ export class ParamStore {
       jobs.push({ offset, n: numel(spec.shape), init: spec.init, index });
       return p;
     });
-    this.upload(fill(size, jobs, seed));
+    if (fill) this.upload(fill(size, jobs, seed));
     this.zeroGrads();
   }
 

@@ -1,14 +1,53 @@
 /**
  * Out of memory at setup, said up front: the device bytes a training run needs (weights,
- * gradients, AdamW state, working copy, activations: trainingMemory) against what the device has,
- * and the same breakdown on any allocation that fails while the run is being set up.
+ * gradients, AdamW state, working copy, activations: trainingMemory, read off the model's and the
+ * optimizer's own allocations in a dry run) against what the device has, and the same breakdown
+ * on any allocation that fails while the run is being set up.
  */
 import type { Backend } from '../backend/backend.js';
-import { type ActivationSaving, type MemoryBreakdown, trainingMemory } from '../config/model-size.js';
 import type { ModelConfig, TrainSection } from '../config/schema.js';
-import type { Objective } from '../objectives/objective.js';
 import { MdlmError, fail } from '../errors.js';
+import { LlamaModel } from '../model/llama.js';
+import { PlanBackend } from '../model/plan.js';
+import type { ActivationSaving } from '../model/saving.js';
+import type { Objective } from '../objectives/objective.js';
+import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
+
+export interface MemoryBreakdown {
+  /** f32 master weights, their f32 gradients, AdamW's state (two f32 moments; flat, padded). */
+  readonly weights: number;
+  readonly grads: number;
+  readonly optimizer: number;
+  /** The working copy in the compute dtype (none under f32: the masters are read directly). */
+  readonly workingCopy: number;
+  /** Activations, saved tensors, inputs and backward scratch: the model's arena. */
+  readonly activations: number;
+  readonly total: number;
+}
+
+/**
+ * Bytes a training model and its AdamW hold on the device at `batch` sequences of m.seqLen: the
+ * model and the optimizer built against an allocation plan (src/model/plan.ts), which allocates
+ * nothing and computes no initial values, and their tensors summed. The backend's pool rounds each
+ * buffer up to 256 bytes, and kernels keep some scratch of their own (CUDA: the arena and
+ * cuBLASLt's workspace), so the device needs a little more.
+ */
+export function trainingMemory(m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}): MemoryBreakdown {
+  const plan = new PlanBackend();
+  const model = new LlamaModel(plan, m, batch, 0, { dtype, ...saving, fill: null });
+  const store = model.store;
+  const before = plan.allocatedBytes;
+  // The optimizer's sizes follow the parameters' layout alone, not its settings.
+  new AdamW(store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClip: 0 });
+  const optimizer = plan.allocatedBytes - before;
+  const weights = store.value.byteSize;
+  const grads = store.grad.byteSize;
+  const workingCopy = store.workingCopy?.byteSize ?? 0;
+  const activations = model.activationBytes;
+  plan.destroy();
+  return { weights, grads, optimizer, workingCopy, activations, total: weights + grads + optimizer + workingCopy + activations };
+}
 
 /** Room left for the CUDA context, the kernels' scratch arena and cuBLASLt's workspace: 2 GiB, or a tenth of a small device. */
 export function deviceReserve(memoryBytes: number): number {
@@ -44,7 +83,7 @@ const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tok
 
 /** The estimate for this run; an OUT_OF_MEMORY error now if the device is known to be too small. */
 export function checkTrainingFits(backend: Backend, m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}): MemoryBreakdown {
-  const est = trainingMemory(m, batch, dtype === 'bf16' ? 'bf16' : 'f32', saving);
+  const est = trainingMemory(m, batch, dtype, saving);
   const have = backend.memoryBytes;
   if (have !== undefined && est.total + deviceReserve(have) > have) {
     fail('OUT_OF_MEMORY', `this run needs about ${describeMemory(est)}, plus ~${gib(deviceReserve(have))} for the runtime, but ${backend.description} has ${gib(have)}; ${ADVICE}`);

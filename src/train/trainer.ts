@@ -10,7 +10,7 @@ import type { Backend } from '../backend/backend.js';
 import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/checkpoint.js';
 import { fromHfTensors } from '../checkpoint/hf.js';
 import { openTensors } from '../checkpoint/safetensors.js';
-import { type MemoryBreakdown, flopsPerToken } from '../config/model-size.js';
+import { flopsPerToken } from '../config/model-size.js';
 import type { ObjectiveSection, PRECISIONS, TrainConfig } from '../config/schema.js';
 import { type BatchLoader, type LoaderState, createLoader, evalBatchCount } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
@@ -25,7 +25,7 @@ import { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
 import type { FloatDType } from '../tensor.js';
 import { evaluateModel } from './evaluate.js';
-import { activationSaving, checkTrainingFits, describeMemory, recordsSteps, withMemoryEstimate } from './memory.js';
+import { type MemoryBreakdown, activationSaving, checkTrainingFits, describeMemory, recordsSteps, withMemoryEstimate } from './memory.js';
 
 export interface TrainerOptions {
   readonly config: TrainConfig;

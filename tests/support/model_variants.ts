@@ -1,4 +1,4 @@
-import type { ActivationSaving } from '../../src/config/model-size.js';
+import type { ActivationSaving } from '../../src/model/saving.js';
 
 /**
  * Model layouts that take different paths through the layers (config overrides over a small
