@@ -2,9 +2,9 @@
 // x [B, T, H, D], element i < D/2 pairs with i + D/2 and the pair turns by θ = pos · inv_freq[i],
 // inv_freq[i] = base^(−2i/D):
 //   y[i] = x[i] · cos θ − x[i + D/2] · sin θ,   y[i + D/2] = x[i + D/2] · cos θ + x[i] · sin θ.
-// rope_backward turns dy by −θ (the transpose). Positions [B, T] are an input (they restart at
-// every packed document). Tokens are x_stride and y_stride elements apart (more than the heads
-// where a fused q/k/v projection is read or written a part at a time); rotate false copies.
+// Positions [B, T] are an input (they restart at every packed document). Tokens are x_stride and
+// y_stride elements apart (more than the heads where a fused q/k/v projection is read or written
+// a part at a time); rotate false copies.
 // Semantics: src/ops/rope.ts.
 //
 // The angle is the reference's to the bit: inv_freq = f32(pow(base, −2i/D)) in double, then
@@ -95,5 +95,3 @@ void launch_rope(const OpCall& call, const char* src_name, const char* dst_name,
 }  // namespace mdlm
 
 MDLM_OP(rope) { mdlm::launch_rope(call, "x", "y", 1.0f); }
-
-MDLM_OP(rope_backward) { mdlm::launch_rope(call, "dy", "dx", -1.0f); }

@@ -1,6 +1,7 @@
 // Rotary position embedding, Hugging Face Llama convention ("rotate_half"): in every head of
 // [B, T, H, D], element i < D/2 pairs with i + D/2 and the pair turns by pos * inv_freq[i],
-// inv_freq[i] = base^(-2i/D). rope turns by +angle, rope_backward by -angle (its transpose).
+// inv_freq[i] = base^(-2i/D). rope turns by +angle, rope_backward by -angle (its transpose:
+// attention_backward's q and k gradients, kernels/attention.ts).
 // A thread takes four pairs (a vec4 of each half) of one token and walks the heads, so the angles
 // are computed once per token. Tokens are x_stride4 and y_stride4 vec4s apart in src and dst
 // (more than the heads where a fused q/k/v projection is read or written a part at a time), and

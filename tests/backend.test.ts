@@ -5,7 +5,7 @@ import { defineKernel, grid1d } from '../src/backend/webgpu/kernel.js';
 import { WEBGPU_KERNELS } from '../src/backend/webgpu/kernels/index.js';
 import { compileShader } from '../src/backend/webgpu/shaders.js';
 import { WebGpuBackend, dawnFlags } from '../src/backend/webgpu/webgpu.js';
-import { add } from '../src/ops/add.js';
+import { swiglu } from '../src/ops/swiglu.js';
 import { loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
@@ -32,9 +32,9 @@ describe('webgpu specifics', () => {
 
   it.skipIf(!hasWebGpu)('rejects bf16 tensors for its f32 kernels, saying where bf16 runs', async () => {
     const b = (await webgpuBackend())!;
-    const x = b.alloc([4], 'bf16');
-    const out = b.alloc([4], 'bf16');
-    await expectMdlmError(() => b.run(add, { a: x, b: x, out }, { n: 4 }), 'UNSUPPORTED_DTYPE', 'add', 'bf16', 'cuda');
+    const x = b.alloc([1, 4], 'bf16');
+    const out = b.alloc([1, 4], 'bf16');
+    await expectMdlmError(() => b.run(swiglu, { gate: x, up: x, out }, { rows: 1, hidden: 4 }), 'UNSUPPORTED_DTYPE', 'swiglu', 'bf16', 'cuda');
     [x, out].forEach((t) => b.free(t));
   });
 
@@ -54,28 +54,29 @@ describe('webgpu specifics', () => {
   it.skipIf(!hasWebGpu)('rejects bindings that do not match the shader reflection', async () => {
     const { gpu } = await nodeGpu();
     const wrongName = defineKernel({
-      op: add,
-      shaders: ['add'],
-      run(k, { a, b, out }, { n }) {
-        k.dispatch({ shader: 'add', entry: 'main', bindings: { params: { n }, a: a!, bb: b!, out: out! }, workgroups: grid1d(n, 256) });
+      op: swiglu,
+      shaders: ['swiglu'],
+      run(k, { gate, up, out }, { rows, hidden }) {
+        const n = rows * hidden;
+        k.dispatch({ shader: 'swiglu', entry: 'swiglu', bindings: { params: { n }, gate4: gate!, upp4: up!, out4: out! }, workgroups: grid1d(n / 4, 256) });
       },
     });
     const backend = await WebGpuBackend.create({ gpu: gpu!, loadShader: loadShaderFile, kernels: [wrongName] });
     try {
-      const a = backend.alloc([4], 'f32');
-      const out = backend.alloc([4], 'f32');
-      await expectMdlmError(() => backend.run(add, { a, b: a, out }, { n: 4 }), 'SHADER_BINDING', 'shaders/add.wgsl:main', "binding 'b'");
+      const a = backend.alloc([1, 4], 'f32');
+      const out = backend.alloc([1, 4], 'f32');
+      await expectMdlmError(() => backend.run(swiglu, { gate: a, up: a, out }, { rows: 1, hidden: 4 }), 'SHADER_BINDING', 'shaders/swiglu.wgsl:swiglu', "binding 'up4'");
       const badUniform = defineKernel({
-        op: add,
-        shaders: ['add'],
-        run(k, args, { n }) {
-          k.dispatch({ shader: 'add', entry: 'main', bindings: { params: { n, m: 1 }, a: args.a!, b: args.b!, out: args.out! }, workgroups: [1] });
+        op: swiglu,
+        shaders: ['swiglu'],
+        run(k, args, { rows, hidden }) {
+          k.dispatch({ shader: 'swiglu', entry: 'swiglu', bindings: { params: { n: rows * hidden, m: 1 }, gate4: args.gate!, up4: args.up!, out4: args.out! }, workgroups: [1] });
         },
       });
       const b2 = await WebGpuBackend.create({ gpu: gpu!, loadShader: loadShaderFile, kernels: [badUniform] });
-      const a2 = b2.alloc([4], 'f32');
-      const o2 = b2.alloc([4], 'f32');
-      await expectMdlmError(() => b2.run(add, { a: a2, b: a2, out: o2 }, { n: 4 }), 'SHADER_BINDING', "no field 'm'");
+      const a2 = b2.alloc([1, 4], 'f32');
+      const o2 = b2.alloc([1, 4], 'f32');
+      await expectMdlmError(() => b2.run(swiglu, { gate: a2, up: a2, out: o2 }, { rows: 1, hidden: 4 }), 'SHADER_BINDING', "no field 'm'");
       b2.destroy();
     } finally {
       backend.destroy();

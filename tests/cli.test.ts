@@ -44,15 +44,15 @@ describe('mdlm CLI', () => {
 
   it('bench kernels --json emits passing records for the chosen ops', () => {
     const backends = hasWebGpu ? 'cpu,webgpu' : 'cpu';
-    const r = mdlm('bench', 'kernels', '--backend', backends, '--ops', 'add', '--json', '--reps', '1');
+    const r = mdlm('bench', 'kernels', '--backend', backends, '--ops', 'swiglu', '--case', '1x3', '--json', '--reps', '1');
     expect(r.code, r.stderr).toBe(0);
     const records = JSON.parse(r.stdout) as { op: string; backend: string; relErr: number; tol: number; pass: boolean; ms: number; shape: string }[];
     expect(records.length).toBe(backends.split(',').length);
     for (const rec of records) {
-      expect(rec).toMatchObject({ op: 'add', pass: true });
+      expect(rec).toMatchObject({ op: 'swiglu', pass: true });
       expect(rec.relErr).toBeLessThanOrEqual(rec.tol);
       expect(rec.ms).toBeGreaterThan(0);
-      expect(rec.shape).toContain('[1003]');
+      expect(rec.shape).toContain('[1, 3]');
     }
   });
 
@@ -82,7 +82,7 @@ describe('mdlm CLI', () => {
   });
 
   it('asking for an unavailable backend says why and what to do', () => {
-    const r = mdlm('bench', 'kernels', '--backend', 'cuda', '--ops', 'add');
+    const r = mdlm('bench', 'kernels', '--backend', 'cuda', '--ops', 'swiglu');
     expect(r.code).toBe(1);
     expect(r.stderr).toMatch(/BACKEND_UNAVAILABLE: backend cuda is unavailable: .*(addon|driver|GPU).*--backend/);
   });

@@ -5,7 +5,7 @@ import { checkParity, runReference, uploadBackwardFromForward } from '../src/har
 import { attention, attentionBackward } from '../src/ops/attention.js';
 import { crossEntropyBackward } from '../src/ops/cross_entropy.js';
 import { rmsnormBackward } from '../src/ops/rmsnorm.js';
-import { add } from '../src/ops/add.js';
+import { swiglu } from '../src/ops/swiglu.js';
 import type { RefArgs } from '../src/ops/op.js';
 import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
 import type { Tensor } from '../src/tensor.js';
@@ -49,9 +49,9 @@ describe('timing-only backward inputs', () => {
   });
 
   it('declines ops without a gradient link, and checkParity then samples as usual', async () => {
-    const c = add.cases('test')[0]!;
-    expect(uploadBackwardFromForward(cpu, add, c.attrs, 'f32', new PhiloxStream(1, RngPurpose.harness), {})).toBe(false);
-    const r = await checkParity(cpu, add, c, { seed: 1, skipReference: true, timeReps: 1 });
+    const c = swiglu.cases('test')[0]!;
+    expect(uploadBackwardFromForward(cpu, swiglu, c.attrs, 'f32', new PhiloxStream(1, RngPurpose.harness), {})).toBe(false);
+    const r = await checkParity(cpu, swiglu, c, { seed: 1, skipReference: true, timeReps: 1 });
     expect(r.check).toBe('unchecked');
     expect(r.error).toBeUndefined();
     expect(r.ms).toBeGreaterThanOrEqual(0);

@@ -1,4 +1,4 @@
-// Shared by the row-normalisation shaders (rmsnorm, layernorm): the thread layout, deterministic
+// The row machinery of rmsnorm's shader, apart from its math: the thread layout, deterministic
 // tree reductions in workgroup memory, and the pass that sums per-workgroup parameter-gradient
 // partials. A workgroup of 256 threads holds 256 / THREADS_PER_ROW row slots; the lane of a slot
 // owns the vec4 columns lane + k * THREADS_PER_ROW (k < VEC_PER_THREAD) and keeps them in
@@ -20,7 +20,7 @@ const MAX_VEC_PER_THREAD: u32 = 8u;
 
 alias RowVecs = array<vec4f, MAX_VEC_PER_THREAD>;
 
-var<workgroup> row_scratch: array<vec2f, WG_SIZE>;
+var<workgroup> row_scratch: array<f32, WG_SIZE>;
 var<workgroup> col_scratch: array<vec4f, WG_SIZE>;
 
 struct Lane {
@@ -48,7 +48,7 @@ fn column(l: Lane, k: u32) -> u32 {
 
 // Sum of v over the lanes of this thread's row slot, the same in every lane. Call from uniform
 // control flow; ends with a barrier so the scratch can be reused at once.
-fn row_sum2(l: Lane, v: vec2f) -> vec2f {
+fn row_sum(l: Lane, v: f32) -> f32 {
   row_scratch[l.lid] = v;
   workgroupBarrier();
   for (var s = THREADS_PER_ROW / 2u; s > 0u; s >>= 1u) {
@@ -60,10 +60,6 @@ fn row_sum2(l: Lane, v: vec2f) -> vec2f {
   let total = row_scratch[l.slot * THREADS_PER_ROW];
   workgroupBarrier();
   return total;
-}
-
-fn row_sum(l: Lane, v: f32) -> f32 {
-  return row_sum2(l, vec2f(v, 0.0)).x;
 }
 
 // Sum of v over the row slots for this thread's lane; valid in slot 0. Uniform control flow.

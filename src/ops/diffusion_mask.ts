@@ -10,8 +10,7 @@
  */
 import { fail } from '../errors.js';
 import { RngPurpose, philox4x32, seedKey, uniform01 } from '../rng/philox.js';
-import { badAttr, defineOp, randu, requireDims, requireFlags } from './op.js';
-import { requireSeed, requireU32 } from './philox.js';
+import { badAttr, defineOp, randu, requireDims, requireFlags, requireSeed, requireU32 } from './op.js';
 
 export interface DiffusionMaskAttrs {
   readonly batch: number;

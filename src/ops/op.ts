@@ -264,6 +264,19 @@ export function requireFlags<A>(op: string, attrs: A, keys: readonly (keyof A & 
   for (const k of keys) if (typeof attrs[k] !== 'boolean') badAttr(op, k, attrs[k], 'expected true or false');
 }
 
+/** Require attributes to be integers in [0, 2^32). */
+export function requireU32<A>(op: string, attrs: A, keys: readonly (keyof A & string)[]): void {
+  for (const k of keys) {
+    const v = attrs[k];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > 0xffffffff) badAttr(op, k, v, 'expected an integer in [0, 2^32)');
+  }
+}
+
+/** Require a seed that seedKey accepts. */
+export function requireSeed(op: string, seed: unknown): void {
+  if (typeof seed !== 'number' || !Number.isSafeInteger(seed) || seed < 0) badAttr(op, 'seed', seed, 'expected a non-negative integer up to 2^53');
+}
+
 /** Require positive integer attributes. */
 export function requireDims<A>(op: string, attrs: A, keys: readonly (keyof A & string)[]): void {
   for (const k of keys) {

@@ -4,7 +4,6 @@
  *   rstd = 1 / sqrt(mean(x²) + eps),  y = x · rstd · weight
  *   dx = rstd · (g − x · rstd² · mean(g · x)) + dresidual,  g = dy · weight
  *   dweight = Σ_rows dy · x · rstd
- * The row-norm helpers here (attributes, validation, cases) are shared with layernorm.
  */
 import type { PhiloxStream } from '../rng/philox.js';
 import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, randu, requireDims, requireFlags } from './op.js';
@@ -22,9 +21,9 @@ export interface RmsnormBackwardAttrs extends RowNormAttrs {
 }
 
 /** Largest dim the WebGPU kernels keep in registers: 256 threads × 8 vec4 per row. */
-export const MAX_ROW_NORM_DIM = 8192;
+const MAX_ROW_NORM_DIM = 8192;
 
-export function validateRowNorm(op: string, attrs: RowNormAttrs): void {
+function validateRowNorm(op: string, attrs: RowNormAttrs): void {
   requireDims(op, attrs, ['rows', 'dim']);
   if (attrs.dim % 4 !== 0) badAttr(op, 'dim', attrs.dim, 'expected a multiple of 4 (the kernels load vec4)');
   if (attrs.dim > MAX_ROW_NORM_DIM) badAttr(op, 'dim', attrs.dim, `expected at most ${MAX_ROW_NORM_DIM}`);
@@ -35,13 +34,13 @@ export function validateRowNorm(op: string, attrs: RowNormAttrs): void {
 
 /** Test shapes: rows and dims that are not multiples of the kernels' tiles; 1100 rows make the
  * backward walk several row blocks per workgroup and reduce over many workgroups. */
-export function rowNormCases(scale: 'test' | 'bench'): { label: string; attrs: RowNormAttrs }[] {
+function rowNormCases(scale: 'test' | 'bench'): { label: string; attrs: RowNormAttrs }[] {
   const shapes = scale === 'test' ? [[7, 36], [7, 100], [1100, 768]] : [[8192, 768], [8192, 2048]];
   return shapes.map(([rows, dim]) => ({ label: `${rows}x${dim}`, attrs: { rows: rows!, dim: dim!, eps: 1e-5 } }));
 }
 
 /** Weights near 1 with a spread, as after some training. */
-export function sampleWeight(rng: PhiloxStream, dim: number): Float64Array {
+function sampleWeight(rng: PhiloxStream, dim: number): Float64Array {
   return randu(rng, dim, 0.5, 1.5);
 }
 

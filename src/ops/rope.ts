@@ -4,7 +4,8 @@
  *   y[i]       = x[i] · cos θ − x[i + D/2] · sin θ
  *   y[i + D/2] = x[i + D/2] · cos θ + x[i] · sin θ,   θ = pos · inv_freq[i], inv_freq[i] = base^(−2i/D)
  * Positions are an input [B, T] (i32) because they restart at every packed document.
- * rope_backward applies the transpose, the rotation by −θ.
+ * attention_backward applies the transpose, the rotation by −θ (ropeRotate with sign −1), to the
+ * q and k gradients.
  *
  * The angle is computed as HF does in fp32: θ = f32(f32(pos) · f32(inv_freq[i])); cos, sin and
  * the rotation are exact (float64) in the reference. The kernel computes inv_freq = base^(−2i/D)
@@ -15,7 +16,7 @@
  */
 import type { PhiloxStream } from '../rng/philox.js';
 import { numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, type RowLayout, badAttr, defineOp, gradientOf, randn, requireDims, stridedRows } from './op.js';
+import { BF16_ROUNDED_OUTPUT, type RowLayout, badAttr, defineOp, randn, requireDims, stridedRows } from './op.js';
 
 export interface RopeAttrs {
   readonly batch: number;
@@ -161,39 +162,4 @@ export const rope = defineOp<RopeAttrs>({
   sample: (rng, attrs) => ({ x: randn(rng, numel(ropeShapes(attrs).x)), positions: samplePositions(rng, attrs) }),
   tolerance: ROPE_TOLERANCE,
   flops: ropeFlops,
-});
-
-export const ropeBackward = defineOp<RopeAttrs>({
-  name: 'rope_backward',
-  summary: 'dx = rope(x)ᵀ dy: rotation of dy by −θ',
-  args: [
-    { name: 'dy', role: 'in', dtype: 'float' },
-    { name: 'positions', role: 'in', dtype: 'i32' },
-    { name: 'dx', role: 'out', dtype: 'float' },
-  ],
-  floatDtypes: ['f32', 'bf16'],
-  validate: (attrs) => validateRope('rope_backward', attrs),
-  shapes(attrs) {
-    const { x, y, positions } = ropeShapes(attrs);
-    return { dy: x, positions, dx: y };
-  },
-  rowLayout: (attrs) => {
-    const { x, y } = ropeRows(attrs);
-    return { dy: x, dx: y };
-  },
-  reference: ({ dy, positions, dx }, attrs) => ropeRotate(dy!, positions!, dx as Float64Array, attrs, -1),
-  cases: ropeCases,
-  sample: (rng, attrs) => ({ dy: randn(rng, numel(ropeShapes(attrs).x)), positions: samplePositions(rng, attrs) }),
-  tolerance: ROPE_TOLERANCE,
-  flops: ropeFlops,
-  gradient: gradientOf<RopeAttrs, RopeAttrs>({
-    forward: rope,
-    forwardAttrs: (a) => a,
-    // rope is linear in x, so the point where its gradient is taken does not matter: dy serves
-    inputs: { x: 'dy', positions: 'positions' },
-    cotangents: { y: 'dy' },
-    grads: { dx: 'x' },
-    // the finite differences sum over whole outputs: without gaps (the strides change no math)
-    checkAttrs: ({ xStride: _x, yStride: _y, ...dense }) => dense,
-  }),
 });

@@ -6,7 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import type { Backend } from '../../src/backend/backend.js';
 import { MdlmError } from '../../src/errors.js';
-import { add } from '../../src/ops/add.js';
+import { cast } from '../../src/ops/cast.js';
+import { swiglu } from '../../src/ops/swiglu.js';
 
 export async function expectMdlmError(p: Promise<unknown> | (() => unknown), code: string, ...fragments: string[]): Promise<void> {
   let err: unknown;
@@ -24,43 +25,44 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
   describe(`${name} backend contracts`, () => {
     it.skipIf(!enabled)('rejects a wrong shape naming op, argument, expected and given', async () => {
       const b = (await get())!;
-      const a = b.alloc([8], 'f32');
-      const x = b.alloc([7], 'f32');
-      const out = b.alloc([8], 'f32');
-      await expectMdlmError(() => b.run(add, { a, b: x, out }, { n: 8 }), 'BAD_SHAPE', "add: argument 'b' expected shape [8], got [7]");
-      [a, x, out].forEach((t) => b.free(t));
+      const gate = b.alloc([2, 4], 'f32');
+      const up = b.alloc([2, 3], 'f32');
+      const out = b.alloc([2, 4], 'f32');
+      await expectMdlmError(() => b.run(swiglu, { gate, up, out }, { rows: 2, hidden: 4 }), 'BAD_SHAPE', "swiglu: argument 'up' expected shape [2, 4], got [2, 3]");
+      [gate, up, out].forEach((t) => b.free(t));
     });
 
     it.skipIf(!enabled)('rejects wrong dtypes, missing and unknown arguments, and aliased outputs', async () => {
       const b = (await get())!;
-      const a = b.alloc([4], 'f32');
-      const i = b.alloc([4], 'i32');
-      const out = b.alloc([4], 'f32');
-      await expectMdlmError(() => b.run(add, { a, b: i, out }, { n: 4 }), 'BAD_DTYPE', "'b'");
-      await expectMdlmError(() => b.run(add, { a, out }, { n: 4 }), 'BAD_ARGUMENT', "missing argument 'b'");
-      await expectMdlmError(() => b.run(add, { a, b: a, out, c: out }, { n: 4 }), 'BAD_ARGUMENT', "unknown argument 'c'");
-      await expectMdlmError(() => b.run(add, { a, b: a, out: a }, { n: 4 }), 'BAD_ARGUMENT', "output 'out' overlaps");
-      await expectMdlmError(() => b.run(add, { a, b: a, out }, { n: 0 }), 'BAD_ARGUMENT', "attribute 'n'");
+      const a = b.alloc([1, 4], 'f32');
+      const i = b.alloc([1, 4], 'i32');
+      const out = b.alloc([1, 4], 'f32');
+      const attrs = { rows: 1, hidden: 4 };
+      await expectMdlmError(() => b.run(swiglu, { gate: a, up: i, out }, attrs), 'BAD_DTYPE', "'up'");
+      await expectMdlmError(() => b.run(swiglu, { gate: a, out }, attrs), 'BAD_ARGUMENT', "missing argument 'up'");
+      await expectMdlmError(() => b.run(swiglu, { gate: a, up: a, out, c: out }, attrs), 'BAD_ARGUMENT', "unknown argument 'c'");
+      await expectMdlmError(() => b.run(swiglu, { gate: a, up: a, out: a }, attrs), 'BAD_ARGUMENT', "output 'out' overlaps");
+      await expectMdlmError(() => b.run(swiglu, { gate: a, up: a, out }, { rows: 0, hidden: 4 }), 'BAD_ARGUMENT', "attribute 'rows'");
       [a, i, out].forEach((t) => b.free(t));
     });
 
     it.skipIf(!enabled)('whenAbove: skips the ops at or below the threshold where the backend decides on the device (skipsConditional), else runs them', async () => {
       const b = (await get())!;
       const count = b.alloc([1], 'i32');
-      const [x, y] = [b.alloc([5], 'f32'), b.alloc([5], 'f32')];
+      const [x, y] = [b.alloc([5], 'f32'), b.alloc([5], 'bf16')];
       b.upload(x, Float32Array.from([1, 2, 3, 4, 5]));
       const read = async () => Array.from((await b.download(y)) as Float32Array);
-      const ran = [2, 4, 6, 8, 10], kept = [0, 0, 0, 0, 0];
-      // y = x + x, only when count > 2
-      const doubled = () => b.whenAbove(count, 2, () => b.run(add, { a: x, b: x, out: y }, { n: 5 }));
+      const ran = [1, 2, 3, 4, 5], kept = [0, 0, 0, 0, 0];
+      // y = x rounded to bf16 (exact here; a kernel, not a copy), only when count > 2
+      const copied = () => b.whenAbove(count, 2, () => b.run(cast, { x, out: y }, { n: 5, from: 'f32', to: 'bf16' }));
       const cases = [[2, true], [3, false], [-5, true]] as const;
       for (const [n, below] of cases) {
         b.upload(count, Int32Array.from([n]));
         b.upload(y, new Float32Array(5));
-        doubled();
+        copied();
         expect(await read(), `direct, count ${n}`).toEqual(below && b.skipsConditional === 'always' ? kept : ran);
       }
-      const rec = b.record(doubled);
+      const rec = b.record(copied);
       for (const [n, below] of cases) {
         b.upload(count, Int32Array.from([n]));
         b.upload(y, new Float32Array(5));
@@ -81,39 +83,41 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
       for (const dtype of ['f32', 'bf16'] as const) {
         if (!b.dtypes.has(dtype)) continue;
         const base = b.alloc([200], dtype);
-        const ones = b.alloc([200], dtype);
-        b.upload(ones, new Float32Array(200).fill(1));
-        b.upload(base, new Float32Array(200).fill(b.floatDtypes.has(dtype) ? -3 : 2));
+        const twos = b.alloc([200], 'f32');
+        b.upload(twos, new Float32Array(200).fill(2));
+        b.upload(base, new Float32Array(200).fill(-3));
         // Enqueued before the zero, so overwritten by it where they overlap.
-        if (b.floatDtypes.has(dtype)) b.run(add, { a: ones, b: ones, out: base }, { n: 200 });
+        b.run(cast, { x: twos, out: base }, { n: 200, from: 'f32', to: dtype });
         b.zero(b.view(base, 66, [70]));
         const got = Array.from((await b.download(base)) as Float32Array);
         expect(got.slice(0, 66).every((v) => v === 2), dtype).toBe(true);
         expect(got.slice(66, 136).every((v) => v === 0 && !Object.is(v, -0)), dtype).toBe(true);
         expect(got.slice(136).every((v) => v === 2), dtype).toBe(true);
-        [base, ones].forEach((t) => b.free(t));
+        [base, twos].forEach((t) => b.free(t));
       }
     });
 
     it.skipIf(!enabled)('records ops and zeroes without running them and replays them on the data of the moment', async () => {
       const b = (await get())!;
-      const [x, y, out] = [b.alloc([5], 'f32'), b.alloc([5], 'f32'), b.alloc([5], 'f32')];
+      const [x, z, out] = [b.alloc([5], 'f32'), b.alloc([5], 'f32'), b.alloc([5], 'bf16')];
       b.upload(x, new Float32Array(5).fill(1));
-      b.upload(y, new Float32Array(5).fill(2));
+      b.upload(z, new Float32Array(5).fill(2));
       b.upload(out, new Float32Array(5).fill(9));
       const rec = b.record(() => {
-        b.zero(out);
-        b.run(add, { a: x, b: y, out }, { n: 5 });
+        b.zero(z);
+        b.run(cast, { x, out }, { n: 5, from: 'f32', to: 'bf16' });
       });
+      expect(Array.from((await b.download(z)) as Float32Array)).toEqual([2, 2, 2, 2, 2]);
       expect(Array.from((await b.download(out)) as Float32Array)).toEqual([9, 9, 9, 9, 9]);
       rec.replay();
-      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([3, 3, 3, 3, 3]);
+      expect(Array.from((await b.download(z)) as Float32Array)).toEqual([0, 0, 0, 0, 0]);
+      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([1, 1, 1, 1, 1]);
       b.upload(x, new Float32Array(5).fill(10));
       rec.replay();
-      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([12, 12, 12, 12, 12]);
+      expect(Array.from((await b.download(out)) as Float32Array)).toEqual([10, 10, 10, 10, 10]);
       rec.destroy();
       await expectMdlmError(() => rec.replay(), 'BAD_ARGUMENT', 'destroyed');
-      [x, y, out].forEach((t) => b.free(t));
+      [x, z, out].forEach((t) => b.free(t));
     });
 
     it.skipIf(!enabled)('round-trips data and reuses pooled buffers in a steady-state loop', async () => {
@@ -125,9 +129,9 @@ export function contracts(name: string, get: () => Promise<Backend | null>, enab
         const out = b.alloc([1000], 'f32');
         b.upload(x, data);
         b.upload(y, data);
-        b.run(add, { a: x, b: y, out }, { n: 1000 });
+        b.run(cast, { x: y, out }, { n: 1000, from: 'f32', to: 'f32' });
         const got = (await b.download(out)) as Float32Array;
-        expect(got[10]).toBe(data[10]! * 2);
+        expect(got[10]).toBe(data[10]!);
         const before = b.poolStats().created;
         [x, y, out].forEach((t) => b.free(t));
         if (step > 0) expect(b.poolStats().created).toBe(before);

@@ -13,37 +13,37 @@ const REDUCE_COLS = 16;
  * How lib/rownorm.wgsl lays a row over threads: a power-of-two team of threads per row with about
  * two vec4 columns each (small dims pack many rows into a workgroup).
  */
-export interface RowNormLayout {
+interface RowNormLayout {
   readonly threadsPerRow: number;
   readonly vecPerThread: number;
   /** Rows one workgroup handles at a time. */
   readonly slots: number;
 }
 
-export function rowNormLayout(dim: number): RowNormLayout {
+function rowNormLayout(dim: number): RowNormLayout {
   const dim4 = dim / 4;
   let threadsPerRow = 1;
   while (threadsPerRow < WG_SIZE && threadsPerRow * 2 < dim4) threadsPerRow *= 2;
   return { threadsPerRow, vecPerThread: Math.ceil(dim4 / threadsPerRow), slots: WG_SIZE / threadsPerRow };
 }
 
-export function rowNormConstants(l: RowNormLayout): Record<string, number> {
+function rowNormConstants(l: RowNormLayout): Record<string, number> {
   return { THREADS_PER_ROW: l.threadsPerRow, VEC_PER_THREAD: l.vecPerThread };
 }
 
 /** Rows per backward workgroup: a multiple of the row slots. */
-export function backwardRowsPerGroup(rows: number, l: RowNormLayout): number {
+function backwardRowsPerGroup(rows: number, l: RowNormLayout): number {
   return Math.ceil(Math.ceil(rows / BACKWARD_GROUPS) / l.slots) * l.slots;
 }
 
-export function rowNormParams({ rows, dim, eps }: RowNormAttrs, rowsPerGroup: number): Record<string, number> {
+function rowNormParams({ rows, dim, eps }: RowNormAttrs, rowsPerGroup: number): Record<string, number> {
   return { rows, dim, eps, rows_per_group: rowsPerGroup };
 }
 
-/** Second pass of a parameter gradient: sum the [groups, dim] partials of `shader` into `dparam` (or add them to it). */
-export function reducePartials(k: KernelContext, shader: string, attrs: RowNormAttrs, rowsPerGroup: number, partials: Tensor, dparam: Tensor, accumulate = false): void {
+/** Second pass of dweight: sum the [groups, dim] partials into `dparam` (or add them to it). */
+function reducePartials(k: KernelContext, attrs: RowNormAttrs, rowsPerGroup: number, partials: Tensor, dparam: Tensor, accumulate: boolean): void {
   k.dispatch({
-    shader,
+    shader: 'rmsnorm',
     entry: 'reduce_partials',
     bindings: { params: rowNormParams(attrs, rowsPerGroup), partials, dparam },
     workgroups: grid1d(attrs.dim / 4, REDUCE_COLS),
@@ -84,6 +84,6 @@ export const rmsnormBackwardKernel = defineKernel({
       workgroups: grid1d(groups, 1),
       constants: rowNormConstants(layout),
     });
-    reducePartials(k, 'rmsnorm', attrs, rowsPerGroup, partials, dweight!, attrs.accumulate);
+    reducePartials(k, attrs, rowsPerGroup, partials, dweight!, attrs.accumulate);
   },
 });

@@ -1,4 +1,4 @@
-import { type RopeAttrs, rope, ropeBackward, ropeStrides } from '../../../ops/rope.js';
+import { type RopeAttrs, rope, ropeStrides } from '../../../ops/rope.js';
 import type { Tensor } from '../../../tensor.js';
 import { type KernelContext, defineKernel, grid1d } from '../kernel.js';
 
@@ -10,7 +10,10 @@ export function ropeExponent(base: number, headDim: number): { exp_hi: number; e
   return { exp_hi: hi, exp_lo: Math.fround(c - hi) };
 }
 
-/** rope's shader from src (its first token `srcOffset` elements in, a multiple of 4) into dst. */
+/**
+ * rope's shader from src (its first token `srcOffset` elements in, a multiple of 4) into dst:
+ * entry `rope` turns by +θ, `rope_backward` by −θ (attention_backward's q and k gradients).
+ */
 export function dispatchRope(k: KernelContext, entry: 'rope' | 'rope_backward', src: Tensor, positions: Tensor, dst: Tensor, a: RopeAttrs, srcOffset = 0): void {
   const tokens = a.batch * a.seqLen;
   const halfDim = a.headDim / 2;
@@ -30,10 +33,4 @@ export const ropeKernel = defineKernel({
   op: rope,
   shaders: ['rope'],
   run: (k, { x, positions, y }, attrs) => dispatchRope(k, 'rope', x!, positions!, y!, attrs),
-});
-
-export const ropeBackwardKernel = defineKernel({
-  op: ropeBackward,
-  shaders: ['rope'],
-  run: (k, { dy, positions, dx }, attrs) => dispatchRope(k, 'rope_backward', dy!, positions!, dx!, attrs),
 });
