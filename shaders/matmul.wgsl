@@ -3,17 +3,21 @@
 // matmul_add (RESIDUAL): out[b] = residual[b] + op(A[b]) · op(B[b]). Plain matmul binds a
 // placeholder there that it never reads.
 //
-// - Blocks: one workgroup of 256 threads (16 x 16) computes a BM x 128 block of out, BM = 16·TM
-//   (64 by default, 128 in the `rows8` variant). A thread owns rows 4·ty + 64·h + i (h < TM/4,
-//   i < 4) and vec4 columns 4·tx + 64·q (q < 2), so a warp's vec4 reads of the shared tiles hit
-//   consecutive words and each vec4 of A and B feeds 16 FMAs.
+// - Blocks: one workgroup of 256 threads (16 x 16) computes a 64 x 128 block of out. A thread owns
+//   rows 4·ty + i (i < 4) and vec4 columns 4·tx + 64·q (q < 2), so a warp's vec4 reads of the
+//   shared tiles hit consecutive words and each vec4 of A and B feeds 16 FMAs. Four rows a thread
+//   beat eight (128 x 128 blocks) on large matrices, though eight need fewer shared-memory reads
+//   a FMA.
+// - Order: workgroups are taken in groups of GROUP_M row blocks, column by column within a group,
+//   so the blocks in flight at one time share GROUP_M row blocks of A and a few column blocks of
+//   B (L2 reuse on large matrices).
 // - Loads: each thread moves groups of 4 consecutive values of an operand's contiguous global
 //   dimension. On an interior tile (rows and k in range, contiguous extent a multiple of 4) a group
 //   is one vec4 load from an offset computed once per workgroup plus k0 times a stride; tiles at
 //   the edges load the group's values one by one, zero outside, so any m, n, k is correct.
 // - Shared tiles are k-major whatever the transposes (so the inner loop is the same for all) and
-//   unpadded, in rows of 64 values: A's value (k, m) is at row (buffer·BK + k)·BM/64 + m/64, vec4
-//   column (m % 64)/4; likewise B's (k, n). Groups along m (aᵀ) or n (b) are stored as one vec4;
+//   unpadded, in rows of 64 values: A's value (k, m) is at row buffer·BK + k, vec4 column m/4;
+//   B's (k, n) at row (buffer·BK + k)·2 + n/64, vec4 column (n % 64)/4. Groups along m (aᵀ) or n (b) are stored as one vec4;
 //   groups along k (a, bᵀ) as 4 scalars into 4 k rows, at vec4 column XORed with swizzle(k) so a
 //   warp's scalar stores hit 32 different banks; the inner loop applies the same XOR when it reads
 //   them. Indices in the inner loop are constants (after unrolling) plus tx or ty, so the bounds
@@ -21,10 +25,7 @@
 // - Steps of BK = 16 (a k-contiguous row read is 64 bytes, a whole DRAM burst), double-buffered:
 //   step s multiplies one buffer while the next tile, loaded into registers at the step's start
 //   (its latency hidden by the FMAs), is stored into the other; one barrier a step. The step loop
-//   is unrolled by two so the buffer index is a constant in each half. 32 KiB of workgroup memory
-//   at 128 x 128, 24 KiB at 64 x 128.
-// Measured on the H200 against the kernel this replaced (scalar loads, padded single-buffered
-// tiles, two barriers a step) and three other variants: bench/RESULTS.md, 2026-12-03.
+//   is unrolled by two so the buffer index is a constant in each half. 24 KiB of workgroup memory.
 
 struct Params {
   m: u32,
@@ -47,30 +48,25 @@ override TRANS_A: bool = false;
 override TRANS_B: bool = false;
 override ACCUMULATE: bool = false;
 override RESIDUAL: bool = false;
-// rows of out per thread: 4 (64 x 128 block) or 8 (128 x 128). On the H200 4 is faster even at
-// 4096³ (src/backend/webgpu/kernels/matmul.ts), though 8 needs fewer shared-memory reads a FMA.
-override TM: u32 = 4u;
-// 0: workgroup (x, y) computes column block x of row block y. G > 0: workgroups are taken in
-// groups of G row blocks, column by column within a group, so the blocks in flight at one time
-// share G row blocks of A and a few column blocks of B (L2 reuse on large matrices).
-override GROUP_M: u32 = 0u;
 
 const THREADS = 256u;
 const BK = 16u;
+const BM = 64u;
 const BN = 128u;
-override BM = 16u * TM;
+// row blocks a group of workgroups shares (see Order above)
+const GROUP_M = 16u;
 // vec4s of one buffer of each tile
-override TILE_A = BK * BM / 4u;
+const TILE_A = BK * BM / 4u;
 const TILE_B = BK * BN / 4u;
 // 64-value rows of each tile, both buffers
-override ROWS_A = 2u * BK * BM / 64u;
+const ROWS_A = 2u * BK;
 const ROWS_B = 2u * BK * BN / 64u;
 var<workgroup> tile_a: array<array<vec4f, 16>, ROWS_A>;
 var<workgroup> tile_b: array<array<vec4f, 16>, ROWS_B>;
 
-// 4-value groups per thread and tile: 2 (1 for A in 64-row blocks)
+// 4-value groups per thread and tile: 1 for A, 2 for B
 const GROUPS_MAX = 2u;
-override GROUPS_A = TILE_A / THREADS;
+const GROUPS_A = TILE_A / THREADS;
 const GROUPS_B = TILE_B / THREADS;
 
 // This thread's groups: global element offset of the first value at k0 = 0, and the values in
@@ -160,13 +156,13 @@ fn fetch(t: u32, m0: u32, n0: u32, k0: u32) {
 fn stash(t: u32, buf: u32) {
   for (var j = 0u; j < GROUPS_A; j++) {
     let c = group_a(t + THREADS * j);
-    let col = (c.x % 64u) / 4u;
+    let col = c.x / 4u;
     if (TRANS_A) {
-      tile_a[(buf * BK + c.y) * (BM / 64u) + c.x / 64u][col] = reg_a[j];
+      tile_a[buf * BK + c.y][col] = reg_a[j];
     } else {
       for (var e = 0u; e < 4u; e++) {
         let kk = c.y + e;
-        tile_a[(buf * BK + kk) * (BM / 64u) + c.x / 64u][col ^ swizzle(kk, true)][c.x % 4u] = reg_a[j][e];
+        tile_a[buf * BK + kk][col ^ swizzle(kk, true)][c.x % 4u] = reg_a[j][e];
       }
     }
   }
@@ -186,7 +182,7 @@ fn stash(t: u32, buf: u32) {
 
 // One k-step on shared buffer `buf`: fetch the next tile into registers, multiply, store the next
 // tile into the other buffer.
-fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<function, array<vec4f, 16>>) {
+fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<function, array<vec4f, 8>>) {
   if (s + 1u < steps) {
     fetch(t, m0, n0, (s + 1u) * BK);
   }
@@ -197,13 +193,11 @@ fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<functio
     for (var q = 0u; q < 2u; q++) {
       bv[q] = tile_b[(buf * BK + kk) * (BN / 64u) + q][tx ^ swizzle(kk, TRANS_B)];
     }
-    for (var h = 0u; h < TM / 4u; h++) {
-      let av = tile_a[(buf * BK + kk) * (BM / 64u) + h][ty ^ swizzle(kk, !TRANS_A)];
-      for (var i = 0u; i < 4u; i++) {
-        for (var q = 0u; q < 2u; q++) {
-          let r = (4u * h + i) * 2u + q;
-          (*acc)[r] = fma(vec4f(av[i]), bv[q], (*acc)[r]);
-        }
+    let av = tile_a[buf * BK + kk][ty ^ swizzle(kk, !TRANS_A)];
+    for (var i = 0u; i < 4u; i++) {
+      for (var q = 0u; q < 2u; q++) {
+        let r = i * 2u + q;
+        (*acc)[r] = fma(vec4f(av[i]), bv[q], (*acc)[r]);
       }
     }
   }
@@ -212,9 +206,8 @@ fn step(t: u32, m0: u32, n0: u32, s: u32, steps: u32, buf: u32, acc: ptr<functio
   workgroupBarrier();
 }
 
-// (column block, row block) of workgroup wid in a grid of nwg (see GROUP_M)
+// (column block, row block) of workgroup wid in a grid of nwg (see Order above)
 fn block_of(wid: vec3u, nwg: vec3u) -> vec2u {
-  if (GROUP_M == 0u) { return wid.xy; }
   let linear = wid.y * nwg.x + wid.x;
   let per_group = GROUP_M * nwg.x;
   let first_m = (linear / per_group) * GROUP_M;
@@ -232,8 +225,8 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   let n0 = blk.x * BN;
   init_offsets(t, m0, n0, wid.z * params.batch_stride_a, wid.z * params.batch_stride_b);
 
-  // acc[(4·h + i)·2 + q]: row 4·ty + 64·h + i, vec4 column q
-  var acc = array<vec4f, 16>();
+  // acc[i·2 + q]: row 4·ty + i, vec4 column q
+  var acc = array<vec4f, 8>();
 
   let steps = (params.k + BK - 1u) / BK;
   fetch(t, m0, n0, 0u);
@@ -248,23 +241,21 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   }
 
   let base_out = wid.z * params.batch_stride_out;
-  for (var h = 0u; h < TM / 4u; h++) {
-    for (var i = 0u; i < 4u; i++) {
-      let row = m0 + 64u * h + 4u * ty + i;
-      if (row >= params.m) { continue; }
-      for (var q = 0u; q < 2u; q++) {
-        let v = acc[(4u * h + i) * 2u + q];
-        let col0 = n0 + 64u * q + 4u * tx;
-        for (var j = 0u; j < 4u; j++) {
-          if (col0 + j >= params.n) { continue; }
-          let o = base_out + row * params.n + col0 + j;
-          if (ACCUMULATE) {
-            out[o] += v[j];
-          } else if (RESIDUAL) {
-            out[o] = residual[o] + v[j];
-          } else {
-            out[o] = v[j];
-          }
+  for (var i = 0u; i < 4u; i++) {
+    let row = m0 + 4u * ty + i;
+    if (row >= params.m) { continue; }
+    for (var q = 0u; q < 2u; q++) {
+      let v = acc[i * 2u + q];
+      let col0 = n0 + 64u * q + 4u * tx;
+      for (var j = 0u; j < 4u; j++) {
+        if (col0 + j >= params.n) { continue; }
+        let o = base_out + row * params.n + col0 + j;
+        if (ACCUMULATE) {
+          out[o] += v[j];
+        } else if (RESIDUAL) {
+          out[o] = residual[o] + v[j];
+        } else {
+          out[o] = v[j];
         }
       }
     }

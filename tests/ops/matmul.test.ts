@@ -1,6 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
-import { MATMUL_VARIANTS, matmulVariant } from '../../src/backend/webgpu/kernels/matmul.js';
 import { MdlmError } from '../../src/errors.js';
 import { checkParity, freshSeed, runReference } from '../../src/harness/parity.js';
 import { type MatmulAttrs, matmul, matmulAttrs } from '../../src/ops/matmul.js';
@@ -117,21 +116,15 @@ describe('matmul validation', () => {
   });
 });
 
-describe('matmul webgpu variants', () => {
+describe('matmul on webgpu', () => {
   afterAll(async () => {
     (await webgpuBackend())?.destroy();
   });
 
-  it('names the valid variants when MDLM_MATMUL_VARIANT is unknown', () => {
-    expect(matmulVariant('')).toBe('default');
-    expect(matmulVariant('natural')).toBe('natural');
-    expect(() => matmulVariant('fast')).toThrow(/MDLM_MATMUL_VARIANT='fast' is not a matmul variant; valid: default, natural/);
-  });
-
   // Odd extents (scalar loads everywhere) and extents that are multiples of 4 with ragged edges
   // (vec4 interior tiles, scalar edge tiles, a partial last k-step), accumulating; 18 64-row blocks
-  // (the default's second group of 16 is partial); then a large batch, overwriting. `rows8` runs
-  // them all in 128-row blocks. Few distinct pipelines: lavapipe takes seconds to compile each.
+  // (the second group of 16 row blocks is partial); then a large batch, overwriting. Few distinct
+  // pipelines: lavapipe takes seconds to compile each.
   const transposes = [[false, false], [false, true], [true, false], [true, true]] as const;
   const cases = [
     ...[[37, 70, 45], [132, 260, 40]].flatMap(([m, n, k]) => transposes.map(([tA, tB]) => attrs(2, m!, n!, k!, tA, tB, { accumulate: true }))),
@@ -140,21 +133,12 @@ describe('matmul webgpu variants', () => {
     attrs(300, 128, 256, 20, true, true),
   ].map((at) => ({ label: `${at.accumulate ? 'out += ' : ''}${at.transA ? 'aᵀ' : 'a'}·${at.transB ? 'bᵀ' : 'b'} batch ${at.batch} ${at.m}x${at.n}x${at.k}`, attrs: at }));
 
-  for (const variant of Object.keys(MATMUL_VARIANTS)) {
-    it.skipIf(!hasWebGpu)(`${variant} matches the reference for every transpose, odd and vec4-aligned shapes`, async () => {
-      const gpu = (await webgpuBackend())!;
-      const saved = process.env.MDLM_MATMUL_VARIANT;
-      process.env.MDLM_MATMUL_VARIANT = variant;
-      try {
-        for (const c of cases) {
-          const r = await checkParity(gpu, matmul, c, { seed: freshSeed() });
-          expect(r.error, c.label).toBeUndefined();
-          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
-        }
-      } finally {
-        if (saved === undefined) delete process.env.MDLM_MATMUL_VARIANT;
-        else process.env.MDLM_MATMUL_VARIANT = saved;
-      }
-    });
-  }
+  it.skipIf(!hasWebGpu)('matches the reference for every transpose, odd and vec4-aligned shapes', async () => {
+    const gpu = (await webgpuBackend())!;
+    for (const c of cases) {
+      const r = await checkParity(gpu, matmul, c, { seed: freshSeed() });
+      expect(r.error, c.label).toBeUndefined();
+      expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+    }
+  });
 });
