@@ -84,7 +84,6 @@ describe('trainingMemory', () => {
       const b = new CpuBackend();
       const m = new LlamaModel(b, cfg.model, batch, 5, { recompute });
       m.setBatch(tokenBatch(N, cfg.model.seqLen), true);
-      m.setWeights(new Float32Array(N).fill(1));
       m.forwardBackward();
       const out = { loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array };
       m.destroy();
@@ -111,8 +110,7 @@ describe('trainingMemory', () => {
       const m = new LlamaModel(b, cfg.model, batch, 5, { logitChunks });
       expect(m.logitRows).toBe(logitRows(N, logitChunks));
       const targets = Int32Array.from({ length: N }, (_, i) => (i % 7 === 0 ? -1 : (i * 31 + 2) % 256));
-      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets, segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 48) }, false);
-      m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)));
+      m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets, segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 48), weights: Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)) }, false);
       if (split) {
         m.forward();
         m.backward();
@@ -149,8 +147,7 @@ describe('trainingMemory', () => {
     const run = async (b: Backend, packLossRows: boolean, passes: number) => {
       const m = new LlamaModel(b, cfg.model, batch, 5, { packLossRows, record });
       expect(m.logitRows).toBe(packLossRows ? 64 : N);
-      m.setBatch(rows, false);
-      m.setWeights(weights);
+      m.setBatch({ ...rows, weights }, false);
       const out: { loss: number; grad: Float32Array }[] = [];
       for (let p = 0; p < passes; p++) {
         m.forwardBackward(true);
@@ -199,7 +196,6 @@ describe('trainingMemory', () => {
     const b = new CudaBackend(addon);
     const m = new LlamaModel(b, cfg.model, batch, 5, { packLossRows: true, record: true });
     const { batch: rows, weights } = packedBatch(N);
-    m.setBatch(rows, false);
     // Blocks of 64, 64 and 16 rows; block i > 0 runs when more than 64·i rows are packed.
     const all = new Float32Array(N).fill(1);
     // 71 and 72 rows less 7 ignored targets: exactly one block's 64 packed rows, then one more.
@@ -209,12 +205,11 @@ describe('trainingMemory', () => {
       const packed = w.filter((x, i) => x !== 0 && rows.targets[i]! >= 0).length;
       const skips = [64, 128].filter((start) => packed <= start).length;
       skipsSeen.push(skips);
-      m.setWeights(w);
+      m.setBatch({ ...rows, weights: w }, false);
       const before = addon.skippedBodies();
       for (let p = 0; p < 3; p++) m.forwardBackward(true);
       const ref = new LlamaModel(new CudaBackend(simulatedCudaAddon()), cfg.model, batch, 5);
-      ref.setBatch(rows, false);
-      ref.setWeights(w);
+      ref.setBatch({ ...rows, weights: w }, false);
       ref.forwardBackward(true);
       expect(Math.abs((await m.loss()) - (await ref.loss()))).toBeLessThanOrEqual(1e-6 * Math.abs(await ref.loss()));
       ref.destroy();

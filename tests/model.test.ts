@@ -54,7 +54,6 @@ describe('LlamaModel', () => {
       b.upload(m.store.value, v);
       const N = 8;
       m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 29 + 5) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 31 + 2) % 256), segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i) }, true);
-      m.setWeights(new Float32Array(N).fill(1));
       m.forward();
       const l = await m.loss();
       m.destroy();
@@ -121,8 +120,7 @@ describe('LlamaModel', () => {
       const targets = Int32Array.from({ length: N }, (_, i) => (i % 5 === 0 ? -1 : (i * 53 + 7) % 256));
       const segIds = Int32Array.from({ length: N }, (_, i) => (i % T < 3 ? 0 : 1));
       const positions = Int32Array.from({ length: N }, (_, i) => (i % T < 3 ? i % T : (i % T) - 3));
-      m.setBatch({ inputs, targets, segIds, positions }, causal);
-      m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)));
+      m.setBatch({ inputs, targets, segIds, positions, weights: Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)) }, causal);
       m.store.zeroGrads();
       m.forward();
       m.backward();
@@ -161,8 +159,7 @@ describe('LlamaModel', () => {
     const m = new LlamaModel(b, cfg.model, B, 4);
     const inputs = Int32Array.from({ length: N }, (_, i) => (i * 37 + 11) % 256);
     const targets = Int32Array.from({ length: N }, (_, i) => (i % 5 === 0 ? -1 : (i * 53 + 7) % 256));
-    m.setBatch({ inputs, targets, segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % T) }, false);
-    m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)));
+    m.setBatch({ inputs, targets, segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % T), weights: Float32Array.from({ length: N }, (_, i) => 0.5 + (i % 3)) }, false);
     const pass = async (run: () => void) => {
       m.store.zeroGrads();
       run();
@@ -203,8 +200,7 @@ describe('LlamaModel', () => {
       });
       const grads = async () => (await b.download(m.store.grad)) as Float32Array;
       const run = (k: number, overwrite: boolean) => {
-        m.setBatch(batch(k), k === 1);
-        m.setWeights(Float32Array.from({ length: N }, (_, i) => 0.5 + ((i + k) % 3)));
+        m.setBatch({ ...batch(k), weights: Float32Array.from({ length: N }, (_, i) => 0.5 + ((i + k) % 3)) }, k === 1);
         m.forwardBackward(overwrite);
       };
       // Reference: zeroed, then two micro-batches added.

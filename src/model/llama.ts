@@ -19,6 +19,7 @@ import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
 import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
+import { type ModelBatch, ModelInputs } from './inputs.js';
 import type { ModelConfig } from '../config/schema.js';
 import { type ActivationSaving, logitChunksOf, logitRows } from './saving.js';
 
@@ -41,14 +42,6 @@ interface LogitBlock {
   readonly lse: Tensor;
 }
 
-/** One batch as the model consumes it (host arrays of batch·seqLen entries). */
-export interface ModelBatch {
-  readonly inputs: Int32Array;
-  readonly targets: Int32Array; // negative = ignored
-  readonly segIds: Int32Array;
-  readonly positions: Int32Array;
-}
-
 export class LlamaModel {
   readonly store: ParamStore;
   readonly rows: number;
@@ -57,12 +50,7 @@ export class LlamaModel {
   readonly finalNorm: RMSNorm;
   readonly head: Linear;
   private readonly arena: Arena;
-  // Inputs, device-side.
-  readonly ids: Tensor;
-  readonly targets: Tensor;
-  readonly weights: Tensor;
-  private readonly segIds: Tensor;
-  private readonly positions: Tensor;
+  private readonly inputs: ModelInputs;
   // Activations.
   private readonly streams: Tensor[];
   private readonly normed: Tensor;
@@ -140,11 +128,7 @@ export class LlamaModel {
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
       : new Linear(this.store, 'lm_head', cfg.dModel, cfg.vocabSize, std);
     const a = this.arena;
-    this.ids = a.alloc([N], 'i32');
-    this.targets = a.alloc([N], 'i32');
-    this.weights = a.alloc([N], 'f32');
-    this.segIds = a.alloc([batch, T], 'i32');
-    this.positions = a.alloc([batch, T], 'i32');
+    this.inputs = new ModelInputs(a, batch, T);
     this.streams = Array.from({ length: cfg.nLayers + 1 }, () => a.alloc([N, cfg.dModel]));
     this.normed = a.alloc([N, cfg.dModel]);
     this.rstdFinal = a.alloc([N], 'f32');
@@ -161,7 +145,7 @@ export class LlamaModel {
     this.zeros = a.alloc([N, cfg.dModel]);
     b.zero(this.zeros);
     const blockStarts = Array.from({ length: Math.ceil(N / this.logitRows) }, (_, i) => i * this.logitRows);
-    const perToken = { normed: this.normed, dNormed: this.dNormed, targets: this.targets, weights: this.weights };
+    const perToken = { normed: this.normed, dNormed: this.dNormed, targets: this.inputs.targets, weights: this.inputs.weights };
     this.logitBlocks = blockStarts.map((r0) => this.logitBlock(perToken, r0, Math.min(this.logitRows, N - r0)));
     if (opts.packLossRows) {
       const targets = a.alloc([N], 'i32');
@@ -195,23 +179,18 @@ export class LlamaModel {
     return this.arena.totalBytes;
   }
 
-  /** Upload a batch's token ids, targets, documents and positions. */
+  /**
+   * Hand the model a batch: its token ids, targets, loss weights, documents and positions (or the
+   * noise that draws the ids and weights: masking), and whether attention is causal.
+   */
   setBatch(batch: ModelBatch, causal: boolean): void {
-    const n = this.rows;
-    for (const [name, arr] of Object.entries(batch) as [string, Int32Array][]) {
-      if (arr.length !== n) fail('BAD_SHAPE', `model batch: '${name}' has ${arr.length} entries, expected batch·seqLen = ${n}`);
-    }
+    this.inputs.set(batch);
     this.causal = causal;
-    const b = this.backend;
-    b.upload(this.ids, batch.inputs);
-    b.upload(this.targets, batch.targets);
-    b.upload(this.segIds, batch.segIds);
-    b.upload(this.positions, batch.positions);
   }
 
-  /** Per-token loss weights (1 for AR, w(t) at masked positions for diffusion). */
-  setWeights(weights: Float32Array): void {
-    this.backend.upload(this.weights, weights);
+  /** The ids, targets and loss weights of the last setBatch, as the model reads them (waits for the device). */
+  downloadInputs(): Promise<{ ids: Int32Array; targets: Int32Array; weights: Float32Array }> {
+    return this.inputs.download();
   }
 
   /** Forward pass to the logits only (inference: sampling, `mdlm eval --save-logits`). */
@@ -225,8 +204,8 @@ export class LlamaModel {
   private forwardHidden(): void {
     const b = this.backend;
     const N = this.rows;
-    this.embed.forward(b, this.ids, this.streams[0]!, N);
-    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.segIds, this.positions, this.causal));
+    this.embed.forward(b, this.inputs.ids, this.streams[0]!, N);
+    this.blocks.forEach((blk, i) => blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.inputs.segIds, this.inputs.positions, this.causal));
     this.finalNorm.forward(b, this.streams[this.cfg.nLayers]!, this.normed, this.rstdFinal, N);
   }
 
@@ -313,8 +292,8 @@ export class LlamaModel {
     const N = this.rows;
     const cfg = this.cfg;
     this.finalNorm.backward(b, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
-    for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.segIds, this.positions, this.causal);
-    this.embed.backward(b, this.ids, this.dStream, N);
+    for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.inputs.segIds, this.inputs.positions, this.causal);
+    this.embed.backward(b, this.inputs.ids, this.dStream, N);
   }
 
   /**
@@ -369,7 +348,7 @@ export class LlamaModel {
     const b = this.backend;
     const N = this.rows;
     const d = this.cfg.dModel;
-    b.run(compactRows, { targets: this.targets, weights: this.weights, order: p.order, slot: p.slot, count: p.count, packedTargets: p.targets, packedWeights: p.weights }, { rows: N });
+    b.run(compactRows, { targets: this.inputs.targets, weights: this.inputs.weights, order: p.order, slot: p.slot, count: p.count, packedTargets: p.targets, packedWeights: p.weights }, { rows: N });
     b.run(embedding, { ids: p.order, table: this.normed, out: this.dNormed }, { tokens: N, vocab: N, dim: d });
     // Skipped blocks leave their rows' losses as they were: clear them all first.
     if (p.blocks.length > 1) b.zero(this.tokenLoss);

@@ -6,12 +6,10 @@ export class ArObjective implements Objective {
   readonly name = 'ar' as const;
   readonly causal = true;
   readonly sparseLoss = false;
-  private ones: Float32Array | null = null;
 
   async prepare(model: LlamaModel, batch: TokenBatch): Promise<void> {
-    // Targets of −1 (no next token in the same document) are ignored by the loss.
+    // Every token weighs 1 (the batch's default); targets of −1 (no next token in the same
+    // document) are ignored by the loss.
     model.setBatch({ inputs: batch.tokens, targets: batch.targets, segIds: batch.segIds, positions: batch.positions }, this.causal);
-    this.ones ??= new Float32Array(batch.tokens.length).fill(1);
-    model.setWeights(this.ones);
   }
 }

@@ -1,9 +1,10 @@
 /**
  * Masked diffusion (MDLM / LLaDA / MegaDLMs): bidirectional attention, absorbing [MASK] noise.
  * Per sequence a noise level t ~ U(tMin, tMax) (antithetic across the batch by default); each
- * token is masked with probability 1 − α(t) by the Philox-keyed `diffusion_mask` op, so the same
- * seed masks the same tokens on every backend; masked tokens carry a loss weight, the rest zero;
- * the loss is normalised by the token count (batch · seqLen).
+ * token is masked with probability 1 − α(t), drawn by the model on the device from the batch's
+ * noise (src/model/inputs.ts: the Philox-keyed `diffusion_mask` op), so the same seed masks the
+ * same tokens on every backend; masked tokens carry a loss weight, the rest zero; the loss is
+ * normalised by the token count (batch · seqLen).
  *
  * Weighting: `elbo` gives masked tokens the schedule's ELBO weight w(t) (1/t for linear);
  * `empirical` (MegaDLMs) gives them 1/p, p = the realised masked fraction of the row's real tokens,
@@ -18,12 +19,8 @@
  *
  * Evaluation (a fixed t) always uses the ELBO weight and no truncation: it reports the bound.
  */
-import type { Backend } from '../backend/backend.js';
-import { uniformInt } from '../data/loader.js';
 import type { LlamaModel } from '../model/llama.js';
-import { diffusionMask } from '../ops/diffusion_mask.js';
-import { PhiloxStream, RngPurpose } from '../rng/philox.js';
-import type { Tensor } from '../tensor.js';
+import { PhiloxStream, RngPurpose, uniformInt } from '../rng/philox.js';
 import type { Objective, TokenBatch } from './objective.js';
 import { type Schedule, type ScheduleName, makeSchedule } from './schedules.js';
 
@@ -55,7 +52,6 @@ export class MdlmObjective implements Objective {
   readonly causal = false;
   readonly sparseLoss = true;
   readonly schedule: Schedule;
-  private buffers: { maskProb: Tensor; lossWeight: Tensor; mask: Tensor } | null = null;
 
   constructor(readonly opts: MdlmOptions) {
     this.schedule = makeSchedule(opts.schedule, opts.exponent, opts.tMin);
@@ -97,44 +93,24 @@ export class MdlmObjective implements Objective {
   }
 
   /**
-   * Noise the batch for `step` into the model's ids and weights. `fixedT` (evaluation): every row
-   * at that noise level, ELBO weights, no truncation.
+   * Hand the model the batch for `step` with its noise: per row a noise level, its mask
+   * probability and loss weight, which the model draws the masks from. `fixedT` (evaluation):
+   * every row at that noise level, ELBO weights, no truncation.
    */
   async prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number, fixedT?: number): Promise<void> {
     const B = batch.batchSize;
     const T = batch.seqLen;
     const training = fixedT === undefined;
-    const lengths = training ? this.keptLengths(B, T, step, rank) : undefined;
-    const rows = lengths ? truncateRows(batch, lengths) : batch;
-    model.setBatch({ inputs: rows.tokens, targets: rows.tokens, segIds: rows.segIds, positions: batch.positions }, this.causal);
-    const b = model.backend;
-    const bufs = this.buffersFor(b, B, T);
+    const rows = training ? truncateRows(batch, this.keptLengths(B, T, step, rank)) : batch;
     const t = training ? this.noiseLevels(B, step, rank) : new Float64Array(B).fill(fixedT);
     const empirical = training && this.opts.weighting === 'empirical';
-    b.upload(bufs.maskProb, Float32Array.from(t, (x) => this.schedule.maskProb(x)));
-    b.upload(bufs.lossWeight, Float32Array.from(t, (x) => (empirical ? 1 : this.schedule.weight(x))));
-    const shape = [B, T];
-    b.run(
-      diffusionMask,
-      // The clean tokens are the targets setBatch just uploaded.
-      { tokens: b.view(model.targets, 0, shape), maskProb: bufs.maskProb, lossWeight: bufs.lossWeight, noised: b.view(model.ids, 0, shape), mask: bufs.mask, weights: b.view(model.weights, 0, shape) },
-      { batch: B, seqLen: T, seed: this.opts.seed, step, rank, maskId: this.opts.maskId, empirical },
-    );
-    // The kernel copies padding (−1) through; truncated tails need a real id for the embedding.
-    lengths?.forEach((len, row) => {
-      if (len < T) b.upload(b.view(model.ids, row * T + len, [T - len]), new Int32Array(T - len).fill(this.opts.maskId));
-    });
-  }
-
-  private buffersFor(b: Backend, batch: number, seqLen: number) {
-    if (!this.buffers) {
-      this.buffers = {
-        maskProb: b.alloc([batch], 'f32'),
-        lossWeight: b.alloc([batch], 'f32'),
-        mask: b.alloc([batch, seqLen], 'i32'),
-      };
-    }
-    return this.buffers;
+    const masking = {
+      maskProb: Float32Array.from(t, (x) => this.schedule.maskProb(x)),
+      lossWeight: Float32Array.from(t, (x) => (empirical ? 1 : this.schedule.weight(x))),
+      maskId: this.opts.maskId, empirical, seed: this.opts.seed, step, rank,
+    };
+    // The clean tokens are the targets; a truncated tail (−1) is padding.
+    model.setBatch({ targets: rows.tokens, segIds: rows.segIds, positions: batch.positions, masking }, this.causal);
   }
 }
 

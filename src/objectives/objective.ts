@@ -1,7 +1,8 @@
 /**
- * Objectives turn a batch of token windows into what the model consumes: input ids, targets and
- * per-token loss weights on the device, and whether attention is causal. Both objectives share
- * every kernel; only these differ.
+ * Objectives turn a batch of token windows into the batch the model consumes (its ModelBatch:
+ * targets, documents, positions, and the input ids and loss weights or the noise they are drawn
+ * from), handed over through model.setBatch with whether attention is causal. Both objectives
+ * share every kernel; only these differ.
  */
 import type { LlamaModel } from '../model/llama.js';
 
@@ -25,8 +26,8 @@ export interface Objective {
   /** Whether only some rows carry a loss (masked diffusion: the masked tokens), so packing them pays (train.lossRows). */
   readonly sparseLoss: boolean;
   /**
-   * Put the batch on the device for `step` (noise keyed by seed, step and rank). Async so that an
-   * objective may read from the device; neither does today (both only upload and enqueue).
+   * Hand the model the batch for `step` (noise keyed by seed, step and rank). Async so that an
+   * objective may read from the device; neither does (both only hand over host arrays).
    */
   prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number): Promise<void>;
 }

@@ -32,8 +32,7 @@ async function noised(obj: MdlmObjective, b: TokenBatch, step: number, fixedT?: 
   const backend = new CpuBackend();
   const model = new LlamaModel(backend, cfg.model, B, 7);
   await obj.prepare(model, b, step, 0, fixedT);
-  const ids = (await backend.download(model.ids)) as Int32Array;
-  const weights = (await backend.download(model.weights)) as Float32Array;
+  const { ids, weights } = await model.downloadInputs();
   model.forward();
   const losses = await model.tokenLosses();
   model.destroy();
@@ -107,8 +106,7 @@ describe('mdlm random-length truncation (varilen)', () => {
     const backend = new CpuBackend();
     const model = new LlamaModel(backend, cfg.model, B, 7);
     await obj.prepare(model, b, 9, 0);
-    const ids = (await backend.download(model.ids)) as Int32Array;
-    const weights = (await backend.download(model.weights)) as Float32Array;
+    const { ids, weights } = await model.downloadInputs();
     model.forward();
     const losses = await model.tokenLosses();
     const params = (await backend.download(model.store.value)) as Float32Array;
@@ -125,8 +123,7 @@ describe('mdlm random-length truncation (varilen)', () => {
       const short = new LlamaModel(backend, { ...cfg.model, seqLen: len }, 1, 7);
       backend.upload(short.store.value, params);
       const at = (a: Int32Array) => a.slice(r * T, r * T + len);
-      short.setBatch({ inputs: at(ids), targets: at(b.tokens), segIds: at(b.segIds), positions: at(b.positions) }, false);
-      short.setWeights(weights.slice(r * T, r * T + len));
+      short.setBatch({ inputs: at(ids), targets: at(b.tokens), segIds: at(b.segIds), positions: at(b.positions), weights: weights.slice(r * T, r * T + len) }, false);
       short.forward();
       const alone = await short.tokenLosses();
       for (let i = 0; i < len; i++) expect(losses[r * T + i]).toBeCloseTo(alone[i]!, 5);

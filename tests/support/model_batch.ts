@@ -1,11 +1,11 @@
-import type { ModelBatch } from '../../src/model/llama.js';
+import type { GivenBatch } from '../../src/model/inputs.js';
 
 /**
  * `n` tokens in rows of `seqLen`: fixed ids, and next-token-like targets of which every
  * `ignoreEvery`-th is ignored (-1; 0: none). From `secondDoc` on, each row's tokens are a second
  * document whose positions start again at 0.
  */
-export function tokenBatch(n: number, seqLen: number, { secondDoc = seqLen, ignoreEvery = 0 } = {}): ModelBatch {
+export function tokenBatch(n: number, seqLen: number, { secondDoc = seqLen, ignoreEvery = 0 } = {}): GivenBatch {
   const t = (i: number) => i % seqLen;
   return {
     inputs: Int32Array.from({ length: n }, (_, i) => (i * 29 + 5) % 256),

@@ -203,8 +203,7 @@ describe('training', () => {
       const data = await openRunData(cfg, () => {});
       const loader = (await import('../../src/data/loader.js')).createLoader(data.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
       await t.objective.prepare(t.model, loader.next(), 0, 0);
-      const ids = await backend.download(t.model.ids);
-      const weights = await backend.download(t.model.weights);
+      const { ids, weights } = await t.model.downloadInputs();
       t.model.forward();
       results.push({ ids, weights, loss: await t.model.loss() });
       t.destroy();
