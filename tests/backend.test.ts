@@ -4,9 +4,10 @@ import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { defineKernel, grid1d } from '../src/backend/webgpu/kernel.js';
 import { WEBGPU_KERNELS } from '../src/backend/webgpu/kernels/index.js';
 import { compileShader } from '../src/backend/webgpu/shaders.js';
-import { WebGpuBackend, dawnFlags } from '../src/backend/webgpu/webgpu.js';
+import { WebGpuBackend } from '../src/backend/webgpu/webgpu.js';
 import { swiglu } from '../src/ops/swiglu.js';
 import { loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
+import { parseDawnFlags, readKnobs } from '../src/runtime/knobs.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
 
@@ -14,12 +15,14 @@ contracts('cpu', async () => new CpuBackend(), true);
 
 describe('MDLM_DAWN_FLAGS', () => {
   it('splits on whitespace into dawn.node flags, none when unset or blank', () => {
-    expect(dawnFlags(' enable-dawn-features=disable_robustness,skip_validation\n backend=vulkan ')).toEqual([
+    expect(parseDawnFlags(' enable-dawn-features=disable_robustness,skip_validation\n backend=vulkan ')).toEqual([
       'enable-dawn-features=disable_robustness,skip_validation',
       'backend=vulkan',
     ]);
-    expect(dawnFlags(undefined)).toEqual([]);
-    expect(dawnFlags('  ')).toEqual([]);
+    expect(parseDawnFlags(undefined)).toEqual([]);
+    expect(parseDawnFlags('  ')).toEqual([]);
+    expect(readKnobs({ MDLM_DAWN_FLAGS: 'backend=vulkan' }).dawnFlags).toEqual(['backend=vulkan']);
+    expect(readKnobs({}).dawnFlags).toEqual([]);
   });
 });
 contracts('webgpu', webgpuBackend, hasWebGpu);

@@ -1,8 +1,10 @@
 /** Large normal draws over worker threads give the bits of the sequential draw (tests run after npm run build: the worker is dist's). */
 import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { NORMALS_WORKER, normals } from '../src/rng/normals.js';
+import { randn } from '../src/ops/op.js';
+import { type NormalsFiller, fillOnThisThread, normals, setNormalsFiller } from '../src/rng/normals.js';
 import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
+import { NORMALS_WORKER, parallelNormals } from '../src/runtime/parallel_normals.js';
 
 /** n calls of normal() × scale, then the next draw of the stream. */
 function oneByOne(rng: PhiloxStream, n: number, scale: number): [Float64Array, number] {
@@ -27,7 +29,7 @@ describe('normals', () => {
         start(a);
         start(b);
         const [want, nextWant] = oneByOne(a, n, 0.5);
-        const got = normals(b, n, 0.5, { threads: 1 });
+        const got = normals(b, n, 0.5, fillOnThisThread);
         expect(Array.from(got)).toEqual(Array.from(want));
         expect(b.normal()).toBe(nextWant);
       });
@@ -42,10 +44,27 @@ describe('normals', () => {
       start(a);
       start(b);
       const [want, nextWant] = oneByOne(a, n, 2);
-      const got = normals(b, n, 2, { threads: 3, minValues: 0 });
+      const got = normals(b, n, 2, parallelNormals({ threads: 3, minValues: 0 }));
       expect(got.buffer).toBeInstanceOf(SharedArrayBuffer);
       expect(Buffer.from(new Uint8Array(got.buffer)).equals(Buffer.from(want.buffer))).toBe(true);
       expect(b.normal()).toBe(nextWant);
+    }
+  });
+
+  it('randn draws through the filler set with setNormalsFiller, with the same values', () => {
+    const jobs: number[] = [];
+    const counting: NormalsFiller = (job) => {
+      jobs.push(job.n);
+      return fillOnThisThread(job);
+    };
+    const previous = setNormalsFiller(counting);
+    try {
+      const got = randn(new PhiloxStream(3, RngPurpose.harness), 101, 0.25);
+      expect(jobs).toEqual([101]);
+      const [want] = oneByOne(new PhiloxStream(3, RngPurpose.harness), 101, 0.25);
+      expect(Array.from(got)).toEqual(Array.from(want));
+    } finally {
+      expect(setNormalsFiller(previous)).toBe(counting);
     }
   });
 });

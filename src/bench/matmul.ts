@@ -6,13 +6,13 @@
  * timing; src/harness/timing.ts), and their results are compared once. TensorFlow.js is a dev dependency, loaded only here.
  */
 import type { Backend } from '../backend/backend.js';
-import { dawnFlags } from '../backend/webgpu/webgpu.js';
 import { fail } from '../errors.js';
 import { relativeError } from '../harness/parity.js';
 import { medianCallMs, warmUp } from '../harness/timing.js';
 import { type MatmulAttrs, matmul, matmulAttrs } from '../ops/matmul.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { createBackend } from '../runtime/backends.js';
+import { KNOBS } from '../runtime/knobs.js';
 import { numel } from '../tensor.js';
 
 export interface MatmulBenchOptions {
@@ -69,7 +69,7 @@ async function startTfjs(): Promise<{ tf: Tf; backend: TfWebGpuBackend }> {
     tf = await import('@tensorflow/tfjs-core');
     const { create, globals } = (await import('webgpu')) as { create: (flags: string[]) => GPU; globals: Record<string, unknown> };
     Object.assign(globalThis, globals);
-    Object.defineProperty(globalThis, 'navigator', { value: { gpu: create(dawnFlags()) }, configurable: true, writable: true });
+    Object.defineProperty(globalThis, 'navigator', { value: { gpu: create([...KNOBS.dawnFlags]) }, configurable: true, writable: true });
     await import('@tensorflow/tfjs-backend-webgpu');
   } catch (e) {
     return fail('NOT_FOUND', `bench matmul: TensorFlow.js could not be loaded (${(e as Error).message}); it is a dev dependency: run npm install in a checkout, or pass --mdlm-only`);

@@ -11,6 +11,8 @@ import { PRESET_NAMES } from '../config/presets.js';
 import { LOSS_ROWS, OBJECTIVES, PRECISIONS, RECOMPUTE, type Recompute } from '../config/schema.js';
 import { choiceOption, intOption, numberOption } from './options.js';
 import { type BackendChoice, createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { parallelNormals } from '../runtime/parallel_normals.js';
+import { setNormalsFiller } from '../rng/normals.js';
 import { type DType, parseDType } from '../tensor.js';
 
 export interface BenchKernelsOptions {
@@ -34,6 +36,8 @@ function selectOps(names: readonly string[] | undefined): OpDef<unknown>[] {
 }
 
 export async function benchKernels(opts: BenchKernelsOptions): Promise<ParityRecord[]> {
+  // Bench-size inputs draw hundreds of millions of normals: fill them over worker threads.
+  setNormalsFiller(parallelNormals());
   const ops = selectOps(opts.ops);
   const filter = opts.caseFilter;
   // Each case keeps its seed (seed + its index among the op's cases) whatever the filter.

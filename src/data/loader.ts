@@ -17,7 +17,7 @@
  * each document start, and targets that would cross into the next document are −1.
  */
 import { fail } from '../errors.js';
-import { PhiloxStream, RngPurpose } from '../rng/philox.js';
+import { PhiloxStream, RngPurpose, uniformInt } from '../rng/philox.js';
 import type { TokenSource } from './source.js';
 
 export type LoaderMode = 'window' | 'packed';
@@ -52,16 +52,6 @@ export interface Batch {
   starts: Float64Array;
   /** The cursor this batch was drawn at (epoch, global batch index). */
   cursor: LoaderState;
-}
-
-/** Uniform integer in [0, n), n ≤ 2^32, by rejection (unbiased, unlike floor(u·n) on 24 bits). */
-export function uniformInt(rng: PhiloxStream, n: number): number {
-  if (n <= 1) return 0;
-  const limit = Math.floor(2 ** 32 / n) * n;
-  for (;;) {
-    const u = rng.nextU32();
-    if (u < limit) return u % n;
-  }
 }
 
 function checkInt(name: string, v: unknown, min: number): number {

@@ -238,7 +238,7 @@ export function isFloatArg(op: OpDef<unknown>, a: ArgSpec, attrs: unknown): bool
 }
 
 /** Helpers for op declarations' random inputs. */
-/** n normals × scale, as n calls of rng.normal() (over worker threads when n is large: ../rng/normals.ts). */
+/** n normals × scale, as n calls of rng.normal() (filled as ../rng/normals.ts's default filler does). */
 export function randn(rng: PhiloxStream, n: number, scale = 1): Float64Array {
   return normals(rng, n, scale);
 }

@@ -1,23 +1,12 @@
 /**
  * n standard normals of a PhiloxStream times `scale`: the values its normal() would return in
- * turn, and the stream left where those calls would leave it. Large draws (harness inputs at bench
- * sizes: the 412 M logits of one cross-entropy case took ~25 s on one core) are filled over worker
- * threads: pair k of the draw is a pure function of stream words w + 2k and w + 2k + 1.
+ * turn, and the stream left where those calls would leave it. Pair k of a draw is a pure function
+ * of stream words w + 2k and w + 2k + 1, so a large draw (harness inputs at bench sizes: hundreds
+ * of millions of values) can be filled in pieces on several threads. How the pairs are filled is
+ * a NormalsFiller: this thread by default; Node passes one over worker threads
+ * (src/runtime/parallel_normals.ts), with the same bits.
  */
-import { existsSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { runBlocking } from '../runtime/blocking_workers.js';
 import { PhiloxStream, boxMullerAngle, boxMullerRadius } from './philox.js';
-
-/** The compiled worker (dist/ is what runs; tests run after `npm run build` too). */
-export const NORMALS_WORKER = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'rng', 'normals_worker.js');
-
-/** Below this many values a worker's start-up costs more than it saves. */
-const MIN_PARALLEL = 1 << 24;
-/** Pairs a worker fills before reporting progress. */
-const PIECE_PAIRS = 1 << 21;
 
 /** A stream's identity, what a worker needs to draw from it. */
 export interface StreamId {
@@ -39,24 +28,44 @@ export function fillPairs(id: StreamId, word: number, from: number, to: number, 
   }
 }
 
-export function normals(rng: PhiloxStream, n: number, scale = 1, opts: { threads?: number; minValues?: number } = {}): Float64Array {
-  const threads = Math.max(1, Math.min(opts.threads ?? availableParallelism(), 32));
-  const parallel = threads > 1 && n >= (opts.minValues ?? MIN_PARALLEL) && existsSync(NORMALS_WORKER);
-  const out = parallel ? new Float64Array(new SharedArrayBuffer(n * 8)) : new Float64Array(n);
+/** The pairs of one draw: pair k from stream words word + 2k and word + 2k + 1, into out[at + 2k] and out[at + 2k + 1] of n values. */
+export interface PairsJob {
+  readonly id: StreamId;
+  readonly word: number;
+  readonly pairs: number;
+  readonly n: number;
+  readonly at: number;
+  readonly scale: number;
+}
+
+/** Makes the n-value array of a draw with its pairs filled (the values outside them are the caller's). */
+export type NormalsFiller = (job: PairsJob) => Float64Array;
+
+/** Fills the pairs on the calling thread. */
+export const fillOnThisThread: NormalsFiller = (job) => {
+  const out = new Float64Array(job.n);
+  fillPairs(job.id, job.word, 0, job.pairs, out, job.at, job.scale);
+  return out;
+};
+
+let defaultFiller: NormalsFiller = fillOnThisThread;
+
+/**
+ * Sets the filler of normals() calls that name none (the ops' random inputs, through randn);
+ * returns the one it replaces. `mdlm bench kernels` sets worker threads for its bench-size inputs.
+ */
+export function setNormalsFiller(fill: NormalsFiller): NormalsFiller {
+  const previous = defaultFiller;
+  defaultFiller = fill;
+  return previous;
+}
+
+export function normals(rng: PhiloxStream, n: number, scale = 1, fill: NormalsFiller = defaultFiller): Float64Array {
   const { word, spare } = rng.position;
   const at = spare !== null && n > 0 ? 1 : 0;
-  if (at) out[0] = spare! * scale;
   const pairs = Math.floor((n - at) / 2);
-  const id: StreamId = { seed: rng.seed, purpose: rng.purpose, step: rng.step, rank: rng.rank };
-  if (parallel) {
-    const shares: { from: number; to: number }[][] = Array.from({ length: threads }, () => []);
-    let next = 0;
-    for (let from = 0; from < pairs; from += PIECE_PAIRS) shares[next++ % threads]!.push({ from, to: Math.min(pairs, from + PIECE_PAIRS) });
-    const busy = shares.filter((s) => s.length > 0);
-    runBlocking(NORMALS_WORKER, busy.map((pieces) => ({ id, word, pieces, out: out.buffer, at, scale })), busy.reduce((c, s) => c + s.length, 0), 'normals');
-  } else {
-    fillPairs(id, word, 0, pairs, out, at, scale);
-  }
+  const out = fill({ id: { seed: rng.seed, purpose: rng.purpose, step: rng.step, rank: rng.rank }, word, pairs, n, at, scale });
+  if (at) out[0] = spare! * scale;
   // The stream after the pairs (the spare, if any, was out[0]); an odd count ends on a normal()
   // of its own, which leaves the pair's second value as the stream's spare.
   rng.seekPosition(word + 2 * pairs, n > 0 ? null : spare);

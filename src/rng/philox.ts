@@ -141,3 +141,13 @@ export class PhiloxStream {
     return r * Math.cos(a);
   }
 }
+
+/** Uniform integer in [0, n), n ≤ 2^32, by rejection (unbiased, unlike floor(u·n) on 24 bits). */
+export function uniformInt(rng: PhiloxStream, n: number): number {
+  if (n <= 1) return 0;
+  const limit = Math.floor(2 ** 32 / n) * n;
+  for (;;) {
+    const u = rng.nextU32();
+    if (u < limit) return u % n;
+  }
+}

@@ -11,8 +11,9 @@ import { BACKEND_NAMES, type Backend, type BackendName } from '../backend/backen
 import { CpuBackend } from '../backend/cpu/cpu.js';
 import { type CudaAddon, CudaBackend } from '../backend/cuda/cuda.js';
 import { WEBGPU_KERNELS } from '../backend/webgpu/kernels/index.js';
-import { type WebGpuAdapterDescription, WebGpuBackend, dawnFlags, describeAdapter, requestAdapter } from '../backend/webgpu/webgpu.js';
+import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter, requestAdapter } from '../backend/webgpu/webgpu.js';
 import { MdlmError, fail } from '../errors.js';
+import { KNOBS } from './knobs.js';
 
 export const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const SHADER_DIR = join(PACKAGE_ROOT, 'shaders');
@@ -41,7 +42,7 @@ export async function nodeGpu(): Promise<{ gpu: GPU | null; reason?: string }> {
   try {
     const mod = (await import('webgpu')) as { create: (flags: string[]) => GPU; globals: Record<string, unknown> };
     Object.assign(globalThis, mod.globals);
-    gpuInstance = mod.create(dawnFlags());
+    gpuInstance = mod.create([...KNOBS.dawnFlags]);
     return { gpu: gpuInstance };
   } catch (e) {
     gpuInstance = null;
@@ -60,7 +61,10 @@ export async function probeWebGpu(): Promise<BackendProbe> {
   try {
     adapter = await requestAdapter(gpu);
   } catch (e) {
-    if (e instanceof MdlmError) return { name: 'webgpu', available: false, reason: e.message };
+    if (e instanceof MdlmError) {
+      const flags = KNOBS.dawnFlags.join(' ');
+      return { name: 'webgpu', available: false, reason: flags ? `${e.message} (check MDLM_DAWN_FLAGS='${flags}')` : e.message };
+    }
     throw e;
   }
   if (!adapter) return { name: 'webgpu', available: false, reason: NO_ADAPTER };

@@ -65,23 +65,14 @@ export function describeAdapter(adapter: GPUAdapter): WebGpuAdapterDescription {
 }
 
 /**
- * dawn.node's flags from MDLM_DAWN_FLAGS, whitespace-separated, e.g.
- * `enable-dawn-features=disable_robustness,skip_validation` (Dawn's toggles: src/dawn/native/Toggles.cpp).
- */
-export function dawnFlags(value: string | undefined = process.env.MDLM_DAWN_FLAGS): string[] {
-  return (value ?? '').split(/\s+/).filter((f) => f.length > 0);
-}
-
-/**
- * gpu.requestAdapter, with Dawn's exceptions (e.g. an unknown `backend=` flag in MDLM_DAWN_FLAGS)
- * as a BACKEND_UNAVAILABLE error that says so; null when there is no adapter.
+ * gpu.requestAdapter, with the implementation's exceptions (e.g. Dawn's for a flag it rejects) as
+ * a BACKEND_UNAVAILABLE error that says so; null when there is no adapter.
  */
 export async function requestAdapter(gpu: GPU, powerPreference: GPUPowerPreference = 'high-performance'): Promise<GPUAdapter | null> {
   try {
     return await gpu.requestAdapter({ powerPreference });
   } catch (e) {
-    const flags = dawnFlags().join(' ');
-    return fail('BACKEND_UNAVAILABLE', `webgpu: Dawn could not request an adapter: ${(e as Error).message}${flags ? ` (check MDLM_DAWN_FLAGS='${flags}')` : ''}`);
+    return fail('BACKEND_UNAVAILABLE', `webgpu: could not request an adapter: ${(e as Error).message}`);
   }
 }
 

@@ -1,9 +1,9 @@
 /**
- * Worker of normals (./normals.ts): fills its pieces of a draw (a SharedArrayBuffer of f64),
- * counting each finished piece and waking the waiting thread.
+ * Worker of parallelNormals (./parallel_normals.ts): fills its pieces of a draw (a
+ * SharedArrayBuffer of f64), counting each finished piece and waking the waiting thread.
  */
 import { workerData } from 'node:worker_threads';
-import { type StreamId, fillPairs } from './normals.js';
+import { type StreamId, fillPairs } from '../rng/normals.js';
 
 const { id, word, pieces, out, at, scale, done } = workerData as {
   id: StreamId; word: number; pieces: { from: number; to: number }[]; out: SharedArrayBuffer; at: number; scale: number; done: SharedArrayBuffer;
