@@ -39,7 +39,6 @@ struct AdamwStep {
 template <typename W, int VEC>
 __global__ void __launch_bounds__(256)
     adamw_kernel(float* param, const float* __restrict__ grad, float* m, float* v, W* __restrict__ work, int64_t n, AdamwStep f) {
-  wait_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / VEC;
   if (i < nvec) {
@@ -77,18 +76,18 @@ __global__ void __launch_bounds__(256)
 template <typename W>
 void launch_adamw(const OpCall& call, W* work) {
   const AdamwStep f{
-      static_cast<const float*>(call.arg("clip").ptr),
-      static_cast<const float*>(call.arg("sched").ptr),
-      static_cast<float>(call.num("beta1")),
-      static_cast<float>(call.num("beta2")),
-      static_cast<float>(call.num("eps")),
-      static_cast<float>(call.num("weightDecay")),
+      static_cast<const float*>(call.arg("clip"_arg).ptr),
+      static_cast<const float*>(call.arg("sched"_arg).ptr),
+      static_cast<float>(call.num("beta1"_attr)),
+      static_cast<float>(call.num("beta2"_attr)),
+      static_cast<float>(call.num("eps"_attr)),
+      static_cast<float>(call.num("weightDecay"_attr)),
   };
-  float* param = static_cast<float*>(call.arg("param").ptr);
-  const float* grad = static_cast<const float*>(call.arg("grad").ptr);
-  float* m = static_cast<float*>(call.arg("m").ptr);
-  float* v = static_cast<float*>(call.arg("v").ptr);
-  const int64_t n = call.arg("param").numel;
+  float* param = static_cast<float*>(call.arg("param"_arg).ptr);
+  const float* grad = static_cast<const float*>(call.arg("grad"_arg).ptr);
+  float* m = static_cast<float*>(call.arg("m"_arg).ptr);
+  float* v = static_cast<float*>(call.arg("v"_arg).ptr);
+  const int64_t n = call.arg("param"_arg).numel;
   constexpr int kVec = kVec16<float>;
   const bool vectorised = all_aligned16({param, grad, m, v}) && reinterpret_cast<uintptr_t>(work) % (kVec * sizeof(W)) == 0;
   with_vec<float>(vectorised, [&](auto vec) {
@@ -104,8 +103,8 @@ MDLM_OP(adamw) { mdlm::launch_adamw<float>(call, nullptr); }
 
 MDLM_OP(adamw_cast) {
   using namespace mdlm;
-  with_float_type(call.float_dtype("work", {DType::f32, DType::bf16}), [&](auto tag) {
+  with_float_type(call.float_dtype("work"_arg, {DType::f32, DType::bf16}), [&](auto tag) {
     using W = typename decltype(tag)::type;
-    launch_adamw<W>(call, static_cast<W*>(call.arg("work").ptr));
+    launch_adamw<W>(call, static_cast<W*>(call.arg("work"_arg).ptr));
   });
 }

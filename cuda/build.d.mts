@@ -7,7 +7,10 @@ export declare const NVCC_FLAGS: string[];
 export declare function findNvcc(): string | null;
 /** Whether the source includes <cublasLt.h> (it then needs the cuBLAS headers). */
 export declare function usesCublasLt(file: string): boolean;
+/** Every kernel source: the .cu files under cuda/. */
 export declare function cudaSources(): string[];
+/** A source's object file name: its path under cuda/ with '/' as '+'. */
+export declare function objectName(src: string): string;
 export declare function gencodeFlags(archs: readonly string[]): string[];
 export declare function build(): Promise<void>;
 /** nvcc and the CUDA runtime's headers and library; throws saying what is missing. */

@@ -1,7 +1,9 @@
 #!/usr/bin/env node
-// Builds the CUDA addon, cuda/build/Release/mdlm_cuda.node: every cuda/*.cu with nvcc and the
-// Node-API glue (cuda/*.cc) with g++, in parallel, then one link against libcudart and
-// libcublasLt. Objects whose sources, headers and flags did not change are not rebuilt.
+// Builds the CUDA addon, cuda/build/Release/mdlm_cuda.node: every .cu under cuda/ (the kernels,
+// by family: cuda/attention/, cuda/gemm/, the others at the top) with nvcc and the .cc files (the
+// op registry, cuda/op.cc, and the Node-API addon, cuda/addon/) with g++, in parallel, then one
+// link against libcudart and libcublasLt. Objects whose sources, headers and flags did not change
+// are not rebuilt.
 //
 //   npm run build:cuda                      # sm_80, sm_89 and sm_90a
 //   MDLM_CUDA_ARCHS=90a npm run build:cuda  # one architecture: a quick build for the GPU at hand
@@ -14,7 +16,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
-import { basename, delimiter, dirname, join } from 'node:path';
+import { delimiter, dirname, join, relative } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 export const CUDA_DIR = dirname(fileURLToPath(import.meta.url));
@@ -57,8 +59,29 @@ export function usesCublasLt(file) {
   return /#include\s*<cublasLt\.h>/.test(readFileSync(file, 'utf8'));
 }
 
+/** The files under cuda/ (not cuda/build/) whose names end with `ext`, sorted. */
+function sourcesEndingWith(ext) {
+  const found = [];
+  const walk = (dir) => {
+    for (const e of readdirSync(dir, { withFileTypes: true })) {
+      const p = join(dir, e.name);
+      if (e.isDirectory()) {
+        if (p !== BUILD_DIR) walk(p);
+      } else if (e.name.endsWith(ext)) found.push(p);
+    }
+  };
+  walk(CUDA_DIR);
+  return found.sort();
+}
+
+/** Every kernel source: the .cu files under cuda/. */
 export function cudaSources() {
-  return readdirSync(CUDA_DIR).filter((f) => f.endsWith('.cu')).sort().map((f) => join(CUDA_DIR, f));
+  return sourcesEndingWith('.cu');
+}
+
+/** A source's object name: its path under cuda/ with '/' as '+' (attention/attention.cu -> attention+attention.cu.o). */
+export function objectName(src) {
+  return `${relative(CUDA_DIR, src).split(/[\\/]/).join('+')}.o`;
 }
 
 /** SASS for each architecture (no PTX: every target is named, and a PTX pass would cost a compile). */
@@ -183,8 +206,7 @@ export async function build() {
       src,
       argv: (obj) => [tools.nvcc, ...NVCC_FLAGS, ...gencode, '-I', tools.cublasInclude, '-MD', '-MF', `${obj}.d`, '-c', src, '-o', obj],
     })),
-    ...readdirSync(CUDA_DIR).filter((f) => f.endsWith('.cc')).sort().map((f) => {
-      const src = join(CUDA_DIR, f);
+    ...sourcesEndingWith('.cc').map((src) => {
       return {
         src,
         argv: (obj) => [
@@ -198,7 +220,7 @@ export async function build() {
   console.log(`[build:cuda] ${units.length} sources, archs ${archs.join(' ')}, ${jobs} jobs (CUDA ${tools.cudaHome}, cuBLASLt ${tools.cublasLib})`);
   const objects = [];
   const tasks = units.map(({ src, argv }) => {
-    const obj = join(OBJ_DIR, `${basename(src)}.o`);
+    const obj = join(OBJ_DIR, objectName(src));
     objects.push(obj);
     const command = argv(obj);
     const key = command.join('\u0000');
@@ -207,17 +229,17 @@ export async function build() {
       const t = performance.now();
       const r = await run(command);
       if (r.code !== 0) {
-        console.error(`[build:cuda] FAILED ${basename(src)}\n$ ${command.join(' ')}\n${r.output}`);
+        console.error(`[build:cuda] FAILED ${relative(CUDA_DIR, src)}\n$ ${command.join(' ')}\n${r.output}`);
         return { src, rebuilt: true, ok: false };
       }
       writeFileSync(`${obj}.cmd`, key);
-      console.log(`[build:cuda] ${basename(src)} ${((performance.now() - t) / 1000).toFixed(1)} s`);
+      console.log(`[build:cuda] ${relative(CUDA_DIR, src)} ${((performance.now() - t) / 1000).toFixed(1)} s`);
       return { src, rebuilt: true, ok: true };
     };
   });
   const results = await pool(tasks, jobs);
   const failed = results.filter((r) => !r.ok);
-  if (failed.length) fail(`${failed.length} source(s) failed to compile: ${failed.map((r) => basename(r.src)).join(', ')} (compiler output above)`);
+  if (failed.length) fail(`${failed.length} source(s) failed to compile: ${failed.map((r) => relative(CUDA_DIR, r.src)).join(', ')} (compiler output above)`);
   const link = [
     tools.cxx, '-shared', '-o', ADDON_PATH, ...objects, '-L', tools.cudaLib, '-L', tools.cublasLib, '-lcublasLt', '-lcudart', '-ldl',
     `-Wl,-rpath,${tools.cudaLib}`, ...(tools.cublasLib !== tools.cudaLib ? [`-Wl,-rpath,${tools.cublasLib}`] : []),

@@ -40,7 +40,6 @@ constexpr int kCastVec = 4;
 
 template <DType FROM, DType TO, int VEC>
 __global__ void __launch_bounds__(256) cast_kernel(const typename Storage<FROM>::T* x, typename Storage<TO>::T* out, int64_t n) {
-  wait_previous_kernel();
   using In = typename Storage<FROM>::T;
   using Out = typename Storage<TO>::T;
   const int64_t first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * VEC;
@@ -74,8 +73,8 @@ bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t
 
 MDLM_OP(cast) {
   using namespace mdlm;
-  const Arg& x = call.arg("x");
-  const Arg& out = call.arg("out");
+  const Arg& x = call.arg("x"_arg);
+  const Arg& out = call.arg("out"_arg);
   if (x.dtype == out.dtype) {
     // Every value of a format is exact in it: the cast is a copy (as the reference's roundTo).
     const size_t bytes = static_cast<size_t>(x.numel) * dtype_bytes(x.dtype);

@@ -3,8 +3,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#ifdef MDLM_ATTN_EMULATE
-#include "emu/warp_emu.h"  // before the kernels: their CUDA names become the emulator's
+#ifdef WARP_EMULATOR
+#include "warp_emu.h"  // before the kernels: their CUDA names become the emulator's
 #endif
 
 #include <algorithm>
@@ -161,18 +161,18 @@ void with_vec(bool vectorised, F&& f) {
 
 // The call's float dtype (f32 or bf16; OpError otherwise), which every named float argument must
 // share. op.h's float_dtype is asked about the first name only: it takes one name.
-inline DType float_dtype_of(const OpCall& call, const char* const* names, size_t count) {
+inline DType float_dtype_of(const OpCall& call, const ArgName* names, size_t count) {
   const DType d = call.float_dtype(names[0], {DType::f32, DType::bf16});
   for (size_t i = 1; i < count; i++) {
     if (call.arg(names[i]).dtype != d) {
-      throw OpError("BAD_DTYPE", call.op + ": argument '" + names[i] + "' is " + dtype_name(call.arg(names[i]).dtype) +
-                                     " but '" + names[0] + "' is " + dtype_name(d));
+      throw OpError("BAD_DTYPE", call.op + ": argument '" + names[i].str + "' is " + dtype_name(call.arg(names[i]).dtype) +
+                                     " but '" + names[0].str + "' is " + dtype_name(d));
     }
   }
   return d;
 }
 
-inline DType float_dtype_of(const OpCall& call, std::initializer_list<const char*> names) {
+inline DType float_dtype_of(const OpCall& call, std::initializer_list<ArgName> names) {
   return float_dtype_of(call, names.begin(), names.size());
 }
 
@@ -195,43 +195,12 @@ inline int sm_count(const OpCall& call) {
 
 inline int round_up(int n, int m) { return (n + m - 1) / m * m; }
 
-// --- programmatic dependent launch (sm_90; opt-in, MDLM_PDL=1, untimed: bench/RESULTS.md,
-// nineteenth session) ---
-// A kernel launched by launch_kernel may then be scheduled before the kernel ahead of it on the
-// stream has finished: its launch and its blocks' dispatch overlap that kernel's tail (between
-// the kernels of a llama-124m step: about 0.5 ms on an H100, 0.1 ms on the H200, under ncu). No
-// work overlaps: every such kernel calls wait_previous_kernel() before it touches memory.
-
-// Waits until the kernel ahead on the stream has finished and its writes are visible (at once
-// when this kernel was launched without the attribute, or before sm_90), then lets the kernel
-// behind this one launch: once every block here has passed this point, none is left to dispatch.
-__device__ __forceinline__ void wait_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-#ifndef MDLM_ATTN_EMULATE
-// Whether launch_kernel asks for programmatic dependent launch: MDLM_PDL=1 on an sm_90+ GPU.
-inline bool pdl_enabled() {
-  static const bool sm90 = [] {
-    int dev = 0, major = 0;
-    return cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-  }();
-  return sm90 && env_knob("MDLM_PDL") == "1";
-}
-
-// kernel<<<grid, block, smem, stream>>>(args...), as a programmatic dependent launch where
-// pdl_enabled(): the kernel must begin with wait_previous_kernel(). Returns the launch's error.
+#ifndef WARP_EMULATOR
+// kernel<<<grid, block, smem, stream>>>(args...); returns the launch's error.
 template <typename... Params, typename... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute pdl{};
-  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  pdl.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = smem, config.stream = stream;
-  config.attrs = &pdl, config.numAttrs = pdl_enabled() ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 #else
@@ -246,9 +215,11 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
 // --- ops that stand for others (matmul_swiglu, matmul_rope): a fused kernel where it applies,
 // else the ops they stand for, one after another ---
 
-// Whether a fused Hopper kernel may take the call: an sm_90 GPU, bf16, every extent an int.
+// Whether a fused Hopper kernel may take the call: an sm_90 GPU with the Hopper kernels on
+// (KernelSettings), bf16, every extent an int.
 inline bool hopper_bf16(const OpCall& call, DType dtype, std::initializer_list<int64_t> extents) {
-  return call.device && call.device->major == 9 && dtype == DType::bf16 && std::max(extents) <= std::numeric_limits<int>::max();
+  return call.settings.hopper_kernels && call.device && call.device->major == 9 && dtype == DType::bf16 &&
+         std::max(extents) <= std::numeric_limits<int>::max();
 }
 
 // numel elements of a's tensor from element `offset` on.
@@ -269,18 +240,23 @@ inline Arg scratch_arg(const OpCall& call, DType dtype, int64_t numel) {
 }
 
 // The registered op `op` with these arguments and numbers, on the call's stream, device and scratch.
-inline void run_op(const OpCall& call, const char* op, std::map<std::string, Arg> args, std::map<std::string, double> nums) {
+inline void run_op(const OpCall& call, const char* op, std::initializer_list<std::pair<ArgName, Arg>> args,
+                   std::initializer_list<std::pair<AttrName, double>> nums) {
   OpCall c = call;
   c.op = op;
-  c.args = std::move(args);
-  c.nums = std::move(nums);
+  c.args.clear();
+  c.nums.clear();
+  c.strs.clear();
+  for (const auto& [name, a] : args) c.args[name.str] = a;
+  for (const auto& [name, v] : nums) c.nums[name.str] = v;
   find_launcher(op)(c);
 }
 
 // The matmul op: out [m][n] = op(a) · bᵀ (a [m][k], or [k][m] when trans_a; b [n][k]), written.
 inline void run_matmul(const OpCall& call, const Arg& a, const Arg& b, const Arg& out, int64_t m, int64_t n, int64_t k, bool trans_a) {
-  run_op(call, "matmul", {{"a", a}, {"b", b}, {"out", out}},
-         {{"batch", 1}, {"m", (double)m}, {"n", (double)n}, {"k", (double)k}, {"transA", trans_a ? 1.0 : 0.0}, {"transB", 1}, {"accumulate", 0}, {"outF32", 0}});
+  run_op(call, "matmul", {{"a"_arg, a}, {"b"_arg, b}, {"out"_arg, out}},
+         {{"batch"_attr, 1}, {"m"_attr, (double)m}, {"n"_attr, (double)n}, {"k"_attr, (double)k}, {"transA"_attr, trans_a ? 1.0 : 0.0},
+          {"transB"_attr, 1}, {"accumulate"_attr, 0}, {"outF32"_attr, 0}});
 }
 
 }  // namespace mdlm

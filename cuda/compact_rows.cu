@@ -25,7 +25,6 @@ struct CompactParams {
 __device__ __forceinline__ bool counted(const CompactParams& p, uint32_t r) { return p.targets[r] >= 0 && p.weights[r] != 0.0f; }
 
 __global__ void __launch_bounds__(kCompactThreads) compact_rows_kernel(CompactParams p) {
-  wait_previous_kernel();
   const uint32_t chunk = (p.rows + kCompactThreads - 1) / kCompactThreads;
   const uint32_t lo = min(threadIdx.x * chunk, p.rows), hi = min(lo + chunk, p.rows);
   uint32_t own = 0;
@@ -64,16 +63,16 @@ void launch_set_above(cudaGraphConditionalHandle handle, const int32_t* count, i
 
 MDLM_OP(compact_rows) {
   using namespace mdlm;
-  const int64_t rows = call.i64("rows");
+  const int64_t rows = call.i64("rows"_attr);
   if (rows > 0x7fffffff) throw OpError("BAD_ATTRIBUTE", "compact_rows: rows " + std::to_string(rows) + " do not fit in an i32 row index");
   CompactParams p{
-      static_cast<const int32_t*>(call.arg("targets").ptr),
-      static_cast<const float*>(call.arg("weights").ptr),
-      static_cast<int32_t*>(call.arg("order").ptr),
-      static_cast<int32_t*>(call.arg("slot").ptr),
-      static_cast<int32_t*>(call.arg("count").ptr),
-      static_cast<int32_t*>(call.arg("packedTargets").ptr),
-      static_cast<float*>(call.arg("packedWeights").ptr),
+      static_cast<const int32_t*>(call.arg("targets"_arg).ptr),
+      static_cast<const float*>(call.arg("weights"_arg).ptr),
+      static_cast<int32_t*>(call.arg("order"_arg).ptr),
+      static_cast<int32_t*>(call.arg("slot"_arg).ptr),
+      static_cast<int32_t*>(call.arg("count"_arg).ptr),
+      static_cast<int32_t*>(call.arg("packedTargets"_arg).ptr),
+      static_cast<float*>(call.arg("packedWeights"_arg).ptr),
       static_cast<uint32_t>(rows),
   };
   check_cuda(launch_kernel(compact_rows_kernel, 1, kCompactThreads, 0, call.stream, p), "compact_rows_kernel");

@@ -222,7 +222,6 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
     cross_entropy_kernel(const T* __restrict__ logits, const int* __restrict__ targets, const float* __restrict__ weights,
                          float* __restrict__ loss, float* __restrict__ lse, int vocab) {
-  wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const T* p = logits + static_cast<int64_t>(row) * vocab;
   loss_row<kCeMaxThreads, T, VEC>(p, row, t, target_logit(p, t, vocab), weights, loss, lse, vocab);
@@ -232,7 +231,6 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeMaxThreads)
     cross_entropy_backward_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                   const float* __restrict__ lse, const float* __restrict__ dloss, T* dlogits, int vocab) {
-  wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;  // dlogits' rows as aligned as the logits' (the launcher checks)
   gradient_row<T, VEC>(logits + start, dlogits + start, t, dloss[row] * weights[row], RowLse{lse[row], 0.0f}, vocab);
@@ -242,7 +240,6 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(kCeFusedThreads, kCeFusedBlocks)
     cross_entropy_fused_kernel(const T* logits, const int* __restrict__ targets, const float* __restrict__ weights,
                                const float* __restrict__ dloss, float* __restrict__ loss, float* __restrict__ lse, T* dlogits, int vocab) {
-  wait_previous_kernel();
   const int row = blockIdx.x, t = targets[row];
   const int64_t start = static_cast<int64_t>(row) * vocab;
   const T* p = logits + start;
@@ -260,16 +257,16 @@ int ce_threads(int vocab, int most = kCeMaxThreads) {
 
 MDLM_OP(cross_entropy) {
   using namespace mdlm;
-  const DType dtype = float_dtype_of(call, {"logits"});
-  const int rows = call.i32("rows"), vocab = call.i32("vocab");
-  const void* logits = call.arg("logits").ptr;
+  const DType dtype = float_dtype_of(call, {"logits"_arg});
+  const int rows = call.i32("rows"_attr), vocab = call.i32("vocab"_attr);
+  const void* logits = call.arg("logits"_arg).ptr;
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = kVec16<T>;  // always: each row finds its own 16-byte boundary
     check_cuda(launch_kernel(cross_entropy_kernel<T, VEC>, rows, ce_threads<VEC>(vocab), 0, call.stream,
-        static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets").ptr),
-        static_cast<const float*>(call.arg("weights").ptr), static_cast<float*>(call.arg("loss").ptr),
-        static_cast<float*>(call.arg("lse").ptr), vocab), call.op.c_str());
+        static_cast<const T*>(logits), static_cast<const int*>(call.arg("targets"_arg).ptr),
+        static_cast<const float*>(call.arg("weights"_arg).ptr), static_cast<float*>(call.arg("loss"_arg).ptr),
+        static_cast<float*>(call.arg("lse"_arg).ptr), vocab), call.op.c_str());
   });
 }
 
@@ -279,8 +276,8 @@ namespace mdlm {
 // share their offset from a 16-byte boundary.
 template <typename F>
 void with_gradient_types(const OpCall& call, F&& f) {
-  const DType dtype = float_dtype_of(call, {"logits", "dlogits"});
-  const bool same_phase = reinterpret_cast<uintptr_t>(call.arg("logits").ptr) % 16 == reinterpret_cast<uintptr_t>(call.arg("dlogits").ptr) % 16;
+  const DType dtype = float_dtype_of(call, {"logits"_arg, "dlogits"_arg});
+  const bool same_phase = reinterpret_cast<uintptr_t>(call.arg("logits"_arg).ptr) % 16 == reinterpret_cast<uintptr_t>(call.arg("dlogits"_arg).ptr) % 16;
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_vec<T>(same_phase, [&](auto vec) { f(tag, vec); });
@@ -291,26 +288,26 @@ void with_gradient_types(const OpCall& call, F&& f) {
 
 MDLM_OP(cross_entropy_backward) {
   using namespace mdlm;
-  const int rows = call.i32("rows"), vocab = call.i32("vocab");
+  const int rows = call.i32("rows"_attr), vocab = call.i32("vocab"_attr);
   with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
     check_cuda(launch_kernel(cross_entropy_backward_kernel<T, VEC>, rows, ce_threads<VEC>(vocab), 0, call.stream,
-        static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
-        static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("lse").ptr),
-        static_cast<const float*>(call.arg("dloss").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
+        static_cast<const T*>(call.arg("logits"_arg).ptr), static_cast<const int*>(call.arg("targets"_arg).ptr),
+        static_cast<const float*>(call.arg("weights"_arg).ptr), static_cast<const float*>(call.arg("lse"_arg).ptr),
+        static_cast<const float*>(call.arg("dloss"_arg).ptr), static_cast<T*>(call.arg("dlogits"_arg).ptr), vocab), call.op.c_str());
   });
 }
 
 MDLM_OP(cross_entropy_fused) {
   using namespace mdlm;
-  const int rows = call.i32("rows"), vocab = call.i32("vocab");
+  const int rows = call.i32("rows"_attr), vocab = call.i32("vocab"_attr);
   with_gradient_types(call, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
     check_cuda(launch_kernel(cross_entropy_fused_kernel<T, VEC>, rows, ce_threads<VEC>(vocab, kCeFusedThreads), 0, call.stream,
-        static_cast<const T*>(call.arg("logits").ptr), static_cast<const int*>(call.arg("targets").ptr),
-        static_cast<const float*>(call.arg("weights").ptr), static_cast<const float*>(call.arg("dloss").ptr),
-        static_cast<float*>(call.arg("loss").ptr), static_cast<float*>(call.arg("lse").ptr), static_cast<T*>(call.arg("dlogits").ptr), vocab), call.op.c_str());
+        static_cast<const T*>(call.arg("logits"_arg).ptr), static_cast<const int*>(call.arg("targets"_arg).ptr),
+        static_cast<const float*>(call.arg("weights"_arg).ptr), static_cast<const float*>(call.arg("dloss"_arg).ptr),
+        static_cast<float*>(call.arg("loss"_arg).ptr), static_cast<float*>(call.arg("lse"_arg).ptr), static_cast<T*>(call.arg("dlogits"_arg).ptr), vocab), call.op.c_str());
   });
 }

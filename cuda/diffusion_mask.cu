@@ -50,7 +50,6 @@ __device__ uint2 block_inclusive_scan(uint2 v) {
 }
 
 __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams p) {
-  wait_previous_kernel();
   const uint32_t b = blockIdx.x;
   const uint32_t len = p.seq_len, row = b * len;
   const uint32_t chunk = (len + kMaskThreads - 1) / kMaskThreads;
@@ -99,19 +98,19 @@ __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams
 MDLM_OP(diffusion_mask) {
   using namespace mdlm;
   MaskParams p{
-      static_cast<const int32_t*>(call.arg("tokens").ptr),
-      static_cast<const float*>(call.arg("maskProb").ptr),
-      static_cast<const float*>(call.arg("lossWeight").ptr),
-      static_cast<int32_t*>(call.arg("noised").ptr),
-      static_cast<int32_t*>(call.arg("mask").ptr),
-      static_cast<float*>(call.arg("weights").ptr),
-      static_cast<uint32_t>(call.i64("batch")),
-      static_cast<uint32_t>(call.i64("seqLen")),
-      static_cast<uint32_t>(call.i64("step")),
-      static_cast<uint32_t>(call.i64("rank")),
-      seed_key(call.i64("seed")),
-      call.i32("maskId"),
-      call.flag("empirical"),
+      static_cast<const int32_t*>(call.arg("tokens"_arg).ptr),
+      static_cast<const float*>(call.arg("maskProb"_arg).ptr),
+      static_cast<const float*>(call.arg("lossWeight"_arg).ptr),
+      static_cast<int32_t*>(call.arg("noised"_arg).ptr),
+      static_cast<int32_t*>(call.arg("mask"_arg).ptr),
+      static_cast<float*>(call.arg("weights"_arg).ptr),
+      static_cast<uint32_t>(call.i64("batch"_attr)),
+      static_cast<uint32_t>(call.i64("seqLen"_attr)),
+      static_cast<uint32_t>(call.i64("step"_attr)),
+      static_cast<uint32_t>(call.i64("rank"_attr)),
+      seed_key(call.i64("seed"_attr)),
+      call.i32("maskId"_attr),
+      call.flag("empirical"_attr),
   };
   check_cuda(launch_kernel(diffusion_mask_kernel, p.batch, kMaskThreads, 0, call.stream, p), "diffusion_mask_kernel");
 }

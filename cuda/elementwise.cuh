@@ -18,7 +18,6 @@ struct Ptrs {
 // F: __device__ void operator()(const float (&in)[NIN], float (&out)[NOUT]) const.
 template <typename T, int VEC, int NIN, int NOUT, typename F>
 __global__ void __launch_bounds__(256) map_kernel(Ptrs<const T, NIN> in, Ptrs<T, NOUT> out, int64_t n, F f) {
-  wait_previous_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / VEC;
   if (i < nvec) {
@@ -49,12 +48,12 @@ __global__ void __launch_bounds__(256) map_kernel(Ptrs<const T, NIN> in, Ptrs<T,
 
 // Runs F over the named arguments (all 'float', all of the same numel).
 template <int NIN, int NOUT, typename F>
-void launch_map(const OpCall& call, const std::array<const char*, NIN>& ins, const std::array<const char*, NOUT>& outs, F f) {
-  std::array<const char*, NIN + NOUT> names;
+void launch_map(const OpCall& call, const std::array<ArgName, NIN>& ins, const std::array<ArgName, NOUT>& outs, F f) {
+  std::array<ArgName, NIN + NOUT> names;
   std::copy(ins.begin(), ins.end(), names.begin());
   std::copy(outs.begin(), outs.end(), names.begin() + NIN);
   bool aligned = true;
-  for (const char* name : names) aligned = aligned && aligned16(call.arg(name).ptr);
+  for (const ArgName name : names) aligned = aligned && aligned16(call.arg(name).ptr);
   const int64_t n = call.arg(ins[0]).numel;
   with_float_type(float_dtype_of(call, names.data(), names.size()), [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -19,7 +19,6 @@ constexpr int kChunk = 64;         // sorted positions a chunk sum covers
 template <typename T, int VEC>
 __global__ void __launch_bounds__(256) embedding_kernel(const int32_t* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out, int64_t tokens,
                                                         int vocab, int dim) {
-  wait_previous_kernel();
   const int vecs = dim / VEC;
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= tokens * vecs) return;
@@ -39,7 +38,6 @@ __global__ void __launch_bounds__(256) embedding_kernel(const int32_t* __restric
 // keys = ids (out of range -> vocab), vals = positions.
 __global__ void __launch_bounds__(kTile) sort_keys_kernel(const int32_t* __restrict__ ids, uint32_t* __restrict__ keys, uint32_t* __restrict__ vals, int tokens,
                                                           int vocab) {
-  wait_previous_kernel();
   const int i = blockIdx.x * kTile + threadIdx.x;
   if (i >= tokens) return;
   const int32_t id = ids[i];
@@ -53,7 +51,6 @@ __device__ __forceinline__ uint32_t digit_of(uint32_t key, int shift) { return (
 // the count does not depend on their order).
 __global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* __restrict__ keys, uint32_t* __restrict__ tile_counts, int tokens, int tiles,
                                                                 int shift) {
-  wait_previous_kernel();
   __shared__ uint32_t hist[kTile];
   hist[threadIdx.x] = 0;
   __syncthreads();
@@ -68,7 +65,6 @@ __global__ void __launch_bounds__(kTile) radix_histogram_kernel(const uint32_t* 
 // rounds chained by their totals. (Thread d walking digit d's tiles alone took 34 µs at 16384
 // tokens on an H200, two launches a 124M step, its reads 256 B apart and one after another.)
 __global__ void __launch_bounds__(kScanThreads) radix_scan_kernel(uint32_t* __restrict__ counts, int n) {
-  wait_previous_kernel();
   uint32_t carry = 0;
   for (int base = 0; base < n; base += kScanThreads * kScanItems) {
     const int first = base + static_cast<int>(threadIdx.x) * kScanItems;
@@ -95,7 +91,6 @@ __global__ void __launch_bounds__(kScanThreads) radix_scan_kernel(uint32_t* __re
 __global__ void __launch_bounds__(kTile) radix_scatter_kernel(const uint32_t* __restrict__ keys_in, const uint32_t* __restrict__ vals_in,
                                                               const uint32_t* __restrict__ tile_counts, uint32_t* __restrict__ keys_out,
                                                               uint32_t* __restrict__ vals_out, int tokens, int tiles, int shift) {
-  wait_previous_kernel();
   __shared__ uint32_t digits[kTile];
   const int i = blockIdx.x * kTile + threadIdx.x;
   const bool valid = i < tokens;
@@ -141,7 +136,6 @@ __device__ __forceinline__ void add_positions(const uint32_t* positions, const T
 template <typename T, int VEC>
 __global__ void __launch_bounds__(128) embedding_chunk_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
                                                                   const T* __restrict__ dout, float* __restrict__ chunk_sums, int vocab, int dim) {
-  wait_previous_kernel();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kChunk;
   if (keys[first] != keys[first + kChunk - 1] || keys[first] >= static_cast<uint32_t>(vocab)) return;
   for (int c = threadIdx.x * VEC; c < dim; c += blockDim.x * VEC) {
@@ -158,7 +152,6 @@ template <typename T, typename TO, int VEC>
 __global__ void __launch_bounds__(256) embedding_row_sum_kernel(const uint32_t* __restrict__ keys, const uint32_t* __restrict__ positions,
                                                                 const T* __restrict__ dout, const float* __restrict__ chunk_sums, TO* __restrict__ dtable,
                                                                 int tokens, int vocab, int dim, bool accumulate) {
-  wait_previous_kernel();
   __shared__ uint32_t bounds[kRowsPerBlock + 1];
   const int first = blockIdx.x * kRowsPerBlock;
   const int count = min(kRowsPerBlock, vocab - first);
@@ -195,14 +188,14 @@ struct EmbeddingShape {
   int tokens, vocab, dim;
 };
 
-EmbeddingShape embedding_shape(const OpCall& call) { return {call.i32("tokens"), call.i32("vocab"), call.i32("dim")}; }
+EmbeddingShape embedding_shape(const OpCall& call) { return {call.i32("tokens"_attr), call.i32("vocab"_attr), call.i32("dim"_attr)}; }
 
 // Calls f(TypeTag<T>, integral_constant<VEC>) for the float args: 16-byte vectors when every row
 // start is 16-byte aligned.
 template <typename F>
-void with_rows(const OpCall& call, std::initializer_list<const char*> names, int dim, F&& f) {
+void with_rows(const OpCall& call, std::initializer_list<ArgName> names, int dim, F&& f) {
   bool aligned = true;
-  for (const char* n : names) aligned = aligned && aligned16(call.arg(n).ptr);
+  for (const ArgName n : names) aligned = aligned && aligned16(call.arg(n).ptr);
   with_float_type(float_dtype_of(call, names), [&](auto tag) {
     using T = typename decltype(tag)::type;
     with_vec<T>(aligned && dim % kVec16<T> == 0, [&](auto vec) { f(tag, vec); });
@@ -214,13 +207,13 @@ void with_rows(const OpCall& call, std::initializer_list<const char*> names, int
 MDLM_OP(embedding) {
   using namespace mdlm;
   const EmbeddingShape s = embedding_shape(call);
-  with_rows(call, {"table", "out"}, s.dim, [&](auto tag, auto vec) {
+  with_rows(call, {"table"_arg, "out"_arg}, s.dim, [&](auto tag, auto vec) {
     using T = typename decltype(tag)::type;
     constexpr int VEC = decltype(vec)::value;
     const int64_t items = static_cast<int64_t>(s.tokens) * (s.dim / VEC);
-    check_cuda(launch_kernel(embedding_kernel<T, VEC>, blocks_for(items, 256), 256, 0, call.stream, static_cast<const int32_t*>(call.arg("ids").ptr),
-        static_cast<const T*>(call.arg("table").ptr),
-        static_cast<T*>(call.arg("out").ptr), s.tokens, s.vocab, s.dim), "embedding_kernel");
+    check_cuda(launch_kernel(embedding_kernel<T, VEC>, blocks_for(items, 256), 256, 0, call.stream, static_cast<const int32_t*>(call.arg("ids"_arg).ptr),
+        static_cast<const T*>(call.arg("table"_arg).ptr),
+        static_cast<T*>(call.arg("out"_arg).ptr), s.tokens, s.vocab, s.dim), "embedding_kernel");
   });
 }
 
@@ -236,7 +229,7 @@ MDLM_OP(embedding_backward) {
   uint32_t* tile_counts = scratch_u32(static_cast<int64_t>(kTile) * tiles);
   const int chunks = s.tokens / kChunk;  // full chunks only: a partial one is summed position by position
   float* chunk_sums = chunks > 0 ? static_cast<float*>(call.scratch->get(sizeof(float) * chunks * static_cast<size_t>(s.dim))) : nullptr;
-  check_cuda(launch_kernel(sort_keys_kernel, tiles, kTile, 0, call.stream, static_cast<const int32_t*>(call.arg("ids").ptr), keys, vals, s.tokens, s.vocab), "sort_keys_kernel");
+  check_cuda(launch_kernel(sort_keys_kernel, tiles, kTile, 0, call.stream, static_cast<const int32_t*>(call.arg("ids"_arg).ptr), keys, vals, s.tokens, s.vocab), "sort_keys_kernel");
   // Keys run up to vocab itself (the out-of-range key).
   const int bits = 32 - __builtin_clz(static_cast<unsigned>(s.vocab));
   for (int shift = 0; shift < bits; shift += kRadixBits) {
@@ -246,9 +239,9 @@ MDLM_OP(embedding_backward) {
     std::swap(keys, keys_next);
     std::swap(vals, vals_next);
   }
-  const Arg& dtable = call.arg("dtable");
-  const bool accumulate = call.flag("accumulate");
-  const DType dout_dtype = call.float_dtype("dout", {DType::f32, DType::bf16});
+  const Arg& dtable = call.arg("dtable"_arg);
+  const bool accumulate = call.flag("accumulate"_attr);
+  const DType dout_dtype = call.float_dtype("dout"_arg, {DType::f32, DType::bf16});
   // The TypeScript side has checked dtable's dtype: dout's own, or f32 with outF32.
   with_float_type(dout_dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -257,11 +250,11 @@ MDLM_OP(embedding_backward) {
       // VEC elements of T are 16 bytes; of TO up to 32 (bf16 in, f32 out): each pointer must be
       // aligned to its own vector size.
       constexpr int V = kVec16<T>;
-      const bool vectorised = s.dim % V == 0 && aligned16(call.arg("dout").ptr) &&
+      const bool vectorised = s.dim % V == 0 && aligned16(call.arg("dout"_arg).ptr) &&
                               reinterpret_cast<uintptr_t>(dtable.ptr) % (V * sizeof(TO)) == 0;
       with_vec<T>(vectorised, [&](auto vec) {
         constexpr int VEC = decltype(vec)::value;
-        const T* dout = static_cast<const T*>(call.arg("dout").ptr);
+        const T* dout = static_cast<const T*>(call.arg("dout"_arg).ptr);
         if (chunks > 0) {
           check_cuda(launch_kernel(embedding_chunk_sum_kernel<T, VEC>, chunks, 128, 0, call.stream, keys, vals, dout, chunk_sums, s.vocab, s.dim), "embedding_chunk_sum_kernel");
         }

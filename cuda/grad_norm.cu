@@ -8,7 +8,6 @@ namespace mdlm {
 constexpr float kClipEps = 1e-6f;
 
 __global__ void __launch_bounds__(256) grad_norm_finalize_kernel(const float* __restrict__ partials, int64_t count, float max_norm, float* __restrict__ out) {
-  wait_previous_kernel();
   float acc = 0.0f;
   for (int64_t j = threadIdx.x; j < count; j += blockDim.x) acc += partials[j];
   acc = block_combine<false>(acc);
@@ -23,9 +22,9 @@ __global__ void __launch_bounds__(256) grad_norm_finalize_kernel(const float* __
 
 MDLM_OP(grad_norm) {
   using namespace mdlm;
-  const int64_t n = call.i64("n");
+  const int64_t n = call.i64("n"_attr);
   const int64_t segments = reduce_segments_for(1, n);
   auto* partials = static_cast<float*>(call.scratch->get(sizeof(float) * segments));
-  reduce_segments(call, static_cast<const float*>(call.arg("x").ptr), partials, {1, n, segments, ReduceMap::square, false, 1.0f});
-  check_cuda(launch_kernel(grad_norm_finalize_kernel, 1, 256, 0, call.stream, partials, segments, static_cast<float>(call.num("maxNorm")), static_cast<float*>(call.arg("out").ptr)), "grad_norm_finalize_kernel");
+  reduce_segments(call, static_cast<const float*>(call.arg("x"_arg).ptr), partials, {1, n, segments, ReduceMap::square, false, 1.0f});
+  check_cuda(launch_kernel(grad_norm_finalize_kernel, 1, 256, 0, call.stream, partials, segments, static_cast<float>(call.num("maxNorm"_attr)), static_cast<float*>(call.arg("out"_arg).ptr)), "grad_norm_finalize_kernel");
 }

@@ -55,53 +55,53 @@ void check_cuda(cudaError_t e, const char* what) {
   throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 }
 
-const Arg& OpCall::arg(const std::string& name) const {
-  auto it = args.find(name);
-  if (it == args.end()) throw std::runtime_error(op + ": the launcher asked for argument '" + name + "', which the call does not pass");
+const Arg& OpCall::arg(ArgName name) const {
+  auto it = args.find(name.str);
+  if (it == args.end()) throw std::runtime_error(op + ": the launcher asked for argument '" + name.str + "', which the call does not pass");
   return it->second;
 }
 
-double OpCall::num(const std::string& name) const {
-  auto it = nums.find(name);
-  if (it == nums.end()) throw std::runtime_error(op + ": the launcher asked for numeric attribute '" + name + "', which the call does not pass");
+double OpCall::num(AttrName name) const {
+  auto it = nums.find(name.str);
+  if (it == nums.end()) throw std::runtime_error(op + ": the launcher asked for numeric attribute '" + name.str + "', which the call does not pass");
   return it->second;
 }
 
-int64_t OpCall::i64(const std::string& name) const {
+int64_t OpCall::i64(AttrName name) const {
   const double v = num(name);
   // Integers beyond 2^53 are not exact in the double they arrive in.
   if (!(std::floor(v) == v && std::fabs(v) <= 9007199254740992.0)) {
     std::ostringstream m;
-    m << op << ": attribute '" << name << "' is " << v << "; expected an integer";
+    m << op << ": attribute '" << name.str << "' is " << v << "; expected an integer";
     throw OpError("BAD_ARGUMENT", m.str());
   }
   return static_cast<int64_t>(v);
 }
 
-int OpCall::i32(const std::string& name) const {
+int OpCall::i32(AttrName name) const {
   const int64_t v = i64(name);
   if (v < INT32_MIN || v > INT32_MAX) {
-    throw OpError("BAD_ARGUMENT", op + ": attribute '" + name + "' is " + std::to_string(v) + "; the CUDA kernel takes at most 2^31 - 1");
+    throw OpError("BAD_ARGUMENT", op + ": attribute '" + name.str + "' is " + std::to_string(v) + "; the CUDA kernel takes at most 2^31 - 1");
   }
   return static_cast<int>(v);
 }
 
-bool OpCall::flag(const std::string& name) const { return num(name) != 0.0; }
+bool OpCall::flag(AttrName name) const { return num(name) != 0.0; }
 
-const std::string& OpCall::str(const std::string& name) const {
-  auto it = strs.find(name);
-  if (it == strs.end()) throw std::runtime_error(op + ": the launcher asked for string attribute '" + name + "', which the call does not pass");
+const std::string& OpCall::str(AttrName name) const {
+  auto it = strs.find(name.str);
+  if (it == strs.end()) throw std::runtime_error(op + ": the launcher asked for string attribute '" + name.str + "', which the call does not pass");
   return it->second;
 }
 
-DType OpCall::float_dtype(const std::string& name, std::initializer_list<DType> allowed) const {
+DType OpCall::float_dtype(ArgName name, std::initializer_list<DType> allowed) const {
   const DType d = arg(name).dtype;
   std::string list;
   for (DType a : allowed) {
     if (a == d) return d;
     list += (list.empty() ? "" : " or ") + std::string(dtype_name(a));
   }
-  throw OpError("UNSUPPORTED_DTYPE", op + ": the CUDA kernel takes " + list + " for '" + name + "', got " + dtype_name(d));
+  throw OpError("UNSUPPORTED_DTYPE", op + ": the CUDA kernel takes " + list + " for '" + name.str + "', got " + dtype_name(d));
 }
 
 void OpCall::unsupported(const std::string& what) const {

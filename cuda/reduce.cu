@@ -4,14 +4,14 @@
 
 MDLM_OP(reduce) {
   using namespace mdlm;
-  const int64_t rows = call.i64("rows"), cols = call.i64("cols");
-  const std::string& kind = call.str("kind");
+  const int64_t rows = call.i64("rows"_attr), cols = call.i64("cols"_attr);
+  const std::string& kind = call.str("kind"_attr);
   const bool use_max = kind == "maxabs";
   const ReduceMap map = kind == "sumsq" ? ReduceMap::square : use_max ? ReduceMap::abs : ReduceMap::identity;
   if (!use_max && map == ReduceMap::identity && kind != "sum" && kind != "mean") call.unsupported("kind '" + kind + "'");
   const float scale = kind == "mean" ? static_cast<float>(1.0 / static_cast<double>(cols)) : 1.0f;
-  const auto* x = static_cast<const float*>(call.arg("x").ptr);
-  auto* out = static_cast<float*>(call.arg("out").ptr);
+  const auto* x = static_cast<const float*>(call.arg("x"_arg).ptr);
+  auto* out = static_cast<float*>(call.arg("out"_arg).ptr);
   const int64_t segments = reduce_segments_for(rows, cols);
   if (segments == 1) {
     reduce_segments(call, x, out, {rows, cols, 1, map, use_max, scale});

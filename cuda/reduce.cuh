@@ -85,7 +85,6 @@ __device__ __forceinline__ float reduce_map(float e) {
 template <ReduceMap MAP, bool MAX, bool kVec4>
 __global__ void __launch_bounds__(256) segment_reduce_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t cols, int64_t segments,
                                                              int64_t seg_len, float scale) {
-  wait_previous_kernel();
   const int64_t o = blockIdx.x;
   const int64_t begin = (o % segments) * seg_len;
   const int64_t end = begin + seg_len < cols ? begin + seg_len : cols;

@@ -10,7 +10,6 @@ namespace mdlm {
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rmsnorm_kernel(const T* __restrict__ x, const T* __restrict__ weight, T* __restrict__ y, float* __restrict__ rstd, int rows, int dim, float eps) {
-  wait_previous_kernel();
   const int row = blockIdx.x * blockDim.y + threadIdx.y;
   const bool live = row < rows;  // a dead team still meets the block at team_sum's barriers
   const int64_t base = static_cast<int64_t>(row) * dim;
@@ -42,7 +41,6 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     rmsnorm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ weight,
                             const float* __restrict__ rstd, const T* __restrict__ dresidual, T* __restrict__ dx,
                             float* __restrict__ partials, int rows, int dim) {
-  wait_previous_kernel();
   extern __shared__ float column_acc[];
   constexpr int R = kRowVecs<VEC>;
   float w[R][VEC], dw[R][VEC] = {};
@@ -83,12 +81,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 
 MDLM_OP(rmsnorm) {
   using namespace mdlm;
-  const Arg& x = call.arg("x");
-  const Arg& weight = call.arg("weight");
-  const Arg& y = call.arg("y");
-  const DType dtype = float_dtype_of(call, {"x", "weight", "y"});
-  const int rows = call.i32("rows"), dim = call.i32("dim");
-  const float eps = static_cast<float>(call.num("eps"));
+  const Arg& x = call.arg("x"_arg);
+  const Arg& weight = call.arg("weight"_arg);
+  const Arg& y = call.arg("y"_arg);
+  const DType dtype = float_dtype_of(call, {"x"_arg, "weight"_arg, "y"_arg});
+  const int rows = call.i32("rows"_attr), dim = call.i32("dim"_attr);
+  const float eps = static_cast<float>(call.num("eps"_attr));
   const bool aligned = all_aligned16({x.ptr, weight.ptr, y.ptr});
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -97,7 +95,7 @@ MDLM_OP(rmsnorm) {
       const RowLayout layout = row_layout<VEC>(call, dim, 256);
       check_cuda(launch_kernel(rmsnorm_kernel<T, VEC>, blocks_for(rows, layout.rows_per_block), layout.block(), 0, call.stream,
           static_cast<const T*>(x.ptr), static_cast<const T*>(weight.ptr), static_cast<T*>(y.ptr),
-          static_cast<float*>(call.arg("rstd").ptr), rows, dim, eps), call.op.c_str());
+          static_cast<float*>(call.arg("rstd"_arg).ptr), rows, dim, eps), call.op.c_str());
     });
   });
 }
@@ -105,15 +103,15 @@ MDLM_OP(rmsnorm) {
 MDLM_OP(rmsnorm_backward) {
   using namespace mdlm;
   // dweight is the others' dtype, or f32 with outF32 (the TypeScript side has checked which).
-  const DType dtype = float_dtype_of(call, {"dy", "x", "weight", "dresidual", "dx"});
-  const Arg& dweight = call.arg("dweight");
-  const bool accumulate = call.flag("accumulate");
-  const int rows = call.i32("rows"), dim = call.i32("dim");
-  const void* dy = call.arg("dy").ptr;
-  const void* x = call.arg("x").ptr;
-  const void* weight = call.arg("weight").ptr;
-  const void* dresidual = call.arg("dresidual").ptr;
-  void* dx = call.arg("dx").ptr;
+  const DType dtype = float_dtype_of(call, {"dy"_arg, "x"_arg, "weight"_arg, "dresidual"_arg, "dx"_arg});
+  const Arg& dweight = call.arg("dweight"_arg);
+  const bool accumulate = call.flag("accumulate"_attr);
+  const int rows = call.i32("rows"_attr), dim = call.i32("dim"_attr);
+  const void* dy = call.arg("dy"_arg).ptr;
+  const void* x = call.arg("x"_arg).ptr;
+  const void* weight = call.arg("weight"_arg).ptr;
+  const void* dresidual = call.arg("dresidual"_arg).ptr;
+  void* dx = call.arg("dx"_arg).ptr;
   const bool aligned = all_aligned16({dy, x, weight, dresidual, dx});
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -124,7 +122,7 @@ MDLM_OP(rmsnorm_backward) {
         launch_row_backward<TO>(call, rmsnorm_backward_kernel<T, VEC>, row_layout<VEC>(call, dim, 512), rows, dim,
                                 static_cast<TO*>(dweight.ptr), static_cast<TO*>(nullptr), accumulate, static_cast<const T*>(dy),
                                 static_cast<const T*>(x), static_cast<const T*>(weight),
-                                static_cast<const float*>(call.arg("rstd").ptr), static_cast<const T*>(dresidual),
+                                static_cast<const float*>(call.arg("rstd"_arg).ptr), static_cast<const T*>(dresidual),
                                 static_cast<T*>(dx));
       });
     });

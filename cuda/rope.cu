@@ -26,7 +26,6 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, const int* __restrict__ positions,
                                                    T* __restrict__ dst, int64_t tokens, int heads, int head_dim,
                                                    int64_t x_stride, int64_t y_stride, double base, float sign, bool rotate) {
-  wait_previous_kernel();
   extern __shared__ float inv_freq[];
   const int half = head_dim / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) inv_freq[i] = rope_inv_freq(base, i, head_dim);
@@ -67,16 +66,16 @@ __global__ void __launch_bounds__(256) rope_kernel(const T* __restrict__ src, co
   }
 }
 
-void launch_rope(const OpCall& call, const char* src_name, const char* dst_name, float sign) {
+void launch_rope(const OpCall& call, ArgName src_name, ArgName dst_name, float sign) {
   const DType dtype = float_dtype_of(call, {src_name, dst_name});
-  const int64_t tokens = static_cast<int64_t>(call.i32("batch")) * call.i32("seqLen");
-  const int heads = call.i32("heads"), head_dim = call.i32("headDim");
-  const double base = call.num("base");
+  const int64_t tokens = static_cast<int64_t>(call.i32("batch"_attr)) * call.i32("seqLen"_attr);
+  const int heads = call.i32("heads"_attr), head_dim = call.i32("headDim"_attr);
+  const double base = call.num("base"_attr);
   // token strides (elements; attributes absent: the heads), and rotate (absent: true)
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
-  const int64_t x_stride = call.has("xStride") ? static_cast<int64_t>(call.num("xStride")) : width;
-  const int64_t y_stride = call.has("yStride") ? static_cast<int64_t>(call.num("yStride")) : width;
-  const bool rotate = !call.has("rotate") || call.flag("rotate");
+  const int64_t x_stride = call.has("xStride"_attr) ? static_cast<int64_t>(call.num("xStride"_attr)) : width;
+  const int64_t y_stride = call.has("yStride"_attr) ? static_cast<int64_t>(call.num("yStride"_attr)) : width;
+  const bool rotate = !call.has("rotate"_attr) || call.flag("rotate"_attr);
   const void* src = call.arg(src_name).ptr;
   void* dst = call.arg(dst_name).ptr;
   with_float_type(dtype, [&](auto tag) {
@@ -86,7 +85,7 @@ void launch_rope(const OpCall& call, const char* src_name, const char* dst_name,
       constexpr int VEC = decltype(vec)::value;
       const int64_t items = tokens * ((heads + kRopeHeads - 1) / kRopeHeads) * (head_dim / 2 / VEC);
       check_cuda(launch_kernel(rope_kernel<T, VEC>, blocks_for(items, 256), 256, sizeof(float) * (head_dim / 2), call.stream,
-          static_cast<const T*>(src), static_cast<const int*>(call.arg("positions").ptr), static_cast<T*>(dst), tokens, heads,
+          static_cast<const T*>(src), static_cast<const int*>(call.arg("positions"_arg).ptr), static_cast<T*>(dst), tokens, heads,
           head_dim, x_stride, y_stride, base, sign, rotate), call.op.c_str());
     });
   });
@@ -94,4 +93,4 @@ void launch_rope(const OpCall& call, const char* src_name, const char* dst_name,
 
 }  // namespace mdlm
 
-MDLM_OP(rope) { mdlm::launch_rope(call, "x", "y", 1.0f); }
+MDLM_OP(rope) { mdlm::launch_rope(call, "x"_arg, "y"_arg, 1.0f); }

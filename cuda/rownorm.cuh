@@ -80,7 +80,6 @@ __device__ void write_block_columns(const float (&v)[kRowVecs<VEC>][VEC], int di
 // then the slices in order.
 template <typename T>
 __global__ void __launch_bounds__(1024) sum_partials_kernel(const float* __restrict__ partials, int groups, int dim, T* out0, T* out1, bool accumulate) {
-  wait_previous_kernel();
   __shared__ float slice[32][33];
   const int j = blockIdx.x * 32 + threadIdx.x;
   const float* p = partials + static_cast<int64_t>(blockIdx.y) * groups * dim;

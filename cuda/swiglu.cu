@@ -17,8 +17,8 @@ struct SwigluBackward {
 
 }  // namespace mdlm
 
-MDLM_OP(swiglu) { mdlm::launch_map<2, 1>(call, {"gate", "up"}, {"out"}, mdlm::SwigluForward{}); }
+MDLM_OP(swiglu) { mdlm::launch_map<2, 1>(call, {"gate"_arg, "up"_arg}, {"out"_arg}, mdlm::SwigluForward{}); }
 
 MDLM_OP(swiglu_backward) {
-  mdlm::launch_map<3, 2>(call, {"dout", "gate", "up"}, {"dgate", "dup"}, mdlm::SwigluBackward{});
+  mdlm::launch_map<3, 2>(call, {"dout"_arg, "gate"_arg, "up"_arg}, {"dgate"_arg, "dup"_arg}, mdlm::SwigluBackward{});
 }

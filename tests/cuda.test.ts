@@ -5,15 +5,16 @@
  * reductions and the scatter-add; unaligned views; errors; 20 training steps of each objective in
  * bf16 whose losses track the CPU's in f32. Without a GPU or without the built
  * addon the tests skip and say why; with MDLM_REQUIRE_CUDA=1 (bench/cuda-run.sh) that fails.
- * The backend's own TypeScript also runs everywhere, over a simulated device (tests/support).
+ * The kernels other GPUs run are tested here too, on a Hopper GPU, through a backend with the
+ * Hopper kernels off (CudaBackendOptions.hopperKernels). The backend's own TypeScript also runs
+ * everywhere, over a simulated device (tests/support).
  */
 import { afterAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
-import { CudaBackend } from '../src/backend/cuda/cuda.js';
+import { CudaBackend, type CudaBackendOptions } from '../src/backend/cuda/cuda.js';
 import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
 import { checkParity, freshSeed, parityDtypes, relativeError, uploadBackwardFromForward } from '../src/harness/parity.js';
 import { type AttentionAttrs, attention, attentionBackward } from '../src/ops/attention.js';
-import { add } from '../src/ops/add.js';
 import { CAST_DTYPES, type CastAttrs, cast } from '../src/ops/cast.js';
 import { type CrossEntropyAttrs, crossEntropyFused } from '../src/ops/cross_entropy.js';
 import { embeddingBackward } from '../src/ops/embedding.js';
@@ -23,10 +24,11 @@ import { matmul, matmulAttrs } from '../src/ops/matmul.js';
 import { matmulSwiglu, matmulSwigluBackward } from '../src/ops/matmul_swiglu.js';
 import { type MatmulRopeAttrs, matmulRope } from '../src/ops/matmul_rope.js';
 import { samplePositions } from '../src/ops/rope.js';
+import { swiglu } from '../src/ops/swiglu.js';
 import { type OpDef, randn } from '../src/ops/op.js';
 import { type ReduceAttrs, reduce } from '../src/ops/reduce.js';
 import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
-import { createBackend, probeCuda } from '../src/runtime/backends.js';
+import { createBackend, loadCudaAddon, probeCuda } from '../src/runtime/backends.js';
 import { resolveConfig } from '../src/config/load.js';
 import { LlamaModel } from '../src/model/llama.js';
 import { AdamW } from '../src/optim/adamw.js';
@@ -52,6 +54,31 @@ async function cuda(): Promise<CudaBackend> {
 
 afterAll(() => opened?.destroy());
 
+/** Another backend on the same addon (and device), with other kernel settings: it takes the default backend's tensors. */
+const others = new Map<string, CudaBackend>();
+function cudaWith(options: CudaBackendOptions): CudaBackend {
+  const key = JSON.stringify(options);
+  if (!others.has(key)) others.set(key, new CudaBackend(loadCudaAddon().addon!, options));
+  return others.get(key)!;
+}
+
+/** The kernels Ampere and Ada run, on this GPU. */
+const beforeHopper = (): CudaBackend => cudaWith({ hopperKernels: false });
+
+/** `b` with every attention_backward call deterministic (the op's attribute), for a model's passes. */
+function deterministicAttention(b: CudaBackend): CudaBackend {
+  return new Proxy(b, {
+    get(target, key) {
+      if (key === 'run') {
+        return <A>(op: OpDef<A>, args: Readonly<Record<string, Tensor>>, attrs: A) =>
+          target.run(op, args, op.name === 'attention_backward' ? { ...attrs, deterministic: true } : attrs);
+      }
+      const v: unknown = Reflect.get(target, key, target);
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+}
+
 describe.skipIf(hasCuda)('cuda', () => {
   it.skip(`skipped: ${probe.reason}`, () => {});
 });
@@ -62,7 +89,7 @@ contracts('cuda on a simulated device', async () => new CudaBackend(simulatedCud
 describe('cuda backend on a simulated device', () => {
   it('hands kernels the right pointers, dtypes and attributes (parity through the references)', async () => {
     const b = new CudaBackend(simulatedCudaAddon());
-    for (const name of ['cast', 'matmul', 'embedding_backward', 'diffusion_mask', 'philox', 'reduce', 'adamw', 'axpy']) {
+    for (const name of ['cast', 'matmul', 'embedding_backward', 'diffusion_mask', 'reduce', 'adamw', 'swiglu']) {
       const op = OPS.find((o) => o.name === name)!;
       for (const c of op.cases('test').slice(0, 4)) {
         for (const dtype of parityDtypes(op, b, ['bf16', 'f32'])) {
@@ -82,7 +109,6 @@ describe('cuda backend on a simulated device', () => {
       const m = new LlamaModel(b, cfg.model, 2, 3);
       expect(m.blocks[0]!.attn.fused).toBe(true);
       m.setBatch({ inputs: Int32Array.from({ length: N }, (_, i) => (i * 7 + 1) % 256), targets: Int32Array.from({ length: N }, (_, i) => (i * 13 + 4) % 256), segIds: new Int32Array(N), positions: Int32Array.from({ length: N }, (_, i) => i % 24) }, false);
-      m.setWeights(new Float32Array(N).fill(1));
       m.forwardBackward(true);
       const out = { loss: await m.loss(), grad: Array.from((await b.download(m.store.grad)) as Float32Array) };
       m.destroy();
@@ -181,6 +207,32 @@ describe('cuda backend on a simulated device', () => {
     expect(got.map((x) => (Number.isNaN(x) ? 'NaN' : x))).toEqual(Array.from(codes, (c) => (Number.isNaN(e4m3ToF32(c)) ? 'NaN' : e4m3ToF32(c))));
     await expectMdlmError(() => b.uploadBytes(v, codes.subarray(1)), 'BAD_SHAPE', '256 bytes');
     b.free(base);
+  });
+
+  it("hands the addon each backend's kernel settings before that backend's runs, and only when they change", async () => {
+    const addon = simulatedCudaAddon();
+    let configures = 0;
+    const counted = { ...addon, configure: (...a: Parameters<typeof addon.configure>) => ((configures += 1), addon.configure(...a)) };
+    const hopper = new CudaBackend(counted);
+    const other = new CudaBackend(counted, { hopperKernels: false, gemmAutotune: 0 });
+    expect(hopper.kernelSettings).toEqual({ hopperKernels: true, gemmAutotune: 8 });
+    const x = hopper.alloc([4, 1], 'f32'), out = hopper.alloc([4], 'f32');
+    hopper.upload(x, Float32Array.from([1, -2, 3, -4]));
+    const step = (b: CudaBackend): void => b.run(reduce, { x, out: out }, { rows: 4, cols: 1, kind: 'sum' });
+    step(hopper);
+    step(hopper);
+    step(other);
+    step(hopper);
+    hopper.configureKernels({ gemmAutotune: 3 });
+    step(hopper);
+    expect(addon.runSettings()).toEqual([
+      { hopperKernels: true, gemmAutotune: 8 }, { hopperKernels: true, gemmAutotune: 8 }, { hopperKernels: false, gemmAutotune: 0 },
+      { hopperKernels: true, gemmAutotune: 8 }, { hopperKernels: true, gemmAutotune: 3 },
+    ]);
+    expect(configures).toBe(4);
+    await expectMdlmError(() => hopper.configureKernels({ gemmAutotune: 65 }), 'BAD_ARGUMENT', 'gemmAutotune');
+    await expectMdlmError(() => new CudaBackend(counted, { gemmAutotune: 1.5 }), 'BAD_ARGUMENT', 'gemmAutotune');
+    [x, out].forEach((t) => hopper.free(t));
   });
 
   it('turns addon errors that carry a code into MdlmErrors', async () => {
@@ -310,35 +362,9 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     [x, sums, g, norm, ids, dout, dtable].forEach((t) => b.free(t));
   });
 
-  // cuda/matmul_ws.cuh behind MDLM_MATMUL_WS (read at every call), on Hopper only: elsewhere the
-  // matmul op never dispatches it, so the test says it skipped.
-  it('runs bf16 products with transB through our Hopper GEMM (MDLM_MATMUL_WS=coop, ping and coop256, with and without TMA stores) within the matmul tolerance: tails, batches, many tiles, a transposed or not', async (ctx) => {
-    const b = await cuda();
-    if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: the kernel is for sm 9.0`);
-    const shapes = [
-      matmulAttrs(1, 300, 260, 136, false, true), matmulAttrs(2, 257, 300, 72, false, true), matmulAttrs(1, 2048, 768, 768, false, true), matmulAttrs(3, 64, 96, 8, false, true),
-      // a transposed (the MLP's dh = Wdownᵀ · doutᵀ layout)
-      matmulAttrs(1, 264, 300, 136, true, true), matmulAttrs(2, 2048, 1024, 768, true, true),
-    ];
-    try {
-      for (const [schedule, tma] of [['coop', '0'], ['ping', '0'], ['coop256', '0'], ['coop256', '1'], ['ping', '1']] as const) {
-        process.env.MDLM_MATMUL_WS = schedule;
-        process.env.MDLM_MATMUL_WS_TMA = tma;
-        for (const attrs of shapes) {
-          const r = await checkParity(b, matmul, { label: `${schedule} tma ${tma} ${JSON.stringify(attrs)}`, attrs }, { seed: freshSeed(), dtype: 'bf16' });
-          expect(r.error, JSON.stringify(r)).toBeUndefined();
-          expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
-        }
-      }
-    } finally {
-      delete process.env.MDLM_MATMUL_WS;
-      delete process.env.MDLM_MATMUL_WS_TMA;
-    }
-  });
-
-  // matmul_swiglu and matmul_swiglu_backward through cuda/matmul_ws.cuh's SwiGLU epilogues (the
-  // default on Hopper) against the same ops unfused (MDLM_MATMUL_SWIGLU_FUSED=0: matmul, then
-  // swiglu or swiglu_backward) at llama-sized shapes, several tiles an SM with a long k: a race
+  // matmul_swiglu and matmul_swiglu_backward through cuda/gemm/gemm_ws.cuh's SwiGLU epilogues
+  // (Hopper's) against the same ops unfused (the Hopper kernels off: matmul, then swiglu or
+  // swiglu_backward, as other GPUs run them) at llama-sized shapes, several tiles an SM with a long k: a race
   // between a consumer's reads of its G and U buffer and the next TMA load into it shows as a
   // difference far above the two paths' own (the same bf16 roundings: about 1e-5 on the H100).
   // The two shapes take the forward's two forms (gemm::swiglu_epilogue: 6.9e10 FLOP the deep
@@ -356,26 +382,24 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       const F = attrs.hidden, R = attrs.rows, K = attrs.k;
       const fwd = { wgu: upload([2 * F, K], 1 / 32), x: upload([R, K], 1), gu: b.alloc([2 * F, R], 'bf16'), out: b.alloc([F, R], 'bf16') };
       const bwd = { wdown: upload([K, F], 1 / 32), dout: upload([R, K], 1), gu: upload([2 * F, R], 2), dgu: b.alloc([2 * F, R], 'bf16') };
-      const outputs = async () => {
-        b.run(matmulSwiglu, fwd, attrs);
-        b.run(matmulSwigluBackward, bwd, attrs);
+      const outputs = async (on: CudaBackend) => {
+        on.run(matmulSwiglu, fwd, attrs);
+        on.run(matmulSwigluBackward, bwd, attrs);
         return Promise.all([fwd.gu, fwd.out, bwd.dgu].map(async (t) => (await b.download(t)) as Float32Array));
       };
       try {
-        const fused = await outputs();
-        process.env.MDLM_MATMUL_SWIGLU_FUSED = '0';
-        const unfused = await outputs();
+        const fused = await outputs(b);
+        const unfused = await outputs(beforeHopper());
         fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), `${['gu', 'out', 'dgu'][i]} at F=${F}`).toBeLessThanOrEqual(1e-4));
       } finally {
-        delete process.env.MDLM_MATMUL_SWIGLU_FUSED;
         [...Object.values(fwd), ...Object.values(bwd)].forEach((t) => b.free(t));
       }
     }
   });
 
-  // matmul_rope through cuda/matmul_ws.cuh's rope epilogue (the default on Hopper) against the
-  // reference at the registry's cases, and against the same op unfused (matmul, then rope:
-  // MDLM_MATMUL_ROPE_FUSED=0) at llama-sized shapes: head dim 64 (cooperative 256-wide
+  // matmul_rope through cuda/gemm/gemm_ws.cuh's rope epilogue (Hopper's) against the reference at
+  // the registry's cases, and against the same op unfused (matmul, then rope: the Hopper kernels
+  // off) at llama-sized shapes: head dim 64 (cooperative 256-wide
   // tiles) and 128 with grouped-query k (q's 2048 columns, k's 512). The paths differ by one bf16
   // rounding of the product (the unfused rounds it before rope turns it), about 1e-3; a wrong
   // angle, pairing or part is of order 1. Positions run past the rope table's 4096
@@ -389,71 +413,73 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       { batch: 2, seqLen: 2048, heads: 16, kvHeads: 4, headDim: 128, base: 500000, inFeatures: 2048 },
     ];
     const rng = new PhiloxStream(31, RngPurpose.harness);
-    try {
-      process.env.MDLM_MATMUL_ROPE_FUSED = '1';
-      for (const c of matmulRope.cases('test')) {
-        const r = await checkParity(b, matmulRope, c, { seed: freshSeed(), dtype: 'bf16' });
-        expect(r.error, JSON.stringify(r)).toBeUndefined();
-        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+    for (const c of matmulRope.cases('test')) {
+      const r = await checkParity(b, matmulRope, c, { seed: freshSeed(), dtype: 'bf16' });
+      expect(r.error, JSON.stringify(r)).toBeUndefined();
+      expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+    }
+    for (const a of shapes) {
+      const rows = a.batch * a.seqLen, n = (a.heads + a.kvHeads) * a.headDim;
+      const x = b.alloc([rows, a.inFeatures], 'bf16'), w = b.alloc([n, a.inFeatures], 'bf16'), positions = b.alloc([a.batch, a.seqLen], 'i32');
+      const q = b.alloc([a.batch, a.seqLen, a.heads, a.headDim], 'bf16'), k = b.alloc([a.batch, a.seqLen, a.kvHeads, a.headDim], 'bf16');
+      b.upload(x, Float32Array.from(randn(rng, rows * a.inFeatures)));
+      b.upload(w, Float32Array.from(randn(rng, n * a.inFeatures, 1 / Math.sqrt(a.inFeatures))));
+      b.upload(positions, samplePositions(rng, a));
+      const outputs = async (fused: boolean) => {
+        (fused ? b : beforeHopper()).run(matmulRope, { x, w, positions, q, k }, a);
+        return Promise.all([q, k].map(async (t) => (await b.download(t)) as Float32Array));
+      };
+      try {
+        const fused = await outputs(true), unfused = await outputs(false);
+        fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), `${['q', 'k'][i]} at head dim ${a.headDim}`).toBeLessThanOrEqual(4e-3));
+      } finally {
+        [x, w, positions, q, k].forEach((t) => b.free(t));
       }
-      for (const a of shapes) {
-        const rows = a.batch * a.seqLen, n = (a.heads + a.kvHeads) * a.headDim;
-        const x = b.alloc([rows, a.inFeatures], 'bf16'), w = b.alloc([n, a.inFeatures], 'bf16'), positions = b.alloc([a.batch, a.seqLen], 'i32');
-        const q = b.alloc([a.batch, a.seqLen, a.heads, a.headDim], 'bf16'), k = b.alloc([a.batch, a.seqLen, a.kvHeads, a.headDim], 'bf16');
-        b.upload(x, Float32Array.from(randn(rng, rows * a.inFeatures)));
-        b.upload(w, Float32Array.from(randn(rng, n * a.inFeatures, 1 / Math.sqrt(a.inFeatures))));
-        b.upload(positions, samplePositions(rng, a));
-        const outputs = async (fused: boolean) => {
-          process.env.MDLM_MATMUL_ROPE_FUSED = fused ? '1' : '0';
-          b.run(matmulRope, { x, w, positions, q, k }, a);
-          return Promise.all([q, k].map(async (t) => (await b.download(t)) as Float32Array));
-        };
-        try {
-          const fused = await outputs(true), unfused = await outputs(false);
-          fused.forEach((got, i) => expect(relativeError(got, unfused[i]!, false), `${['q', 'k'][i]} at head dim ${a.headDim}`).toBeLessThanOrEqual(4e-3));
-        } finally {
-          [x, w, positions, q, k].forEach((t) => b.free(t));
-        }
-      }
-    } finally {
-      delete process.env.MDLM_MATMUL_ROPE_FUSED;
     }
   });
 
-  it('runs the deterministic attention backward (MDLM_ATTN_DETERMINISTIC=1) within tolerance, with the same bits every run, close to the fused default', async () => {
+  it('runs the deterministic attention backward (the op\'s deterministic attribute) within tolerance, with the same bits every run, close to the default, on the Hopper kernels and the others', async () => {
     const b = await cuda();
     const downloadGrads = async (t: Record<string, Tensor>) => Promise.all(['dq', 'dk', 'dv'].map(async (n) => (await b.download(t[n]!)) as Float32Array));
-    process.env.MDLM_ATTN_DETERMINISTIC = '1';
+    for (const c of attentionBackward.cases('test')) {
+      const r = await checkParity(b, attentionBackward, { ...c, attrs: { ...c.attrs, deterministic: true } }, { seed: freshSeed(), dtype: 'bf16' });
+      expect(r.error, JSON.stringify(r)).toBeUndefined();
+      expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+    }
+    // Several key blocks add to each dQ row: where the default kernel's atomics would show.
+    const attrs: AttentionAttrs = { batch: 2, seqLen: 700, heads: 4, kvHeads: 2, headDim: 64, causal: true, scale: 0.125 };
+    const deterministic = { ...attrs, deterministic: true };
+    const t: Record<string, Tensor> = {};
+    expect(uploadBackwardFromForward(b, attentionBackward, attrs, 'bf16', new PhiloxStream(13, RngPurpose.harness), t)).toBe(true);
     try {
-      for (const c of attentionBackward.cases('test')) {
-        const r = await checkParity(b, attentionBackward, c, { seed: freshSeed(), dtype: 'bf16' });
-        expect(r.error, JSON.stringify(r)).toBeUndefined();
-        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
-      }
-      // Several key blocks add to each dQ row: where the fused kernel's atomics would show.
-      const attrs: AttentionAttrs = { batch: 2, seqLen: 700, heads: 4, kvHeads: 2, headDim: 64, causal: true, scale: 0.125 };
-      const t: Record<string, Tensor> = {};
-      expect(uploadBackwardFromForward(b, attentionBackward, attrs, 'bf16', new PhiloxStream(13, RngPurpose.harness), t)).toBe(true);
-      try {
-        b.run(attentionBackward, t, attrs);
+      for (const on of [b, beforeHopper()]) {
+        on.run(attentionBackward, t, deterministic);
         const first = await Promise.all(['dq', 'dk', 'dv'].map((n) => b.downloadBytes(t[n]!)));
         for (let i = 0; i < 3; i++) {
-          b.run(attentionBackward, t, attrs);
+          on.run(attentionBackward, t, deterministic);
           expect(await Promise.all(['dq', 'dk', 'dv'].map((n) => b.downloadBytes(t[n]!)))).toEqual(first);
         }
         const det = await downloadGrads(t);
-        delete process.env.MDLM_ATTN_DETERMINISTIC;
-        b.run(attentionBackward, t, attrs);
+        on.run(attentionBackward, t, attrs);
         const fused = await downloadGrads(t);
         // Both round dS and P to bf16 alike; only dQ's summation order (and its one rounding) differ.
         fused.forEach((g, i) => expect(relativeError(g, det[i]!, false), ['dq', 'dk', 'dv'][i]).toBeLessThanOrEqual(2e-3));
-        // dK, dV: the same kernel, the same order.
+        // dK, dV: the same order of sums.
         for (const i of [1, 2]) expect(relativeError(fused[i]!, det[i]!, false), ['dq', 'dk', 'dv'][i]).toBe(0);
-      } finally {
-        Object.values(t).forEach((x) => b.free(x));
       }
     } finally {
-      delete process.env.MDLM_ATTN_DETERMINISTIC;
+      Object.values(t).forEach((x) => b.free(x));
+    }
+  });
+
+  it('runs attention forward and backward on the kernels GPUs before Hopper run (hopperKernels false) within tolerance', async () => {
+    const other = beforeHopper();
+    for (const op of [attention, attentionBackward]) {
+      for (const c of op.cases('test')) {
+        const r = await checkParity(other, op as OpDef<AttentionAttrs>, c, { seed: freshSeed(), dtype: 'bf16' });
+        expect(r.error, JSON.stringify(r)).toBeUndefined();
+        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
+      }
     }
   });
 
@@ -465,12 +491,11 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     // Eight training steps each, causal and bidirectional in turn (unrecorded, recorded, replayed),
     // each step's AdamW taken over by the next pass (as the Trainer does) or queued at once.
     const passes = async (deferred: boolean) => {
-      const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true });
+      const m = new LlamaModel(deterministicAttention(b), cfg, batch, 5, { dtype: 'bf16', record: true });
       const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
-      m.setWeights(lossWeights(N, 1));
       const out: { loss: number; grad: Float32Array }[] = [];
       for (let p = 0; p < 8; p++) {
-        m.setBatch(rows, p % 2 === 0);
+        m.setBatch({ ...rows, weights: lossWeights(N, 1) }, p % 2 === 0);
         m.forwardBackward(true, opt.takeDeferred());
         out.push({ loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array });
         opt.measure();
@@ -483,66 +508,16 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       m.destroy();
       return { passes: out, params };
     };
-    // The deterministic attention backward, so that the only difference could be where the update runs.
-    process.env.MDLM_ATTN_DETERMINISTIC = '1';
-    try {
-      const now = await passes(false);
-      const later = await passes(true);
-      expect(now.passes[7]!.grad.reduce((m, x) => Math.max(m, Math.abs(x)), 0)).toBeGreaterThan(0);
-      // The updates moved the parameters: a later pass's loss differs from the first's.
-      expect(Math.abs(now.passes[6]!.loss - now.passes[0]!.loss)).toBeGreaterThan(1e-3);
-      for (const [p, pass] of later.passes.entries()) {
-        expect(Math.abs(pass.loss - now.passes[p]!.loss), `pass ${p} loss`).toBeLessThanOrEqual(1e-5 * Math.abs(now.passes[p]!.loss));
-        expect(relativeError(pass.grad, now.passes[p]!.grad, false), `pass ${p} gradients`).toBeLessThanOrEqual(1e-5);
-      }
-      expect(relativeError(later.params, now.params, false), 'parameters after the last update').toBeLessThanOrEqual(1e-6);
-    } finally {
-      delete process.env.MDLM_ATTN_DETERMINISTIC;
+    const now = await passes(false);
+    const later = await passes(true);
+    expect(now.passes[7]!.grad.reduce((m, x) => Math.max(m, Math.abs(x)), 0)).toBeGreaterThan(0);
+    // The updates moved the parameters: a later pass's loss differs from the first's.
+    expect(Math.abs(now.passes[6]!.loss - now.passes[0]!.loss)).toBeGreaterThan(1e-3);
+    for (const [p, pass] of later.passes.entries()) {
+      expect(Math.abs(pass.loss - now.passes[p]!.loss), `pass ${p} loss`).toBeLessThanOrEqual(1e-5 * Math.abs(now.passes[p]!.loss));
+      expect(relativeError(pass.grad, now.passes[p]!.grad, false), `pass ${p} gradients`).toBeLessThanOrEqual(1e-5);
     }
-  });
-
-  // MDLM_PDL=1 (programmatic dependent launch, cuda/common.cuh): each kernel may be dispatched
-  // while the one before it finishes, and waits for it before touching memory. A kernel that
-  // read or wrote too early would change some bits of a pass; with the deterministic attention
-  // backward two runs without it agree bit for bit.
-  it('trains recorded passes with programmatic dependent launch (MDLM_PDL=1) to the bits of launching in stream order', async (ctx) => {
-    const b = await cuda();
-    if (!b.info.sm?.startsWith('9.')) ctx.skip(`sm ${b.info.sm}: programmatic dependent launch is asked for on sm 9.0 and later`);
-    const cfg = resolveConfig({ preset: 'tiny', overrides: { 'model.dModel': '128', 'model.nLayers': '2', 'model.nHeads': '2', 'model.ffnHidden': '256', 'model.seqLen': '128' } }).model;
-    const batch = 4, N = batch * 128;
-    const rows = tokenBatch(N, 128, { secondDoc: 80 });
-    // Six steps, causal and bidirectional in turn (unrecorded, recorded, replayed), each step's
-    // AdamW deferred into the next pass's graph, the loss over a third of the rows packed to the
-    // front (compact_rows, then the blocks past them skipped by conditional graph nodes): losses,
-    // gradients and the final parameters.
-    const passes = async (pdl: '0' | '1') => {
-      process.env.MDLM_PDL = pdl;
-      const m = new LlamaModel(b, cfg, batch, 5, { dtype: 'bf16', record: true, packLossRows: true });
-      const opt = new AdamW(m.store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, gradClip: 1 });
-      m.setWeights(lossWeights(N));
-      const out: (number | Float32Array)[] = [];
-      for (let p = 0; p < 6; p++) {
-        m.setBatch(rows, p % 2 === 0);
-        m.forwardBackward(true, opt.takeDeferred());
-        out.push(await m.loss(), (await b.download(m.store.grad)) as Float32Array);
-        opt.measure();
-        opt.defer(1e-3, p + 1);
-      }
-      opt.flush();
-      out.push((await b.download(m.store.value)) as Float32Array);
-      opt.destroy();
-      m.destroy();
-      return out;
-    };
-    process.env.MDLM_ATTN_DETERMINISTIC = '1';
-    try {
-      const ordered = await passes('0');
-      expect(await passes('0'), 'two runs in stream order').toEqual(ordered);
-      expect(await passes('1'), 'with programmatic dependent launch').toEqual(ordered);
-    } finally {
-      delete process.env.MDLM_ATTN_DETERMINISTIC;
-      delete process.env.MDLM_PDL;
-    }
+    expect(relativeError(later.params, now.params, false), 'parameters after the last update').toBeLessThanOrEqual(1e-6);
   });
 
   it('runs head-dim-64 attention with many query tiles a key block and several key blocks a row, and the persistent kernels with more blocks than are resident, within tolerance', async () => {
@@ -567,22 +542,6 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       expect(r.error, JSON.stringify(r)).toBeUndefined();
       expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
     }
-    // And a block a tile (MDLM_ATTN_PERSISTENT=0, read at every call): each block finds the
-    // counter past the last tile after its own (any shape of several tiles shows it).
-    process.env.MDLM_ATTN_PERSISTENT = '0';
-    const fewTiles: AttentionAttrs = { batch: 2, seqLen: 256, heads: 4, kvHeads: 4, headDim: 128, causal: true, scale: 0.125 };
-    try {
-      for (const op of [attention, attentionBackward]) {
-        const r = await checkParity(b, op as OpDef<AttentionAttrs>, { label: 'B2 T256 H4 D128 causal, a block a tile', attrs: fewTiles }, { seed: freshSeed(), dtype: 'bf16' });
-        expect(r.error, JSON.stringify(r)).toBeUndefined();
-        expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
-      }
-    } finally {
-      delete process.env.MDLM_ATTN_PERSISTENT;
-    }
-    // (The float64 CPU sampling and references of these shapes take most of the time: 89 s on the
-    // H200 machine's CPU on 2026-12-05; the whole test 284 s on an H100 machine on 2026-12-06,
-    // before the last forward case and the block-a-tile cases were made smaller.)
   }, 300_000);
 
   it('runs on views at any element offset (unaligned pointers take the scalar paths)', async () => {
@@ -592,11 +551,12 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     const base = b.alloc([3 * n + 8], 'bf16');
     const values = Float32Array.from({ length: 3 * n + 8 }, () => rng.normal());
     b.upload(base, values);
-    const [a, x, out] = [1, n + 3, 2 * n + 6].map((offset) => b.view(base, offset, [n]));
-    b.run(add, { a: a!, b: x!, out: out! }, { n });
-    const got = (await b.download(out!)) as Float32Array;
-    const want = Array.from({ length: n }, (_, i) => bf16ToF32(f32ToBf16(bf16ToF32(f32ToBf16(values[1 + i]!)) + bf16ToF32(f32ToBf16(values[n + 3 + i]!)))));
-    expect(Array.from(got)).toEqual(want);
+    const [gate, up, out] = [1, n + 3, 2 * n + 6].map((offset) => b.view(base, offset, [1, n]));
+    b.run(swiglu, { gate: gate!, up: up!, out: out! }, { rows: 1, hidden: n });
+    const stored = (x: number): number => bf16ToF32(f32ToBf16(x));
+    const want = new Float64Array(n);
+    swiglu.reference({ gate: Float64Array.from(values.subarray(1, 1 + n), stored), up: Float64Array.from(values.subarray(n + 3, 2 * n + 3), stored), out: want }, { rows: 1, hidden: n });
+    expect(relativeError((await b.download(out!)) as Float32Array, want, false)).toBeLessThanOrEqual(swiglu.tolerance.bf16!);
 
     // matmul with a 2-byte-aligned a: cuBLASLt is told the real alignment.
     const [m, k, nn] = [37, 29, 41];
@@ -645,11 +605,11 @@ describe.runIf(hasCuda)('cuda specifics', () => {
   it('reports out of memory with what was free, and f16 compute as unsupported', async () => {
     const b = await cuda();
     await expectMdlmError(() => b.alloc([2 ** 38], 'f32'), 'OUT_OF_MEMORY', 'free of');
-    const h = b.alloc([4], 'f16');
-    const out = b.alloc([4], 'f16');
+    const h = b.alloc([1, 4], 'f16');
+    const out = b.alloc([1, 4], 'f16');
     // An op that took f16 'float' args would still find no f16 kernel here.
-    const addF16 = { ...add, floatDtypes: ['f16'] } as typeof add;
-    await expectMdlmError(() => b.run(addF16, { a: h, b: h, out }, { n: 4 }), 'UNSUPPORTED_DTYPE', 'f16');
+    const swigluF16 = { ...swiglu, floatDtypes: ['f16'] } as typeof swiglu;
+    await expectMdlmError(() => b.run(swigluF16, { gate: h, up: h, out }, { rows: 1, hidden: 4 }), 'UNSUPPORTED_DTYPE', 'f16');
     [h, out].forEach((t) => b.free(t));
   });
 

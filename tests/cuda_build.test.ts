@@ -1,23 +1,29 @@
 /**
- * Without a GPU, where nvcc is installed (CI): every cuda/*.cu that needs only the CUDA toolkit
- * (not the ones including <cublasLt.h>) compiles for sm_90a, so a kernel's syntax or type error
- * fails the run, and their objects link into one library, so a function defined (not inline) in a
- * header that several of them include fails here and not at the addon's link; a host build of cuda/convert.cuh and cuda/philox.cuh gives the same bits as
- * src/convert.ts and src/rng/philox.ts; and the attention kernels, run on the CPU by the warp
- * emulator (cuda/emu), match a float64 reference, so an indexing or fragment-layout error in them
- * fails here before a GPU run. Without nvcc the tests skip and say why.
+ * Without a GPU: every name a CUDA launcher asks for is an argument or attribute of its op in the
+ * registry (so a renamed one fails here, not in a run). Where nvcc is installed (CI): every .cu
+ * under cuda/ that needs only the CUDA toolkit (not the ones including <cublasLt.h>) compiles for
+ * sm_90a, so a kernel's syntax or type error fails the run, and their objects link into one
+ * library, so a function defined (not inline) in a header that several of them include fails here
+ * and not at the addon's link; a host build of cuda/convert.cuh and cuda/philox.cuh gives the
+ * same bits as src/convert.ts and src/rng/philox.ts; and the attention, GEMM and cross-entropy
+ * kernels, run on the CPU by the warp emulator (tests/cuda_emu), match a float64 reference, so an
+ * indexing or fragment-layout error in them fails here before a GPU run. Without nvcc those tests
+ * skip and say why.
  */
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
-import { basename, join } from 'node:path';
+import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CUDA_DIR, NVCC_FLAGS, cudaSources, findNvcc, gencodeFlags, locateToolkit, usesCublasLt } from '../cuda/build.mjs';
+import { CUDA_DIR, NVCC_FLAGS, cudaSources, findNvcc, gencodeFlags, locateToolkit, objectName, usesCublasLt } from '../cuda/build.mjs';
 import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
+import { OPS } from '../src/ops/index.js';
 import { PhiloxStream, RngPurpose, philox4x32 } from '../src/rng/philox.js';
+import { type OpNames, checkLauncherNames, cppFiles, declaredAttributes } from './support/launcher_names.js';
 
 const run = promisify(execFile);
+const EMU_DIR = join(import.meta.dirname, 'cuda_emu');
 const nvcc: string | null = findNvcc();
 if (!nvcc) console.warn('[mdlm tests] skipping CUDA compile checks: nvcc not found (install the CUDA toolkit or set CUDA_HOME)');
 
@@ -37,7 +43,7 @@ afterAll(() => rmSync(outDir, { recursive: true, force: true }));
 
 async function compile(src: string): Promise<Compiled> {
   try {
-    const { stdout, stderr } = await run(nvcc!, [...NVCC_FLAGS, ...gencodeFlags(['90a']), '-c', src, '-o', join(outDir, `${basename(src)}.o`)], { maxBuffer: 1 << 24 });
+    const { stdout, stderr } = await run(nvcc!, [...NVCC_FLAGS, ...gencodeFlags(['90a']), '-c', src, '-o', join(outDir, objectName(src))], { maxBuffer: 1 << 24 });
     return { errors: null, output: `${stderr}${stdout}` };
   } catch (e) {
     const err = e as { stdout?: string; stderr?: string; message: string };
@@ -45,6 +51,43 @@ async function compile(src: string): Promise<Compiled> {
     return { errors: output || err.message, output };
   }
 }
+
+describe('the CUDA launchers ask for the names their ops declare', () => {
+  let registry: Map<string, OpNames>;
+  beforeAll(() => {
+    const attrs = declaredAttributes(join(import.meta.dirname, '..', 'src', 'ops', 'index.ts'));
+    registry = new Map(OPS.map((op) => [op.name, { args: new Set(op.args.map((a) => a.name)), attrs: attrs.get(op.name) ?? new Set<string>() }]));
+    expect(OPS.filter((op) => !attrs.has(op.name)).map((op) => op.name), 'ops declared without defineOp<Attrs>').toEqual([]);
+  }, 60_000);
+
+  it('finds every argument and attribute name of cuda/ in its op\'s declaration', () => {
+    const files = cppFiles(CUDA_DIR);
+    const names = files.flatMap((f) => [...f.text.matchAll(/"\w+"_(arg|attr)\b/g)]);
+    expect(names.length).toBeGreaterThan(100);
+    expect(checkLauncherNames(files.map((f) => ({ ...f, path: relative(CUDA_DIR, f.path) })), registry)).toEqual([]);
+  });
+
+  it('reports a misspelt name, a name of another op, and an op the registry lacks', () => {
+    const text = `
+      // "commented"_arg is not a name
+      void helper(const OpCall& call) { call.i32("seqLen"_attr); call.arg("segIdz"_arg); }
+      MDLM_OP(attention) {
+        call.arg("q"_arg); call.i32("batch"_attr);
+        call.arg("qq"_arg);          // misspelt
+        call.flag("causl"_attr);     // misspelt
+        call.arg("dout"_arg);        // attention_backward's, not attention's
+        call.num("q"_attr);          // an argument asked for as an attribute
+        run_op(call, "swiglu", {{"gate"_arg, a}, {"q"_arg, b}}, {{"rows"_attr, 1}, {"rowz"_attr, 2}});
+      }
+      MDLM_OP(attention_backward) { call.arg("dout"_arg); }
+      MDLM_OP(no_such_op) {}`;
+    const problems = checkLauncherNames([{ path: 'x.cu', text }], registry).join('\n');
+    for (const bad of ['"segIdz"_arg', '"qq"_arg', '"causl"_attr', 'attention declares no argument \'dout\'', '"q"_attr', 'swiglu declares no argument \'q\'', '"rowz"_attr', "no op 'no_such_op'"]) {
+      expect(problems).toContain(bad);
+    }
+    for (const good of ['"seqLen"', '"batch"', '"gate"', '"rows"_attr', 'commented', 'attention_backward declares']) expect(problems).not.toContain(good);
+  });
+});
 
 describe.skipIf(nvcc)('cuda compile checks', () => {
   it.skip('skipped: nvcc not found', () => {});
@@ -68,20 +111,15 @@ describe.runIf(nvcc)('cuda kernels compile for sm_90a', () => {
     for (let j = 0; j < Math.min(Math.max(1, availableParallelism() - 1), sources.length); j++) void worker();
   });
 
-  it('matmul_ws.cuh (every instantiation: tests/support/matmul_ws_kernels.cu)', async () => {
-    const { errors, output } = await compile(join(import.meta.dirname, 'support', 'matmul_ws_kernels.cu'));
-    expect(errors, `nvcc matmul_ws_kernels.cu:\n${errors}`).toBeNull();
-    expect(output, output).not.toMatch(/wgmma\.mma_async instructions are serialized/);
-  }, COMPILE_TIMEOUT);
-
   for (const src of sources) {
-    it(basename(src), async () => {
+    const name = relative(CUDA_DIR, src);
+    it(name, async () => {
       const { errors, output } = await compiled.get(src)!;
-      expect(errors, `nvcc ${basename(src)}:\n${errors}`).toBeNull();
+      expect(errors, `nvcc ${name}:\n${errors}`).toBeNull();
       // ptxas serialises every wgmma of a kernel when their accumulators cannot all stay in
       // registers (C7512) or one is defined on a path that meets an in-flight wgmma (C7515): the
-      // kernel still runs, slower (fwd_ws at head dim 64 was 5% slower so).
-      expect(output, `nvcc ${basename(src)}:\n${output}`).not.toMatch(/wgmma\.mma_async instructions are serialized/);
+      // kernel still runs, slower.
+      expect(output, `nvcc ${name}:\n${output}`).not.toMatch(/wgmma\.mma_async instructions are serialized/);
     }, COMPILE_TIMEOUT);
   }
 
@@ -89,7 +127,7 @@ describe.runIf(nvcc)('cuda kernels compile for sm_90a', () => {
   // resolves them, but refuses a symbol two objects define.
   it('links the objects into one library with no symbol defined twice', async () => {
     const objects: string[] = [];
-    for (const src of sources) if ((await compiled.get(src)!).errors === null) objects.push(join(outDir, `${basename(src)}.o`));
+    for (const src of sources) if ((await compiled.get(src)!).errors === null) objects.push(join(outDir, objectName(src)));
     expect(objects.length, 'no object compiled: the tests above say why').toBeGreaterThan(0);
     const linked = await run(process.env.CXX || 'g++', ['-shared', '-o', join(outDir, 'kernels.so'), ...objects]).then(() => null, (e: { stderr?: string; message: string }) => e.stderr || e.message);
     expect(linked, `g++ -shared over ${objects.length} objects:\n${linked}`).toBeNull();
@@ -153,15 +191,15 @@ describe.runIf(nvcc)('cuda host arithmetic matches the TypeScript definitions', 
 
 // Concurrent: each test runs single-threaded emulator processes one after another, and run in
 // turn they made this file the suite's critical path (13 minutes of CI's 2 cores).
-describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/emu)', { concurrent: true }, () => {
+describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)', { concurrent: true }, () => {
   const EMU_TIMEOUT = 600_000;
   let toolkit: ReturnType<typeof locateToolkit>;
   const env = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({ ...process.env, LD_LIBRARY_PATH: toolkit.cudaLib, ...extra });
   // g++ with the emulator in place of the GPU; cudart only for op.cc's error names.
   const buildEmu = async (src: string, out: string, lang: string[] = []): Promise<string> => {
     const exe = join(outDir, out);
-    await run(process.env.CXX || 'g++', ['-std=c++17', '-O2', '-fno-strict-aliasing', ...lang, '-DMDLM_ATTN_EMULATE', '-I', toolkit.cudaInclude, '-I', CUDA_DIR,
-      join(CUDA_DIR, 'emu', src), '-L', toolkit.cudaLib, '-lcudart', '-o', exe], { maxBuffer: 1 << 24 });
+    await run(process.env.CXX || 'g++', ['-std=c++17', '-O2', '-fno-strict-aliasing', ...lang, '-DWARP_EMULATOR', '-I', toolkit.cudaInclude, '-I', EMU_DIR,
+      join(EMU_DIR, src), '-L', toolkit.cudaLib, '-lcudart', '-o', exe], { maxBuffer: 1 << 24 });
     return exe;
   };
   let attentionCheck: Promise<string>;
@@ -207,13 +245,9 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
 
   it('computes forward and both backwards within the registry tolerances, f32 and bf16, every case', async () => {
     await expectCasesPass('', {}, 2 * 24);
-    // And the mma.sync kernels that wgmma replaces on an sm_90 device (other GPUs run them).
-    await expectCasesPass('128', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 7);
-    await expectCasesPass('D=64', { MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 6);
-    // And the head-dim-64 forward without its optimistic softmax (the exact pass on every tile).
-    await expectCasesPass('D=64', { MDLM_ATTN_FWD_OPT: '0', DTYPE: 'bf16' }, 6);
-    // And the persistent kernels launched a block a tile (MDLM_ATTN_PERSISTENT=0), skewed.
-    await expectCasesPass('multi', { MDLM_ATTN_PERSISTENT: '0', EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 11);
+    // And the mma.sync kernels that GPUs before Hopper run (the kernel settings' hopper_kernels off).
+    await expectCasesPass('128', { HOPPER_KERNELS: '0', DTYPE: 'bf16' }, 7);
+    await expectCasesPass('D=64', { HOPPER_KERNELS: '0', DTYPE: 'bf16' }, 6);
     // And the gradients written with their tokens further apart (gradStride), their gaps left
     // alone, and dq and dk turned back through rope (ropeBase): 16-byte rows through the
     // tensor-core kernels, then rows the SIMT kernels take (bf16) and f32; the turn in registers
@@ -221,8 +255,8 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     // head dims, the mma.sync and deterministic kernels).
     await expectCasesPass('multi', { GRAD_STRIDE_EXTRA: '72', ROPE: '10000', DTYPE: 'bf16' }, 11);
     await expectCasesPass('D=64', { GRAD_STRIDE_EXTRA: '4', ROPE: '500' }, 12);
-    await expectCasesPass('D=64', { ROPE: '10000', MDLM_ATTN_WGMMA: '0', DTYPE: 'bf16' }, 6);
-  }, 900_000); // 589 s on a 2-core clean clone beside the other files (2026-12-07), 223 s since 536c414 (the emulator's waiters and switches)
+    await expectCasesPass('D=64', { ROPE: '10000', HOPPER_KERNELS: '0', DTYPE: 'bf16' }, 6);
+  }, 900_000);
 
   it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
     // Skewed scheduling lets the last warps run as far ahead as the barriers allow; eager copies
@@ -244,10 +278,10 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '2', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '3', GRAD_STRIDE_EXTRA: '8', ROPE: '10000', DTYPE: 'bf16' }, 24);
     // And the mma.sync kernels that Ampere and Ada run.
-    await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', MDLM_ATTN_WGMMA: '0', MDLM_ATTN_WS_FORWARD: '0', DTYPE: 'bf16' }, 24);
+    await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '4', HOPPER_KERNELS: '0', DTYPE: 'bf16' }, 24);
   }, EMU_TIMEOUT);
 
-  it('runs the Hopper GEMM (cuda/matmul_ws.cuh) in its variants (cooperative 128 and 256 wide, ping-pong, TMA stores or not), plain, a transposed, with rope and with SwiGLU forward and backward, within bf16 rounding of float64, under every kind of schedule', async () => {
+  it('runs the Hopper GEMM (cuda/gemm/gemm_ws.cuh) in every form the ops launch (rope ping-pong 128 and cooperative 256 wide, SwiGLU forward in both forms, SwiGLU backward; TMA stores or not) within bf16 rounding of float64, under every kind of schedule', async () => {
     const exe = await buildEmu('matmul_check.cc', 'matmul_check');
     // Random seed 11 holds a producer thread back: it caught the ping-pong schedule's consumers
     // waiting on a stage whose other-warpgroup phase was still open (the turns' barriers fix it).
@@ -259,7 +293,7 @@ describe.runIf(nvcc)('the attention kernels under the CPU warp emulator (cuda/em
     for (const extra of schedules) {
       const { stdout } = await run(exe, [], { env: env(extra), maxBuffer: 1 << 24 });
       const lines = stdout.trim().split('\n');
-      expect(lines.length, stdout).toBe(69);
+      expect(lines.length, stdout).toBe(27);
       for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ {2}ok$/);
     }
   }, EMU_TIMEOUT);

@@ -14,6 +14,15 @@ export interface PoolStats {
   readonly pooledBytes: number;
 }
 
+/** Settings of a backend's kernels that a run chooses (Backend.configureKernels). */
+export interface KernelSettings {
+  /**
+   * cuBLASLt algorithms timed on each GEMM shape's first call, the fastest kept (0: the
+   * heuristic's first choice, the same in every process; at most 64).
+   */
+  readonly gemmAutotune: number;
+}
+
 /**
  * A compute backend. Work is enqueued by `run` and happens in order; `download` and `sync` wait
  * for it. Tensors come from a pool: `free` returns storage for reuse, so a steady-state loop
@@ -63,6 +72,8 @@ export interface Backend {
   /** Where whenAbove skips work: 'always', only inside a recording ('recorded'), or 'never'. */
   readonly skipsConditional: 'always' | 'recorded' | 'never';
   poolStats(): PoolStats;
+  /** Applies a run's kernel settings to the calls enqueued from here on; backends without such settings do not define it. */
+  configureKernels?(settings: KernelSettings): void;
   destroy(): void;
 }
 

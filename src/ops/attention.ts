@@ -36,6 +36,13 @@ export interface AttentionAttrs {
    * Without it `positions` is not read.
    */
   readonly ropeBase?: number;
+  /**
+   * attention_backward: the same bits on every run. The CUDA kernels then compute dQ in a kernel
+   * of its own instead of adding each key block's share with atomics (whose order, and so dQ's
+   * last bits, varies from run to run); slower. The CPU reference and the WGSL kernels are
+   * deterministic whatever it says, and ignore it.
+   */
+  readonly deterministic?: boolean;
 }
 
 /** The largest head dimension the kernels hold in workgroup memory. */
@@ -46,7 +53,7 @@ function validateAttention(op: string, attrs: AttentionAttrs): void {
   const { heads, kvHeads, headDim, scale } = attrs;
   if (heads % kvHeads !== 0) badAttr(op, 'kvHeads', kvHeads, `heads (${heads}) must be a multiple of kvHeads`);
   if (headDim > MAX_HEAD_DIM || headDim % 4 !== 0) badAttr(op, 'headDim', headDim, `expected a multiple of 4 up to ${MAX_HEAD_DIM}`);
-  requireFlags(op, attrs, ['causal']);
+  requireFlags(op, attrs, attrs.deterministic === undefined ? ['causal'] : ['causal', 'deterministic']);
   if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) badAttr(op, 'scale', scale, 'expected a finite positive number');
   const { gradStride, ropeBase } = attrs;
   if (gradStride !== undefined && (!Number.isInteger(gradStride) || gradStride < attrs.heads * headDim || gradStride % 4 !== 0)) {

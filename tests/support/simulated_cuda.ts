@@ -4,7 +4,7 @@
  * machines without a GPU (CI) run src/backend/cuda/cuda.ts itself: pointer and view arithmetic,
  * dtype codes, attribute marshalling, narrow-float encoding, raw bytes, error translation.
  */
-import type { CudaAddon, CudaArg, CudaProbeInfo } from '../../src/backend/cuda/cuda.js';
+import { type CudaAddon, type CudaArg, type CudaKernelSettings, type CudaProbeInfo, DEFAULT_CUDA_SETTINGS } from '../../src/backend/cuda/cuda.js';
 import { decodeFloats, encodeFloats } from '../../src/convert.js';
 import { OPS, findOp } from '../../src/ops/index.js';
 import { type RefArgs, writtenSpans } from '../../src/ops/op.js';
@@ -17,8 +17,11 @@ function addonError(code: string, message: string): Error {
   return Object.assign(new Error(message), { mdlmCode: code });
 }
 
-/** The simulated addon, and how many conditional bodies its graph launches have skipped. */
-export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () => number } {
+/**
+ * The simulated addon, how many conditional bodies its graph launches have skipped, and the kernel
+ * settings each run was enqueued with (configure's, as the addon hands them to the launchers).
+ */
+export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () => number; readonly runSettings: () => readonly CudaKernelSettings[] } {
   const blocks = new Map<bigint, Uint8Array>();
   let next = 1n << 20n;
   let used = 0;
@@ -27,6 +30,8 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
   /** The main capture's list while a conditional body is captured into `capture`. */
   let outer: (() => void)[] | null = null;
   let skipped = 0;
+  let settings: CudaKernelSettings = DEFAULT_CUDA_SETTINGS;
+  const runSettings: CudaKernelSettings[] = [];
   const graphs = new Map<number, (() => void)[]>();
   let nextGraph = 1;
   /** Device work: recorded while capturing, else done now. */
@@ -71,7 +76,12 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
 
   return {
     skippedBodies: () => skipped,
+    runSettings: () => runSettings,
     probe: () => info,
+    configure(s) {
+      if (!Number.isInteger(s.gemmAutotune) || s.gemmAutotune < 0 || s.gemmAutotune > 64) throw addonError('BAD_ARGUMENT', `configure: gemmAutotune is ${s.gemmAutotune}`);
+      settings = { ...s };
+    },
     malloc(bytes) {
       if (used + bytes > MEMORY) throw addonError('OUT_OF_MEMORY', `cuda: cannot allocate ${bytes} bytes (${MEMORY - used} free of ${MEMORY})`);
       const ptr = next;
@@ -142,6 +152,7 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
     run(name: string, args: readonly CudaArg[], nums, strs) {
       const op = findOp(name);
       if (!op) throw addonError('UNSUPPORTED_OP', `cuda: no kernel for op '${name}'`);
+      runSettings.push(settings);
       const attrs = { ...nums, ...strs };
       const views = new Map<string, [DType, Uint8Array]>();
       for (const [arg, ptr, code, numel] of args) {

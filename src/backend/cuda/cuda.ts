@@ -5,7 +5,7 @@
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
  * rest of the core, imports no Node built-ins.
  */
-import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
+import { type Backend, BufferPool, type KernelSettings, PooledBackend, type Recording, TensorStore, checkUpload } from '../backend.js';
 import { decodeFloats, encodeFloats } from '../../convert.js';
 import { type ErrorCode, MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
@@ -38,9 +38,29 @@ export interface CudaProbeInfo {
 /** One argument of a kernel call: name, device pointer (already offset), dtype code (index in DTYPES), element count. */
 export type CudaArg = readonly [name: string, ptr: bigint, dtype: number, numel: number];
 
+/** The addon's kernel settings (cuda/op.h's KernelSettings): one set for the process at a time. */
+export interface CudaKernelSettings extends KernelSettings {
+  /**
+   * On a Hopper (sm_90) GPU, its own kernels: wgmma attention and the GEMMs with fused rope and
+   * SwiGLU epilogues. false runs the kernels Ampere and Ada run (mma.sync attention, cuBLASLt then
+   * the element-wise op), so that a Hopper GPU can test them. Elsewhere it changes nothing.
+   */
+  readonly hopperKernels: boolean;
+}
+
+/** Options of a CudaBackend: its kernel settings (the defaults: Hopper's kernels, 8 GEMM candidates timed). */
+export type CudaBackendOptions = Partial<CudaKernelSettings>;
+
+export const DEFAULT_CUDA_SETTINGS: CudaKernelSettings = { hopperKernels: true, gemmAutotune: 8 };
+
+/** The most cuBLASLt candidates a GEMM shape may time (kMostGemmCandidates in cuda/op.h). */
+export const MOST_GEMM_CANDIDATES = 64;
+
 /** The native module cuda/build/Release/mdlm_cuda.node. */
 export interface CudaAddon {
   probe(): CudaProbeInfo;
+  /** The kernel settings of every call from here on. */
+  configure(settings: CudaKernelSettings): void;
   malloc(bytes: number): bigint;
   free(ptr: bigint): void;
   /** Enqueued after earlier work; the bytes are staged before it returns. */
@@ -95,6 +115,19 @@ function gib(bytes: number): string {
   return `${(bytes / 2 ** 30).toFixed(1)} GiB`;
 }
 
+function checkSettings(s: CudaKernelSettings): CudaKernelSettings {
+  if (!Number.isInteger(s.gemmAutotune) || s.gemmAutotune < 0 || s.gemmAutotune > MOST_GEMM_CANDIDATES) {
+    fail('BAD_ARGUMENT', `cuda: gemmAutotune is ${s.gemmAutotune}; expected an integer from 0 to ${MOST_GEMM_CANDIDATES}`);
+  }
+  return { hopperKernels: s.hopperKernels, gemmAutotune: s.gemmAutotune };
+}
+
+/**
+ * The backend whose settings each addon holds. The addon is one per process and its settings
+ * global, so a backend whose settings are not the addon's passes them before its next run.
+ */
+const configuredBy = new WeakMap<CudaAddon, CudaBackend>();
+
 export class CudaBackend extends PooledBackend<bigint> implements Backend {
   readonly name = 'cuda' as const;
   readonly skipsConditional = 'recorded' as const;
@@ -109,9 +142,11 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   private readonly ops: ReadonlySet<string>;
   /** Inside `record`: only ops and zeroes may be enqueued. */
   private recording = false;
+  private settings: CudaKernelSettings;
 
-  constructor(private readonly addon: CudaAddon) {
+  constructor(private readonly addon: CudaAddon, options: CudaBackendOptions = {}) {
     super();
+    this.settings = checkSettings({ ...DEFAULT_CUDA_SETTINGS, ...options });
     const info = addon.probe();
     if (!info.available) fail('BACKEND_UNAVAILABLE', `cuda: ${info.reason ?? 'no CUDA device'}`);
     this.info = info;
@@ -181,6 +216,25 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     return settle(() => new Uint8Array(native(() => this.addon.download(this.pointer(t), t.byteSize))));
   }
 
+  // --- kernel settings ---
+
+  /** This backend's kernel settings. */
+  get kernelSettings(): CudaKernelSettings {
+    return this.settings;
+  }
+
+  configureKernels(settings: KernelSettings): void {
+    this.settings = checkSettings({ ...this.settings, gemmAutotune: settings.gemmAutotune });
+    if (configuredBy.get(this.addon) === this) configuredBy.delete(this.addon);
+  }
+
+  /** Hands the addon this backend's settings unless it holds them already: a map lookup a run. */
+  private configureAddon(): void {
+    if (configuredBy.get(this.addon) === this) return;
+    native(() => this.addon.configure(this.settings));
+    configuredBy.set(this.addon, this);
+  }
+
   // --- ops ---
 
   supports(opName: string): boolean {
@@ -205,6 +259,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
       else if (typeof v === 'string') strs[k] = v;
       else if (v !== undefined) throw new Error(`${op.name}: attribute '${k}' is a ${typeof v}; CUDA kernels take numbers, booleans and strings`);
     }
+    this.configureAddon();
     native(() => this.addon.run(op.name, list, nums, strs));
   }
 

@@ -1,5 +1,5 @@
 // matmul_rope: [q | k] = x · Wqkᵀ, each head turned by rope at its token's position, into q and k
-// (src/ops/matmul_rope.ts). On an sm_90 GPU (MDLM_MATMUL_ROPE_FUSED=0 turns it off), bf16, head
+// (src/ops/matmul_rope.ts). On an sm_90 GPU with the Hopper kernels on (KernelSettings), bf16, head
 // dim 64 or 128, q's columns a multiple of 128, x and w 16-byte aligned and inFeatures a multiple
 // of 8: one launch of cuda/matmul_ws.cuh's kernel with its rope epilogue (cooperative 256 wide
 // where q's columns allow it, else ping-pong 128), which turns the products as they leave the
@@ -12,8 +12,8 @@
 #include <map>
 #include <utility>
 
-#include "common.cuh"
-#include "matmul_ws.cuh"
+#include "../common.cuh"
+#include "gemm_ws.cuh"
 
 namespace mdlm {
 namespace {
@@ -68,13 +68,13 @@ bool launch_fused(const OpCall& call, const Arg& x, const Arg& w, const Arg& pos
 
 MDLM_OP(matmul_rope) {
   using namespace mdlm;
-  const DType dtype = float_dtype_of(call, {"x", "w", "q", "k"});
-  const Arg &x = call.arg("x"), &w = call.arg("w"), &positions = call.arg("positions"), &q = call.arg("q"), &k = call.arg("k");
-  const int64_t batch = call.i64("batch"), seq_len = call.i64("seqLen"), heads = call.i64("heads"), kv_heads = call.i64("kvHeads");
-  const int64_t head_dim = call.i64("headDim"), in_features = call.i64("inFeatures");
-  const double base = call.num("base");
+  const DType dtype = float_dtype_of(call, {"x"_arg, "w"_arg, "q"_arg, "k"_arg});
+  const Arg &x = call.arg("x"_arg), &w = call.arg("w"_arg), &positions = call.arg("positions"_arg), &q = call.arg("q"_arg), &k = call.arg("k"_arg);
+  const int64_t batch = call.i64("batch"_attr), seq_len = call.i64("seqLen"_attr), heads = call.i64("heads"_attr), kv_heads = call.i64("kvHeads"_attr);
+  const int64_t head_dim = call.i64("headDim"_attr), in_features = call.i64("inFeatures"_attr);
+  const double base = call.num("base"_attr);
   const int64_t rows = batch * seq_len, n = (heads + kv_heads) * head_dim;
-  if (env_knob("MDLM_MATMUL_ROPE_FUSED") != "0" && hopper_bf16(call, dtype, {rows, n, in_features}) &&
+  if (hopper_bf16(call, dtype, {rows, n, in_features}) &&
       launch_fused(call, x, w, positions, q, k, (int)rows, (int)heads, (int)kv_heads, (int)head_dim, (int)seq_len, base, (int)in_features)) {
     return;
   }
@@ -83,7 +83,8 @@ MDLM_OP(matmul_rope) {
   run_matmul(call, x, w, qk, rows, n, in_features, false);
   for (const bool key : {false, true}) {
     const int64_t part_heads = key ? kv_heads : heads;
-    run_op(call, "rope", {{"x", arg_part(qk, key ? heads * head_dim : 0, (rows - 1) * n + part_heads * head_dim)}, {"positions", positions}, {"y", key ? k : q}},
-           {{"batch", (double)batch}, {"seqLen", (double)seq_len}, {"heads", (double)part_heads}, {"headDim", (double)head_dim}, {"base", base}, {"xStride", (double)n}});
+    run_op(call, "rope", {{"x"_arg, arg_part(qk, key ? heads * head_dim : 0, (rows - 1) * n + part_heads * head_dim)}, {"positions"_arg, positions}, {"y"_arg, key ? k : q}},
+           {{"batch"_attr, (double)batch}, {"seqLen"_attr, (double)seq_len}, {"heads"_attr, (double)part_heads}, {"headDim"_attr, (double)head_dim}, {"base"_attr, base},
+            {"xStride"_attr, (double)n}});
   }
 }

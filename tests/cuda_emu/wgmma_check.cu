@@ -1,11 +1,11 @@
-// Checks cuda/wgmma.cuh (the swizzled tile layout, the descriptors, the accumulator and A-fragment
+// Checks cuda/ptx.cuh (the swizzled tile layout, the descriptors, the accumulator and A-fragment
 // layouts) on every wgmma form the attention kernels use, against a float64 product: on the GPU
 // it checks our understanding of the hardware, under the emulator it checks the emulator's model.
-// The two passing together are what lets cuda/emu/attention_check.cc stand in for the GPU.
+// The two passing together are what lets tests/cuda_emu/attention_check.cc stand in for the GPU.
 //
-//   GPU (sm_90):  nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check && /tmp/wgmma_check
-//   emulator:     g++ -std=c++17 -O2 -x c++ -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
-//                     cuda/emu/wgmma_check.cu -L/usr/local/cuda/lib64 -lcudart -o /tmp/wgmma_check_emu && /tmp/wgmma_check_emu
+//   GPU (sm_90):  nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda tests/cuda_emu/wgmma_check.cu -o /tmp/wgmma_check && /tmp/wgmma_check
+//   emulator:     g++ -std=c++17 -O2 -x c++ -DWARP_EMULATOR -I/usr/local/cuda/include -Itests/cuda_emu \
+//                     tests/cuda_emu/wgmma_check.cu -L/usr/local/cuda/lib64 -lcudart -o /tmp/wgmma_check_emu && /tmp/wgmma_check_emu
 //
 // Cases (M = 64 always):
 //   kk   D = A·Bᵀ, A [64×128] and B [64×128] K-major (two slabs: the k-step crosses into slab 1), n64
@@ -28,9 +28,9 @@
 #include <random>
 #include <vector>
 
-#include "../wgmma.cuh"
+#include "../../cuda/ptx.cuh"
 
-#ifdef MDLM_ATTN_EMULATE
+#ifdef WARP_EMULATOR
 #define SMEM_BASE() reinterpret_cast<unsigned char*>(::emu::smem_base())
 __device__ inline uint32_t shared_address(const void* p) { return ::emu::smem_addr(p); }
 #else
@@ -213,7 +213,7 @@ int main() {
     Args args{};
     args.which = which;
     const size_t smem = 48 * 1024 + 1024;
-#ifdef MDLM_ATTN_EMULATE
+#ifdef WARP_EMULATOR
     args.a = a.data(), args.b = b.data(), args.d = d.data();
     if (which >= 4) encode_head_rows(args.a_map, args.a, 2, kTmaT, kTmaHeads, kTmaD, 64 / c.blocks);
     ::emu::launch_clusters(c.blocks, check_kernel, dim3(c.blocks), 128, smem, args);

@@ -1,17 +1,17 @@
 // Runs cuda/cross_entropy.cu's cross_entropy_fused on the CPU through the warp emulator
-// (cuda/emu/warp_emu.h) and compares loss, lse and dlogits with a float64 reference on the same
+// (tests/cuda_emu/warp_emu.h) and compares loss, lse and dlogits with a float64 reference on the same
 // rounded inputs (src/ops/cross_entropy.ts's semantics: ignored rows, zero weights, a dominant
 // target), relative error ‖got − want‖ / ‖want‖ per output: cross_entropy_fused_kernel, a block a
 // row (the emulator runs the blocks one at a time), on several rows, aligned and unaligned, a
 // GPT-2 vocabulary, bf16 and f32, out of place and in place (dlogits over the logits).
 //
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
-//       cuda/emu/cross_entropy_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/cross_entropy_check \
+//   g++ -std=c++17 -O2 -fno-strict-aliasing -DWARP_EMULATOR -I/usr/local/cuda/include -Itests/cuda_emu \
+//       tests/cuda_emu/cross_entropy_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/cross_entropy_check \
 //       && /tmp/cross_entropy_check   (cudart only for op.cc's error names; no GPU needed)
 //
 // Exits non-zero when an error is over the registry's tolerance (tests/cuda_build.test.ts runs it
 // in CI, also under EMU_SCHEDULE=skewed and EMU_SCHEDULE=random:<seed>).
-#include "../cross_entropy.cu"
+#include "../../cuda/cross_entropy.cu"
 
 #include <cmath>
 #include <cstdio>
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "../op.cc"  // the registry and OpCall accessors, as the addon builds them
+#include "../../cuda/op.cc"  // the registry and OpCall accessors, as the addon builds them
 
 namespace {
 

@@ -34,15 +34,113 @@
 // mbarrier. The swizzle is the hardware's, on address bits, so a tile must be 1024-byte aligned.
 #pragma once
 
+#include <cuda_bf16.h>
+
 #include <cstdint>
 
-#ifdef MDLM_ATTN_EMULATE
-#include "emu/warp_emu.h"
+#ifdef WARP_EMULATOR
+#include "warp_emu.h"  // tests/cuda_emu: the CPU warp emulator
 #else
 #include <cuda.h>          // CUtensorMap
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_runtime.h>
 #endif
+
+// Dynamic shared memory of a kernel, as an array of T named `name`.
+#ifdef WARP_EMULATOR
+#define DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::emu::smem_base())
+#else
+#define DYNAMIC_SMEM(T, name) extern __shared__ __align__(128) T name[]
+#endif
+
+namespace mdlm {
+
+// ---------------------------------------------------------------------------------------------
+// sm_80+ instructions
+// ---------------------------------------------------------------------------------------------
+
+#ifdef WARP_EMULATOR
+// CPU emulation of the same instructions (cuda/emu/warp_emu.h, driven by
+// cuda/emu/attention_check.cc): checks the kernels' indexing and fragment layouts without a GPU.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return ::emu::smem_addr(p); }
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) { ::emu::cp_async(dst, src, 16, pred ? 16 : 0); }
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool pred) { ::emu::cp_async(dst, src, 4, pred ? 4 : 0); }
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  static_assert(N == 0, "the emulation lands every copy at wait_group 0");
+  ::emu::cp_async_wait_all();
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  ::emu::ldmatrix_x4(addr, r, false);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  ::emu::ldmatrix_x4(addr, r, true);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { ::emu::mma_m16n8k16(c, a, b0, b1); }
+#else
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, bypassing L1; when !pred nothing is read and the 16 bytes are zeroed.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+// 4 bytes global -> shared; zero when !pred.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool pred) {
+  const int n = pred ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 b16 matrices; lane l gives the address of row (l & 7) of matrix (l >> 3); register i
+// receives matrix i: lane l holds its row l >> 2, columns 2(l & 3) and 2(l & 3) + 1.
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// The same, each matrix transposed: lane l holds column l >> 2, rows 2(l & 3) and 2(l & 3) + 1.
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+// c[16x8] += a[16x16] · b[16x8], bf16 inputs, f32 accumulation. Fragments (g = lane >> 2,
+// t = lane & 3): a = {(g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}, b = {(k 2t.., n g),
+// (k 2t+8.., n g)}, c = {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+#endif  // WARP_EMULATOR
+
+// Two floats to a bf16x2 register, round to nearest even; `lo` in the low half (lower column).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+}  // namespace mdlm
 
 namespace mdlm {
 namespace wg {
@@ -82,7 +180,7 @@ __host__ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t base, int ro
 __device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0); }
 
 // Named barriers and mbarriers (the warp-specialised pipeline's synchronisation).
-#ifdef MDLM_ATTN_EMULATE
+#ifdef WARP_EMULATOR
 __device__ __forceinline__ void bar_sync(int id, int count) { ::emu::named_barrier(id, count, false); }
 __device__ __forceinline__ void bar_arrive(int id, int count) { ::emu::named_barrier(id, count, true); }
 __device__ __forceinline__ bool bar_any(int id, int count, bool pred) { return ::emu::named_barrier(id, count, false, pred); }
@@ -125,7 +223,7 @@ __device__ __forceinline__ void cp_async_mbar_arrive(uint32_t addr) {
 #endif
 
 // TMA tile loads (see the top of the file).
-#ifdef MDLM_ATTN_EMULATE
+#ifdef WARP_EMULATOR
 using TileMap = ::emu::TensorMap;
 __device__ __forceinline__ void fence_mbarrier_init() {}
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) { ::emu::mbarrier_arrive_expect_tx(bar, bytes); }
@@ -224,7 +322,7 @@ inline const char* encode_head_rows(TileMap& map, const void* base, int B, int T
   const uint64_t dims[4] = {(uint64_t)D, (uint64_t)heads, (uint64_t)T, (uint64_t)B};
   const uint64_t strides[4] = {0, (uint64_t)D * 2, (uint64_t)heads * D * 2, (uint64_t)T * heads * D * 2};  // bytes, dims 1..3
   const uint32_t box[4] = {64, 1, (uint32_t)rows, 1};
-#ifdef MDLM_ATTN_EMULATE
+#ifdef WARP_EMULATOR
   map = TileMap{};
   map.base = base;
   map.rank = 4;
@@ -253,18 +351,18 @@ inline const char* encode_head_rows(TileMap& map, const void* base, int B, int T
 // setmaxnreg: a warpgroup gives registers back (the producer) or takes more (the consumers).
 template <int kRegs>
 __device__ __forceinline__ void regs_dec() {
-#ifndef MDLM_ATTN_EMULATE
+#ifndef WARP_EMULATOR
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 #endif
 }
 template <int kRegs>
 __device__ __forceinline__ void regs_inc() {
-#ifndef MDLM_ATTN_EMULATE
+#ifndef WARP_EMULATOR
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 #endif
 }
 
-#ifdef MDLM_ATTN_EMULATE
+#ifdef WARP_EMULATOR
 __device__ __forceinline__ void wgmma_fence() {}
 __device__ __forceinline__ void wgmma_commit() { ::emu::wgmma_commit(); }
 template <int N>
@@ -366,7 +464,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   if constexpr (N == 64) detail::wgmma_rs_n64<kTransB>(d, a, b, accumulate);
   else detail::wgmma_rs_n128<kTransB>(d, a, b, accumulate);
 }
-#endif  // MDLM_ATTN_EMULATE
+#endif  // WARP_EMULATOR
 
 // A warp's A fragment of k16 step kk (rows row0..row0 + 16 of a [rows][cols] tile: the
 // accumulator layout, register m holding rows + 8·(m & 1), columns 16·kk + 8·(m >> 1)..) stored

@@ -9,24 +9,17 @@
 // ld = c, its transpose; so out = op(A)·op(B) is computed as outᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's
 // "A" is our b, its "B" our a, and the column-major result [n, m] is our row-major [m, n].
 //
-// Descriptors and the algorithm are made once per (dtype, shape, transposes, pointer alignment)
-// and cached; the workspace is the addon's. The algorithm: cuBLASLt's heuristic offers up to
-// kCandidates (MDLM_MATMUL_CANDIDATES=N: up to N, at most 64, read once), and on the first call of
-// a shape each is timed on that call's own operands and the
-// fastest kept (the heuristic's first choice left weight-gradient shapes, 768 x 768 over 16384
-// rows, at a third of the GPU). Timing needs a stream that is not being captured and, when
-// accumulating, a scratch copy of the output (up to kTuneScratchBytes); otherwise, or with
-// MDLM_MATMUL_AUTOTUNE=0, the heuristic's first choice is used. Algorithms differ in their last
-// bits, so a process's choices are fixed once made, but two processes may choose differently.
-// Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with 2-byte alignment,
-// say), a plain kernel computes it: one thread per output, f32 sums in k order.
-//
-// MDLM_MATMUL_WS=coop|ping|coop256 (read at every call): the bf16 products with transB (x·Wᵀ, and
-// with transA too where m is a multiple of 8), bf16 out written, not accumulated, operands 16-byte
-// aligned and k a multiple of 8, on an sm_90 GPU go through cuda/matmul_ws.cuh's kernel in that
-// schedule and tile width (128 columns, or 256) instead, its output tiles leaving by TMA stores
-// with MDLM_MATMUL_WS_TMA=1: an A/B of our Hopper GEMM against cuBLASLt in training, the step
-// before element-wise work is fused into its epilogue.
+// Descriptors and the algorithm are made once per (dtype, shape, transposes, pointer alignment,
+// autotune setting) and cached; the workspace is the addon's. The algorithm: cuBLASLt's heuristic
+// offers up to the kernel settings' gemm_autotune candidates, and on the first call of a shape
+// each is timed on that call's own operands and the fastest kept (the heuristic's first choice
+// leaves weight-gradient shapes, 768 x 768 over 16384 rows, at a third of the GPU). Timing needs
+// a stream that is not being captured and, when accumulating, a scratch copy of the output (up to
+// kTuneScratchBytes); otherwise, or with gemm_autotune 0, the heuristic's first choice is used.
+// Algorithms differ in their last bits, so a process's choices are fixed once made, but two
+// processes that time them may choose differently; the heuristic's first choice is the same in
+// every process. Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with
+// 2-byte alignment, say), a plain kernel computes it: one thread per output, f32 sums in k order.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -36,8 +29,7 @@
 #include <tuple>
 #include <vector>
 
-#include "common.cuh"
-#include "matmul_ws.cuh"
+#include "../common.cuh"
 
 namespace mdlm {
 namespace {
@@ -56,7 +48,6 @@ uint32_t alignment(const void* p) {
   return align;
 }
 
-constexpr int kCandidates = 8, kMostCandidates = 64;
 constexpr int kTimedReps = 3;
 constexpr size_t kTuneScratchBytes = size_t(64) << 20;
 
@@ -65,9 +56,10 @@ struct PlanKey {
   int64_t batch, m, n, k;
   bool trans_a, trans_b;
   uint32_t align_a, align_b, align_out, align_c;  // C: out, or matmul_add's residual
+  int autotune;                                   // KernelSettings::gemm_autotune
   bool operator<(const PlanKey& o) const {
-    return std::tie(dtype, out_dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out, align_c) <
-           std::tie(o.dtype, o.out_dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out, o.align_c);
+    return std::tie(dtype, out_dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out, align_c, autotune) <
+           std::tie(o.dtype, o.out_dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out, o.align_c, o.autotune);
   }
 };
 
@@ -81,7 +73,6 @@ struct Plan {
 template <typename T, typename TO>
 __global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restrict__ a, const T* __restrict__ b, const TO* addend, TO* out, int64_t m,
                                                               int64_t n, int64_t k, bool trans_a, bool trans_b) {
-  wait_previous_kernel();
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t i = blockIdx.y;
   if (j >= n) return;
@@ -105,33 +96,13 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
   return l;
 }
 
-// How many of the heuristic's algorithms are timed: kCandidates unless MDLM_MATMUL_CANDIDATES says.
-int candidates() {
-  static const int count = [] {
-    const std::string knob = env_knob("MDLM_MATMUL_CANDIDATES");
-    if (knob.empty()) return kCandidates;
-    char* end = nullptr;
-    const long n = std::strtol(knob.c_str(), &end, 10);
-    if (*end != '\0' || n < 1 || n > kMostCandidates) {
-      throw OpError("BAD_ARGUMENT", "MDLM_MATMUL_CANDIDATES='" + knob + "' is not a count from 1 to " + std::to_string(kMostCandidates));
-    }
-    return static_cast<int>(n);
-  }();
-  return count;
-}
-
-bool autotune_enabled() {
-  static const bool on = env_knob("MDLM_MATMUL_AUTOTUNE") != "0";
-  return on;
-}
-
 // The fastest of the heuristic's algorithms on this call's operands (out = a·b, beta = 0, into out
 // itself or, when the call accumulates, into a scratch of the same size; matmul_add's out =
 // residual + a·b as it is), or the first when they cannot be timed here.
 cublasLtMatmulAlgo_t fastest_algo(const OpCall& call, const Plan& p, const PlanKey& key, const cublasLtMatmulHeuristicResult_t* results, int found,
                                   const void* a, const void* b, void* out, bool accumulate, const void* residual) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (found < 2 || !autotune_enabled() || cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+  if (found < 2 || cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
     return results[0].algo;
   }
   const size_t out_bytes = static_cast<size_t>(key.batch * key.m * key.n) * dtype_bytes(key.out_dtype);
@@ -194,7 +165,8 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t)), "set MIN_ALIGNMENT_B");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
   check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_D");
-  std::vector<cublasLtMatmulHeuristicResult_t> results(candidates());
+  // gemm_autotune candidates to time, or the first choice alone.
+  std::vector<cublasLtMatmulHeuristicResult_t> results(std::max(1, key.autotune));
   int found = 0;
   const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, static_cast<int>(results.size()), results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
@@ -207,46 +179,28 @@ Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void
   return p;
 }
 
-// The call through gemm_ws_nt when MDLM_MATMUL_WS asks for it and the call is one it takes (see
-// the top of the file); false when it is not.
-bool launch_ws(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate) {
-  const std::string knob = env_knob("MDLM_MATMUL_WS");
-  const int tile_n = knob == "coop256" ? 256 : 128;
-  const gemm::Schedule sched = knob == "ping" ? gemm::kPingPong : gemm::kCooperative;
-  if ((knob != "coop" && knob != "coop256" && knob != "ping") || key.dtype != DType::bf16 || key.out_dtype != DType::bf16 || accumulate || !key.trans_b || key.k % 8 != 0 || (key.trans_a && key.m % 8 != 0) ||
-      key.align_a < 16 || key.align_b < 16 || key.align_out < 16 || !call.device || call.device->major != 9 ||
-      std::max({key.batch, key.m, key.n, key.k}) > std::numeric_limits<int>::max()) {
-    return false;
-  }
-  gemm::Params p;
-  if (gemm::make_params(p, a, b, static_cast<bf16*>(out), (int)key.batch, (int)key.m, (int)key.n, (int)key.k, key.n, tile_n, key.trans_a)) return false;
-  if (env_knob("MDLM_MATMUL_WS_TMA") == "1") gemm::use_tma_store(p);  // where the output allows it
-  check_cuda(gemm::launch(p, gemm::kStore, sched, call.device->multiProcessorCount, call.stream), "gemm_ws_nt");
-  return true;
-}
-
 // out (+)= op(a) · op(b), or with `residual` out = residual + op(a) · op(b).
 void run_gemm(const OpCall& call, const void* residual) {
-  const Arg& a = call.arg("a");
-  const Arg& b = call.arg("b");
-  const Arg& out = call.arg("out");
-  const DType dtype = float_dtype_of(call, {"a", "b"});
-  const bool accumulate = !residual && call.flag("accumulate");
+  const Arg& a = call.arg("a"_arg);
+  const Arg& b = call.arg("b"_arg);
+  const Arg& out = call.arg("out"_arg);
+  const DType dtype = float_dtype_of(call, {"a"_arg, "b"_arg});
+  const bool accumulate = !residual && call.flag("accumulate"_attr);
   const void* c = residual ? residual : out.ptr;  // GEMM's C: read when beta = 1
   // The TypeScript side has checked out's dtype: the inputs' own, or f32 with outF32.
   const PlanKey key{dtype,
                     out.dtype,
-                    call.i64("batch"),
-                    call.i64("m"),
-                    call.i64("n"),
-                    call.i64("k"),
-                    call.flag("transA"),
-                    call.flag("transB"),
+                    call.i64("batch"_attr),
+                    call.i64("m"_attr),
+                    call.i64("n"_attr),
+                    call.i64("k"_attr),
+                    call.flag("transA"_attr),
+                    call.flag("transB"_attr),
                     alignment(a.ptr),
                     alignment(b.ptr),
                     alignment(out.ptr),
-                    alignment(c)};
-  if (!residual && launch_ws(call, key, a.ptr, b.ptr, out.ptr, accumulate)) return;
+                    alignment(c),
+                    call.settings.gemm_autotune};
   // One device and one handle per process, and the JavaScript side calls from one thread.
   static std::map<PlanKey, Plan> plans;
   auto it = plans.find(key);
@@ -278,4 +232,4 @@ void run_gemm(const OpCall& call, const void* residual) {
 
 MDLM_OP(matmul) { mdlm::run_gemm(call, nullptr); }
 
-MDLM_OP(matmul_add) { mdlm::run_gemm(call, call.arg("residual").ptr); }
+MDLM_OP(matmul_add) { mdlm::run_gemm(call, call.arg("residual"_arg).ptr); }

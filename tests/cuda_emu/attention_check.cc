@@ -1,22 +1,26 @@
-// Runs cuda/attention.cu on the CPU through the warp emulator (cuda/emu/warp_emu.h) and compares
+// Runs cuda/attention/attention.cu on the CPU through the warp emulator (warp_emu.h) and compares
 // every output with a float64 reference (a port of src/ops/attention.ts), the way the parity
 // harness does: inputs rounded to the storage dtype, outputs poisoned with NaN, relative error
 // ‖out − ref‖ / ‖ref‖ per output. Covers the op's test cases and multi-tile cases (several query
 // and key tiles, tails, documents, GQA, unsorted document ids) in f32 and bf16.
 //
-//   g++ -std=c++17 -O2 -fno-strict-aliasing -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda \
-//       cuda/emu/attention_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/attention_check \
+//   g++ -std=c++17 -O2 -fno-strict-aliasing -DWARP_EMULATOR -I/usr/local/cuda/include -Itests/cuda_emu \
+//       tests/cuda_emu/attention_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/attention_check \
 //       && /tmp/attention_check [filter]   (cudart only for op.cc's error names; no GPU needed)
 //
-// Exits non-zero when any error is over the registry's tolerance (tests/cuda_build.test.ts runs
-// it in CI, again with MDLM_ATTN_WGMMA=0 for the mma.sync kernels the wgmma one replaces, and
-// with EMU_SCHEDULE=skewed EMU_CP_ASYNC=eager, which expose shared-memory races, and with
-// EMU_SCHEDULE=random:<seed>, which holds one slow thread back: barrier-order races; warp_emu.h).
+// Each case runs the forward, the default backward and the deterministic one (the op's
+// `deterministic` attribute). Exits non-zero when any error is over the registry's tolerance
+// (tests/cuda_build.test.ts runs it, again with HOPPER_KERNELS=0 for the mma.sync kernels that
+// GPUs before Hopper run (the kernel settings' hopper_kernels), with EMU_SCHEDULE=skewed
+// EMU_CP_ASYNC=eager, which expose shared-memory races, and with EMU_SCHEDULE=random:<seed>,
+// which holds one slow thread back: barrier-order races; warp_emu.h). The emulator's launches
+// take tile groups of 4 rows (attention.cu's group_rows), so the multi-tile cases end in a
+// partial group.
 // GRAD_STRIDE_EXTRA=n writes dQ, dK and dV with their tokens H·D + n elements apart (the op's
 // gradStride), the gaps checked to stay poisoned; ROPE=base turns dQ and dK back through rope at
 // random packed positions (the op's ropeBase; cases whose head dim is a multiple of 8), checked
 // against the reference's turn. FUZZ=n runs n random cases instead (fuzz_cases; FUZZ_SEED picks them).
-#include "../attention.cu"
+#include "../../cuda/attention/attention.cu"
 
 #include <cstdio>
 #include <limits>
@@ -25,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "../op.cc"  // the registry and OpCall accessors, as the addon builds them
+#include "../../cuda/op.cc"  // the registry and OpCall accessors, as the addon builds them
 
 namespace {
 
@@ -225,12 +229,15 @@ Vec rounded(const Vec& v, mdlm::DType d) {
 mdlm::OpCall make_call(const std::string& op, const Case& c, double scale) {
   mdlm::OpCall call;
   call.op = op;
+  // HOPPER_KERNELS=0: the kernels GPUs before Hopper run.
+  const char* hopper = getenv("HOPPER_KERNELS");
+  call.settings.hopper_kernels = !hopper || std::string(hopper) != "0";
   call.nums = {{"batch", c.B}, {"seqLen", c.T}, {"heads", c.H}, {"kvHeads", c.G}, {"headDim", c.D}, {"causal", c.causal ? 1 : 0}, {"scale", scale}};
   return call;
 }
 
 struct Result {
-  double fwd, bwd, bwd_det;  // bwd: the default (fused) backward; bwd_det: MDLM_ATTN_DETERMINISTIC=1
+  double fwd, bwd, bwd_det;  // bwd: the default (fused) backward; bwd_det: deterministic
   std::string worst_fwd, worst_bwd, worst_bwd_det;
 };
 
@@ -302,9 +309,9 @@ Result run_case(const Case& c, mdlm::DType dt, uint64_t seed) {
     const size_t tokens = size_t(c.B) * c.T;
     const auto span = [&](int64_t width) { return stride ? (tokens - 1) * stride + width : tokens * width; };
     for (bool det : {false, true}) {
-      setenv("MDLM_ATTN_DETERMINISTIC", det ? "1" : "0", 1);
       Buf bdq(dt, span(hd), true), bdk(dt, span(gd), true), bdv(dt, span(gd), true);
       mdlm::OpCall call = make_call("attention_backward", c, scale);
+      call.nums["deterministic"] = det ? 1 : 0;
       if (stride) call.nums["gradStride"] = static_cast<double>(stride);
       if (rope_base > 0) call.nums["ropeBase"] = rope_base;
       call.args["positions"] = {positions.data(), DType::i32, (int64_t)positions.size()};
@@ -389,9 +396,6 @@ std::vector<Case> fuzz_cases(int n, uint64_t seed) {
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
   const int seeds = argc > 2 ? std::atoi(argv[2]) : 1;
-  // Groups of 4 rows in the tile grids' order (block_tile): the "multi" cases' 6 to 12 rows end
-  // in a partial group (the default groups are larger than any case here).
-  setenv("MDLM_ATTN_GROUP_ROWS", "4", 0);
   std::vector<Case> cases = {
       // attention.cases('test')
       {"causal T=37 D=16", 2, 37, 2, 2, 16, true},

@@ -1,8 +1,8 @@
-// Checks the warp emulator's deadlock report (cuda/emu/warp_emu.h): a block whose first warp waits
+// Checks the warp emulator's deadlock report (tests/cuda_emu/warp_emu.h): a block whose first warp waits
 // on an mbarrier one arrival short and whose second waits at a named barrier a warp short (the
 // third exits) must abort, naming each run of blocked threads and what it waits on.
 //
-//   g++ -std=c++17 -O2 -DMDLM_ATTN_EMULATE -I/usr/local/cuda/include -Icuda cuda/emu/deadlock_check.cc \
+//   g++ -std=c++17 -O2 -DWARP_EMULATOR -I/usr/local/cuda/include -Itests/cuda_emu tests/cuda_emu/deadlock_check.cc \
 //       -L/usr/local/cuda/lib64 -lcudart -o /tmp/deadlock_check && /tmp/deadlock_check
 #include <cstdio>
 

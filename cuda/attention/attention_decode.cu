@@ -6,7 +6,7 @@
 // f32 or bf16 storage, f32 math.
 #include <cfloat>
 
-#include "common.cuh"
+#include "../common.cuh"
 
 namespace mdlm {
 
@@ -30,7 +30,6 @@ template <typename T>
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_kernel(const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ out, int heads,
                             int kv_heads, int head_dim, int max_len, int length, int kv_stride, float scale) {
-  wait_previous_kernel();
   extern __shared__ float scores[];
   __shared__ float scratch[kDecodeThreads / 32];
   const int h = blockIdx.x, b = blockIdx.y;
@@ -66,15 +65,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
 MDLM_OP(attention_decode) {
   using namespace mdlm;
-  const DType dtype = float_dtype_of(call, {"q", "k", "v", "out"});
-  const int batch = call.i32("batch"), heads = call.i32("heads"), kv_heads = call.i32("kvHeads"), head_dim = call.i32("headDim");
-  const int max_len = call.i32("maxLen"), length = call.i32("length"), kv_stride = call.i32("kvStride");
-  const float scale = static_cast<float>(call.num("scale"));
+  const DType dtype = float_dtype_of(call, {"q"_arg, "k"_arg, "v"_arg, "out"_arg});
+  const int batch = call.i32("batch"_attr), heads = call.i32("heads"_attr), kv_heads = call.i32("kvHeads"_attr), head_dim = call.i32("headDim"_attr);
+  const int max_len = call.i32("maxLen"_attr), length = call.i32("length"_attr), kv_stride = call.i32("kvStride"_attr);
+  const float scale = static_cast<float>(call.num("scale"_attr));
   const size_t smem = sizeof(float) * length;  // at most MAX_DECODE_KEYS (4096) floats: 16 KiB
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     check_cuda(launch_kernel(attention_decode_kernel<T>, dim3(heads, batch), kDecodeThreads, smem, call.stream,
-        static_cast<const T*>(call.arg("q").ptr), static_cast<const T*>(call.arg("k").ptr), static_cast<const T*>(call.arg("v").ptr),
-        static_cast<T*>(call.arg("out").ptr), heads, kv_heads, head_dim, max_len, length, kv_stride, scale), "attention_decode_kernel");
+        static_cast<const T*>(call.arg("q"_arg).ptr), static_cast<const T*>(call.arg("k"_arg).ptr), static_cast<const T*>(call.arg("v"_arg).ptr),
+        static_cast<T*>(call.arg("out"_arg).ptr), heads, kv_heads, head_dim, max_len, length, kv_stride, scale), "attention_decode_kernel");
   });
 }

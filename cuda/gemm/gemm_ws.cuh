@@ -60,15 +60,14 @@
 // session), where dh alone is about 70 and the epilogue's bytes about 56 at the memory's
 // bandwidth.
 //
-// Under MDLM_ATTN_EMULATE the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
+// Under WARP_EMULATOR the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
 #pragma once
 
 #include <set>
-#include <type_traits>
 
-#include "attention.cuh"  // smem_u32, MDLM_ATTN_DYNAMIC_SMEM
-#include "swiglu.cuh"
-#include "wgmma.cuh"
+#include "../common.cuh"
+#include "../ptx.cuh"
+#include "../swiglu.cuh"
 
 namespace mdlm {
 namespace gemm {
@@ -86,9 +85,9 @@ constexpr int kTileABytes = kBM * kBK * 2;  // a's [128][64] bf16 tile of a stag
 constexpr int kOutStageBytes = 64 * 128 * 2;  // a consumer's [64][128] bf16 tile of output, staged for its stores
 __host__ __device__ constexpr int stage_bytes(int tile_n) { return kTileABytes + tile_n * kBK * 2; }
 
-// Epilogues (the kernel's first template argument): the product as it is, SwiGLU's forward (in
-// two forms: swiglu_epilogue) or backward (below), or rope's with that head dim (16, 32, 64 or 128).
-constexpr int kStore = 0, kSwiglu = 1, kSwigluBwd = 2, kSwigluDeep = 3;
+// Epilogues (the kernel's first template argument): SwiGLU's forward (in two forms:
+// swiglu_epilogue) or backward (below), or rope's with that head dim (64 or 128).
+constexpr int kSwiglu = 1, kSwigluBwd = 2, kSwigluDeep = 3;
 __host__ __device__ constexpr bool is_swiglu_forward(int epilogue) { return epilogue == kSwiglu || epilogue == kSwigluDeep; }
 
 // Each consumer's [64][128] output tiles: one, or kSwiglu's three (G, U and h each its own, so
@@ -110,11 +109,11 @@ constexpr int kSmemMax = 232448, kSmemAlign = 1024;
 // at the LM head (twenty-eighth session: bench/RESULTS.md).
 __host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd || epilogue == kSwigluDeep ? 5 : 4; }
 // The ring, the consumers' output tiles, the mbarriers, and the alignment: at most kSmemMax.
-__host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue = kStore) {
+__host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue) {
   const int stages = stages_for(epilogue);
   return (size_t)stages * stage_bytes(tile_n) + 2 * out_tiles_for(epilogue) * kOutStageBytes + (2 * stages + aux_barriers(epilogue)) * 8 + kSmemAlign;
 }
-static_assert(smem_bytes(128, kStore) <= kSmemMax && smem_bytes(256, kStore) <= kSmemMax && smem_bytes(128, kSwiglu) <= kSmemMax &&
+static_assert(smem_bytes(128, 128) <= kSmemMax && smem_bytes(256, 128) <= kSmemMax && smem_bytes(128, kSwiglu) <= kSmemMax &&
               smem_bytes(128, kSwigluDeep) <= kSmemMax && smem_bytes(128, kSwigluBwd) <= kSmemMax);
 
 struct Params {
@@ -164,11 +163,6 @@ __device__ __forceinline__ Tile tile_at(const Params& p, int t) {
   return {b, (first + in_group % rows) * kTileM, in_group / rows * kBN};
 }
 
-// Two floats as bf16 in one register, the first in the low half (a fragment's column order).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 __device__ __forceinline__ float2 unpack_bf16(uint32_t v) {
   return make_float2(__bfloat162float(__ushort_as_bfloat16((unsigned short)(v & 0xffffu))), __bfloat162float(__ushort_as_bfloat16((unsigned short)(v >> 16))));
 }
@@ -289,7 +283,7 @@ __device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[kCols / 
 #pragma unroll
   for (int kk = 0; kk < kCols / 16; ++kk) {
     uint32_t* const r = v + 4 * kk;
-    attn::ldsm_x4(addr + wg::sw128_offset(64, 16 * warp + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r[0], r[1], r[2], r[3]);
+    ldsm_x4(addr + wg::sw128_offset(64, 16 * warp + (lane & 7) + 8 * (m & 1), 16 * kk + 8 * (m >> 1)), r[0], r[1], r[2], r[3]);
   }
 }
 
@@ -297,60 +291,57 @@ __device__ __forceinline__ void read_block(uint32_t addr, uint32_t (&v)[kCols / 
 // rope_kernel's arithmetic): for a position past the table. Not inlined on the GPU: the
 // epilogue's unrolled loops would carry its code, and its double pow, at every pair (`inline`
 // only lets each object that includes this header define it).
-#ifdef MDLM_ATTN_EMULATE
-#define MDLM_GEMM_NOINLINE
+#ifdef WARP_EMULATOR
+#define GEMM_NOINLINE
 #else
-#define MDLM_GEMM_NOINLINE __noinline__
+#define GEMM_NOINLINE __noinline__
 #endif
-__device__ inline MDLM_GEMM_NOINLINE float2 rope_cs_at(int pos, int i, int head_dim, double base) {
+__device__ inline GEMM_NOINLINE float2 rope_cs_at(int pos, int i, int head_dim, double base) {
   float s, c;
   sincosf(static_cast<float>(pos) * rope_inv_freq(base, i, head_dim), &s, &c);
   return make_float2(c, s);
 }
 
 // Rows row0..row0 + 63 of tile `tl` from a warpgroup's accumulator (acc[4j + 2h + e] =
-// out[row0 + 16·warp + gid + 8h][8j + 2·tig + e]), rope turned first when kRopeD > 0, into out
-// (or, for rope's columns from `split` on, out2).
+// out[row0 + 16·warp + gid + 8h][8j + 2·tig + e]), turned by rope, into out (or, for the
+// columns from `split` on, out2).
 template <int kRopeD, int kBN>
 __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int row0, int warp, int gid, int tig, float (&acc)[kBN / 2],
                                            const OutStage& st) {
-  if constexpr (kRopeD > 0) {
-    constexpr int kD = kRopeD > 0 ? kRopeD : 1;  // (nvcc checks the % below for kRopeD = 0 too)
-    constexpr int kPair = kD / 16;               // j between a column and its partner
+  constexpr int kPair = kRopeD / 16;  // j between a column and its partner
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
-      const int pos = __ldg(p.positions + min(row, p.m - 1));
-      // Every pair of row h turned by (cos, sin) = cs_at(i).
-      const auto turn = [&](auto cs_at) {
+  for (int h = 0; h < 2; ++h) {
+    const int row = tl.m0 + row0 + 16 * warp + gid + 8 * h;
+    const int pos = __ldg(p.positions + min(row, p.m - 1));
+    // Every pair of row h turned by (cos, sin) = cs_at(i).
+    const auto turn = [&](auto cs_at) {
 #pragma unroll
-        for (int j = 0; j < kBN / 8; ++j) {
-          if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
+      for (int j = 0; j < kBN / 8; ++j) {
+        if ((j / kPair) % 2 != 0) continue;  // the upper half of its head
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int i = (8 * j + 2 * tig + e) % kD;
-            const float2 c = cs_at(i);
-            float& lo = acc[4 * j + 2 * h + e];
-            float& hi = acc[4 * (j + kPair) + 2 * h + e];
-            const float l = lo, u = hi;
-            lo = l * c.x - u * c.y;
-            hi = u * c.x + l * c.y;
-          }
+        for (int e = 0; e < 2; ++e) {
+          const int i = (8 * j + 2 * tig + e) % kRopeD;
+          const float2 c = cs_at(i);
+          float& lo = acc[4 * j + 2 * h + e];
+          float& hi = acc[4 * (j + kPair) + 2 * h + e];
+          const float l = lo, u = hi;
+          lo = l * c.x - u * c.y;
+          hi = u * c.x + l * c.y;
         }
-      };
-      // The computed fallback in a loop of its own: chosen pair by pair, beside every table read,
-      // it made the epilogue 30-40% slower (bench/RESULTS.md, nineteenth session).
-      if (static_cast<unsigned>(pos) < static_cast<unsigned>(p.rope_positions)) {
-        const float2* cs = p.rope_cs + (int64_t)pos * (kRopeD / 2);
-        turn([&](int i) { return __ldg(cs + i); });
-      } else {
-        turn([&](int i) { return rope_cs_at(pos, i, kD, p.rope_base); });
       }
+    };
+    // The computed fallback in a loop of its own: chosen pair by pair, beside every table read,
+    // it made the epilogue 30-40% slower (bench/RESULTS.md, nineteenth session).
+    if (static_cast<unsigned>(pos) < static_cast<unsigned>(p.rope_positions)) {
+      const float2* cs = p.rope_cs + (int64_t)pos * (kRopeD / 2);
+      turn([&](int i) { return __ldg(cs + i); });
+    } else {
+      turn([&](int i) { return rope_cs_at(pos, i, kRopeD, p.rope_base); });
     }
   }
   uint32_t v[kBN / 4];
   pack_acc<kBN>(acc, v);
-  const bool second = kRopeD > 0 && tl.n0 >= p.split;
+  const bool second = tl.n0 >= p.split;
   const Block d = second ? Block{p.out2, p.ldo2, p.m, p.n - p.split, tl.m0 + row0, tl.n0 - p.split, p.tma_store ? &p.out2_map : nullptr, 0}
                          : Block{p.out + (int64_t)tl.b * p.out_batch, p.ldo, p.m, p.n, tl.m0 + row0, tl.n0, p.tma_store ? &p.out_map : nullptr, tl.b};
   store_block<kBN>(d, v, warp, gid, tig, st);
@@ -469,10 +460,9 @@ enum Schedule { kCooperative, kPingPong };
 
 template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
-  wait_previous_kernel();
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = is_swiglu_forward(kEpi), kPing = kSched == kPingPong;
-  static_assert(kEpi == kStore || kSwi || (kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 16, 32, 64 or 128 columns");
+  static_assert(kSwi || kEpi == kSwigluBwd || (kRopeD > 0 && kRopeD <= 128 && kBN % kRopeD == 0), "rope: a head of 16, 32, 64 or 128 columns");
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
@@ -480,10 +470,10 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant_
   static_assert(!kSwiBwd || (kPing && kBN == 128 && kAT), "SwiGLU's backward: ping-pong, 128 wide, a (Wdown) transposed");
   constexpr int kStages = stages_for(kEpi);
   constexpr int kOutTileBytes = out_tiles_for(kEpi) * kOutStageBytes;  // a consumer's output tiles
-#if defined(MDLM_ATTN_EMULATE) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(WARP_EMULATOR) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kTileM = kSwi ? 64 : kBM;  // rows of out a tile covers (SwiGLU: 64 hidden units)
-  MDLM_ATTN_DYNAMIC_SMEM(unsigned char, smem_raw);
-  const uint32_t raw = attn::smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
+  DYNAMIC_SMEM(unsigned char, smem_raw);
+  const uint32_t raw = smem_u32(smem_raw), base = (raw + 1023) & ~1023u;
   constexpr int kStageBytes = stage_bytes(kBN);
   // After the ring: the consumers' output tiles (kSwigluBwd: their slots), then the mbarriers.
   const uint32_t out_tiles = base + kStages * kStageBytes, bar = out_tiles + 2 * kOutTileBytes;
@@ -686,41 +676,25 @@ inline const char* make_swiglu_bwd_params(Params& p, const void* wdown, const vo
   return err;
 }
 
-// The kernel for an epilogue (kStore, kSwiglu, kSwigluDeep, kSwigluBwd, or a rope head dim of 64 or 128),
-// schedule, tile width (128, or 256 when cooperative) and a's layout (a_t: [k][m]), launched with
-// kThreads threads and smem_bytes(tile_n, epilogue) bytes of shared memory; null
-// for another combination.
+// The kernel for an epilogue (kSwiglu, kSwigluDeep, kSwigluBwd, or a rope head dim of 64 or
+// 128), schedule, tile width and a's layout (a_t: [k][m]), launched with kThreads threads and
+// smem_bytes(tile_n, epilogue) bytes of shared memory; null for a combination the ops do not use.
+// The ops use: SwiGLU's forward ping-pong 128 wide; its backward ping-pong 128 wide with a
+// transposed; rope ping-pong 128 wide, or cooperative 256 wide where q's columns allow it.
 using Kernel = void (*)(const Params);
-inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t = false) {
-  const auto pick = [&](auto epi, auto at) -> Kernel {
-    constexpr int kE = decltype(epi)::value;
-    constexpr bool kT = decltype(at)::value;
-    if constexpr ((is_swiglu_forward(kE) || kE >= 16) && kT) {  // SwiGLU's forward and rope: projections, a = x or Wgu K-major
-      return nullptr;
-    } else if constexpr (kE == kSwigluBwd) {  // a = Wdown transposed, ping-pong 128 wide only
-      if constexpr (kT) return sched == kPingPong && tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, true> : nullptr;
-      else return nullptr;
-    } else {
-      if (sched == kPingPong) return tile_n == 128 ? gemm_ws_nt<kE, kPingPong, 128, kT> : nullptr;
-      if constexpr (is_swiglu_forward(kE)) return nullptr;
-      else return tile_n == 128 ? gemm_ws_nt<kE, kCooperative, 128, kT> : tile_n == 256 ? gemm_ws_nt<kE, kCooperative, 256, kT> : nullptr;
-    }
-  };
-  const auto with_layout = [&](auto epi) -> Kernel {
-    return a_t ? pick(epi, std::true_type{}) : pick(epi, std::false_type{});
-  };
+inline Kernel kernel_for(int epilogue, Schedule sched, int tile_n, bool a_t) {
+  const bool ping = sched == kPingPong && tile_n == 128, coop = sched == kCooperative && tile_n == 256;
   switch (epilogue) {
-    case kStore: return with_layout(std::integral_constant<int, kStore>{});
-    case kSwiglu: return with_layout(std::integral_constant<int, kSwiglu>{});
-    case kSwigluDeep: return with_layout(std::integral_constant<int, kSwigluDeep>{});
-    case kSwigluBwd: return with_layout(std::integral_constant<int, kSwigluBwd>{});
-    case 64: return with_layout(std::integral_constant<int, 64>{});
-    case 128: return with_layout(std::integral_constant<int, 128>{});
+    case kSwiglu: return ping && !a_t ? gemm_ws_nt<kSwiglu, kPingPong, 128, false> : nullptr;
+    case kSwigluDeep: return ping && !a_t ? gemm_ws_nt<kSwigluDeep, kPingPong, 128, false> : nullptr;
+    case kSwigluBwd: return ping && a_t ? gemm_ws_nt<kSwigluBwd, kPingPong, 128, true> : nullptr;
+    case 64: return a_t ? nullptr : ping ? gemm_ws_nt<64, kPingPong, 128, false> : coop ? gemm_ws_nt<64, kCooperative, 256, false> : nullptr;
+    case 128: return a_t ? nullptr : ping ? gemm_ws_nt<128, kPingPong, 128, false> : coop ? gemm_ws_nt<128, kCooperative, 256, false> : nullptr;
     default: return nullptr;
   }
 }
 
-#ifndef MDLM_ATTN_EMULATE
+#ifndef WARP_EMULATOR
 // Launches the kernel for (epilogue, sched, p.tile_n, p.a_t) over p's tiles, one block an SM at most
 // (`sms`), on `stream`, with smem_bytes(p.tile_n, epilogue) of shared memory, which each kernel is
 // allowed once. Returns the launch's error (cudaErrorInvalidValue for a combination kernel_for
@@ -742,7 +716,6 @@ inline cudaError_t launch(const Params& p, int epilogue, Schedule sched, int sms
 // rope_cs[pos · (head_dim/2) + i] = (cos, sin) of f32(pos) · inv_freq[i] for pos < positions, as
 // rope_kernel computes them (cuda/rope.cu): the table gemm_ws_nt<head_dim> reads.
 static __global__ void make_rope_table(float2* rope_cs, int positions, int head_dim, double base) {
-  wait_previous_kernel();
   const int half = head_dim / 2;
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < (int64_t)positions * half) rope_cs[i] = rope_cs_at((int)(i / half), (int)(i % half), head_dim, base);
