@@ -4,13 +4,15 @@
  * `loadTokenizer(spec)` takes `byte`, `gpt2`, a path to a `tokenizer.json`, or a directory that holds
  * either a `tokenizer.json` or the small mdlm descriptor (`tokenizer_config.json` with an
  * `mdlm_tokenizer` key) that `files()` of the byte and gpt2 tokenizers writes. The per-kind modules
- * (byte.ts, gpt2.ts, hf.ts) and tokenizer_core.ts are browser-safe; only this loader touches the file system.
+ * (byte.ts, gpt2.ts, hf.ts), tokenizer_core.ts and tokenizer_files.ts are browser-safe; only this loader
+ * touches the file system.
  */
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fail } from '../errors.js';
 
 export * from './tokenizer_core.js';
+export * from './tokenizer_files.js';
 import { DESCRIPTOR_FILE, HF_TOKENIZER_FILE, type MdlmTokenizerDescriptor, type Tokenizer } from './tokenizer_core.js';
 
 /** Load a tokenizer from `byte`, `gpt2`, a tokenizer.json path, or a directory containing one. */

@@ -1,9 +1,11 @@
 /**
- * The core runs in a browser: src/ops, src/nn, src/model, src/objectives, src/optim,
- * src/sampling, src/rng and src/backend/webgpu, and every file they import, use no Node built-in
- * module and no Node-only global. The walk parses each TypeScript source (static imports,
- * export-from, dynamic import() and require()), follows relative specifiers, and reports each
- * offence with the chain of imports that reaches it.
+ * The import graph of src/, parsed from each TypeScript source (static imports, export-from,
+ * dynamic import() and require()), relative specifiers followed.
+ * - The core runs in a browser: src/ops, src/nn, src/model, src/objectives, src/optim,
+ *   src/sampling, src/rng and src/backend/webgpu, and every file they import, use no Node
+ *   built-in module and no Node-only global; each offence is reported with the chain of imports
+ *   that reaches it.
+ * - No import cycles, dynamic imports included.
  */
 import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { builtinModules } from 'node:module';
@@ -130,6 +132,30 @@ export function nodeOffences(roots: readonly string[], read: SourceReader): stri
   return offences;
 }
 
+/** The import cycles among `files`, each as "a.ts -> b.ts -> a.ts" (dynamic and type-only imports count). */
+export function importCycles(files: readonly string[], read: SourceReader): string[] {
+  const deps = new Map<string, string[]>();
+  for (const f of files) {
+    const targets = scanSource(f, read(f)!).imports.filter((s) => s.startsWith('.')).map((s) => resolve(f, s, read));
+    deps.set(f, [...new Set(targets.filter((t): t is string => t !== undefined))]);
+  }
+  const cycles: string[] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const path: string[] = [];
+  const visit = (f: string): void => {
+    state.set(f, 'open');
+    path.push(f);
+    for (const t of deps.get(f) ?? []) {
+      if (state.get(t) === 'open') cycles.push([...path.slice(path.indexOf(t)), t].join(' -> '));
+      else if (!state.has(t)) visit(t);
+    }
+    path.pop();
+    state.set(f, 'done');
+  };
+  for (const f of files) if (!state.has(f)) visit(f);
+  return cycles;
+}
+
 function sourcesUnder(dir: string): string[] {
   const out: string[] = [];
   for (const name of readdirSync(join(ROOT, dir))) {
@@ -208,5 +234,20 @@ describe('the import walk', () => {
     const patched: SourceReader = (p) => (p === 'src/rng/philox.ts' ? `import { cpus } from 'node:os';\n${readRepo(p)!}` : readRepo(p));
     const offences = nodeOffences(['src/ops/index.ts'], patched);
     expect(offences).toContainEqual(expect.stringMatching(/^src\/ops\/index\.ts -> .*src\/rng\/philox\.ts: imports 'node:os'$/));
+  });
+});
+
+describe('import cycles', () => {
+  it('src has none, dynamic imports included', () => {
+    expect(importCycles(sourcesUnder('src'), readRepo)).toEqual([]);
+  });
+
+  it('finds one through a dynamic import', () => {
+    const files: Record<string, string> = {
+      'src/t/core.ts': "export async function pick() {\n  return (await import('./kind.js')).kind;\n}\n",
+      'src/t/kind.ts': "import type { pick } from './core.js';\nexport const kind: typeof pick | 1 = 1;\n",
+      'src/t/leaf.ts': 'export const leaf = 1;\n',
+    };
+    expect(importCycles(Object.keys(files), (p) => files[p])).toEqual(['src/t/core.ts -> src/t/kind.ts -> src/t/core.ts']);
   });
 });
