@@ -12,9 +12,9 @@
 // Tile rows are D4P vec4 wide (head_dim/4 padded to a power of two; padding is zero).
 // Loops over head_dim and over the streamed rows run to their actual counts (params.d4, the rows
 // left before T): besides skipping padding, this keeps lavapipe's LLVM from unrolling them, which
-// cost it ~20 s of compile time per pipeline.
+// would make each pipeline's compile far slower.
 // Private arrays are declared with explicit initializers: on lavapipe a loop-scoped
-// `var s: array<f32, 8>;` kept its previous iteration's values instead of starting at zero.
+// `var s: array<f32, 8>;` keeps its previous iteration's values instead of starting at zero.
 // Workgroup arrays are sized for the largest configuration the host picks
 // (src/backend/webgpu/kernels/attention.ts); each entry point stays under 32 KiB.
 

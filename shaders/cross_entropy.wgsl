@@ -9,8 +9,8 @@
 // lse = m + log s rounds away what the gradient needs where the target dominates (x ~ lse, so
 // x - lse keeps only lse's f32 error: 2e-5 of the target's gradient at 1 x 3): the loss entry
 // also writes each row's (m, log s) to lse_parts, and with LSE_PARTS the gradient takes x - lse
-// as (x - m) - log s from parts_saved. (A TwoSum error term instead came out 0 on lavapipe: its
-// compiler treats float arithmetic as reassociable.)
+// as (x - m) - log s from parts_saved. (A TwoSum error term would not do: lavapipe's compiler
+// treats float arithmetic as reassociable and folds it to 0.)
 struct Params { rows: u32, vocab: u32 }
 
 @group(0) @binding(0) var<uniform> params: Params;

@@ -286,8 +286,8 @@ export const attention = defineOp<AttentionAttrs>({
   // f32: dot products of length D and sums over T keys in f32.
   // bf16: rounding the outputs to bf16 alone costs ~1.5e-3 (the CPU backend in bf16 measures
   // 1.3e-3..1.9e-3 on the test cases); a flash-attention kernel also rounds P to bf16 before the
-  // P·V tensor-core product, which brings it to ~2e-3 (cuda/attention.cu under the CPU emulator,
-  // cuda/emu: at most 2.1e-3 over 6 seeds of the test cases and multi-tile cases). 5e-3 leaves
+  // P·V tensor-core product, which brings it to ~2e-3 (cuda/attention/ under the CPU emulator,
+  // tests/cuda_emu: at most 2.1e-3 over 6 seeds of the test cases and multi-tile cases). 5e-3 leaves
   // 2.4x headroom and still fails a kernel that gets one row or tile of a case wrong.
   tolerance: { f32: 2e-5, bf16: 5e-3 },
   flops: forwardFlops,
@@ -333,7 +333,7 @@ export const attentionBackward = defineOp<AttentionAttrs>({
   },
   // dk/dv sum over T queries and the q heads of a group; dq over T keys.
   // bf16: output rounding ~1.7e-3 (CPU backend in bf16), plus P and dS rounded to bf16 before the
-  // tensor-core products: cuda/attention.cu measures at most 2.6e-3 under the CPU emulator.
+  // tensor-core products: cuda/attention/ measures at most 2.6e-3 under the CPU emulator.
   tolerance: { f32: 1e-4, bf16: 6e-3 },
   // Convention: backward = 2.5× forward (recomputing QKᵀ plus dV, dP, dQ, dK: 5 matmuls vs 2).
   flops: (attrs) => 2.5 * forwardFlops(attrs),

@@ -43,7 +43,7 @@ function matmulShapes({ batch, m, n, k, transA, transB }: MatmulAddAttrs): Recor
 /**
  * The float64 products out[i·n + j] = Σ_l a[aAt + i·k + l] · b[bAt + j·k + l] (rows of a against
  * rows of b), each summed over l in order: the references' GEMM. Blocks of 4 × 4 outputs as 16
- * independent sums (the same sums, bit for bit, about 4× faster than one add chain at a time),
+ * independent sums (the same sums, bit for bit, several times faster than one add chain at a time),
  * then the edge rows and columns one output at a time.
  */
 export function productNT(a: RefArray, aAt: number, b: RefArray, bAt: number, m: number, n: number, k: number): Float64Array {

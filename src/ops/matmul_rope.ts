@@ -2,7 +2,7 @@
  * matmul_rope: the attention's q/k projection and rope in one op. [q | k] = x · Wqkᵀ
  * (Wqk = [Wq; Wk], [(heads + kvHeads)·headDim, inFeatures]), each turned by rope (src/ops/rope.ts)
  * at its token's position, into q [B, T, heads, D] and k [B, T, kvHeads, D]. A backend may fuse
- * the two (CUDA on Hopper: cuda/matmul_ws.cuh's rope epilogue turns the products as they leave
+ * the two (CUDA on Hopper: cuda/gemm/gemm_ws.cuh's rope epilogue turns the products as they leave
  * the accumulators, so the [rows, (H + G)·D] projection is never stored and rope never reads it
  * back); the result is that of matmul then rope, up to the rounding of the product in between.
  */

@@ -2,7 +2,7 @@
  * matmul_swiglu: the SwiGLU MLP's gate/up projection and its product in one op, in the MLP's
  * transposed layout (src/nn/mlp.ts): [Gᵀ; Uᵀ] = Wgu · xᵀ into gu ([2·hidden, rows]: the gate rows,
  * then the up rows) and out = silu(G) · U ([hidden, rows]). A backend may fuse the two (CUDA on
- * Hopper: cuda/matmul_ws.cuh's SwiGLU epilogue computes out from G and U as it stores them, and
+ * Hopper: cuda/gemm/gemm_ws.cuh's SwiGLU epilogue computes out from G and U as it stores them, and
  * the swiglu kernel's second read of gu is saved); the result is that of matmul then swiglu.
  *
  * matmul_swiglu_backward: the down projection's input gradient and SwiGLU's backward in one op:

@@ -49,7 +49,7 @@ export const reduce = defineOp<ReduceAttrs>({
           { label: 'sum 1x16M', attrs: { rows: 1, cols: 1 << 24, kind: 'sum' } },
         ],
   // Normals around 1: around 0, a row's sum can cancel to near nothing, and its relative error then
-  // measures the cancellation rather than the kernel (a mean of 100003 failed 1e-5 now and then).
+  // measures the cancellation rather than the kernel (a mean of 100003 fails 1e-5 now and then).
   sample: (rng, { rows, cols }) => ({ x: randn(rng, rows * cols).map((v) => v + 1) }),
   // f32 partial sums over up to ~1e5 terms in a fixed tree; max is exact.
   tolerance: { f32: 1e-5 },
