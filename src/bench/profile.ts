@@ -6,7 +6,7 @@
  * backend that can wait synchronously (cpu, cuda); recordings are re-run op by op, so CUDA graphs
  * never hide the ops from it.
  */
-import { type Backend, type PoolStats, type Recording, rerun } from '../backend/backend.js';
+import { type Backend, type KernelSettings, type PoolStats, type Recording, rerun } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import type { OpDef } from '../ops/op.js';
 import { type DType, type HostArray, type Shape, type Tensor, shapeStr } from '../tensor.js';
@@ -79,6 +79,9 @@ export class ProfiledBackend implements Backend {
   }
   poolStats(): PoolStats {
     return this.inner.poolStats();
+  }
+  configureKernels(settings: KernelSettings): void {
+    this.inner.configureKernels?.(settings);
   }
   destroy(): void {
     this.inner.destroy();

@@ -18,15 +18,14 @@ import { flopsBreakdown, paramCount } from '../config/model-size.js';
 import { logitChunksOf } from '../model/saving.js';
 import type { TrainConfig } from '../config/schema.js';
 import { fail } from '../errors.js';
-import { LlamaModel } from '../model/llama.js';
 import type { TokenBatch } from '../objectives/objective.js';
-import { AdamW } from '../optim/adamw.js';
 import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
-import { activationSaving, checkTrainingFits, gib, recordsSteps, withMemoryEstimate } from '../train/memory.js';
-import { Lookahead, computeDtype, createObjective, optimizerStep } from '../train/trainer.js';
+import { gib } from '../train/memory.js';
+import { planRun, setUpRun } from '../train/setup.js';
+import { Lookahead, optimizerStep } from '../train/step.js';
 
 export const PEER_MODES = ['eager', 'compile'] as const;
 export type PeerMode = (typeof PEER_MODES)[number];
@@ -115,9 +114,9 @@ function benchMaskId(cfg: TrainConfig): number {
   return cfg.objective.maskTokenId ?? cfg.model.vocabSize - 1;
 }
 
-export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined, backend: Pick<Backend, 'name' | 'skipsConditional'>): BenchTrainSetup {
+export function benchSetup(cfg: TrainConfig, preset: string, peakTflops: number | undefined, backend: Backend): BenchTrainSetup {
   const f = flopsBreakdown(cfg.model, cfg.model.seqLen, cfg.objective.kind);
-  const saving = activationSaving(cfg.train, createObjective(cfg.objective, cfg.train.seed, benchMaskId(cfg)), backend);
+  const { saving } = planRun(cfg, backend, benchMaskId(cfg));
   return {
     preset, objective: cfg.objective.kind, batch: cfg.train.batchSize, seq_len: cfg.model.seqLen, params: paramCount(cfg.model),
     flops_per_token: f.total, flops_convention: f.convention, peak_tflops: peakTflops ?? null, recompute: cfg.train.recompute,
@@ -164,17 +163,11 @@ export async function benchTrainMdlm(
 ): Promise<TrainThroughput & { profile?: OpProfileRow[]; rounds_ms_step: number[] }> {
   const t = cfg.train;
   const maskId = benchMaskId(cfg);
-  const dtype = computeDtype(t.precision, backend);
   const profiler = profileSteps > 0 ? ProfiledBackend.of(backend) : null;
-  const objective = createObjective(cfg.objective, t.seed, maskId);
-  const record = recordsSteps(t, backend);
-  const saving = activationSaving(t, objective, backend);
-  const memory = checkTrainingFits(backend, cfg.model, t.batchSize, dtype, saving);
-  const model = withMemoryEstimate(memory, () => new LlamaModel(profiler ?? backend, cfg.model, t.batchSize, t.seed, { dtype, record, fill: parallelFiller(), ...saving }));
-  const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, { beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip }));
+  const parts = setUpRun(cfg, backend, { maskId, fill: parallelFiller(), ...(profiler ? { runOn: profiler } : {}) });
+  const { model, optimizer, dtype } = parts;
   try {
     const batches = new Lookahead(syntheticBatches(t.batchSize, cfg.model.seqLen, maskId, t.seed), () => undefined);
-    const parts = { model, objective, optimizer };
     for (let s = 0; s < warmup; s++) await optimizerStep(parts, batches, s, 1, t.lr, 'skip');
     await backend.sync();
     let loss = 0;

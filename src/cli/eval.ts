@@ -16,7 +16,7 @@ import { fail } from '../errors.js';
 import { modelLogits } from '../model/logits.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { type Evaluation, evaluateModel } from '../train/evaluate.js';
-import { createObjective } from '../train/trainer.js';
+import { createObjective } from '../train/setup.js';
 import { type OpenedModel, buildModel, openModel, requireTokenizer } from './model.js';
 import { choiceOption, intOption } from './options.js';
 

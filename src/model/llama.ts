@@ -89,13 +89,14 @@ export class LlamaModel {
    * `recompute`: activations recomputed in backward instead of kept (train.recompute).
    * `logitChunks`: the LM head and the loss run over that many blocks of rows in turn, holding one
    * block's logits (train.logitChunks).
+   * `deterministic`: the attention backward gives the same bits on every run (train.deterministic).
    * `packLossRows`: forwardBackward runs the head and the loss over the rows with a target and a
    * nonzero weight only (masked diffusion: the masked tokens), packed to the front; blocks past the
    * last such row are skipped where the backend can decide that on the device (CUDA graphs).
    */
   constructor(
     readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
-    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller | null } & ActivationSaving = {},
+    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller | null; deterministic?: boolean } & ActivationSaving = {},
   ) {
     validateModel(cfg);
     const dtype = opts.dtype ?? 'f32';
@@ -116,7 +117,7 @@ export class LlamaModel {
     const dims = {
       batch, seqLen: T, heads: cfg.nHeads, kvHeads: cfg.nKvHeads, headDim, ropeBase: cfg.ropeTheta,
       dModel: cfg.dModel, ffnHidden: cfg.ffnHidden, normEps: cfg.normEps, qkvBias: cfg.qkvBias, qkNorm: cfg.qkNorm,
-      recomputeSwiglu: opts.recompute === 'swiglu',
+      recomputeSwiglu: opts.recompute === 'swiglu', deterministic: opts.deterministic ?? false,
     };
     this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
     const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);

@@ -52,6 +52,8 @@ export interface AttentionShape {
   /** RMSNorm over each head of q and k before RoPE, with this epsilon. */
   readonly qkNorm: boolean;
   readonly normEps: number;
+  /** The backward gives the same bits on every run (train.deterministic: attention_backward's attribute). */
+  readonly deterministic?: boolean;
 }
 
 /** Temporaries shared by every attention layer (only one layer runs at a time). */
@@ -231,7 +233,7 @@ export class SelfAttention {
     b.run(
       attentionBackward,
       { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse, dout: sc.dAttn, positions, dq: dq!, dk: dk!, dv: dv! },
-      { ...this.attrs(causal), ropeBase: s.ropeBase, ...(fused ? { gradStride: width } : {}) },
+      { ...this.attrs(causal), ropeBase: s.ropeBase, ...(fused ? { gradStride: width } : {}), ...(s.deterministic ? { deterministic: true } : {}) },
     );
     if (fused) {
       const d = this.q.inFeatures;

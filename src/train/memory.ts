@@ -5,12 +5,11 @@
  * on any allocation that fails while the run is being set up.
  */
 import type { Backend } from '../backend/backend.js';
-import type { ModelConfig, TrainSection } from '../config/schema.js';
+import type { ModelConfig } from '../config/schema.js';
 import { MdlmError, fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
 import { PlanBackend } from '../model/plan.js';
 import type { ActivationSaving } from '../model/saving.js';
-import type { Objective } from '../objectives/objective.js';
 import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
 
@@ -61,22 +60,6 @@ export function gib(bytes: number): string {
 
 export function describeMemory(e: MemoryBreakdown): string {
   return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}`;
-}
-
-/** Whether training records its forward and backward pass (a CUDA graph: train.cudaGraphs on CUDA). */
-export function recordsSteps(t: TrainSection, backend: Pick<Backend, 'name'>): boolean {
-  return t.cudaGraphs && backend.name === 'cuda';
-}
-
-/**
- * How the model trades compute for memory and runs the loss, from train.*, the objective and the
- * backend: loss rows are packed only where the blocks past the last one are skipped
- * (Backend.skipsConditional: the CPU, WebGPU, or CUDA when the pass is recorded); elsewhere every
- * block runs, so packing would only add work.
- */
-export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, backend: Pick<Backend, 'name' | 'skipsConditional'>): ActivationSaving {
-  const skips = backend.skipsConditional === 'always' || (backend.skipsConditional === 'recorded' && recordsSteps(t, backend));
-  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && skips };
 }
 
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';

@@ -13,7 +13,8 @@ import type { Tensor } from '../../src/tensor.js';
 import { createLoader } from '../../src/data/loader.js';
 import { learningRate } from '../../src/optim/lr.js';
 import { openRunData } from '../../src/train/data.js';
-import { type Trainer, computeDtype } from '../../src/train/trainer.js';
+import { computeDtype } from '../../src/train/setup.js';
+import type { Trainer } from '../../src/train/trainer.js';
 import { expectBf16Tracks, runLosses as runOn, tinyConfig as tinyIn, tinyRunRoot, tinyTrainer } from '../support/train.js';
 import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
 

@@ -1,0 +1,106 @@
+/**
+ * How a training run is set up, one function for the Trainer and `mdlm bench train` alike: the
+ * compute dtype, the objective, what the model trades compute for memory with, the memory check,
+ * the kernels' settings, then the model and its optimizer.
+ */
+import type { Backend } from '../backend/backend.js';
+import type { ObjectiveSection, PRECISIONS, TrainConfig, TrainSection } from '../config/schema.js';
+import { fail } from '../errors.js';
+import { LlamaModel } from '../model/llama.js';
+import type { ActivationSaving } from '../model/saving.js';
+import type { ParamFiller } from '../nn/params.js';
+import { ArObjective } from '../objectives/ar.js';
+import { MdlmObjective } from '../objectives/mdlm.js';
+import type { Objective } from '../objectives/objective.js';
+import { AdamW } from '../optim/adamw.js';
+import type { FloatDType } from '../tensor.js';
+import { type MemoryBreakdown, checkTrainingFits, withMemoryEstimate } from './memory.js';
+import type { StepParts } from './step.js';
+
+/** What a run's configuration decides on a backend, before anything is allocated. */
+export interface RunPlan {
+  readonly dtype: FloatDType;
+  readonly objective: Objective;
+  /** Whether the model records its pass and replays it (a CUDA graph). */
+  readonly record: boolean;
+  readonly saving: ActivationSaving;
+}
+
+/** A run set up: its plan, the memory it needs, the model and the optimizer. */
+export interface TrainingRun extends RunPlan, StepParts {
+  readonly memory: MemoryBreakdown;
+}
+
+export interface SetupOptions {
+  /** The [MASK] id (checked by the caller). */
+  readonly maskId: number;
+  /** Computes the initial parameter values (default: on this thread). */
+  readonly fill?: ParamFiller;
+  /** What the model runs its ops on, where that is not the backend itself (a profiler around it). */
+  readonly runOn?: Backend;
+}
+
+/** The compute dtype, the objective, the recording and the activation saving of `cfg` on `backend`. */
+export function planRun(cfg: TrainConfig, backend: Backend, maskId: number): RunPlan {
+  const dtype = computeDtype(cfg.train.precision, backend);
+  const objective = createObjective(cfg.objective, cfg.train.seed, maskId);
+  return { dtype, objective, record: recordsSteps(cfg.train, backend), saving: activationSaving(cfg.train, objective, backend) };
+}
+
+/**
+ * Set up a training run of `cfg` on `backend`: refused up front (OUT_OF_MEMORY) where the device
+ * is known to be too small; the kernels' settings from train.deterministic and train.gemmAutotune;
+ * the model (initialised from train.seed) and its AdamW.
+ */
+export function setUpRun(cfg: TrainConfig, backend: Backend, opts: SetupOptions): TrainingRun {
+  const t = cfg.train;
+  const plan = planRun(cfg, backend, opts.maskId);
+  const memory = checkTrainingFits(backend, cfg.model, t.batchSize, plan.dtype, plan.saving);
+  backend.configureKernels?.({ gemmAutotune: t.deterministic ? 0 : t.gemmAutotune });
+  const model = withMemoryEstimate(memory, () => new LlamaModel(opts.runOn ?? backend, cfg.model, t.batchSize, t.seed, {
+    dtype: plan.dtype, record: plan.record, deterministic: t.deterministic, ...plan.saving, ...(opts.fill ? { fill: opts.fill } : {}),
+  }));
+  try {
+    const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, {
+      beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip,
+    }));
+    return { ...plan, memory, model, optimizer };
+  } catch (e) {
+    model.destroy();
+    throw e;
+  }
+}
+
+/** Whether training records its forward and backward pass (a CUDA graph: train.cudaGraphs on CUDA). */
+export function recordsSteps(t: TrainSection, backend: Pick<Backend, 'name'>): boolean {
+  return t.cudaGraphs && backend.name === 'cuda';
+}
+
+/**
+ * How the model trades compute for memory and runs the loss, from train.*, the objective and the
+ * backend: loss rows are packed only where the blocks past the last one are skipped
+ * (Backend.skipsConditional: the CPU, WebGPU, or CUDA when the pass is recorded); elsewhere every
+ * block runs, so packing would only add work.
+ */
+export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, backend: Pick<Backend, 'name' | 'skipsConditional'>): ActivationSaving {
+  const skips = backend.skipsConditional === 'always' || (backend.skipsConditional === 'recorded' && recordsSteps(t, backend));
+  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && skips };
+}
+
+/** train.precision on a backend: the compute dtype (auto: bf16 where the kernels are bf16 tensor-core kernels, CUDA). */
+export function computeDtype(precision: (typeof PRECISIONS)[number], backend: Backend): FloatDType {
+  const dtype = precision === 'auto' ? (backend.name === 'cuda' ? 'bf16' : 'f32') : precision;
+  if (!backend.floatDtypes.has(dtype)) {
+    fail('BAD_CONFIG', `train.precision ${precision}: the ${backend.name} backend computes in ${[...backend.floatDtypes].filter((d) => d === 'f32' || d === 'bf16').join(' or ')} only; use train.precision auto or f32, or another --backend`);
+  }
+  return dtype;
+}
+
+/** The objective a config section describes; `maskId` is the [MASK] id, checked by the caller. */
+export function createObjective(o: ObjectiveSection, seed: number, maskId: number): Objective {
+  if (o.kind === 'ar') return new ArObjective();
+  return new MdlmObjective({
+    maskId, seed, schedule: o.schedule, exponent: o.exponent, tMin: o.tMin, tMax: o.tMax, antithetic: o.antithetic,
+    weighting: o.weighting, varilenProb: o.varilenProb, evalNoiseLevels: o.evalNoiseLevels,
+  });
+}

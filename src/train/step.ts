@@ -1,0 +1,99 @@
+/**
+ * One optimizer step, as the Trainer and `mdlm bench train` run it: the objective hands each
+ * micro-batch to the model, forward and backward, the gradient norm, and AdamW deferred into the
+ * next step's pass; batches are made one ahead while the device works.
+ */
+import type { TrainConfig } from '../config/schema.js';
+import { MdlmError } from '../errors.js';
+import type { LlamaModel } from '../model/llama.js';
+import type { Objective, TokenBatch } from '../objectives/objective.js';
+import type { AdamW } from '../optim/adamw.js';
+
+/** What one optimizer step works on. */
+export interface StepParts {
+  readonly model: LlamaModel;
+  readonly objective: Objective;
+  readonly optimizer: AdamW;
+}
+
+/**
+ * Batches one ahead: `prefetch` makes the next batch while the device still runs the current
+ * step, so the host's batch work (sampling, tokens) leaves the device no idle time; `take` hands
+ * it over. `state` is the source's position before any batch made ahead and not yet taken, so a
+ * checkpoint resumes at the first batch not trained on.
+ */
+export class Lookahead<S> {
+  private ahead: { batch: TokenBatch; before: S } | undefined;
+
+  constructor(private readonly make: () => TokenBatch, private readonly position: () => S) {}
+
+  take(): TokenBatch {
+    const batch = this.ahead?.batch ?? this.make();
+    this.ahead = undefined;
+    return batch;
+  }
+
+  prefetch(): void {
+    if (this.ahead) return;
+    const before = structuredClone(this.position());
+    this.ahead = { batch: this.make(), before };
+  }
+
+  state(): S {
+    return this.ahead ? this.ahead.before : this.position();
+  }
+
+  /** Drop a batch made ahead (the source was moved: a resume). */
+  reset(): void {
+    this.ahead = undefined;
+  }
+}
+
+/**
+ * One optimizer step at 0-based `step`: `gradAccum` micro-batches of (prepare, forward, backward;
+ * the first one's gradients overwrite the last step's), the global gradient norm, then AdamW at
+ * `lr` (deferred into the next step's first pass: queueStep), skipped where the loss or the norm
+ * is not finite (an error under nonFinite 'stop', a skipped update under 'skip').
+ * The update is queued without reading the norm first: a non-finite norm makes the device's AdamW
+ * step the identity (src/ops/adamw.ts), and a non-finite loss comes from non-finite logits, so
+ * with a non-finite norm. The loss and the norm are read once, after the whole step, so the
+ * device waits for the host only between steps; the next batch is made while it runs this one.
+ */
+export async function optimizerStep(
+  parts: StepParts, batches: Lookahead<unknown>, step: number, gradAccum: number, lr: number, nonFinite: TrainConfig['train']['nonFinite'],
+): Promise<{ loss: number; gradNorm: number; finite: boolean }> {
+  const { model, optimizer } = parts;
+  let loss = await queueStep(parts, batches, step, gradAccum, lr);
+  loss += (await model.loss()) / gradAccum;
+  const [gradNorm] = (await model.backend.download(optimizer.normOut)) as Float32Array;
+  const finite = Number.isFinite(loss) && Number.isFinite(gradNorm!);
+  if (!finite && nonFinite === 'stop') {
+    throw new MdlmError('BAD_CONFIG', `non-finite ${Number.isFinite(loss) ? 'gradient norm' : 'loss'} at step ${step} (loss ${loss}, grad norm ${gradNorm}); the update was skipped and nothing was saved. Lower train.lr, or set train.nonFinite skip`);
+  }
+  return { loss, gradNorm: gradNorm!, finite };
+}
+
+/**
+ * optimizerStep's work without its read-back: the micro-batches and the gradient norm queued, and
+ * AdamW deferred: the next step's first pass queues it before its forward, inside its recording
+ * (one graph a step on CUDA); whatever reads the parameters before then calls `optimizer.flush()`
+ * first (the Trainer does). The first pass also queues the update deferred by the step before, if
+ * any.
+ * Returns the loss of the micro-batches before the last (read before the next overwrites it; 0
+ * with one), as a share of the step's mean; the last one's is in the model's loss buffer.
+ */
+export async function queueStep(parts: StepParts, batches: Lookahead<unknown>, step: number, gradAccum: number, lr: number): Promise<number> {
+  const { model, objective, optimizer } = parts;
+  let loss = 0;
+  for (let micro = 0; micro < gradAccum; micro++) {
+    await objective.prepare(model, batches.take(), step * gradAccum + micro, 0);
+    // The first micro-batch's gradients replace the last step's: no zeroing, no read-back in the GEMMs.
+    model.forwardBackward(micro === 0, micro === 0 ? optimizer.takeDeferred() : undefined);
+    batches.prefetch();
+    if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
+  }
+  optimizer.measure();
+  optimizer.defer(lr, step + 1);
+  return loss;
+}
+
