@@ -5,13 +5,14 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn attn-bwd-ab attn-fwd-ab wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws]
-#   (default: all but attn, train-1.3b and run; attn = attention forward and backward at the bench
-#   shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both objectives, on the built-in
-#   byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma = cuda/emu/wgmma_check.cu on
-#   the GPU, which holds the CPU emulator's model of Hopper's wgmma to the hardware)
-# TRAIN_ARGS: more options for the train and train-1.3b steps' mdlm bench train (e.g. --logit-chunks 2, which
-#   keeps llama-1.3b 8 × 2048 below PyTorch's peak memory and is 1.4% faster than --recompute swiglu).
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws]
+#   (default: build probe wgmma parity bench peer tests train; attn = attention forward and
+#   backward at the bench shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both
+#   objectives, on the built-in byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma =
+#   tests/cuda_emu/wgmma_check.cu on the GPU, which holds the CPU emulator's model of Hopper's
+#   wgmma to the hardware)
+# TRAIN_ARGS: more options for the train and train-1.3b steps' mdlm bench train (e.g. --logit-chunks 2,
+#   which keeps llama-1.3b 8 × 2048 below PyTorch's peak memory).
 # All steps can take longer than one 10-minute device call: split them, e.g. "build probe parity",
 # then "bench peer", then "tests"; a warm machine keeps cuda/build/, so later builds are no-ops.
 set -uo pipefail
@@ -37,7 +38,7 @@ summary() {
     console.log(rs.length + ' records, ' + bad.length + ' failed');"
 }
 
-# bench/matmul_ws.cu (our Hopper GEMM beside cuBLASLt) as /tmp/matmul_ws.
+# bench/matmul_ws.cu (the Hopper GEMM's fused epilogues beside cuBLASLt) as /tmp/matmul_ws.
 build_matmul_ws() {
   local cuda=${CUDA_HOME:-/usr/local/cuda}
   "$cuda/bin/nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -L"$cuda/lib64" -lcublasLt -Xlinker -rpath="$cuda/lib64" -o /tmp/matmul_ws
@@ -81,21 +82,9 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
           --data.path /tmp/brown-gpt2 --train.gradAccum 1 --train.warmupSteps 10 --train.evalEvery 50 --train.evalBatches 2 --train.saveEvery 100 \
           2>&1 | grep -v Warning | tail -n 8 | tee "$OUT/run-124m-$obj.txt"
       done ;;
-    wgmma)  # the emulator's wgmma model (cuda/emu/warp_emu.h) against the hardware
-      nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Icuda cuda/emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
+    wgmma)  # the emulator's wgmma model (tests/cuda_emu/warp_emu.h) against the hardware
+      nvcc -std=c++17 -gencode=arch=compute_90a,code=sm_90a tests/cuda_emu/wgmma_check.cu -o /tmp/wgmma_check 2>&1 | grep -v C7519
       timeout 60 /tmp/wgmma_check 2>&1 | tee "$OUT/wgmma.txt" ;;
-    attn-bwd-ab)  # the backward by default and with each knob setting in BWD_AB (default: the mma.sync
-      # kernels); settings are space-separated, knobs within one joined by '+' (A=1+B=1)
-      for e in default ${BWD_AB:-MDLM_ATTN_WGMMA=0}; do
-        env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention_backward --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
-          | grep -v Warning | tee "$OUT/attn-bwd-$e.txt"
-      done ;;
-    attn-fwd-ab)  # the forward by default and with each knob setting in FWD_AB (default: fwd_mma,
-      # MDLM_ATTN_WS_FORWARD=0), as attn-bwd-ab
-      for e in default ${FWD_AB:-MDLM_ATTN_WS_FORWARD=0}; do
-        env $([ "$e" = default ] || echo "$e" | tr '+' ' ') timeout 120 node bin/mdlm.js bench kernels --backend cuda --ops attention --dtype bf16 --scale bench --no-check --reps 20 2>&1 \
-          | grep -v Warning | tee "$OUT/attn-fwd-$e.txt"
-      done ;;
     ncu)  # hardware counters (Nsight Compute) for the first launch of the kernel matching NCU_KERNEL
       # (regex on the demangled name, whose template arguments read like fwd_ws<(int)64, (bool)1, (int)0>) in bench kernels --ops NCU_OPS --case NCU_CASE at bench scale:
       # details page, raw metrics and per-instruction SASS stall samples, as $OUT/ncu-$NCU_TAG*
@@ -107,9 +96,9 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>&1
       ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep-sass.csv" 2>&1
       grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers|Achieved Occupancy|Warp Cycles Per Issued|Issued Ipc|stall" "$rep-details.txt" | head -n 30 ;;
-    matmul-ws)  # cuda/matmul_ws.cuh's GEMM (and its fused epilogues) against cuBLASLt on the training shapes
+    matmul-ws)  # cuda/gemm/gemm_ws.cuh's fused epilogues against cuBLASLt's plain product on the training shapes
       build_matmul_ws && /tmp/matmul_ws "${MATMUL_WS_REPS:-50}" 2>&1 | tee "$OUT/matmul-ws.txt" ;;
-    ncu-gemm)  # Nsight Compute on cuda/matmul_ws.cuh's kernels and cuBLASLt's at the matmul-ws shapes
+    ncu-gemm)  # Nsight Compute on cuda/gemm/gemm_ws.cuh's kernels and cuBLASLt's at the matmul-ws shapes
       # whose label contains NCU_GEMM_SHAPE (default "124M q/k"): every launch of each, --set full;
       # the details page as $OUT/ncu-gemm-details.txt (the report itself, large, stays in /tmp).
       # Kernel names: gemm_ws_nt<epilogue, schedule, tile width, a transposed>, nvjet_*.
@@ -128,8 +117,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
         node bench/kernel-times.mjs "$OUT/ncu-train-$preset.csv" --from adamw_kernel | tee "$OUT/kernel-times-$preset.txt" | head -n 45
       done ;;
     train-ab)  # this tree's dist/ and addon against another commit's (bash bench/pack-device.sh <commit>),
-      # or environment settings against each other (AB_SIDES="K=0 K=1"), alternating, on one addon:
-      # bench/train-ab.sh (AB_SIDES, AB_CASES, AB_RUNS, AB_ARGS)
+      # alternating: bench/train-ab.sh (AB_SIDES, AB_CASES, AB_RUNS, AB_ARGS)
       bash bench/train-ab.sh 2>&1 | tee "$OUT/train-ab.txt" ;;
     attn-ab)  # attention at the bench shapes (AB_OPS, default attention_backward) with this tree's
       # addon and the base commit's that train-ab built (bash bench/pack-device.sh <commit>, then
@@ -147,7 +135,7 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       done
       cp /tmp/attn-ab-head.node "$addon" ;;
     # Each test's line as it finishes (the default reporter prints a file's only at its end, so a
-    # run cut off at the call's limit printed nothing: twentieth session), the whole log in $OUT.
+    # run cut off at the call's limit would print nothing), the whole log in $OUT.
     tests) MDLM_REQUIRE_CUDA=1 timeout 540 node node_modules/vitest/vitest.mjs run tests/cuda.test.ts --reporter=verbose 2>&1 | grep -v Warning | tee "$OUT/tests.txt" \
       | grep -v " ✓ " | tail -n 40 ;;
   esac

@@ -1,25 +1,20 @@
-// Times cuda/matmul_ws.cuh's GEMM against cuBLASLt on the training shapes of llama-124m and
-// llama-1.3b (the x · Wᵀ layouts it covers), in one process on one GPU, and checks its output:
-// the plain kernel against cuBLASLt's (relative difference of the bf16 outputs), the rope
-// epilogue against a float64 host reference on a sample of rows. cuBLASLt gets what
-// cuda/matmul.cu gives it: the heuristic's first 8 algorithms, the fastest kept.
+// Times cuda/gemm/gemm_ws.cuh's fused epilogues, in the forms the ops launch them, beside
+// cuBLASLt's plain product of the same shape (the unfused path: cuBLASLt, then the element-wise
+// kernel), on the training shapes of llama-124m and llama-1.3b, in one process on one GPU, and
+// checks their outputs: the rope epilogue against a float64 host reference on a sample of rows,
+// SwiGLU's forward and backward against the same formula over cuBLASLt's product. cuBLASLt gets
+// what cuda/gemm/matmul.cu gives it by default: the heuristic's first 8 algorithms, the fastest
+// kept.
 //
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Icuda bench/matmul_ws.cu -lcublasLt -o /tmp/matmul_ws \
 //     && /tmp/matmul_ws [reps] [shape]   (bench/cuda-run.sh matmul-ws; shape: only the shapes whose label contains it)
 //
-// Prints, a shape a line: ms and TFLOP/s of cuBLASLt and of each variant of ours (schedule and
-// tile width: cuda/matmul_ws.cuh), each one's relative difference from cuBLASLt's output, and,
-// where the shape is a q/k projection, each variant's ms with the rope epilogue (the unfused path
-// adds the rope kernel's two launches to cuBLASLt's time: bench/RESULTS.md has theirs) and their
-// worst error against float64, and, for the gate/up projections, the ping-pong kernel with the
-// SwiGLU epilogue (writing G, U and h, by the consumers' stores and by TMA stores, and in its deep
-// form, kSwigluDeep, by TMA stores; the unfused path adds the swiglu kernel) and its worst
-// difference, and, for the dh products (a transposed), the ping-pong kernel with SwiGLU's
-// backward epilogue (the unfused path adds swiglu_backward).
-// Alone and timed back to back, the backward's epilogue in three slots was 4-7% slower than in
-// half tiles, but 10% faster inside a training step (Nsight Compute): bench/RESULTS.md,
-// twenty-fourth session. Two slots beside a fifth ring stage (the form now) were level with three
-// at llama-124m's dh and 5% faster at llama-1.3b's (twenty-eighth session).
+// Prints, a shape a line: ms and TFLOP/s of cuBLASLt's product; for a q/k projection the rope
+// epilogue's ms in both schedules (ping-pong 128 wide, cooperative 256 wide; matmul_rope takes the
+// latter where q's columns allow it) and their worst error against float64; for a gate/up
+// projection the SwiGLU epilogue's ms in both forms (gemm::swiglu_epilogue picks one by the
+// product's size) and their worst difference; for a dh product (a transposed) SwiGLU's backward
+// epilogue's ms and difference. All by TMA stores, as the ops store them.
 // Exits non-zero when a difference or error is over 5e-3.
 #include <cublasLt.h>
 
@@ -30,7 +25,7 @@
 #include <cstring>
 #include <vector>
 
-#include "matmul_ws.cuh"
+#include "gemm/gemm_ws.cuh"
 
 namespace {
 
@@ -53,8 +48,8 @@ struct Shape {
   const char* label;
   int m, n, k;
   int rope_d, split;  // rope_d > 0: a q/k projection, q the first `split` columns
-  bool swiglu;        // the gate/up projection [Gᵀ; Uᵀ] (m = 2F): also timed with the SwiGLU epilogue
-  bool a_t;           // a stored [k][m]: dh = Wdownᵀ · doutᵀ (m = F), also timed with SwiGLU's backward epilogue
+  bool swiglu;        // the gate/up projection [Gᵀ; Uᵀ] (m = 2F): timed with the SwiGLU epilogue
+  bool a_t;           // a stored [k][m]: dh = Wdownᵀ · doutᵀ (m = F), timed with SwiGLU's backward epilogue
 };
 
 // Milliseconds a launch of f, the mean of `reps` after a warm-up.
@@ -132,23 +127,17 @@ __global__ void fill_normal(bf16* x, size_t n, uint64_t seed) {
 
 using mdlm::gemm::Schedule;
 
-// The kernel's variants: schedule, tile width, and TMA stores of the staged output tiles
-// (cuda/matmul_ws.cuh).
+// The rope epilogue's two forms: schedule and tile width.
 struct Variant {
   const char* name;
   Schedule sched;
   int tile_n;
-  bool tma = false;
 };
-constexpr Variant kVariants[] = {{"coop 128", mdlm::gemm::kCooperative, 128},
-                                 {"ping 128", mdlm::gemm::kPingPong, 128},
-                                 {"coop 256", mdlm::gemm::kCooperative, 256},
-                                 {"coop256t", mdlm::gemm::kCooperative, 256, true},
-                                 {"ping128t", mdlm::gemm::kPingPong, 128, true}};
-constexpr int kNumVariants = sizeof(kVariants) / sizeof(kVariants[0]);
+constexpr Variant kRopeForms[] = {{"ping 128", mdlm::gemm::kPingPong, 128}, {"coop 256", mdlm::gemm::kCooperative, 256}};
+constexpr int kNumRopeForms = sizeof(kRopeForms) / sizeof(kRopeForms[0]);
 
-void launch(const mdlm::gemm::Params& p, int sms, int epilogue, const Variant& v) {
-  check(mdlm::gemm::launch(p, epilogue, v.sched, sms, nullptr), "ours: launch");
+void launch(const mdlm::gemm::Params& p, int sms, int epilogue, Schedule sched) {
+  check(mdlm::gemm::launch(p, epilogue, sched, sms, nullptr), "ours: launch");
 }
 
 std::vector<float> download(const bf16* d, size_t n) {
@@ -173,11 +162,8 @@ int main(int argc, char** argv) {
   const char* only = argc > 2 ? argv[2] : "";
   const Shape shapes[] = {
       {"124M q/k proj 16384x1536x768 (rope D64)", 16384, 1536, 768, 64, 768},
-      {"124M v or o proj 16384x768x768", 16384, 768, 768, 0, 0},
       {"124M gate/up [2F, rows] 4096x16384x768", 4096, 16384, 768, 0, 0, true},
-      {"124M LM head 16384x50304x768", 16384, 50304, 768, 0, 0},
       {"1.3B q/k proj 16384x4096x2048 (rope D128)", 16384, 4096, 2048, 128, 2048},
-      {"1.3B o proj 16384x2048x2048", 16384, 2048, 2048, 0, 0},
       {"1.3B gate/up [2F, rows] 11008x16384x2048", 11008, 16384, 2048, 0, 0, true},
       // Between the two presets' gate/up shapes, where gemm::swiglu_epilogue's bound (5e11 FLOP)
       // lies: 124M's F with 1.3B's d, 1.3B's F with 124M's d, and two sizes between (1.8e11, 4.1e11).
@@ -194,15 +180,13 @@ int main(int argc, char** argv) {
   check(cublasLtCreate(&handle), "cublasLtCreate");
   void* workspace;
   check(cudaMalloc(&workspace, size_t(32) << 20), "workspace");
-  std::printf("%-44s %8s %6s", "shape", "lt ms", "TF/s");
-  for (const Variant& v : kVariants) std::printf(" | %-8s %6s %8s", v.name, "TF/s", "diff");
-  std::printf(" | rope:");
-  for (const Variant& v : kVariants) std::printf(" %8s", v.name);
-  std::printf(" %8s | swiglu %8s %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "ping tma", "deep tma", "diff", "ping 128", "diff");
+  std::printf("%-50s %8s %6s | rope:", "shape", "lt ms", "TF/s");
+  for (const Variant& v : kRopeForms) std::printf(" %8s", v.name);
+  std::printf(" %8s | swiglu %8s %8s %8s | swiglu bwd %8s %8s\n", "rope err", "ping ms", "deep ms", "diff", "ping 128", "diff");
   int failed = 0;
   for (const Shape& s : shapes) {
     if (!std::strstr(s.label, only)) continue;
-    bf16 *a, *w, *out_lt, *out, *out2 = nullptr;
+    bf16 *a, *w, *out_lt, *out, *out2 = nullptr;  // out: the fused kernels' output
     const size_t na = (size_t)s.m * s.k, nw = (size_t)s.n * s.k, no = (size_t)s.m * s.n;
     check(cudaMalloc(&a, na * 2), "a");
     check(cudaMalloc(&w, nw * 2), "w");
@@ -212,26 +196,11 @@ int main(int argc, char** argv) {
     fill_normal<<<(nw + 255) / 256, 256>>>(w, nw, 2);
     const Lt lt = make_lt(handle, a, w, out_lt, s, workspace, reps);
     const float lt_ms = time_ms([&] { lt.run(); }, reps);
-    // Each variant, then its output against cuBLASLt's: both round f32 sums of the same products to bf16.
+    // The fused kernels' outputs against cuBLASLt's: both round f32 sums of the same products to bf16.
     const std::vector<float> want = download(out_lt, no);
-    float ours_ms[kNumVariants];
-    double diff[kNumVariants];
-    for (int vi = 0; vi < kNumVariants; ++vi) {
-      mdlm::gemm::Params p;
-      if (const char* err = mdlm::gemm::make_params(p, a, w, out, 1, s.m, s.n, s.k, s.n, kVariants[vi].tile_n, s.a_t)) {
-        std::printf("%s: %s\n", s.label, err);
-        return 1;
-      }
-      if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(p)) std::printf("%s: no TMA stores for %s\n", s.label, kVariants[vi].name);
-      check(cudaMemset(out, 0xff, no * 2), "poison");
-      ours_ms[vi] = time_ms([&] { launch(p, sms, mdlm::gemm::kStore, kVariants[vi]); }, reps);
-      check(cudaDeviceSynchronize(), "ours");
-      diff[vi] = rel_diff(download(out, no), want);
-      failed += !(diff[vi] <= 5e-3);
-    }
     const double tflop = 2.0 * s.m * s.n * s.k / 1e12;
-    float rope_ms[kNumVariants];
-    std::fill(rope_ms, rope_ms + kNumVariants, NAN);
+    float rope_ms[kNumRopeForms];
+    std::fill(rope_ms, rope_ms + kNumRopeForms, NAN);
     double rope_err = 0;
     if (s.rope_d) {
       // rope: q into out (split columns), k into out2; positions 0..T-1 per sequence of 1024
@@ -276,22 +245,22 @@ int main(int argc, char** argv) {
         }
         return std::sqrt(e2 / f2);
       };
-      for (int vi = 0; vi < kNumVariants; ++vi) {
+      for (int vi = 0; vi < kNumRopeForms; ++vi) {
         mdlm::gemm::Params pr;
-        mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kVariants[vi].tile_n);
+        mdlm::gemm::make_params(pr, a, w, out, 1, s.m, s.n, s.k, s.split, kRopeForms[vi].tile_n);
         pr.out2 = out2, pr.ldo2 = s.n - s.split, pr.split = s.split, pr.positions = positions, pr.rope_cs = table;
         pr.rope_positions = max_pos, pr.rope_base = 10000.0;
-        if (kVariants[vi].tma && !mdlm::gemm::use_tma_store(pr)) std::printf("%s: no TMA stores for %s with rope\n", s.label, kVariants[vi].name);
+        if (!mdlm::gemm::use_tma_store(pr)) std::printf("%s: no TMA stores for %s with rope\n", s.label, kRopeForms[vi].name);
         check(cudaMemset(out, 0xff, (size_t)s.m * s.split * 2), "poison");
         check(cudaMemset(out2, 0xff, (size_t)s.m * (s.n - s.split) * 2), "poison");
-        rope_ms[vi] = time_ms([&] { launch(pr, sms, s.rope_d, kVariants[vi]); }, reps);
+        rope_ms[vi] = time_ms([&] { launch(pr, sms, s.rope_d, kRopeForms[vi].sched); }, reps);
         check(cudaDeviceSynchronize(), "ours, rope");
         rope_err = std::max(rope_err, error());
       }
       failed += !(rope_err <= 5e-3);
       cudaFree(positions), cudaFree(table), cudaFree(out2);
     }
-    float swiglu_ms[3] = {NAN, NAN, NAN};  // kSwiglu with the consumers' stores and with TMA stores, kSwigluDeep with TMA stores
+    float swiglu_ms[2] = {NAN, NAN};  // kSwiglu and kSwigluDeep, by TMA stores
     double swiglu_diff = NAN;
     if (s.swiglu) {
       // G and U against cuBLASLt's product (the same bf16 roundings of f32 sums), h against
@@ -310,13 +279,12 @@ int main(int argc, char** argv) {
         h_ref[i] = __bfloat162float(__float2bfloat16_rn(g / (1.f + std::exp(-g)) * u));
       }
       swiglu_diff = 0;
-      // The consumers' stores, then TMA stores, with kSwiglu; then kSwigluDeep with TMA stores.
-      const int forms[3] = {mdlm::gemm::kSwiglu, mdlm::gemm::kSwiglu, mdlm::gemm::kSwigluDeep};
-      for (int f = 0; f < 3; ++f) {
-        if (f == 1 && !mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
+      if (!mdlm::gemm::use_tma_store(ps)) std::printf("%s: no TMA stores for swiglu\n", s.label);
+      const int forms[2] = {mdlm::gemm::kSwiglu, mdlm::gemm::kSwigluDeep};
+      for (int f = 0; f < 2; ++f) {
         check(cudaMemset(out, 0xff, no * 2), "poison");
         check(cudaMemset(h, 0xff, h_ref.size() * 2), "poison");
-        swiglu_ms[f] = time_ms([&] { launch(ps, sms, forms[f], kVariants[1]); }, reps);  // ping 128
+        swiglu_ms[f] = time_ms([&] { launch(ps, sms, forms[f], mdlm::gemm::kPingPong); }, reps);
         check(cudaDeviceSynchronize(), "ours, swiglu");
         swiglu_diff = std::max({swiglu_diff, rel_diff(download(out, no), want), rel_diff(download(h, h_ref.size()), h_ref)});
       }
@@ -348,18 +316,15 @@ int main(int argc, char** argv) {
         return 1;
       }
       check(cudaMemset(dgu, 0xff, ngu * 2), "poison");
-      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, kVariants[1]); }, reps);  // ping 128
+      bwd_ms = time_ms([&] { launch(pb, sms, mdlm::gemm::kSwigluBwd, mdlm::gemm::kPingPong); }, reps);
       check(cudaDeviceSynchronize(), "ours, swiglu backward");
       bwd_diff = rel_diff(download(dgu, ngu), ref);
       failed += !(bwd_diff <= 5e-3);
       cudaFree(gu), cudaFree(dgu);
     }
-    std::printf("%-44s %8.4f %6.1f", s.label, lt_ms, tflop / lt_ms * 1e3);
-    for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" | %8.4f %6.1f %8.1e", ours_ms[vi], tflop / ours_ms[vi] * 1e3, diff[vi]);
-    std::printf(" |      ");
-    for (int vi = 0; vi < kNumVariants; ++vi) std::printf(" %8.4f", rope_ms[vi]);
-    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_ms[2], swiglu_diff, bwd_ms,
-                bwd_diff);
+    std::printf("%-50s %8.4f %6.1f |      ", s.label, lt_ms, tflop / lt_ms * 1e3);
+    for (int vi = 0; vi < kNumRopeForms; ++vi) std::printf(" %8.4f", rope_ms[vi]);
+    std::printf(" %8.1e | swiglu %8.4f %8.4f %8.1e | swiglu bwd %8.4f %8.1e\n", s.rope_d ? rope_err : NAN, swiglu_ms[0], swiglu_ms[1], swiglu_diff, bwd_ms, bwd_diff);
     std::fflush(stdout);
     cudaFree(a), cudaFree(w), cudaFree(out_lt), cudaFree(out);
   }

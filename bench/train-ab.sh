@@ -2,14 +2,10 @@
 # Same-machine A/B of training steps: `mdlm bench train --peer none`, the sides alternating run by
 # run (A, B, A, B, ...) so that clock and power drift fall on all of them. Prints each run's
 # ms/step and each side's median against the first side's.
-# A side (AB_SIDES, space-separated; default "head base") is a tree and environment settings,
-# joined by '+':
-#   - the tree: "head" (the default), this tree's dist/ and addon, or "base", the dist/ packed from
-#     another commit (.device/dist-base.tar.xz: `bash bench/pack-device.sh <commit>`), with that
-#     commit's addon built from its cuda/ (.device/cuda-base.tar.xz, packed beside it) when
-#     AB_BACKEND is cuda;
-#   - settings: e.g. AB_SIDES="MDLM_ATTN_GROUP_ROWS=8 MDLM_ATTN_GROUP_ROWS=16" for a kernel knob on this
-#     tree, or "base head head+MDLM_ATTN_GROUP_ROWS=16" for two commits and a knob.
+# A side (AB_SIDES, space-separated; default "head base") is a tree: "head", this tree's dist/ and
+# addon, or "base", the dist/ packed from another commit (.device/dist-base.tar.xz:
+# `bash bench/pack-device.sh <commit>`), with that commit's addon built from its cuda/
+# (.device/cuda-base.tar.xz, packed beside it) when AB_BACKEND is cuda.
 # Usage: bash bench/train-ab.sh   (env: AB_SIDES, AB_RUNS=3 rounds, AB_CASES="llama-124m:mdlm
 #   llama-1.3b:mdlm", AB_BACKEND=cuda, AB_STEPS=20 timed steps (1.3B: 5), AB_ARGS more bench train
 #   options; OUT)
@@ -18,10 +14,8 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 sides=${AB_SIDES:-head base}
 rm -f /tmp/ab-head-addon.node
-# The tree and the settings of side $1.
-tree_of() { local t; for t in $(echo "$1" | tr '+' ' '); do [ "$t" = base ] && { echo base; return; }; done; echo head; }
-settings_of() { echo "$1" | tr '+' '\n' | grep = | tr '\n' ' '; }
-uses_base=0; for side in $sides; do [ "$(tree_of "$side")" = base ] && uses_base=1; done
+for side in $sides; do [ "$side" = head ] || [ "$side" = base ] || { echo "train-ab: a side is head or base, not '$side'"; exit 2; }; done
+uses_base=0; for side in $sides; do [ "$side" = base ] && uses_base=1; done
 if [ "$uses_base" = 1 ]; then
   base_tar=${AB_BASE:-.device/dist-base.tar.xz}
   [ -f "$base_tar" ] || { echo "train-ab: no $base_tar (make it with: bash bench/pack-device.sh <commit>)"; exit 2; }
@@ -45,26 +39,22 @@ use() {
   if [ -f /tmp/ab-head-addon.node ]; then cp "$([ "$1" = base ] && echo "$base_addon" || echo /tmp/ab-head-addon.node)" "$addon"; fi
 }
 trap '[ -d /tmp/ab-head ] && use head' EXIT
-label() { echo "$1" | tr '=+' '_-'; }
 for case in ${AB_CASES:-llama-124m:mdlm llama-1.3b:mdlm}; do
   preset=${case%%:*}; objective=${case##*:}
   steps=${AB_STEPS:-$([ "$preset" = llama-1.3b ] && echo 5 || echo 20)}
   for r in $(seq "${AB_RUNS:-3}"); do
     for side in $sides; do
-      f="$OUT/ab-$preset-$objective-$(label "$side")-$r"
-      read -ra env_side <<< "$(settings_of "$side")"
-      tree=$(tree_of "$side")
-      [ "$tree" = base ] && use base
-      env "${env_side[@]}" node bin/mdlm.js bench train --preset "$preset" --objective "$objective" --backend "${AB_BACKEND:-cuda}" --steps "$steps" --warmup 3 \
+      f="$OUT/ab-$preset-$objective-$side-$r"
+      [ "$side" = base ] && use base
+      node bin/mdlm.js bench train --preset "$preset" --objective "$objective" --backend "${AB_BACKEND:-cuda}" --steps "$steps" --warmup 3 \
         --peer none --json ${AB_ARGS:-} > "$f.json" 2> "$f.err"
-      [ "$tree" = base ] && use head
+      [ "$side" = base ] && use head
       node -e "const j = require('$f.json'); console.log('$preset $objective run $r $side', j.ms_step.toFixed(3), 'ms/step')" \
         || { echo "train-ab: $preset $objective $side run $r failed:"; tail -n 5 "$f.err"; }
     done
   done
-  labels=""; for side in $sides; do labels="$labels $(label "$side")"; done
   node -e "
-    const runs = ${AB_RUNS:-3}, sides = '$sides'.split(' '), labels = '${labels# }'.split(' ');
+    const runs = ${AB_RUNS:-3}, sides = '$sides'.split(' '), labels = sides;
     const ms = (l) => Array.from({ length: runs }, (_, i) => { try { return require('$OUT/ab-$preset-$objective-' + l + '-' + (i + 1) + '.json').ms_step; } catch { return NaN; } }).filter(Number.isFinite).sort((a, b) => a - b);
     const med = (xs) => xs.length % 2 ? xs[(xs.length - 1) / 2] : (xs[xs.length / 2 - 1] + xs[xs.length / 2]) / 2;
     const first = med(ms(labels[0]));

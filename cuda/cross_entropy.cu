@@ -9,18 +9,10 @@
 // cross_entropy_fused: both in one block a row, the loss pass then the gradient pass, which finds
 // the row in L2 (two blocks of 512 threads an SM keep two rows an SM in flight: 26 MB of a GPT-2
 // vocabulary's bf16 rows on an H100/H200, within the 50 MB L2), so the logits are read from memory
-// once. Rows in flight are the lever: one block of 1024 threads an SM left each SM idle through
-// every row's reduction and launch (1.44 ms a 124M step on the H200, 16384 × 50304 bf16); two of
-// 512 took 1.16 ms, and four of 256 about as long; three of 512 or six of 256 (40-80 MB of rows,
-// and spills at 42 registers) made the step 0.7 ms slower than one of 1024; the row staged in
-// shared memory (cp.async, two blocks an SM) was level with one of 1024 (bench/RESULTS.md,
-// fourteenth pass). The gradient pass's reads and writes are evicted first from L2, so that
-// they keep the rows in L2 for the second read (gradient_row). With that, on an H100 at 8192 ×
-// 50304: four blocks of 256 were 21% slower than two of 512, and the loss pass's reads evicted
-// last 1% faster, no faster in training (twenty-second session). Whole rows by TMA bulk copies
-// into two shared buffers (bf16 on Hopper, one block of 1024 threads an SM) were level with two
-// blocks of 512 to 11% slower on H100s, and were taken back (bench/RESULTS.md, twenty-fourth and
-// twenty-fifth sessions).
+// once. Rows in flight are the lever: one block of 1024 threads an SM leaves each SM idle through
+// every row's reduction and launch; more rows in flight than two an SM (40-80 MB of rows) push
+// rows out of L2 before their second read. The gradient pass's reads and writes are evicted
+// first from L2, so that they keep the rows in L2 for the second read (gradient_row).
 // In place, a block barrier parts the passes' reads from the writes.
 // Semantics: src/ops/cross_entropy.ts.
 //
@@ -79,9 +71,8 @@ __device__ __forceinline__ int row_head(const T* row, int n) {
 
 // A running max m and t = Σ exp(x − m) less the max's own term, 1: s = 1 + t, the other terms
 // kept apart from the 1 that f32 would round them against. Where the target dominates they are
-// all of log s (= log1p(t)) and of the target's gradient; s itself in f32 kept them to ulp(1)
-// (WebGPU's parity cases missed 1e-5 at 5 of 301 seeds so: bench/RESULTS.md, twenty-fourth
-// session). Starting from the lowest float (not −inf) keeps exp(m − m') free of inf − inf; a NaN
+// all of log s (= log1p(t)) and of the target's gradient; s itself in f32 would keep them to
+// ulp(1), short of the op's tolerance. Starting from the lowest float (not −inf) keeps exp(m − m') free of inf − inf; a NaN
 // logit makes t NaN.
 struct Online {
   float m = -FLT_MAX;
@@ -154,7 +145,7 @@ __device__ __forceinline__ Online block_online(Online acc) {
 
 // A row's lse as max + log Σ exp(x − max), the two kept apart: the gradient pass takes x − lse as
 // (x − max) − log s, exact where the target dominates (x = max, log s small), where x − lse rounded
-// lse's f32 error into a relative 2e-5 of the target's gradient (an H100, 1 × 3 f32).
+// lse's f32 error into a relative 2e-5 of the target's gradient (a 1 × 3 f32 case).
 struct RowLse {
   float m, log_s;
 };
@@ -189,8 +180,7 @@ __device__ __forceinline__ float target_logit(const T* p, int t, int vocab) {
 // Its reads (the row's last) and writes (read by the next kernel only after all 1.6 GB of a
 // llama-124m step's logits) are evicted first from L2: in the fused kernel the loss pass leaves
 // each row in L2 for this pass, and the gradients in flight (26 MB, as much again as the rows in
-// flight) pushed rows out before their second read. 8192 × 50304 bf16 on an H100: 0.733 ms with
-// L2's usual policy, 0.585 evicted first (bench/RESULTS.md, twenty-second session).
+// flight) would push rows out before their second read.
 template <typename T, int VEC>
 __device__ __forceinline__ void gradient_row(const T* p, T* q, int t, float scale, RowLse l, int vocab) {
   const int head = row_head<VEC>(p, vocab);

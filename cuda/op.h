@@ -1,4 +1,5 @@
-// The contract between the Node addon (cuda/addon.cc) and the kernels (cuda/<op>.cu).
+// The contract between the Node addon (cuda/addon/) and the kernels (cuda/<op>.cu, or
+// cuda/<family>/<op>.cu: cuda/attention/, cuda/gemm/).
 //
 // Every op of the registry (src/ops/<op>.ts) that has a CUDA kernel registers one launcher under
 // the op's name with MDLM_OP(name). The addon receives a call from the TypeScript backend

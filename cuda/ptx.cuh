@@ -1,7 +1,15 @@
-// Hopper warpgroup MMA (wgmma, sm_90a) for the attention kernels: 128-byte-swizzled shared-memory
-// tiles, their matrix descriptors, and the wgmma.mma_async forms the kernels use (bf16 in, f32
-// accumulate, k16: m64n64, m64n128 and m64n256 with A from shared memory (the last for
-// cuda/matmul_ws.cuh), m64n64 and m64n128 with A from registers).
+// The PTX the tensor-core kernels use, for the attention kernels (cuda/attention/) and the Hopper
+// GEMM (cuda/gemm/gemm_ws.cuh) alike, each instruction wrapped once, with its CPU model under the
+// warp emulator (WARP_EMULATOR: tests/cuda_emu/warp_emu.h):
+//   sm_80 and newer: shared addresses, cp.async, ldmatrix, mma.sync m16n8k16 (bf16 -> f32), bf16
+//     packing, and a kernel's dynamic shared memory (DYNAMIC_SMEM);
+//   Hopper (sm_90a, namespace wg): warpgroup MMA (wgmma), TMA, mbarriers, named and cluster
+//     barriers, stmatrix, setmaxnreg.
+//
+// Hopper warpgroup MMA: 128-byte-swizzled shared-memory tiles, their matrix descriptors, and the
+// wgmma.mma_async forms the kernels use (bf16 in, f32 accumulate, k16: m64n64, m64n128 and
+// m64n256 with A from shared memory (the last for the GEMM), m64n64 and m64n128 with A from
+// registers).
 //
 // Tile layout (sw128_offset): a [rows][cols] bf16 tile is stored as cols/64 slabs of [rows][64],
 // each row 128 bytes, the 16-byte chunk c of row r at chunk c ^ (r mod 8) (the hardware's 128B
@@ -24,9 +32,9 @@
 // The instructions are asynchronous: wgmma_fence() before the first one that reads registers
 // written since, wgmma_commit() closes a group, wgmma_wait<N>() waits until at most N groups are
 // pending; shared memory written with ordinary stores (or cp.async) needs fence_proxy_async()
-// and a barrier before a wgmma reads it. cuda/emu/warp_emu.h models all of this (computing at
+// and a barrier before a wgmma reads it. tests/cuda_emu/warp_emu.h models all of this (computing at
 // issue, and failing if shared memory a group read changes before the wait that retires it), and
-// cuda/emu/wgmma_check.cu checks that model against the hardware.
+// tests/cuda_emu/wgmma_check.cu checks that model against the hardware.
 //
 // Tiles come in by TMA (tile_load_4d): one thread asks for a box of a tensor map (encode_head_rows)
 // and the copy engine writes it in this same 128B-swizzled layout, crediting its bytes to an
@@ -60,8 +68,8 @@ namespace mdlm {
 // ---------------------------------------------------------------------------------------------
 
 #ifdef WARP_EMULATOR
-// CPU emulation of the same instructions (cuda/emu/warp_emu.h, driven by
-// cuda/emu/attention_check.cc): checks the kernels' indexing and fragment layouts without a GPU.
+// CPU emulation of the same instructions (tests/cuda_emu/warp_emu.h): checks the kernels'
+// indexing and fragment layouts without a GPU.
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return ::emu::smem_addr(p); }
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool pred) { ::emu::cp_async(dst, src, 16, pred ? 16 : 0); }
 __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, bool pred) { ::emu::cp_async(dst, src, 4, pred ? 4 : 0); }
@@ -304,9 +312,7 @@ __device__ __forceinline__ void cluster_sync() {
 }
 // An arrival on the mbarrier at the same shared address in the cluster's block of rank `rank`
 // (this block's own, too), with mbarrier.arrive's default release at CTA scope, as CUTLASS's
-// ClusterBarrier::arrive: a GEMM in clusters of two (since taken out) ran 1.9-3.1 times as long as
-// without clusters on an H100 with .release.cluster here, and level with this form
-// (bench/RESULTS.md, twentieth and twenty-first sessions).
+// ClusterBarrier::arrive (.release.cluster here makes a kernel in clusters far slower).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t addr, uint32_t rank) {
   asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\nmbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(addr), "r"(rank)
                : "memory");

@@ -15,8 +15,8 @@
 namespace mdlm {
 
 // Heads a thread turns with one set of angles. A thread per (token, VEC pairs) walking all of a
-// token's heads left too few threads in flight for the memory (47 µs for 50 MB at llama-124m on
-// the H200); a few heads a thread keeps the sincosf work small.
+// token's heads leaves too few threads in flight for the memory; a few heads a thread keeps the
+// sincosf work small.
 constexpr int kRopeHeads = 4;
 
 // One thread per (token, kRopeHeads heads, VEC pairs): the angles once, then those heads. inv_freq

@@ -1,5 +1,5 @@
 // SwiGLU's element-wise math in f32, shared by the swiglu kernels (cuda/swiglu.cu) and the GEMM
-// epilogues that fuse it (cuda/matmul_ws.cuh), so both compute the same bits:
+// epilogues that fuse it (cuda/gemm/gemm_ws.cuh), so both compute the same bits:
 //   h = silu(g) · u, silu(g) = g · σ(g);   dg = dh · u · (σ + g · σ · (1 − σ)),  du = dh · g · σ.
 #pragma once
 

@@ -189,8 +189,8 @@ describe.runIf(nvcc)('cuda host arithmetic matches the TypeScript definitions', 
   });
 });
 
-// Concurrent: each test runs single-threaded emulator processes one after another, and run in
-// turn they made this file the suite's critical path (13 minutes of CI's 2 cores).
+// Concurrent: each test runs single-threaded emulator processes one after another; run in turn
+// they would make this file the suite's critical path.
 describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)', { concurrent: true }, () => {
   const EMU_TIMEOUT = 600_000;
   let toolkit: ReturnType<typeof locateToolkit>;
@@ -272,8 +272,8 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
 
   it('computes random shapes within tolerance too: tile edges, documents of any length, GQA, wide scores (bf16, fixed seeds)', async () => {
     // 24 cases of fuzz_cases (attention_check.cc) a seed, round-robin, then with eager copies, then
-    // with the gradients strided and turned through rope (about 19 s a seed alone here; the skewed
-    // and random schedules take about 70 s a seed, so they run over the case list only).
+    // with the gradients strided and turned through rope (the skewed and random schedules take
+    // several times as long, so they run over the case list only).
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '1', DTYPE: 'bf16' }, 24);
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '2', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
     await expectCasesPass('', { FUZZ: '24', FUZZ_SEED: '3', GRAD_STRIDE_EXTRA: '8', ROPE: '10000', DTYPE: 'bf16' }, 24);
@@ -283,8 +283,8 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
 
   it('runs the Hopper GEMM (cuda/gemm/gemm_ws.cuh) in every form the ops launch (rope ping-pong 128 and cooperative 256 wide, SwiGLU forward in both forms, SwiGLU backward; TMA stores or not) within bf16 rounding of float64, under every kind of schedule', async () => {
     const exe = await buildEmu('matmul_check.cc', 'matmul_check');
-    // Random seed 11 holds a producer thread back: it caught the ping-pong schedule's consumers
-    // waiting on a stage whose other-warpgroup phase was still open (the turns' barriers fix it).
+    // Random seed 11 holds a producer thread back: without the ping-pong turns' barriers it shows
+    // consumers waiting on a stage whose other-warpgroup phase is still open.
     // Seed 3 with eager copies issues a TMA store before the other threads' stmatrix if no barrier
     // stands between them; round-robin lands stores at their wait, where a tile reused too early shows.
     const schedules: Record<string, string>[] = [
@@ -314,9 +314,9 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
   it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {
     // A random priority order with one thread held, at random points, until every other thread
     // is blocked (warp_emu.h, EMU_SCHEDULE=random). Seed 8 holds lane 0 of warp 8, the producer
-    // warpgroup's TMA issuer in the warp-specialised kernels: it found the forward's end-stage
-    // hang that 1b1c2de fixed (consumers completing two phases of empty_v before its wait), which
-    // no skewed or round-robin schedule does. Seed 0 holds lane 0 of warp 0 (the first consumer
+    // warpgroup's TMA issuer in the warp-specialised kernels: it exposes a forward whose consumers
+    // could complete two phases of empty_v before the producer's wait (a hang), which no skewed or
+    // round-robin schedule does. Seed 0 holds lane 0 of warp 0 (the first consumer
     // warpgroup's), seed 21 a random lane of warp 9 (a producer thread that stores segment ids
     // and arrives).
     await expectCasesPass('', { EMU_SCHEDULE: 'random:8', DTYPE: 'bf16' }, 24);

@@ -1,4 +1,9 @@
-// attention and attention_backward (src/ops/attention.ts): FlashAttention-2 style kernels.
+// attention and attention_backward (src/ops/attention.ts): FlashAttention-2 style kernels, and
+// the launch policy that picks among them. The kernels live by family beside this file:
+// simt.cuh (f32), forward_mma.cuh and backward_mma.cuh (mma.sync, sm_80 and newer),
+// forward_wgmma.cuh and backward_wgmma.cuh (Hopper's warp-specialised wgmma kernels),
+// backward_passes.cuh (the small kernels around the backward's main ones); the masking rule and
+// tile order in masking.cuh, the shared parameters in params.cuh.
 //
 // Layouts: q, out, dout, dq [B, T, H, D]; k, v, dk, dv [B, T, G, D] (G = kvHeads, q head h reads
 // kv head h / (H / G)); segIds [B, T]; lse and the scratch Drow [B, H, T] (f32).
@@ -25,11 +30,13 @@
 //   dq, dk and dv as the parts of one fused gradient's rows.
 //             dK and dV are owned by one thread each and summed in a fixed order; dQ's order of
 //             atomic additions varies from run to run (its last bits with it).
-//   backward (MDLM_ATTN_DETERMINISTIC=1: the same bits on every run)
+//   backward (the op's deterministic attribute: the same bits on every run)
 //             bwd_dq_mma   one block per (b, h, query rows): dQ = scale · Σ_tiles dS·K in registers.
 //             bwd_dkdv_mma<.., false> as above without dQ.
 //             No atomics; the price is S and dP recomputed in both kernels, 7 tile products.
-// MDLM_ATTN_WGMMA=0 keeps the mma.sync kernels on an sm_90 device.
+// On an sm_90 device the forward at head dims 64 and 128 is fwd_ws (warp-specialised wgmma) and
+// the default backward bwd_ws; with the kernel settings' hopper_kernels off (cuda/op.h) it runs
+// the mma.sync kernels, as other GPUs do.
 // f32 (and bf16 with a head dim that is not a multiple of 8 or misaligned tensors): the same
 // three kernels in exact fp32 SIMT arithmetic (fwd_simt, bwd_dq_simt, bwd_dkdv_simt; 128
 // threads, 16 rows a block, 32-row streamed tiles).
@@ -46,11 +53,11 @@
 // last-first and key block 0 first, so the heaviest causal blocks start first.
 //
 // Masking (causal, document ids, tails) is one function, attn::visible, and tiles are skipped or
-// left unmasked by attn::classify_tile (cuda/attention.cuh), in every kernel. Rows never see no
+// left unmasked by attn::classify_tile (masking.cuh), in every kernel. Rows never see no
 // key (a query always sees itself); should one, its output is 0 and its lse -inf (no NaN).
 //
-// cuda/emu/attention_check.cc runs this file on the CPU (warp-instruction emulator) against a
-// float64 reference: build and run it after any change to these kernels.
+// tests/cuda_emu/attention_check.cc runs this file on the CPU (warp-instruction emulator) against
+// a float64 reference (tests/cuda_build.test.ts): run it after any change to these kernels.
 #include "forward_mma.cuh"
 #include "backward_mma.cuh"
 #include "forward_wgmma.cuh"
@@ -130,9 +137,7 @@ Params with_tile_maps(const Params& p, int q_rows, int kv_rows, bool backward, c
 // A tile kernel: `rows` rows of ⌈T / rows_per_tile⌉ tiles in block_tile's order, in groups of rows
 // sized for this kernel's resident blocks (group_rows). A persistent kernel gets as many blocks as
 // are resident at once (under the emulator 3, so that each takes several tiles), each taking tiles
-// in that order until none is left; with MDLM_ATTN_PERSISTENT=0 (read at every call) it gets a
-// block a tile as the others do, each finding the counter past the last tile after its own: the
-// same code without the overlap of one tile's end with the next's loads, for an A/B of it.
+// in that order until none is left.
 template <typename Kernel>
 void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_t smem, Params p, bool backward, cudaStream_t stream,
                   const char* name, bool persistent = false) {
@@ -156,18 +161,15 @@ void launch_tiles(Kernel kernel, int rows, int rows_per_tile, int threads, size_
   launch(kernel, grid, threads, smem, p, stream, name);
 }
 
-// Tile configurations of the tensor-core kernels by padded head dim (one table; the report and
-// docs/ARCHITECTURE.md quote it):
+// Tile configurations of the tensor-core kernels by padded head dim (one table; the header above
+// and docs/ARCHITECTURE.md quote it):
 //   forward <kD, Br, Bc, warps>   dq <kD, Bc, warps, qM> (Br = 16·qM·warps)   dkdv <kD, Br, warps, kM> (Bc = 16·kM·warps)
 // qM, kM: 16-row tiles a warp owns in the backward kernels (2 halves the shared-memory reads per
 // product; dk/dv at 96 and 128 has no registers for it). uW: warps of the fused backward (its
-// tile is dkdv's with uW warps): 8 at 128 (128 keys a block; timed on the H200 against 4 warps:
-// 3.32 vs 3.61 ms bidirectional and 1.83 vs 1.88 causal at B8 T2048 H16, slower at B4), and 4
-// elsewhere (at 64, 64 queries a step with one key tile a warp took 0.777 vs 0.628 ms at B16
-// T1024 bidirectional, winning only at B8 causal, and 8 warps of one key tile 0.884). The
-// forward at 128 takes 64-key tiles (a few spilled registers): 0.82 vs 0.97 ms bidirectional at
-// B8 T2048 H16, 12% less over the bench shapes than 32-key tiles and 20% less than 64 × 64
-// blocks; at 64, 128 × 64 beat 128 × 128 and 64 × 64 by 4-5% (H200, 2026-12-03).
+// tile is dkdv's with uW warps): 8 at 128 (128 keys a block, faster than 4 warps on the large
+// bench shapes), and 4 elsewhere (at 64 neither more queries a step nor 8 warps was faster). The
+// forward at 128 takes 64-key tiles (a few spilled registers), faster than 32-key tiles and than
+// 64 × 64 blocks; at 64, 128 × 64 is faster than 128 × 128 and 64 × 64.
 template <int kD> struct Tiles;
 template <> struct Tiles<32> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
 template <> struct Tiles<64> { static constexpr int fBr = 128, fBc = 64, fW = 4, qBc = 64, qW = 4, qM = 2, kBr = 32, kW = 4, kM = 2, uW = 4; };
@@ -277,15 +279,8 @@ bool use_hopper_kernel(const OpCall& call, size_t smem) {
 #endif
 }
 
-// The wgmma backward, bwd_ws, at padded head dim 64 and 128: 1.5-1.9× the mma.sync kernel's speed
-// at 128 on the H200 (bench/RESULTS.md eleventh pass), and at 64 1.37× on B16 T1024 H12
-// bidirectional (0.485 ms, thirteenth pass, against 0.663 in the ninth). (The one-warpgroup
-// bwd_dkdv_wgmma it replaced at 64 was only 1-10% faster than mma.sync; before its wgmmas stopped
-// being serialised, C7515, it was 5% slower.) A wgmma forward (two
-// 64-row warpgroups, 128-key tiles, the previous tile's P·V in flight during the softmax; commit
-// b578bf6) timed no faster than fwd_mma at 128 (0.807 vs 0.796 ms, B8 T2048 bidirectional) and
-// slower at 64 (0.273 vs 0.230, B16 T1024), so it is not kept. MDLM_ATTN_WGMMA=0 keeps the
-// mma.sync kernel.
+// The default backward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel
+// (bwd_ws), well ahead of the mma.sync kernel at both head dims.
 bool use_wgmma_backward(const OpCall& call, const Params& p) {
   switch (padded_head_dim(p.D)) {
     case 128: return use_hopper_kernel(call, WsBwdCfg<128>::kSmem);
@@ -294,10 +289,8 @@ bool use_wgmma_backward(const OpCall& call, const Params& p) {
   }
 }
 
-// The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws).
-// H200, 2026-12-03 (bench/RESULTS.md, sixth pass), against fwd_mma: B8 T2048 H16 D128
-// bidirectional 0.540 vs 0.764 ms, causal 0.342 vs 0.510; B16 T1024 H12 D64 bidirectional 0.188
-// vs 0.231, causal 0.137 vs 0.146. MDLM_ATTN_WS_FORWARD=0 keeps fwd_mma.
+// The forward on sm_90 at padded head dim 64 and 128: the warp-specialised wgmma kernel (fwd_ws),
+// faster than fwd_mma at both head dims, causal or not.
 bool use_wgmma_forward(const OpCall& call, const Params& p) {
   const int kd = padded_head_dim(p.D);
   if (kd != 64 && kd != 128) return false;
@@ -309,20 +302,14 @@ bool use_wgmma_forward(const OpCall& call, const Params& p) {
 // the backward's Q, dO and dQ accumulator, for each query head of a key block's group). Causal
 // groups also hold at least twice the blocks resident at once: their tiles' work ranges over 16×
 // at T = 2048, and the heaviest start first only within a group, so with small groups the last
-// group's heavy tiles ran last. The groups are then evened out, so no small group comes last.
-// H200, 2026-12-03 (bench/RESULTS.md, twelfth pass): the causal backward took all B·H rows before,
-// which put each resident block on a row of its own, and at B8 its reads missed L2 (B8 T2048 H16
-// D128 causal 1.346 ms against 1.068 in 16-row groups; B16 T1024 H12 D64 causal 0.393 against
-// 0.335-0.349 in 8- to 64-row groups); 4-row groups were too small (B4 T2048 H16/4 D128 causal
-// 0.657 against 0.501). The causal forward took 12-row groups of 64 rows, the last of 4 (B4 T2048
-// H16 D128 causal 0.194 ms against 0.170 in 8-row and 0.172 in 16-row groups). A sweep of 4 to 24
-// rows over the backward's bench shapes (H200, 2026-12-05, sixteenth session) beat this rule nowhere
-// by more than a run's spread. MDLM_ATTN_GROUP_ROWS=n sets it (the emulator's checks take small
-// groups, so a partial last group runs).
+// group's heavy tiles would run last. The groups are then evened out, so no small group comes
+// last. (All B·H rows in one group put each resident block on a row of its own, and its reads
+// missed L2; groups of a few rows are too small for the causal tiles; fixed group sizes over the
+// bench shapes do no better than this rule.)
 int group_rows(const Params& p, bool backward, int rows, int tiles_per_row, int resident_blocks) {
 #ifdef WARP_EMULATOR
-  // The emulator's cases have 6 to 12 rows, fewer than any group of this rule: groups of 4 make
-  // their last group a partial one.
+  // The emulator's cases have 6 to 12 rows, fewer than this rule's groups: groups of 4 make their
+  // last group a partial one.
   (void)p, (void)backward, (void)rows, (void)tiles_per_row, (void)resident_blocks;
   return 4;
 #else
@@ -383,9 +370,9 @@ using namespace mdlm::attn;
 
 MDLM_OP(attention) {
   using mdlm::DType;
-  const FloatArgs kFloatArgs = {"q"_arg, "k"_arg, "v"_arg, "out"_arg};
+  const FloatArgs floats = {"q"_arg, "k"_arg, "v"_arg, "out"_arg};
   const DType dt = call.float_dtype("q"_arg, {DType::f32, DType::bf16});
-  Params p = make_params(call, kFloatArgs, dt);
+  Params p = make_params(call, floats, dt);
   p.q = call.arg("q"_arg).ptr;
   p.k = call.arg("k"_arg).ptr;
   p.v = call.arg("v"_arg).ptr;
@@ -393,7 +380,7 @@ MDLM_OP(attention) {
   p.lse = static_cast<float*>(call.arg("lse"_arg).ptr);
   if (dt == DType::f32) {
     forward_simt<float>(p, call.stream);
-  } else if (!use_mma(call, p, kFloatArgs, false)) {
+  } else if (!use_mma(call, p, floats, false)) {
     forward_simt<bf16>(p, call.stream);
   } else {
     const bool hopper = use_wgmma_forward(call, p);
@@ -409,9 +396,9 @@ MDLM_OP(attention) {
 
 MDLM_OP(attention_backward) {
   using mdlm::DType;
-  const FloatArgs kFloatArgs = {"q"_arg, "k"_arg, "v"_arg, "out"_arg, "dout"_arg, "dq"_arg, "dk"_arg, "dv"_arg};
+  const FloatArgs floats = {"q"_arg, "k"_arg, "v"_arg, "out"_arg, "dout"_arg, "dq"_arg, "dk"_arg, "dv"_arg};
   const DType dt = call.float_dtype("q"_arg, {DType::f32, DType::bf16});
-  Params p = make_params(call, kFloatArgs, dt);
+  Params p = make_params(call, floats, dt);
   p.q = call.arg("q"_arg).ptr;
   p.k = call.arg("k"_arg).ptr;
   p.v = call.arg("v"_arg).ptr;
@@ -435,7 +422,7 @@ MDLM_OP(attention_backward) {
     for (int i = 0; i < p.D / 2; ++i) p.inv_freq[i] = mdlm::rope_inv_freq(base, i, p.D);
   }
   const size_t rows = (size_t)p.B * p.H * p.T;
-  const bool mma = dt == DType::bf16 && use_mma(call, p, kFloatArgs, true);
+  const bool mma = dt == DType::bf16 && use_mma(call, p, floats, true);
   // The fused backward takes a counter (bwd_ws's key blocks) and the f32 dQ accumulator after Drow
   // in the scratch (each 256-byte aligned).
   // deterministic: the backward that gives the same bits on every run (dQ in its own kernel,

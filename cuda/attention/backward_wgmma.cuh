@@ -28,26 +28,17 @@ namespace {
 // registers the producer gives back (240 a thread). A step's dQ needs both warpgroups' dSᵀ rows,
 // so it is computed a step later, from a ring of three dSᵀ buffers with mbarriers of their own
 // ("written" by both warpgroups, "read" by both dQs): the warpgroups never meet at a barrier and
-// drift apart, so one's softmax can run under the other's products.
-// H200, 2026-12-03 (bench/RESULTS.md, eleventh pass), against the two-warpgroup bwd_dkdv_wgmma
-// (one warpgroup a block at 64, the same products without a producer) it replaced: 1.12-1.20× faster on the head-dim-128 bench shapes save B8 T2048 H16 causal (level)
-// with dQ in its own step and one block barrier a step, and the deferred dQ 1.02-1.09× faster
-// again (B8 T2048 H16 bidirectional: 2.168 → 1.913 ms in one run, 1.879 → 1.812 in another;
-// SDPA 1.474).
+// drift apart, so one's softmax can run under the other's products (faster than computing dQ in
+// its own step behind a block barrier).
 //
 // Head dim 64: a step takes 128 query rows (FlashAttention-3's tile there), so Sᵀ and dPᵀ are n128
 // products and a step does twice the work between its waits; a tile's dQ has 64 columns, too few
 // to split (a 32-column operand would start inside a 128-byte swizzle row), so each warpgroup
 // computes dQ for its half of the query rows over both warpgroups' 128 keys. Three Q/dO stages fit
-// beside two dSᵀ buffers of 128 × 128. H200, 2026-12-04 (bench/RESULTS.md, eighteenth pass),
-// against 64 query rows a step with the warpgroups taking turns at dQ: B16 T1024 H12
-// bidirectional 0.471 vs 0.487 ms, causal 0.332 vs 0.335, B8 bidirectional 0.248 vs 0.255;
-// llama-124m mdlm 0.40 ms a step less. (Those turns had replaced bwd_dkdv_wgmma, one warpgroup of
-// 64 keys and three blocks an SM: 0.485 vs 0.545 ms at B16 T1024 bidirectional, thirteenth pass.)
-// Three Q/dO stages and two dSᵀ buffers rather than two and three (the same shared memory: the
-// producer runs a tile further ahead, the warpgroups may drift a step less apart): llama-124m
-// 0.06 ms a step less for both objectives, every one of six alternating runs; B8 T1024
-// bidirectional 0.245 vs 0.249 ms (twentieth pass).
+// beside two dSᵀ buffers of 128 × 128 (faster than 64 query rows a step with the warpgroups
+// taking turns at dQ). Three Q/dO stages and two dSᵀ buffers rather than two and three (the same
+// shared memory): the producer runs a tile further ahead, the warpgroups may drift a step less
+// apart, and training steps are faster so.
 template <int kD>
 struct WsBwdCfg {
   // Query rows a step: 128 at head dim 64 (FlashAttention-3's tile there: twice the work between a
@@ -58,11 +49,10 @@ struct WsBwdCfg {
   static constexpr bool kSplitDq = kD == 128;
   static constexpr int kDq = kSplitDq ? kD / kWG : kD;
   // dK += dSᵀ·Q with dSᵀ from registers (the fragments bwd_store_dst packs), so dK need not wait
-  // for this warpgroup's stores: at head dim 128 (3-7% faster, twentieth pass). At 64 dK reads the
-  // stored rows: the 32 more registers make ptxas serialise the wgmmas (C7512) while dK stays in
-  // flight across the loop's back edge, still with the persistent kernel's 240 (ptxas 13.0,
-  // 2026-12-05). Waiting for dK before the atomics compiles without it, and was level on the H200
-  // (2026-12-05, bench/RESULTS.md twenty-second pass; the variant is commit 65b9580).
+  // for this warpgroup's stores: at head dim 128. At 64 dK reads the stored rows: the 32 more
+  // registers make ptxas serialise the wgmmas (C7512) while dK stays in flight across the loop's
+  // back edge, even with the persistent kernel's 240 (waiting for dK before the atomics avoids
+  // that, and is no faster).
   static constexpr bool kDsInRegs = kD == 128;
   // Three Q and dO stages; dSᵀ buffers: three at 128, two at 64, where they are twice as large
   // (shared memory).

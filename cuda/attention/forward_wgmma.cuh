@@ -21,9 +21,8 @@ constexpr bool setmaxnreg_fits(int producers, int producer_regs, int consumers, 
 }
 
 // Slack of fwd_ws's running max (log2 units of the scaled scores): probabilities up to 2^8 keep
-// bf16's relative precision and are far from overflow in the f32 sums. H200, 2026-12-04
-// (bench/RESULTS.md, sixteenth pass), against rescaling at every new max: 2-4% faster at head dim
-// 64 (B16 T1024 H12 bidirectional 0.162-0.166 vs 0.168-0.169 ms), level at 128.
+// bf16's relative precision and are far from overflow in the f32 sums. Rescaling only past the
+// slack, not at every new max, is faster at head dim 64 and level at 128.
 constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 
 // Two consumer warpgroups of 64 query rows (kBr = 128 a block) and a producer warpgroup; key
@@ -38,15 +37,13 @@ constexpr float kMaxSlack = 8.f, kMaxP = 256.f;  // 2^kMaxSlack
 //
 // Head dim 128: one block an SM, 128-key tiles. Head dim 64: two blocks an SM, so four consumer
 // warpgroups' softmaxes interleave with the products (at head dim 64 the exponentials take about
-// as long as the products), with 64-key tiles to fit 104 registers a consumer thread. H200,
-// 2026-12-03 (bench/RESULTS.md, thirteenth pass), against one block of 128-key tiles: causal B16
-// T1024 H12 0.122-0.124 vs 0.137-0.141 ms, B8 0.069-0.072 vs 0.071-0.074, the rest level to 2%.
+// as long as the products), with 64-key tiles to fit 104 registers a consumer thread: faster than
+// one block of 128-key tiles on the causal shapes, level on the others.
 template <int kD>
 struct WsFwdCfg {
   static constexpr int kBlocks = kD == 64 ? 2 : 1;
-  // Three stages: at head dim 128, two were up to 9% slower on the bench shapes and level on the
-  // causal ones (H200, 2026-12-03: B8 T2048 H16 bidirectional with 3 documents a row 0.527 vs
-  // 0.485 ms); three fill 227 KB there.
+  // Three stages (two are slower on the bidirectional shapes at head dim 128); three fill 227 KB
+  // there.
   static constexpr int kBr = 128, kBc = kBlocks == 1 ? 128 : 64, kStages = 3;
   // setmaxnreg works on warpgroups (setmaxnreg_fits). One block an SM launches at 168 registers a
   // thread: producer 56, consumers 224 (128·56 + 256·224 = 384·168); two at 80: 24 and 104
@@ -54,9 +51,8 @@ struct WsFwdCfg {
   static constexpr int kProducerRegs = kBlocks == 1 ? 56 : 24, kConsumerRegs = kBlocks == 1 ? 224 : 104;
   // Whether a tile's P·V stays in flight during the next tile's softmax (S, O and P all held at
   // once). At 104 registers that made ptxas serialise every wgmma of the kernel (C7512); with two
-  // blocks an SM the other block's warpgroups fill the tensor pipe instead. H200, 2026-12-03
-  // (bench/RESULTS.md, thirteenth pass): 5% less time over the head-dim-64 bench shapes (B16 T1024
-  // H12 bidirectional 0.165 vs 0.175 ms), and waiting for P·V only before the next S was 1% slower.
+  // blocks an SM the other block's warpgroups fill the tensor pipe instead, and P·V waited for at
+  // once is faster at head dim 64 than waited for only before the next S.
   static constexpr bool kOverlapPV = kBlocks == 1;
   static constexpr int kConsumers = 256, kProducers = 128, kThreads = kConsumers + kProducers;
   static constexpr uint32_t kQTile = kBr * kD * 2, kTile = kBc * kD * 2;  // bytes of the Q tile, of a K or V tile
@@ -120,8 +116,6 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
     // segment ids and info) and V of every key tile it visits, into the ring, then a stage whose
     // index is the loop's end (key_tiles_end) that ends the query block. Thread 0 issues the TMA
     // loads. The first query block is the block's own index, the next ones come from the counter.
-    // (Issuing the first K/V stage, with its tile search, before Q's hand-over was level on the
-    // H200, 2026-12-05: bench/RESULTS.md, twenty-second pass.)
     const int pt = threadIdx.x - Cfg::kConsumers;
     static_assert(Cfg::kProducers >= kBc, "a producer thread a key's segment id");
     const int n_blocks = query_blocks(p, kBr);
@@ -306,8 +300,7 @@ __global__ void __launch_bounds__(WsFwdCfg<kD>::kThreads, WsFwdCfg<kD>::kBlocks)
       };
       mask(sc, true);
       if constexpr (kOptimistic) {
-        // The optimistic softmax, H200 2026-12-04 (bench/RESULTS.md, seventeenth pass): B16 T1024 H12
-        // bidirectional 0.154 against 0.162 ms, llama-124m mdlm 0.14 ms a step less.
+        // The optimistic softmax (faster at head dim 64, in the kernel and in training steps).
         // First against the running max as it stands, with no max taken: kept unless a row's sum
         // over some thread's keys exceeds 2^kMaxSlack (then a probability might) or is not finite
         // (no running max yet); the warpgroup decides together. Else the exact pass, on the scores

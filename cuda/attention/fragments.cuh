@@ -74,19 +74,12 @@ __device__ __forceinline__ void atomic_add4(float* addr, float4 v) {
 // c0 + 8j + 2·tig + e) to the f32 dQ accumulator's rows r0 and r0 + 8 (< T), for the kCols / 8
 // column tiles whose first column c0 + 8j is < D (D and c0 multiples of 8, so a tile is wholly in
 // or out, the same for every lane). Lanes 2i and 2i + 1 trade halves (a shuffle a float) so that
-// each adds four adjacent columns of one row: half the reductions of adding pairs, 16 bytes each
-// (0-2% faster backwards, H200, 2026-12-03). Addresses from one row pointer with immediate offsets:
-// computing each anew made a reduction's address registers wait for the previous reduction to read
-// them (14% of the wgmma backward's stall samples, Nsight Compute, H200, 2026-12-03). When every
+// each adds four adjacent columns of one row: half the reductions of adding pairs, 16 bytes each.
+// Addresses come from one row pointer with immediate offsets: computed anew for each, a
+// reduction's address registers would wait for the previous reduction to read them. When every
 // row and column of the warp's fragment is in range (all but a sequence's last tile, at a head
-// dim that needs no padding) the reductions go out untested: the per-reduction tests and their
-// branches were 9 of the 22 instructions a reduction took in bwd_ws<128> (ncu SASS, H200,
-// 2026-12-04). These adds are a quarter of bwd_ws's time (11.8 ms of a llama-1.3b mdlm step, H100,
-// 2026-12-07), bounded by L2's reduction throughput: issued from shared memory by the copy engine
-// (cp.reduce.async.bulk, as FlashAttention-3 does) they were no faster, and an L2 evict_last
-// policy changed nothing (bench/RESULTS.md, thirty-fourth session). Fewer bytes is what would help
-// (a cluster pair summing its dQ first was slower in both forms tried: branch wip/bwd-pair-dq,
-// bench/RESULTS.md thirty-fourth and thirty-fifth sessions).
+// dim that needs no padding) the reductions go out untested, without a test and branch each.
+// These adds are bounded by L2's reduction throughput, a large part of bwd_ws's time.
 template <int kCols>
 __device__ __forceinline__ void add_dq_rows(float* dqa, int64_t stride, int r0, const float* v, int c0, int D, int T) {
   const int tig = threadIdx.x & 3;

@@ -1,9 +1,8 @@
-// Device helpers shared by the attention kernels (cuda/attention.cu): the one masking rule (causal,
-// document ids, sequence tails) used by every kernel and both dtypes, tile classification for
-// skipping masked tiles, and thin wrappers over the sm_80+ instructions of the tensor-core path
-// (cp.async, ldmatrix, mma.sync m16n8k16 bf16 -> f32).
+// The attention kernels' masking (cuda/attention/attention.cu): the one masking rule (causal,
+// document ids, sequence tails) used by every kernel and both dtypes, the tile grids' order, tile
+// classification for skipping masked tiles, and a key block's walk over its query tiles.
 //
-// Requires sm_80 or newer (cp.async, ldmatrix, bf16 mma, redux.sync).
+// Requires sm_80 or newer (redux.sync).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,7 +13,6 @@
 #include <cstdint>
 
 #include "../common.cuh"  // to_float / from_float: storage <-> f32 for the SIMT kernels
-#include "fragments.cuh"
 
 namespace mdlm {
 namespace attn {
@@ -43,9 +41,8 @@ __device__ __forceinline__ bool visible(int qi, int qseg, int kj, int kseg, int 
 // of every row of the group, then tile 1, ... The host sizes the groups so the data their tiles
 // share (the forward's K and V; the backward's Q, dO and dQ accumulator) fits in L2: the blocks
 // resident at one time then read it from DRAM about once, and the heavy causal tiles start
-// first. With the head fastest, the ~130 resident blocks each had a head of their own, and the
-// wgmma backward read 4.4 GB from DRAM for 0.3 GB of inputs at B8 T2048 H16 D128 (Nsight
-// Compute, H200, 2026-12-03).
+// first. (With the head fastest, each resident block would have a head of its own, and the
+// backward would read its inputs from DRAM many times over.)
 // block_tile: the row and tile of block `index` of `blocks` (rows × tiles) in that order (a
 // persistent kernel passes the index of the tile it takes next).
 struct BlockTile {
@@ -138,8 +135,7 @@ struct QueryTileWalk {
   SegRange ks;
   // The query tiles [m_lo, m_end) the key block may see, walked in two runs: [rot, m_end), then
   // [m_lo, rot). Causal: rot = m_lo (one run, in order). Bidirectional: the key blocks of a row
-  // start spread over the tiles, so they do not all add to the same dQ rows at once (with two
-  // other changes, 9% faster on the document-masked B8 T2048 H16 D128 backward, H200, 2026-12-03).
+  // start spread over the tiles, so they do not all add to the same dQ rows at once.
   // m_first: the first tile not skipped (-1: none).
   int m_lo, m_end, rot, m_first, first_kind;
 

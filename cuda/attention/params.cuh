@@ -6,7 +6,7 @@
 #pragma once
 
 #include "masking.cuh"
-#include "../ptx.cuh"
+#include "fragments.cuh"
 
 namespace mdlm {
 namespace attn {

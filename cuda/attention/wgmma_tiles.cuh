@@ -13,9 +13,8 @@ namespace {
 // Rows [t0, t0 + kRows) of head `head` of batch b from a TMA map (encode_tile_maps) into the
 // swizzled [kRows][kD] tile at shared address `tile`, one load a 64-column slab, their bytes
 // credited to mbarrier `bar` (announced by the caller's mbar_arrive_expect_tx); rows ≥ T and
-// columns ≥ D land as zeros. One thread issues a whole tile: the producer warps' per-thread
-// cp.async copies were about 170 instructions a step of bwd_ws<128> (ncu SASS, H200, 2026-12-04),
-// on the schedulers the consumers share.
+// columns ≥ D land as zeros. One thread issues a whole tile: per-thread cp.async copies by the
+// producer warps would take many instructions a step on the schedulers the consumers share.
 template <int kRows, int kD>
 __device__ __forceinline__ void load_tile(uint32_t tile, const wg::TileMap& map, int head, int t0, int b, uint32_t bar) {
 #pragma unroll
@@ -59,11 +58,9 @@ struct TileHandOver {
 // The wgmma backwards' softmax gradient of one step, in a warpgroup's accumulator layout (64 keys
 // × kN queries, rows = keys): Pᵀ = exp(scale·sᵀ − lse[query]) in place of the scores, with the
 // pairs the mask hides zeroed on a partial tile, then packed as bf16 A fragments (k = queries).
-// The mask is in its own warp-uniform branch: folded into the exponentials' loop (as it was),
-// ptxas computed every tile's mask, predicated off on the interior tiles: about 300 issued
-// instructions a step that did nothing, in the phase that overlaps Sᵀ's and dPᵀ's wgmmas. Split
-// out, the backward is 19-37% faster at head dim 128 and 13-19% at 64 on the bench shapes, save
-// B16 T1024 causal (2% slower; H200, 2026-12-03, bench/RESULTS.md tenth pass).
+// The mask is in its own warp-uniform branch: folded into the exponentials' loop, ptxas computes
+// every tile's mask, predicated off on the interior tiles, hundreds of issued instructions a step
+// that do nothing, in the phase that overlaps Sᵀ's and dPᵀ's wgmmas.
 template <int kN>
 __device__ __forceinline__ void bwd_probs(float (&s)[kN / 2], uint32_t (&pa)[kN / 16][4], const float* lse, const int* qseg, int kind, int q0,
                                           const int (&krow)[2], const int (&kseg)[2], int T, bool causal, float scale_log2) {

@@ -1,8 +1,9 @@
 // A warp-specialised Hopper GEMM (sm_90a: TMA, mbarriers, wgmma), the base for element-wise work
 // fused into a GEMM's epilogue, which cuBLASLt's epilogues cannot express: rope on the q/k
 // projection, SwiGLU on the gate/up projection and SwiGLU's backward on dh, whose own kernels
-// take 0.43, 0.60 and 0.94 ms of a llama-124m ar step on the H200, at its bandwidth
-// (bench/RESULTS.md, sixteenth session).
+// would read and write the projections' outputs once more at the memory's bandwidth. The ops
+// launch it on Hopper only (matmul_rope.cu, matmul_swiglu.cu); plain products go to cuBLASLt
+// (matmul.cu).
 //
 //   out[b][m][n] = Σ_k a[b][m][k] · w[b][n][k]      (bf16 in, f32 accumulate, bf16 out)
 //
@@ -46,21 +47,11 @@
 // epilogue, G and U stalled it on memory latency), and the other two brought into L2 then and
 // loaded into a slot as soon as the stores of the quarter before them there have read it; each
 // quarter's dG and dU are written over its G and U and leave together by TMA. Ping-pong hides the
-// epilogue's math behind the other consumer's tile (cooperative, both consumers computing it with
-// the tensor cores idle, took 0.18 ms against 0.09 for the plain product at llama-124m's dh on
-// the H100). Two slots rather than three leave room for a fifth stage of the ring: with three
-// slots and four stages (145 µs at llama-124m's dh on the H100, 71 for cuBLASLt's plain product),
-// a quarter of the stall samples were the main loop waiting on operand loads queued behind G, U,
-// dG and dU (twenty-seventh session: bench/RESULTS.md). Two slots and five stages took 5% off it
-// at llama-1.3b's dh (0.642 against 0.676 ms, H100) and were level at llama-124m's (twenty-eighth
-// session). With three stages, for room for the whole tile's G and U, it waited 2.5 times as
-// long as the plain product's. Half tiles, the second asked for only once the first was read and
-// dG then dU staged one after the other through one tile, took 137 µs a launch in a llama-124m
-// ar step on the H200 (Nsight Compute); three slots 123, and the step 0.18 ms less (twenty-fourth
-// session), where dh alone is about 70 and the epilogue's bytes about 56 at the memory's
-// bandwidth.
+// epilogue's math behind the other consumer's tile (cooperative, both consumers would compute it
+// with the tensor cores idle). Two slots rather than three leave room for a fifth stage of the
+// ring: with four stages the main loop waits on operand loads queued behind G, U, dG and dU.
 //
-// Under WARP_EMULATOR the same kernel runs on the CPU warp emulator (cuda/emu/matmul_check.cc).
+// Under WARP_EMULATOR the same kernel runs on the CPU warp emulator (tests/cuda_emu/matmul_check.cc).
 #pragma once
 
 #include <set>
@@ -102,11 +93,9 @@ __host__ __device__ constexpr int out_tiles_for(int epilogue) {
 __host__ __device__ constexpr int aux_barriers(int epilogue) { return epilogue == kSwigluBwd ? 2 * kBwdSlots : 0; }
 // The most shared memory a block may have (227 KB), and the 1024-byte alignment of the swizzled tiles within it.
 constexpr int kSmemMax = 232448, kSmemAlign = 1024;
-// The ring's stages: four, or five for kSwigluDeep and kSwigluBwd (the backward's main loop,
-// four stages deep, waited on its operand loads, queued behind G, U, dG and dU, for a quarter of
-// its stall samples; five took 5% off its time at llama-1.3b's dh on an H100). Six, where they fit (one output tile), were
-// 3-12% faster than four at llama-124m's shapes but 8-26% slower at llama-1.3b's larger ones and
-// at the LM head (twenty-eighth session: bench/RESULTS.md).
+// The ring's stages: four, or five for kSwigluDeep and kSwigluBwd (four stages deep, the
+// backward's main loop waits on its operand loads, queued behind G, U, dG and dU). Six, where they
+// fit, are faster at small shapes but slower at large ones.
 __host__ __device__ constexpr int stages_for(int epilogue) { return epilogue == kSwigluBwd || epilogue == kSwigluDeep ? 5 : 4; }
 // The ring, the consumers' output tiles, the mbarriers, and the alignment: at most kSmemMax.
 __host__ __device__ constexpr size_t smem_bytes(int tile_n, int epilogue) {
@@ -331,7 +320,7 @@ __device__ __forceinline__ void store_rows(const Params& p, const Tile& tl, int 
       }
     };
     // The computed fallback in a loop of its own: chosen pair by pair, beside every table read,
-    // it made the epilogue 30-40% slower (bench/RESULTS.md, nineteenth session).
+    // it would slow every tile's epilogue.
     if (static_cast<unsigned>(pos) < static_cast<unsigned>(p.rope_positions)) {
       const float2* cs = p.rope_cs + (int64_t)pos * (kRopeD / 2);
       turn([&](int i) { return __ldg(cs + i); });
@@ -462,7 +451,7 @@ template <int kEpi, Schedule kSched, int kBN, bool kAT>
 __global__ void __launch_bounds__(kThreads, 1) gemm_ws_nt(const __grid_constant__ Params p) {
   constexpr int kRopeD = kEpi >= 16 ? kEpi : 0;
   constexpr bool kSwi = is_swiglu_forward(kEpi), kPing = kSched == kPingPong;
-  static_assert(kSwi || kEpi == kSwigluBwd || (kRopeD > 0 && kRopeD <= 128 && kBN % kRopeD == 0), "rope: a head of 16, 32, 64 or 128 columns");
+  static_assert(kSwi || kEpi == kSwigluBwd || (kRopeD > 0 && kRopeD <= 128 && kBN % (kRopeD > 0 ? kRopeD : 1) == 0), "rope: a head of 64 or 128 columns");
   static_assert(kBN == 128 || (kBN == 256 && !kPing), "tiles 128 wide, or 256 cooperative (ping-pong's two accumulators of 64 × 256 would not fit)");
   static_assert(!kSwi || kPing, "SwiGLU's epilogue takes a consumer's two accumulators: ping-pong");
   static_assert(!kSwi || !kAT, "SwiGLU's forward reads a (Wgu) K-major");
@@ -655,11 +644,9 @@ inline const char* make_swiglu_params(Params& p, const void* wgu, const void* x,
 }
 
 // Which SwiGLU forward epilogue a gate/up projection of F hidden units, `rows` tokens and d
-// inputs takes: kSwigluDeep for the smaller, kSwiglu for the larger. On an H100 (thirtieth
-// session, bench/matmul_ws.cu: bench/RESULTS.md), with TMA stores, the deep form was 3-7% faster
-// at every measured shape up to 4.1e11 FLOP (llama-124m's, F 2048, 16384 rows, d 768, 1.0e11:
-// 7%; F 4096, d 1536, 4.1e11: 6%) and 2% slower at llama-1.3b's (F 5504, d 2048, 7.4e11); the
-// bound lies between those two.
+// inputs takes: kSwigluDeep for the smaller, kSwiglu for the larger (on an H100 the deep form is
+// faster up to llama-124m's and somewhat larger products, slower at llama-1.3b's; the bound lies
+// between; bench/matmul_ws.cu times both).
 inline int swiglu_epilogue(int F, int rows, int d) { return 4.0 * F * rows * d < 5e11 ? kSwigluDeep : kSwiglu; }
 
 // p for kSwigluBwd: dh = Wdownᵀ · doutᵀ with wdown [d][F] (a transposed) and dout [rows][d], G

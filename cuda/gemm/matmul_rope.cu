@@ -1,7 +1,7 @@
 // matmul_rope: [q | k] = x · Wqkᵀ, each head turned by rope at its token's position, into q and k
 // (src/ops/matmul_rope.ts). On an sm_90 GPU with the Hopper kernels on (KernelSettings), bf16, head
 // dim 64 or 128, q's columns a multiple of 128, x and w 16-byte aligned and inFeatures a multiple
-// of 8: one launch of cuda/matmul_ws.cuh's kernel with its rope epilogue (cooperative 256 wide
+// of 8: one launch of cuda/gemm/gemm_ws.cuh's kernel with its rope epilogue (cooperative 256 wide
 // where q's columns allow it, else ping-pong 128), which turns the products as they leave the
 // accumulators and stores q and k (by TMA stores where they are dense and aligned): the
 // [rows, (H + G)·D] projection is never stored, and rope never reads it back. The angles'

@@ -1,6 +1,6 @@
 // matmul_swiglu: [Gᵀ; Uᵀ] = Wgu · xᵀ into gu, and out = silu(G)·U (src/ops/matmul_swiglu.ts).
 // On an sm_90 GPU, bf16, with wgu and x 16-byte aligned and k a multiple of 8: one launch of
-// cuda/matmul_ws.cuh's ping-pong kernel with its SwiGLU epilogue (of the form
+// cuda/gemm/gemm_ws.cuh's ping-pong kernel with its SwiGLU epilogue (of the form
 // gemm::swiglu_epilogue picks for the product's size), which writes G, U and out as it stores
 // each tile (by TMA stores where rows is a multiple of 8 and the outputs 16-byte aligned), so out
 // is computed from G and U as they are stored, as the swiglu op would read them. Otherwise (other

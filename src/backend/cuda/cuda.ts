@@ -1,5 +1,5 @@
 /**
- * The CUDA backend: device memory from the native addon (cuda/addon.cc) through the shared
+ * The CUDA backend: device memory from the native addon (cuda/addon/) through the shared
  * BufferPool, views as a pointer plus a byte offset, narrow floats encoded and decoded on the host
  * (src/convert.ts), and ops run by the addon's kernels (cuda/<op>.cu) after validateCall. The
  * addon is loaded at the Node edge (src/runtime/backends.ts) and handed in, so this file, like the
