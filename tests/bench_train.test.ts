@@ -107,7 +107,7 @@ describe('mdlm bench train', () => {
 
   it('runs the peers after mdlm where the device cannot hold both at once', async () => {
     const GiB = 2 ** 30;
-    // The peer's peak ran 3-6% above mdlm's: llama-1.3b's 47.65 GiB and a peer fit an H200, not an H100.
+    // A peer holds about as much as mdlm: a 47.65 GiB run and its peer fit a 139.8 GiB device (H200), not a 79.2 GiB one (H100).
     expect(peersFitBeside(47.65 * GiB, 139.8 * GiB)).toBe(true);
     expect(peersFitBeside(47.65 * GiB, 79.2 * GiB)).toBe(false);
     expect(peersFitBeside(8.59 * GiB, 79.2 * GiB)).toBe(true);

@@ -31,8 +31,8 @@ describe('mdlm CLI', () => {
   });
 
   it('writes all of a long --json into a shell pipe (none of it lost at exit)', () => {
-    // More than a pipe's 64 KiB of records, into a pipe read only after 6 s (about 3 s more than the
-    // command takes here): what the CLI still had queued when it exited was dropped there.
+    // More than a pipe's 64 KiB of records, into a pipe read only after 6 s (longer than the command
+    // takes here): a CLI that exits with writes still queued drops them.
     const cmd = `"${process.execPath}" bin/mdlm.js bench kernels --backend cpu --dtype f32,bf16 --no-gradients --reps 0 --json | (sleep 6; cat)`;
     const r = spawnSync('sh', ['-c', cmd], { encoding: 'utf8', timeout: 120_000, maxBuffer: 1 << 24 });
     expect(r.status, r.stderr).toBe(0);

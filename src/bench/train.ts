@@ -6,8 +6,7 @@
  * device memory the backend's pool holds. The PyTorch peer (bench/peers/train_torch.py: the same
  * model, objective, shapes and FLOP count) runs in the same command, eager and torch.compile.
  * With rounds > 1, mdlm's timed steps and the peers' runs alternate, and the figures are medians
- * over the rounds: one sample of the ratio moves by about ±3% on an H200 (bench/RESULTS.md,
- * thirteenth pass), a median of alternating samples less.
+ * over the rounds: one sample of the ratio is noisy, a median of alternating samples less so.
  */
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -213,9 +212,8 @@ export async function benchTrainMdlm(
 
 /**
  * Whether a PyTorch peer can run while mdlm holds `heldBytes` of a device of `memoryBytes` (unknown:
- * assumed so). The peer's peak ran 3-6% above mdlm's at the same configuration (bench/RESULTS.md:
- * 48.97 against 47.65 GiB at llama-1.3b, 9.06 against 8.59 at llama-124m), so it is taken as 1.1×
- * mdlm's, plus 1 GiB for the second process's CUDA context.
+ * assumed so). The peer's peak is a few percent above mdlm's at the same configuration, so it is
+ * taken as 1.1× mdlm's, plus 1 GiB for the second process's CUDA context.
  */
 export function peersFitBeside(heldBytes: number, memoryBytes: number | undefined): boolean {
   return memoryBytes === undefined || heldBytes * 2.1 + 2 ** 30 <= memoryBytes;

@@ -3,8 +3,8 @@ import { main } from './main.js';
 
 /**
  * Resolves once what was written to `stream` so far has reached the OS. Writes to a pipe are
- * asynchronous in Node, and process.exit drops the ones still queued: `mdlm bench kernels --json |
- * jq` lost everything past the pipe's 64 KiB when jq read slower than mdlm wrote.
+ * asynchronous in Node, and process.exit drops the ones still queued: without this a `--json | jq`
+ * that reads slower than mdlm writes would lose everything past the pipe's 64 KiB.
  */
 function flushed(stream: NodeJS.WriteStream): Promise<void> {
   return new Promise((resolve) => stream.write('', () => resolve()));

@@ -47,7 +47,8 @@ export function buildModel(backend: Backend, m: OpenedModel, batch: number, seqL
   const max = m.loaded.model.seqLen;
   if (seqLen > max) throw new Error(`buildModel: seqLen ${seqLen} > the model's ${max}`);
   const cfg: ModelConfig = { ...m.loaded.model, seqLen };
-  const model = new LlamaModel(backend, cfg, batch, 0);
+  // No initial values: the loaded ones replace them all.
+  const model = new LlamaModel(backend, cfg, batch, 0, { fill: null });
   model.loadParams(m.loaded.tensors, m.loaded.dir);
   return model;
 }

@@ -1,8 +1,10 @@
 /**
  * The decoder: token embedding, N pre-norm blocks (RMSNorm, RoPE grouped-query attention, SwiGLU),
  * final RMSNorm, LM head (tied to the embedding or not). Parameter names and shapes are those of
- * src/checkpoint/hf.ts's paramSpecs, so checkpoints map one to one onto Hugging Face names. All activations are allocated at construction for a
- * fixed (batch, seqLen); a step allocates nothing.
+ * src/checkpoint/hf.ts's paramSpecs, so checkpoints map one to one onto Hugging Face names. The
+ * inputs (src/model/inputs.ts) and all activations are allocated at construction for a fixed
+ * (batch, seqLen); a step allocates nothing. Built against an allocation plan (src/model/plan.ts)
+ * with no initial values, the model is its own memory estimate (src/train/memory.ts).
  */
 import type { Backend, Recording } from '../backend/backend.js';
 import { fail } from '../errors.js';
@@ -301,8 +303,7 @@ export class LlamaModel {
    * forward() then backward(). With `record`, the first call per attention kind runs them directly
    * (sizing the kernels' scratch, caching GEMM plans), the second records them and every call
    * replays the recording: on CUDA one graph launch instead of hundreds of kernel launches. The
-   * inputs live in fixed device buffers, so a replay reads whatever setBatch and the objective
-   * put there. `overwriteGrads`: the pass's gradients replace what the gradient buffer holds, so
+   * inputs live in fixed device buffers, so a replay reads whatever the last setBatch put there. `overwriteGrads`: the pass's gradients replace what the gradient buffer holds, so
    * it needs no zeroing first (a step's first micro-batch; ParamStore.beginGradients); else they
    * add to it. `prelude` is queued first, inside the recording (a deferred optimizer update:
    * AdamW.takeDeferred). Each setting records its own pass.

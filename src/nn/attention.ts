@@ -8,14 +8,12 @@
  * Wqkv = [Wq; Wk; Wv] is one [(H + 2G)·D, dModel] matrix. The forward projects q and k in one op,
  * matmul_rope: rope(x · [Wq; Wk]ᵀ) into the contiguous q and k attention takes (the GEMM, then
  * rope reading its rows a part at a time; on Hopper one kernel with rope in the GEMM's
- * epilogue), and v in a GEMM straight into its saved buffer (one GEMM for all three left v to copy:
- * 12 copies of [16384, 768] a llama-124m step). Backward writes the
- * three gradients into one such matrix: attention's backward puts dq, dk and dv straight into
- * their parts (gradStride), dq and dk turned back through rope (ropeBase), so dWqkv and dx are one
- * GEMM each: three GEMMs of three times the size instead of nine, which at llama-124m's
- * [16384, 768] × [768, 768] ran far below the larger GEMMs' rate (bench/RESULTS.md, twelfth pass).
- * Turning rope back in the attention backward instead of two rope_backward launches a layer:
- * −0.42 ms a llama-124m step, −1.93 ms at llama-1.3b (H200; bench/RESULTS.md, eighteenth pass).
+ * epilogue), and v in a GEMM straight into its saved buffer (one GEMM for all three would leave v
+ * to copy out of the projection). Backward writes the three gradients into one such matrix:
+ * attention's backward puts dq, dk and dv straight into their parts (gradStride), dq and dk
+ * turned back through rope (ropeBase: no rope backward of their own), so dWqkv
+ * and dx are one GEMM each: three GEMMs of three times the size instead of nine, as the small
+ * [tokens, d] × [d, d] GEMMs run far below the larger ones' rate.
  */
 import type { Backend } from '../backend/backend.js';
 import { type AttentionAttrs, attention, attentionBackward } from '../ops/attention.js';
