@@ -1,4 +1,5 @@
-// The row layout shared by the row normalisations (rmsnorm.cu, layernorm.cu).
+// The row layout of rmsnorm.cu's kernels (a header of its own: the layout and the deterministic
+// parameter-gradient sums are independent of the normalisation).
 //
 // A row of `dim` elements lives in registers, read from memory once: a team of blockDim.x threads
 // (a multiple of 32) holds it, thread t owning the vectors of VEC elements t + k · blockDim.x,
