@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: unpack the carried Node.js, node_modules, dist/ and Vulkan loader
-# (.device/ and .gl/, see docs/ARCHITECTURE.md "GPU runs"), then probe, time kernels against peers
-# and run the parity tests on the real GPU. Usage there: bash bench/gpu-run.sh [probe matmul matmul-variants kernels parity tests]
+# (.device/ and .gl/, see docs/WEBGPU.md), then probe, time kernels against peers
+# and run the parity tests on the real GPU. Usage there: bash bench/gpu-run.sh [probe matmul kernels parity tests]
 set -uo pipefail
 mkdir -p /tmp/n && xz -T8 -dc .device/node.xz > /tmp/n/node && chmod +x /tmp/n/node && export PATH=/tmp/n:$PATH
 tar -xJf .device/nm.tar.xz && tar -xJf .device/dist.tar.xz
@@ -15,9 +15,6 @@ for w in ${*:-probe matmul kernels parity}; do
   case $w in
     probe) node bin/mdlm.js probe 2>&1 | grep -v Warning | tee "$OUT/probe.txt" ;;
     matmul) timeout 150 node bin/mdlm.js bench matmul --sizes 1024,2048,4096 --reps 30 --json > "$OUT/matmul.json" 2> "$OUT/matmul.err"; cat "$OUT/matmul.json" | grep -E '"shape"|Tflops|ratio' ;;
-    # every kernel variant of src/backend/webgpu/kernels/matmul.ts (MATMUL_VARIANTS), one bench run each
-    matmul-variants) for v in $(node --input-type=module -e "console.log(Object.keys((await import('./dist/backend/webgpu/kernels/matmul.js')).MATMUL_VARIANTS).join(' '))"); do echo "--- MDLM_MATMUL_VARIANT=$v"
-        MDLM_MATMUL_VARIANT=$v timeout 150 node bin/mdlm.js bench matmul --sizes 1024,2048,4096 --reps 30 --json > "$OUT/matmul-$v.json" 2> "$OUT/matmul-$v.err"; grep -E '"shape"|Tflops|ratio' "$OUT/matmul-$v.json"; done ;;
     kernels) timeout 150 node bin/mdlm.js bench kernels --backend webgpu --scale bench --no-check --reps 20 --json > "$OUT/kernels.json" 2> "$OUT/kernels.err"
       node -e "for (const r of require('$OUT/kernels.json')) console.log(r.op.padEnd(22), r.case.padEnd(34), (r.ms??NaN).toFixed(3)+' ms', r.tflops ? r.tflops.toFixed(2)+' TFLOP/s' : '', r.error ?? '')" ;;
     parity) timeout 120 node bin/mdlm.js bench kernels --backend webgpu --no-gradients --json > "$OUT/parity.json" 2> "$OUT/parity.err"
