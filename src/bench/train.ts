@@ -21,6 +21,7 @@ import type { TokenBatch } from '../objectives/objective.js';
 import { ProfiledBackend } from './profile.js';
 import { PhiloxStream, RngPurpose } from '../rng/philox.js';
 import { type BackendChoice, PACKAGE_ROOT, createBackend } from '../runtime/backends.js';
+import { KNOBS } from '../runtime/knobs.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
 import { gib } from '../train/memory.js';
 import { planRun, setUpRun } from '../train/setup.js';
@@ -222,7 +223,7 @@ export function peersFitBeside(heldBytes: number, memoryBytes: number | undefine
 export const TORCH_PEER = join(PACKAGE_ROOT, 'bench', 'peers', 'train_torch.py');
 
 /** The PyTorch peer in `mode`, on the same model, objective and shapes; its one JSON line parsed. */
-export function benchTrainTorch(setup: BenchTrainSetup, cfg: TrainConfig, mode: PeerMode, steps: number, warmup: number, python = process.env.PYTHON ?? 'python3'): TrainThroughput {
+export function benchTrainTorch(setup: BenchTrainSetup, cfg: TrainConfig, mode: PeerMode, steps: number, warmup: number, python = KNOBS.python): TrainThroughput {
   if (!existsSync(TORCH_PEER)) fail('NOT_FOUND', `bench train: the PyTorch peer ${TORCH_PEER} is missing`);
   const m = setup.model;
   const o = cfg.objective;

@@ -1,6 +1,6 @@
 /**
- * The debugging switches of the TypeScript side: every MDLM_* environment variable src/ reads,
- * read once, here, when this module loads. Everything else takes the values as parameters, so
+ * The environment of the TypeScript side: every variable src/ reads (the MDLM_* debugging switches
+ * and the tools it runs), read once, here, when this module loads. Everything else takes the values as parameters, so
  * the core never reads the environment. (The CUDA kernels' switches are cuda/knobs.h; the CUDA
  * build script and the tests read their own variables.) Choices users make are config fields,
  * saved in the checkpoint, not switches here.
@@ -14,6 +14,8 @@ export interface Knobs {
    * checks (Dawn's toggles: src/dawn/native/Toggles.cpp). None by default.
    */
   readonly dawnFlags: readonly string[];
+  /** PYTHON: the Python that runs the PyTorch peers of `mdlm bench train` (default python3). */
+  readonly python: string;
 }
 
 /** MDLM_DAWN_FLAGS's value split on whitespace; none when unset or blank. */
@@ -23,7 +25,7 @@ export function parseDawnFlags(value: string | undefined): string[] {
 
 /** The knobs an environment sets. */
 export function readKnobs(env: Readonly<Record<string, string | undefined>>): Knobs {
-  return { dawnFlags: parseDawnFlags(env.MDLM_DAWN_FLAGS) };
+  return { dawnFlags: parseDawnFlags(env.MDLM_DAWN_FLAGS), python: env.PYTHON || 'python3' };
 }
 
 /** This process's knobs. */
