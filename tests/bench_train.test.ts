@@ -114,27 +114,20 @@ describe('mdlm bench train', () => {
     expect(peersFitBeside(47.65 * GiB, undefined)).toBe(true);
 
     const python = fakePython('peer-memory', `echo '{"tokens_per_s": 10, "mfu": null, "ms_step": 1, "peak_mem_gib": 1, "impl": "torch fake eager", "device": "cpu", "precision": "bf16", "steps": 2, "loss": 5.5}'`);
-    const saved = process.env.PYTHON;
-    process.env.PYTHON = python;
     const order = async (bytes: number) => {
       deviceMemory.bytes = bytes;
       const lines: string[] = [];
       const rep = await benchTrain(
-        { preset: 'tiny', objective: 'ar', backend: 'cpu', batch: 2, seqLen: 32, steps: 1, warmup: 0, precision: 'f32', rounds: 2, log: (l) => lines.push(l) },
+        { preset: 'tiny', objective: 'ar', backend: 'cpu', batch: 2, seqLen: 32, steps: 1, warmup: 0, precision: 'f32', rounds: 2, python, log: (l) => lines.push(l) },
         ['eager'],
       );
       expect(rep.rounds!.map((x) => x.peers.eager)).toEqual([10, 10]);
       return { order: lines.filter((l) => /^(mdlm round|PyTorch eager: \d+ warmup)/.test(l)).map((l) => (l.startsWith('mdlm') ? 'm' : 'p')).join(''), lines };
     };
-    try {
-      expect((await order(2 ** 40)).order).toBe('mpmp');
-      const small = await order(GiB);
-      expect(small.order).toBe('mmpp');
-      expect(small.lines.join('\n')).toMatch(/the device's 1\.00 GiB cannot hold mdlm's [\d.]+ MiB and a peer's \(about as much\) at once: the peers run after mdlm has freed its memory/);
-    } finally {
-      if (saved === undefined) delete process.env.PYTHON;
-      else process.env.PYTHON = saved;
-    }
+    expect((await order(2 ** 40)).order).toBe('mpmp');
+    const small = await order(GiB);
+    expect(small.order).toBe('mmpp');
+    expect(small.lines.join('\n')).toMatch(/the device's 1\.00 GiB cannot hold mdlm's [\d.]+ MiB and a peer's \(about as much\) at once: the peers run after mdlm has freed its memory/);
   });
 
   it('fails with the exit code and the last lines of a peer that fails, or names a missing interpreter', () => {

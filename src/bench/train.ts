@@ -54,6 +54,8 @@ export interface BenchTrainOptions {
   /** Config overrides (dotted keys), applied last. */
   readonly overrides?: Readonly<Record<string, string>>;
   readonly log?: (line: string) => void;
+  /** The Python that runs the PyTorch peers (default: PYTHON, else python3). */
+  readonly python?: string;
 }
 
 /** One side of the comparison; the keys the issue asks `--json` for come first. */
@@ -287,7 +289,7 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
   const runPeers = (): void => {
     for (const mode of peerModes) {
       log(`PyTorch ${mode}: ${opts.warmup} warmup + ${opts.steps} timed steps`);
-      const theirs = benchTrainTorch(setup, cfg, mode, opts.steps, opts.warmup);
+      const theirs = benchTrainTorch(setup, cfg, mode, opts.steps, opts.warmup, opts.python);
       (runs[mode] ??= []).push(theirs);
       log(describeThroughput(theirs));
     }
