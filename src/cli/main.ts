@@ -1,4 +1,5 @@
 /** The `mdlm` command line (bin/mdlm.js runs it). User errors print `mdlm: CODE: message` without a stack and exit 1. */
+import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { MdlmError } from '../errors.js';
 import { benchCommand } from './bench.js';
@@ -8,9 +9,17 @@ import { probeCommand } from './probe.js';
 import { sampleCommand } from './sample.js';
 import { trainCommand } from './train.js';
 
+/** The version in the package's package.json (two levels above both src/cli and dist/cli). */
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: unknown };
+  if (typeof pkg.version !== 'string') throw new Error('package.json has no version');
+  return pkg.version;
+}
+
 export function buildCli(): Command {
   const program = new Command('mdlm')
     .description('Train masked-diffusion and autoregressive language models on WebGPU, CUDA or the CPU')
+    .version(packageVersion(), '-V, --version', 'print the version and exit')
     .showHelpAfterError()
     .exitOverride();
   program.addCommand(trainCommand());
