@@ -1,15 +1,16 @@
 /** Byte-level tokenizer: ids 0..255 are UTF-8 bytes, then EOS (256), MASK (257), PAD (258). */
 import type { Tokenizer } from './tokenizer_core.js';
-import { descriptorJson, DESCRIPTOR_FILE } from './tokenizer_core.js';
+import { BUILTIN_TOKENIZERS, HF_TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, tokenizerConfigJson } from './tokenizer_core.js';
+import { BYTE_CHARS, byteLevelTokenizerJson } from './tokenizer_json.js';
 
-export const BYTE_EOS = 256;
-export const BYTE_MASK = 257;
+export const BYTE_EOS = BUILTIN_TOKENIZERS.byte.eosId;
+export const BYTE_MASK = BUILTIN_TOKENIZERS.byte.maskId!;
 export const BYTE_PAD = 258;
 const SPECIAL_TEXT: Record<number, string> = { [BYTE_EOS]: '<|endoftext|>', [BYTE_MASK]: '[MASK]', [BYTE_PAD]: '<pad>' };
 
 export class ByteTokenizer implements Tokenizer {
   readonly name = 'byte';
-  readonly vocabSize = 259;
+  readonly vocabSize = BUILTIN_TOKENIZERS.byte.vocabSize;
   readonly eosId = BYTE_EOS;
   readonly maskId = BYTE_MASK;
   readonly padId = BYTE_PAD;
@@ -44,18 +45,18 @@ export class ByteTokenizer implements Tokenizer {
     return out;
   }
 
+  /** It has its [MASK] (257) already. */
+  withMaskToken(): ByteTokenizer {
+    return this;
+  }
+
+  /** A byte-level BPE without merges whose vocabulary maps each byte's character to the byte: the same ids as here. */
   files(): Record<string, string> {
+    const vocab = Object.fromEntries(BYTE_CHARS.map((c, b) => [c, b]));
+    const special = [BYTE_EOS, BYTE_MASK, BYTE_PAD].map((id) => ({ id, content: SPECIAL_TEXT[id]! }));
     return {
-      [DESCRIPTOR_FILE]: descriptorJson({
-        mdlm_tokenizer: 'byte',
-        vocab_size: this.vocabSize,
-        eos_token_id: this.eosId,
-        mask_token_id: this.maskId,
-        pad_token_id: this.padId,
-        eos_token: SPECIAL_TEXT[BYTE_EOS]!,
-        mask_token: SPECIAL_TEXT[BYTE_MASK]!,
-        pad_token: SPECIAL_TEXT[BYTE_PAD]!,
-      }),
+      [HF_TOKENIZER_FILE]: byteLevelTokenizerJson(vocab, [], special),
+      [TOKENIZER_CONFIG_FILE]: tokenizerConfigJson({ eos: SPECIAL_TEXT[BYTE_EOS]!, mask: SPECIAL_TEXT[BYTE_MASK]!, pad: SPECIAL_TEXT[BYTE_PAD]! }, 'byte'),
     };
   }
 }

@@ -1,14 +1,16 @@
 /**
  * Any Hugging Face `tokenizer.json`, through @huggingface/tokenizers (pure JS, offline: it is
- * given the parsed JSON, never a hub id). mdlm needs an EOS and a MASK id: they are looked up among
- * the tokenizer's tokens (`tokenizer_config.json`'s eos_token / mask_token first, then the usual
- * spellings) and, when absent, appended as special added tokens after the highest existing id. The
- * tokenizer.json that `files()` returns includes those additions, so a reload gives the same ids.
+ * given the parsed JSON, never a hub id). mdlm needs an EOS id: it is looked up among the
+ * tokenizer's tokens (`tokenizer_config.json`'s eos_token first, then the usual spellings) and,
+ * when absent, appended as a special added token after the highest existing id. A [MASK] is looked
+ * up the same way but added only by `withMaskToken()`, for masked diffusion. The tokenizer.json
+ * and tokenizer_config.json that `files()` returns include those additions, so a reload (by mdlm or
+ * transformers) gives the same ids.
  */
 import { Tokenizer as HfCore } from '@huggingface/tokenizers';
 import { fail } from '../errors.js';
 import type { Tokenizer } from './tokenizer_core.js';
-import { HF_TOKENIZER_FILE } from './tokenizer_core.js';
+import { HF_TOKENIZER_FILE, MASK_TOKEN, TOKENIZER_CONFIG_FILE } from './tokenizer_core.js';
 
 const MASK_CANDIDATES = ['<|mask|>', '[MASK]', '<mask>', '<|MASK|>'];
 const EOS_CANDIDATES = ['<|endoftext|>', '</s>', '<|end_of_text|>', '<|eos|>', '<eos>', '[EOS]', '<|im_end|>', '[SEP]'];
@@ -31,6 +33,16 @@ export interface HfOptions {
   source?: string;
   /** A parsed tokenizer_config.json (HF), if one sits next to the tokenizer.json. */
   config?: Record<string, unknown>;
+  /** Add a [MASK] when the tokenizer has none (see withMaskToken). */
+  withMask?: boolean;
+  /** Tokens mdlm added before (kept in `added`). */
+  added?: readonly string[];
+}
+
+function maxIdOf(vocab: Map<string, number>): number {
+  let maxId = -1;
+  for (const id of vocab.values()) if (id > maxId) maxId = id;
+  return maxId;
 }
 
 function tokenContent(v: unknown): string | undefined {
@@ -43,7 +55,7 @@ export class HfTokenizer implements Tokenizer {
   readonly name: string;
   readonly vocabSize: number;
   readonly eosId: number;
-  readonly maskId: number;
+  readonly maskId?: number;
   readonly padId?: number;
   readonly unkId?: number;
   /** Tokens mdlm appended because the tokenizer lacked them. */
@@ -52,14 +64,17 @@ export class HfTokenizer implements Tokenizer {
   private readonly json: Record<string, unknown>;
   private readonly config: Record<string, unknown>;
 
-  private constructor(core: HfCore, json: Record<string, unknown>, config: Record<string, unknown>, name: string, ids: { vocabSize: number; eos: number; mask: number; pad?: number; unk?: number }, added: string[]) {
+  private readonly opts: HfOptions;
+
+  private constructor(core: HfCore, json: Record<string, unknown>, config: Record<string, unknown>, opts: HfOptions, ids: { vocabSize: number; eos: number; mask?: number; pad?: number; unk?: number }, added: string[]) {
     this.core = core;
     this.json = json;
     this.config = config;
-    this.name = name;
+    this.opts = opts;
+    this.name = opts.name ?? 'hf';
     this.vocabSize = ids.vocabSize;
     this.eosId = ids.eos;
-    this.maskId = ids.mask;
+    if (ids.mask !== undefined) this.maskId = ids.mask;
     if (ids.pad !== undefined) this.padId = ids.pad;
     if (ids.unk !== undefined) this.unkId = ids.unk;
     this.added = added;
@@ -70,7 +85,7 @@ export class HfTokenizer implements Tokenizer {
     if (!input || typeof input !== 'object' || Array.isArray(input) || !('model' in input)) {
       fail('BAD_FILE', `${source} is not a Hugging Face tokenizer.json (no "model" section); export one with tokenizer.save("tokenizer.json") or pass "byte" / "gpt2"`);
     }
-    const config = opts.config && !('mdlm_tokenizer' in opts.config) ? opts.config : {};
+    const config = { ...(opts.config ?? {}) };
     const json = structuredClone(input) as Record<string, unknown>;
     if (!Array.isArray(json.added_tokens)) json.added_tokens = [];
     let core = build(json, config, source);
@@ -81,25 +96,34 @@ export class HfTokenizer implements Tokenizer {
       for (const c of candidates) if (vocab.has(c)) return vocab.get(c);
       return undefined;
     };
-    const added: string[] = [];
-    const ensure = (preferred: unknown, candidates: string[], fallback: string): void => {
-      if (find(preferred, candidates) !== undefined) return;
-      let maxId = -1;
-      for (const id of vocab.values()) if (id > maxId) maxId = id;
-      const tok: AddedTokenJson = { id: maxId + 1, content: fallback, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true };
+    const added = [...(opts.added ?? [])];
+    const ensure = (key: 'eos_token' | 'mask_token', candidates: string[], fallback: string): void => {
+      if (find(config[key], candidates) !== undefined) return;
+      const tok: AddedTokenJson = { id: maxIdOf(vocab) + 1, content: fallback, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true };
       (json.added_tokens as AddedTokenJson[]).push(tok);
       added.push(fallback);
+      config[key] = fallback;
       core = build(json, config, source);
       vocab = core.get_vocab(true);
     };
-    ensure(config.eos_token, EOS_CANDIDATES, '<|endoftext|>');
-    ensure(config.mask_token, MASK_CANDIDATES, '[MASK]');
-    let maxId = -1;
-    for (const id of vocab.values()) if (id > maxId) maxId = id;
-    const pad = find(config.pad_token, PAD_CANDIDATES);
-    const unk = find(config.unk_token, UNK_CANDIDATES);
-    const ids = { vocabSize: maxId + 1, eos: find(config.eos_token, EOS_CANDIDATES)!, mask: find(config.mask_token, MASK_CANDIDATES)!, pad, unk };
-    return new HfTokenizer(core, json, config, opts.name ?? 'hf', ids, added);
+    ensure('eos_token', EOS_CANDIDATES, '<|endoftext|>');
+    if (opts.withMask) ensure('mask_token', MASK_CANDIDATES, MASK_TOKEN);
+    const ids = {
+      vocabSize: maxIdOf(vocab) + 1, eos: find(config.eos_token, EOS_CANDIDATES)!, mask: find(config.mask_token, MASK_CANDIDATES),
+      pad: find(config.pad_token, PAD_CANDIDATES), unk: find(config.unk_token, UNK_CANDIDATES),
+    };
+    // The config names the special tokens found, so transformers' AutoTokenizer knows them too.
+    const text = new Map([...vocab].map(([t, id]) => [id, t]));
+    for (const [key, id] of [['eos_token', ids.eos], ['mask_token', ids.mask], ['pad_token', ids.pad], ['unk_token', ids.unk]] as const) {
+      if (id !== undefined && tokenContent(config[key]) !== text.get(id)) config[key] = text.get(id);
+    }
+    return new HfTokenizer(core, json, config, opts, ids, added);
+  }
+
+  /** A copy with [MASK] appended as id vocabSize (this, when the tokenizer has a mask token). */
+  withMaskToken(): HfTokenizer {
+    if (this.maskId !== undefined) return this;
+    return HfTokenizer.fromJson(this.json, { ...this.opts, config: this.config, added: this.added, withMask: true });
   }
 
   encode(text: string): number[] {
@@ -120,10 +144,14 @@ export class HfTokenizer implements Tokenizer {
     return this.core.decode(Array.from(ids), { skip_special_tokens: false });
   }
 
+  /**
+   * The tokenizer.json as given (with what mdlm added) and its tokenizer_config.json, which names
+   * the special tokens and a tokenizer_class (PreTrainedTokenizerFast unless it had one).
+   */
   files(): Record<string, string> {
-    const out: Record<string, string> = { [HF_TOKENIZER_FILE]: JSON.stringify(this.json) };
-    if (Object.keys(this.config).length) out['tokenizer_config.json'] = JSON.stringify(this.config, null, 2) + '\n';
-    return out;
+    const config: Record<string, unknown> = { tokenizer_class: 'PreTrainedTokenizerFast', ...this.config };
+    delete config.mdlm_tokenizer;
+    return { [HF_TOKENIZER_FILE]: JSON.stringify(this.json), [TOKENIZER_CONFIG_FILE]: JSON.stringify(config, null, 2) + '\n' };
   }
 }
 

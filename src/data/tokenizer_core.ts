@@ -1,38 +1,78 @@
 /**
- * The tokenizer interface and the descriptor format, free of Node built-ins (browser-safe), and
- * importing nothing: the per-kind modules (byte.ts, gpt2.ts, hf.ts) import it, and what picks
- * among them (tokenizer_files.ts, tokenizer.ts) imports those.
+ * The tokenizer interface and the names of the files tokenizers are saved as, free of Node
+ * built-ins (browser-safe), and importing nothing: the per-kind modules (byte.ts, gpt2.ts, hf.ts)
+ * import it, and what picks among them (tokenizer_files.ts, tokenizer.ts) imports those.
  */
 
 export interface Tokenizer {
   /** 'byte', 'gpt2', or 'hf:<path>' — what `loadTokenizer` was given, resolved. */
   readonly name: string;
-  /** True vocabulary size including the special tokens mdlm added; models may pad beyond it. */
+  /** The ids the tokenizer has, its special tokens included; models may pad beyond it. */
   readonly vocabSize: number;
   readonly eosId: number;
-  readonly maskId: number;
+  /**
+   * The [MASK] id, where the tokenizer has one: the byte tokenizer always, others once
+   * `withMaskToken()` added it. Only masked diffusion uses it.
+   */
+  readonly maskId?: number;
   readonly padId?: number;
   encode(text: string): number[];
   decode(ids: ArrayLike<number>): string;
-  /** Files to write into a checkpoint (or data) directory so `loadTokenizer(dir)` reloads this tokenizer. */
+  /** This tokenizer with a [MASK] special token as id `vocabSize` (the next free id); itself when it has one. */
+  withMaskToken(): Tokenizer;
+  /**
+   * Files to write into a checkpoint (or data) directory: a standard Hugging Face
+   * `tokenizer.json` and `tokenizer_config.json` (tokenizer_class, the special tokens, the mask
+   * token included), so that `loadTokenizer(dir)` and transformers' `AutoTokenizer` load it with
+   * the same ids.
+   */
   files(): Record<string, string | Uint8Array>;
 }
 
-/** The descriptor that byte / gpt2 tokenizers write as `tokenizer_config.json`. */
-export interface MdlmTokenizerDescriptor {
-  mdlm_tokenizer: 'byte' | 'gpt2';
-  vocab_size: number;
-  eos_token_id: number;
-  mask_token_id: number;
-  pad_token_id?: number;
-  eos_token: string;
-  mask_token: string;
-  pad_token?: string;
+/**
+ * The sizes of the built-in tokenizers, known without loading them: the config derives the
+ * model's vocabulary from these (src/config/vocab.ts). The byte tokenizer has its [MASK]; GPT-2
+ * has none until masked diffusion adds one as id 50257.
+ */
+export const BUILTIN_TOKENIZERS: Readonly<Record<'byte' | 'gpt2', TokenizerShape & { readonly eosId: number }>> = {
+  byte: { name: 'byte', vocabSize: 259, eosId: 256, maskId: 257 },
+  gpt2: { name: 'gpt2', vocabSize: 50257, eosId: 50256 },
+};
+
+/** What the config needs to know of a tokenizer to size the model's vocabulary (a Tokenizer is one). */
+export interface TokenizerShape {
+  readonly name: string;
+  readonly vocabSize: number;
+  readonly maskId?: number;
 }
 
-export const DESCRIPTOR_FILE = 'tokenizer_config.json';
+export const TOKENIZER_CONFIG_FILE = 'tokenizer_config.json';
 export const HF_TOKENIZER_FILE = 'tokenizer.json';
+/** The mask token mdlm adds to a tokenizer that has none. */
+export const MASK_TOKEN = '[MASK]';
 
-export function descriptorJson(d: MdlmTokenizerDescriptor): string {
-  return JSON.stringify(d, null, 2) + '\n';
+/** The special tokens of a tokenizer_config.json, by their text. */
+export interface SpecialTokens {
+  eos: string;
+  mask?: string;
+  pad?: string;
+  unk?: string;
+  bos?: string;
+}
+
+/**
+ * A standard tokenizer_config.json for a tokenizer.json: transformers' `AutoTokenizer` reads
+ * `tokenizer_class` and the special tokens from it. `builtin` names the mdlm tokenizer that wrote
+ * it (`mdlm_tokenizer`), so mdlm reloads its own faster implementation with the same ids.
+ */
+export function tokenizerConfigJson(special: SpecialTokens, builtin?: 'byte' | 'gpt2'): string {
+  const cfg: Record<string, unknown> = { tokenizer_class: 'PreTrainedTokenizerFast' };
+  if (builtin) cfg.mdlm_tokenizer = builtin;
+  cfg.eos_token = special.eos;
+  if (special.bos !== undefined) cfg.bos_token = special.bos;
+  if (special.mask !== undefined) cfg.mask_token = special.mask;
+  if (special.pad !== undefined) cfg.pad_token = special.pad;
+  if (special.unk !== undefined) cfg.unk_token = special.unk;
+  cfg.clean_up_tokenization_spaces = false;
+  return JSON.stringify(cfg, null, 2) + '\n';
 }
