@@ -1,5 +1,6 @@
 /**
- * One error type for user mistakes (bad config, bad shapes, unavailable backend, corrupt files).
+ * One error type for user mistakes (bad config, bad shapes, unavailable backend, corrupt files,
+ * paths that cannot be written).
  * The CLI prints `code: message` without a stack and exits non-zero; internal faults stay plain
  * `Error`s and keep their stack.
  */
@@ -17,7 +18,8 @@ export type ErrorCode =
   | 'OUT_OF_MEMORY'
   | 'BAD_CONFIG'
   | 'BAD_FILE'
-  | 'NOT_FOUND';
+  | 'NOT_FOUND'
+  | 'IO_ERROR';
 
 export class MdlmError extends Error {
   readonly code: ErrorCode;

@@ -15,6 +15,7 @@ import type { TokenSource } from '../data/source.js';
 import { fail } from '../errors.js';
 import { modelLogits } from '../model/logits.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { checkWritableFile } from '../runtime/files.js';
 import { type Evaluation, evaluateModel } from '../train/evaluate.js';
 import { createObjective } from '../train/setup.js';
 import { type OpenedModel, buildModel, openModel, requireTokenizer } from './model.js';
@@ -60,6 +61,7 @@ export function evalCommand(): Command {
       if (!o.data && !o.saveLogits) fail('BAD_ARGUMENT', 'nothing to do: pass --data PATH to evaluate, and/or --save-logits FILE with --ids or --text');
       if (o.saveLogits && (o.ids === undefined) === (o.text === undefined)) fail('BAD_ARGUMENT', '--save-logits needs exactly one of --ids 1,2,3 or --text TEXT');
       if (!o.saveLogits && (o.ids !== undefined || o.text !== undefined)) fail('BAD_ARGUMENT', '--ids and --text go with --save-logits FILE');
+      if (o.saveLogits) checkWritableFile(o.saveLogits, '--save-logits'); // before the model runs
       const m = await openModel(o.model, o.tokenizer);
       const objective: ObjectiveKind = o.objective ?? m.objective;
       const logitIds = o.saveLogits ? parseLogitIds(m, o) : undefined;

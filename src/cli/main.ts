@@ -1,7 +1,11 @@
-/** The `mdlm` command line (bin/mdlm.js runs it). User errors print `mdlm: CODE: message` without a stack and exit 1. */
+/**
+ * The `mdlm` command line (bin/mdlm.js runs it). User errors, filesystem errors among them, print
+ * one line `mdlm: CODE: message` without a stack and exit 1.
+ */
 import { readFileSync } from 'node:fs';
 import { Command } from 'commander';
 import { MdlmError } from '../errors.js';
+import { fileError, isSystemError, syscallAction } from '../runtime/files.js';
 import { benchCommand } from './bench.js';
 import { dataCommand } from './data.js';
 import { evalCommand } from './eval.js';
@@ -36,8 +40,10 @@ export async function main(argv: readonly string[]): Promise<number> {
     await buildCli().parseAsync(argv as string[], { from: 'user' });
     return process.exitCode === undefined ? 0 : Number(process.exitCode);
   } catch (e) {
-    if (e instanceof MdlmError) {
-      console.error(`mdlm: ${e.code}: ${e.message}`);
+    // A filesystem error no command caught itself (data prepare --out, a disk filling up): one line too.
+    const err = isSystemError(e) && e.syscall !== undefined ? fileError(e, { path: e.path ?? 'a file', action: syscallAction(e.syscall) }) : e;
+    if (err instanceof MdlmError) {
+      console.error(`mdlm: ${err.code}: ${err.message}`);
       return 1;
     }
     const code = (e as { code?: string }).code;
