@@ -1,7 +1,8 @@
 /**
- * Resolving a config: preset, then a YAML/JSON file, then dotted flag overrides
- * (`--model.dModel 256`), validated by the schema. Every mistake is an MdlmError('BAD_CONFIG')
- * naming the field path, the value given, where it came from and what is allowed.
+ * Resolving a config: preset, then (for --init-from) the checkpoint's model, then a YAML/JSON
+ * file, then dotted flag overrides (`--model.dModel 256`), validated by the schema with the data's
+ * tokenizer. Every mistake is an MdlmError('BAD_CONFIG') naming the field path, the value given,
+ * where it came from and what is allowed.
  */
 import { readFileSync } from 'node:fs';
 import { extname } from 'node:path';
@@ -9,13 +10,41 @@ import * as YAML from 'yaml';
 import type * as z from 'zod';
 import { fail } from '../errors.js';
 import { PRESETS, PRESET_NAMES, type Preset } from './presets.js';
-import { RawConfigSchema, TrainConfigSchema, type TrainConfig } from './schema.js';
+import { type ModelConfig, ModelSchema, ObjectiveSchema, RawConfigSchema, TrainConfigSchema, type TrainConfig, trainConfigSchema } from './schema.js';
+import { type TokenizerShape, builtinTokenizer, paddedVocabSize, vocabMultiple, vocabularyNeeds } from './vocab.js';
 
 export interface ResolveOptions {
   preset?: string;
   file?: string;
   /** Dotted path → string value, as typed on the command line. A leading `--` is allowed. */
   overrides?: Record<string, string>;
+  /**
+   * The data's tokenizer as loaded: model.vocabSize and objective.maskTokenId follow it unless
+   * set. Default: the built-in tokenizer data.tokenizer names (byte, gpt2).
+   */
+  tokenizer?: TokenizerShape;
+  /** The checkpoint `--init-from` names: its model replaces the preset's (see InitModel). */
+  initFrom?: InitModel;
+  /** Told how the vocabulary was derived (one line each). */
+  log?: (line: string) => void;
+}
+
+/**
+ * What an `--init-from` checkpoint decides. Its model (from config.json) replaces the preset's,
+ * seqLen apart (the preset's training windows, at most the checkpoint's context); a file or flag
+ * that sets a model field to another value is an error naming both, except a larger vocabSize
+ * (rows are added). Its tokenizer, where it has one, is data.tokenizer's default; a diffusion
+ * checkpoint's [MASK] is objective.maskTokenId's. When masked diffusion needs a [MASK] the
+ * tokenizer lacks and the embedding has no row for, model.vocabSize grows to hold it, padded.
+ */
+export interface InitModel {
+  readonly model: ModelConfig;
+  /** Where the model comes from, for messages: the checkpoint's config.json. */
+  readonly source: string;
+  /** The checkpoint directory as a data.tokenizer spec, when it holds a tokenizer. */
+  readonly tokenizer?: string;
+  /** The [MASK] id of a masked-diffusion checkpoint. */
+  readonly maskTokenId?: number;
 }
 
 export type FieldType = 'number' | 'integer' | 'boolean' | 'string' | 'enum';
@@ -333,9 +362,9 @@ function fieldSchemaAt(path: string[]): AnySchema | undefined {
   return s;
 }
 
-/** Validate an already-merged config object; throws BAD_CONFIG with every problem listed. */
-export function parseConfig(input: unknown, origins: Origins = new Map(), context = 'invalid config'): TrainConfig {
-  const r = TrainConfigSchema.safeParse(input);
+/** Validate an already-merged config object (with the data's tokenizer, where known); throws BAD_CONFIG with every problem listed. */
+export function parseConfig(input: unknown, origins: Origins = new Map(), context = 'invalid config', tokenizer?: TokenizerShape): TrainConfig {
+  const r = (tokenizer ? trainConfigSchema(tokenizer) : TrainConfigSchema).safeParse(input);
   if (r.success) return r.data;
   const lines = r.error.issues.map((i) => formatIssue(i as unknown as IssueLike, isObj(input) ? input : {}, origins));
   return fail('BAD_CONFIG', `${context}:\n  ${lines.join('\n  ')}`);
@@ -390,8 +419,8 @@ function capImplicitWarmup(cfg: Obj, origins: Origins): void {
   if (warm > steps) train!.warmupSteps = steps;
 }
 
-/** Preset, then file, then dotted overrides; validated. */
-export function resolveConfig(opts: ResolveOptions = {}): TrainConfig {
+/** Preset, then the --init-from checkpoint's model, then file, then dotted overrides, unvalidated; with where each value came from. */
+export function mergeConfig(opts: ResolveOptions = {}): { cfg: Obj; origins: Origins } {
   const origins: Origins = new Map();
   let cfg: Obj = {};
   if (opts.preset !== undefined) {
@@ -400,13 +429,79 @@ export function resolveConfig(opts: ResolveOptions = {}): TrainConfig {
     cfg = clone(p as Obj);
     recordOrigins(cfg, '', `preset ${opts.preset}`, origins);
   }
+  if (opts.initFrom) takeInitModel(cfg, origins, opts.initFrom);
   if (opts.file !== undefined) {
     const f = readConfigFile(opts.file);
     recordOrigins(f, '', `file ${opts.file}`, origins);
     cfg = deepMerge(cfg, f);
   }
   cfg = applyOverrides(cfg, opts.overrides ?? {}, origins);
+  return { cfg, origins };
+}
+
+/** Preset, then the --init-from checkpoint's model, then file, then dotted overrides; validated with the data's tokenizer. */
+export function resolveConfig(opts: ResolveOptions = {}): TrainConfig {
+  const { cfg, origins } = mergeConfig(opts);
+  if (opts.initFrom) checkInitModel(cfg, origins, opts.initFrom, opts);
   capImplicitWarmup(cfg, origins);
-  const src = [opts.preset && `preset '${opts.preset}'`, opts.file && `file '${opts.file}'`, Object.keys(opts.overrides ?? {}).length > 0 && 'flags'].filter(Boolean).join(' + ');
-  return parseConfig(cfg, origins, `invalid config${src ? ` (${src})` : ''}`);
+  const src = [opts.preset && `preset '${opts.preset}'`, opts.initFrom && `--init-from ${opts.initFrom.source}`, opts.file && `file '${opts.file}'`, Object.keys(opts.overrides ?? {}).length > 0 && 'flags'].filter(Boolean).join(' + ');
+  const config = parseConfig(cfg, origins, `invalid config${src ? ` (${src})` : ''}`, opts.tokenizer);
+  const tok = opts.tokenizer ?? builtinTokenizer(config.data.tokenizer);
+  if (opts.log && tok && !origins.has('model.vocabSize')) {
+    const needs = vocabularyNeeds(tok, config.objective.kind, config.objective.maskTokenId);
+    const mask = needs.maskAdded ? ` and the [MASK] masked diffusion adds as id ${needs.maskId}` : '';
+    opts.log(`vocabulary: model.vocabSize ${config.model.vocabSize}, the ${tok.name} tokenizer's ${tok.vocabSize} ids${mask} rounded up to a multiple of ${vocabMultiple(needs.ids)} (set model.vocabSize to choose)`);
+  }
+  return config;
+}
+
+const isSetBy = (origin: string | undefined, init: InitModel): boolean => origin !== undefined && origin !== init.source && !origin.startsWith('preset ');
+
+/** The checkpoint's model in place of the preset's, seqLen apart; its tokenizer as data.tokenizer's default. */
+function takeInitModel(cfg: Obj, origins: Origins, init: InitModel): void {
+  const preset = isObj(cfg.model) ? cfg.model : {};
+  const seqLen = Math.min(typeof preset.seqLen === 'number' ? preset.seqLen : ModelSchema.parse({}).seqLen, init.model.seqLen);
+  for (const key of [...origins.keys()]) if (key.startsWith('model.')) origins.delete(key);
+  cfg.model = { ...init.model, seqLen };
+  recordOrigins(init.model, 'model', init.source, origins);
+  origins.set('model.seqLen', `the preset, at most ${init.source}'s context`);
+  if (init.tokenizer !== undefined) {
+    cfg.data = { ...(isObj(cfg.data) ? cfg.data : {}), tokenizer: init.tokenizer };
+    origins.set('data.tokenizer', init.source);
+  }
+}
+
+/**
+ * A file or flag may not contradict the --init-from checkpoint's model (a larger vocabSize
+ * excepted); a diffusion checkpoint's [MASK] is the default; the vocabulary grows where masked
+ * diffusion needs a [MASK] row the checkpoint lacks.
+ */
+function checkInitModel(cfg: Obj, origins: Origins, init: InitModel, opts: ResolveOptions): void {
+  const model = cfg.model as Obj;
+  const problems: string[] = [];
+  for (const key of Object.keys(init.model) as (keyof ModelConfig)[]) {
+    const origin = origins.get(`model.${key}`);
+    if (key === 'seqLen' || !isSetBy(origin, init)) continue;
+    const value = model[key];
+    if (key === 'vocabSize' && typeof value === 'number' && value >= init.model.vocabSize) continue;
+    if (value !== init.model[key]) problems.push(`model.${key} is ${show(value)} (from ${origin}) but ${String(init.model[key])} in ${init.source}`);
+  }
+  if (problems.length) fail('BAD_CONFIG', `--init-from takes the model from the checkpoint: ${problems.join('; ')}; drop ${problems.length > 1 ? 'those settings' : 'that setting'} or choose another checkpoint`);
+  const objective = isObj(cfg.objective) ? cfg.objective : {};
+  const kind = objective.kind ?? ObjectiveSchema.parse({}).kind;
+  if (kind === 'mdlm' && init.maskTokenId !== undefined && objective.maskTokenId === undefined) {
+    cfg.objective = { ...objective, maskTokenId: init.maskTokenId };
+    origins.set('objective.maskTokenId', init.source);
+  }
+  const data = isObj(cfg.data) ? cfg.data : {};
+  const tok = opts.tokenizer ?? builtinTokenizer(typeof data.tokenizer === 'string' ? data.tokenizer : 'byte');
+  if (!tok || isSetBy(origins.get('model.vocabSize'), init) || (kind !== 'ar' && kind !== 'mdlm')) return;
+  const mask = (cfg.objective as Obj | undefined)?.maskTokenId;
+  const needs = vocabularyNeeds(tok, kind, typeof mask === 'number' ? mask : undefined);
+  const rows = init.model.vocabSize;
+  // Only the [MASK] missing: grow the embedding for it. A tokenizer larger than the model is the wrong one (the schema says so).
+  if (needs.ids > rows && tok.vocabSize <= rows) {
+    model.vocabSize = paddedVocabSize(needs.ids);
+    origins.set('model.vocabSize', `${init.source} grown for the [MASK]`);
+  }
 }

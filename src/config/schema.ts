@@ -9,9 +9,16 @@
  * Derived defaults (filled after parsing, so `TrainConfig` has every field):
  *   model.nKvHeads     = model.nHeads                          (multi-head attention)
  *   model.ffnHidden    = ceil(8·dModel/3 / 64)·64              (Llama's SwiGLU sizing, multiple of 64)
- *   objective.maskTokenId = model.vocabSize − 1                (mdlm only; the last id is [MASK])
+ *   model.vocabSize    = the data tokenizer's ids (+ [MASK] for mdlm where it has none), padded
+ *                        (src/config/vocab.ts): byte 264, gpt2 50304
+ *   objective.maskTokenId = the tokenizer's [MASK] (added as the next free id where it has none:
+ *                        byte 257, gpt2 50257); unused under ar, where it is model.vocabSize − 1
+ *
+ * The tokenizer is the built-in one `data.tokenizer` names, or the one `trainConfigSchema` is given
+ * (what `mdlm train` loaded for the data: a tokenizer.json, a prepared dataset's).
  */
 import * as z from 'zod';
+import { type TokenizerShape, builtinTokenizer, paddedVocabSize, vocabularyNeeds } from './vocab.js';
 
 const int = (min: number) => z.number().int().min(min);
 const pos = () => z.number().positive();
@@ -30,7 +37,7 @@ export const LOSS_ROWS = ['weighted', 'all'] as const;
 export type Recompute = (typeof RECOMPUTE)[number];
 
 export const ModelSchema = z.strictObject({
-  vocabSize: int(2).default(264).describe('Vocabulary size (embedding rows). Pad to a multiple of 64 for fast matmuls; for mdlm it must also hold the [MASK] id.'),
+  vocabSize: int(2).optional().describe("Vocabulary size (embedding rows). Default: the data tokenizer's ids, with the [MASK] masked diffusion adds where the tokenizer has none, rounded up to a multiple of 64 (of 8 up to 512 ids): 264 for byte, 50304 for gpt2. Set, it must hold every token id and the [MASK]."),
   dModel: int(1).default(384).describe('Hidden size d of the residual stream.'),
   nLayers: int(1).default(6).describe('Number of transformer blocks.'),
   nHeads: int(1).default(6).describe('Number of attention (query) heads; must divide model.dModel.'),
@@ -55,7 +62,7 @@ export const ObjectiveSchema = z.strictObject({
   weighting: z.enum(WEIGHTINGS).default('elbo').describe("mdlm loss weight: elbo = the schedule's ELBO weight (1/t for linear); empirical = MegaDLMs' 1/p with p the realised masked fraction of the sequence. Evaluation always reports the ELBO."),
   varilenProb: z.number().min(0).max(1).default(0).describe('mdlm: probability that a training sequence keeps only a random-length prefix (2..model.seqLen tokens); the rest of its row is out of the loss and of attention. MegaDLMs uses 0.01.'),
   evalNoiseLevels: int(1).default(8).describe('Number of fixed, evenly spaced noise levels t at which the ELBO is evaluated (mdlm eval).'),
-  maskTokenId: int(0).optional().describe('Token id of [MASK] (mdlm). Default: model.vocabSize − 1.'),
+  maskTokenId: int(0).optional().describe("Token id of [MASK] (mdlm). Default: the tokenizer's [MASK], added as the next free id where it has none (byte 257, gpt2 50257); the tokenizer saved with the checkpoint names it."),
 });
 
 export const DataSchema = z.strictObject({
@@ -113,16 +120,24 @@ export function defaultFfnHidden(dModel: number): number {
   return Math.ceil((8 * dModel) / 3 / 64) * 64;
 }
 
-/** Derived defaults, then every check that involves more than one field. */
-function finish(raw: Raw, issues: Issue[]) {
+/** Derived defaults, then every check that involves more than one field. `tokenizer`: the data's, where known beyond data.tokenizer. */
+function finish(raw: Raw, issues: Issue[], tokenizer: TokenizerShape | undefined) {
+  const tok = tokenizer ?? builtinTokenizer(raw.data.tokenizer);
+  const needs = tok && vocabularyNeeds(tok, raw.objective.kind, raw.objective.maskTokenId);
+  let vocabSize = raw.model.vocabSize ?? (needs && paddedVocabSize(needs.ids));
+  if (vocabSize === undefined) {
+    issues.push({ path: ['model', 'vocabSize'], message: `the size of the tokenizer ${JSON.stringify(raw.data.tokenizer)} is known once it is loaded (as mdlm train does); set model.vocabSize` });
+    vocabSize = 2;
+  }
   const model = {
     ...raw.model,
+    vocabSize,
     nKvHeads: raw.model.nKvHeads ?? raw.model.nHeads,
     ffnHidden: raw.model.ffnHidden ?? defaultFfnHidden(raw.model.dModel),
   };
   const objective = {
     ...raw.objective,
-    maskTokenId: raw.objective.maskTokenId ?? model.vocabSize - 1,
+    maskTokenId: raw.objective.maskTokenId ?? needs?.maskId ?? vocabSize - 1,
   };
   const cfg = { ...raw, model, objective };
 
@@ -139,16 +154,15 @@ function finish(raw: Raw, issues: Issue[]) {
   if (m.nHeads % m.nKvHeads !== 0) {
     issues.push({ path: ['model', 'nKvHeads'], message: `model.nKvHeads (${m.nKvHeads}) must divide model.nHeads (${m.nHeads}); try ${divisorsNear(m.nHeads, m.nKvHeads)}` });
   }
-  const tok = raw.data.tokenizer;
-  const needed = tok === 'byte' ? 257 : tok === 'gpt2' ? 50257 : 0; // byte: 256 bytes + EOS; gpt2: 50256 + <|endoftext|>
-  const neededMdlm = needed + (raw.objective.kind === 'mdlm' && raw.objective.maskTokenId === undefined ? 1 : 0);
-  if (needed > 0 && m.vocabSize < neededMdlm) {
-    issues.push({ path: ['model', 'vocabSize'], message: `model.vocabSize (${m.vocabSize}) is too small for the ${tok} tokenizer: it needs at least ${neededMdlm} ids${neededMdlm > needed ? ' (including [MASK], which defaults to the last id)' : ''}` });
+  if (tok && needs && raw.model.vocabSize !== undefined && m.vocabSize < needs.ids) {
+    const mask = needs.maskAdded ? ` (its ${tok.vocabSize} and the [MASK] of masked diffusion, id ${needs.maskId})` : '';
+    issues.push({ path: ['model', 'vocabSize'], message: `model.vocabSize (${m.vocabSize}) is too small for the ${tok.name} tokenizer: it needs at least ${needs.ids} ids${mask}; leave model.vocabSize unset to follow the tokenizer` });
   }
+  const explicitMask = raw.objective.kind === 'mdlm' ? raw.objective.maskTokenId : undefined;
   if (objective.maskTokenId >= m.vocabSize) {
     issues.push({ path: ['objective', 'maskTokenId'], message: `objective.maskTokenId (${objective.maskTokenId}) must be < model.vocabSize (${m.vocabSize})` });
-  } else if (raw.objective.kind === 'mdlm' && raw.objective.maskTokenId !== undefined && needed > 0 && raw.objective.maskTokenId < needed) {
-    issues.push({ path: ['objective', 'maskTokenId'], message: `objective.maskTokenId (${raw.objective.maskTokenId}) collides with a real token of the ${tok} tokenizer (ids 0..${needed - 1}); use an id ≥ ${needed}` });
+  } else if (tok && explicitMask !== undefined && explicitMask < tok.vocabSize && explicitMask !== tok.maskId) {
+    issues.push({ path: ['objective', 'maskTokenId'], message: `objective.maskTokenId (${explicitMask}) is a real token of the ${tok.name} tokenizer (ids 0..${tok.vocabSize - 1}${tok.maskId !== undefined ? `, its [MASK] ${tok.maskId}` : ''}); leave it unset to use the tokenizer's [MASK]` });
   }
   const o = raw.objective;
   if (o.tMin >= o.tMax) issues.push({ path: ['objective', 'tMin'], message: `objective.tMin (${o.tMin}) must be < objective.tMax (${o.tMax})` });
@@ -171,13 +185,20 @@ function divisorsNear(n: number, near: number): string {
   return `one of ${ds.slice(0, 3).sort((a, b) => a - b).join(', ')}`;
 }
 
-/** The full schema: raw schema, derived defaults and cross-field checks. */
-export const TrainConfigSchema = RawConfigSchema.transform((raw, ctx) => {
-  const issues: Issue[] = [];
-  const cfg = finish(raw, issues);
-  for (const i of issues) ctx.issues.push({ code: 'custom', message: i.message, path: i.path, input: undefined });
-  return cfg;
-});
+/**
+ * The full schema: raw schema, derived defaults and cross-field checks, with the data's
+ * tokenizer where it is known beyond the built-in one data.tokenizer names.
+ */
+export function trainConfigSchema(tokenizer?: TokenizerShape) {
+  return RawConfigSchema.transform((raw, ctx) => {
+    const issues: Issue[] = [];
+    const cfg = finish(raw, issues, tokenizer);
+    for (const i of issues) ctx.issues.push({ code: 'custom', message: i.message, path: i.path, input: undefined });
+    return cfg;
+  });
+}
+
+export const TrainConfigSchema = trainConfigSchema();
 
 export type TrainConfig = z.output<typeof TrainConfigSchema>;
 export type TrainConfigInput = z.input<typeof RawConfigSchema>;

@@ -33,7 +33,7 @@ describe('schema', () => {
   test('empty input gives the small preset with derived defaults', () => {
     const c = resolveConfig({});
     expect(c.model).toMatchObject({ vocabSize: 264, dModel: 384, nLayers: 6, nHeads: 6, nKvHeads: 6, ffnHidden: 1024, seqLen: 256, ropeTheta: 10000, normEps: 1e-5, qkNorm: false, tieEmbeddings: true, initStd: 0.02 });
-    expect(c.objective).toMatchObject({ kind: 'mdlm', schedule: 'linear', tMin: 1e-3, tMax: 1, antithetic: true, weighting: 'elbo', varilenProb: 0, evalNoiseLevels: 8, maskTokenId: 263 });
+    expect(c.objective).toMatchObject({ kind: 'mdlm', schedule: 'linear', tMin: 1e-3, tMax: 1, antithetic: true, weighting: 'elbo', varilenProb: 0, evalNoiseLevels: 8, maskTokenId: 257 }); // the byte tokenizer's [MASK]
     expect(c.data).toMatchObject({ tokenizer: 'byte', mode: 'packed' });
     expect(c.data.path).toBeUndefined();
     expect(c.backend).toBe('auto');
@@ -158,10 +158,11 @@ describe('resolveConfig layering', () => {
     expect(badConfig(() => resolveConfig({ overrides: { 'objective.tMin': '0.5', 'objective.tMax': '0.4' } }))).toMatch(/objective\.tMin \(0\.5\) must be < objective\.tMax/);
     expect(badConfig(() => resolveConfig({ overrides: { 'train.minLr': '0.1' } }))).toMatch(/train\.minLr/);
     expect(badConfig(() => resolveConfig({ overrides: { 'train.warmupSteps': '5000' } }))).toMatch(/train\.warmupSteps/);
-    expect(badConfig(() => resolveConfig({ overrides: { 'model.vocabSize': '257' } }))).toMatch(/model\.vocabSize \(257\) is too small for the byte tokenizer/);
-    expect(resolveConfig({ overrides: { 'model.vocabSize': '257', 'objective.kind': 'ar' } }).model.vocabSize).toBe(257);
-    expect(badConfig(() => resolveConfig({ overrides: { 'objective.maskTokenId': '300' } }))).toMatch(/objective\.maskTokenId \(300\) must be < model\.vocabSize/);
-    expect(badConfig(() => resolveConfig({ overrides: { 'objective.maskTokenId': '65' } }))).toMatch(/collides/);
+    expect(badConfig(() => resolveConfig({ overrides: { 'model.vocabSize': '258' } }))).toMatch(/model\.vocabSize \(258\) is too small for the byte tokenizer: it needs at least 259 ids/);
+    expect(resolveConfig({ overrides: { 'model.vocabSize': '259', 'objective.kind': 'ar' } }).model.vocabSize).toBe(259);
+    expect(badConfig(() => resolveConfig({ overrides: { 'model.vocabSize': '264', 'objective.maskTokenId': '300' } }))).toMatch(/objective\.maskTokenId \(300\) must be < model\.vocabSize/);
+    expect(badConfig(() => resolveConfig({ overrides: { 'objective.maskTokenId': '65' } }))).toMatch(/objective\.maskTokenId \(65\) is a real token of the byte tokenizer/);
+    expect(badConfig(() => resolveConfig({ overrides: { 'data.tokenizer': 'gpt2', 'model.vocabSize': '50257' } }))).toMatch(/too small for the gpt2 tokenizer: it needs at least 50258 ids \(its 50257 and the \[MASK\] of masked diffusion, id 50257\)/);
   });
 
   test('file errors: missing, bad syntax, wrong extension, not a mapping', () => {
