@@ -142,14 +142,18 @@ export function fromHfTensors(m: ModelConfig, src: TensorSource | Record<string,
     const hint = missing.some((s) => s.name === 'lm_head') ? ' (no lm_head.weight: the checkpoint ties embeddings; set model.tieEmbeddings true)' : '';
     problems.push(`it lacks ${missing.length} tensor(s) the model needs: ${listSome(missing.map((s) => `${s.hf} (mdlm ${s.name})`), 4)}${hint}`);
   }
-  for (const s of specs) {
-    if (!have.has(s.hf)) continue;
+  // One line however many tensors differ: a model config other than the checkpoint's misshapes most of them.
+  const misshapen = specs.filter((s) => {
+    if (!have.has(s.hf)) return false;
     const got = shapeOf(s.hf);
-    if (got.length !== s.shape.length || got.some((x, i) => x !== s.shape[i])) {
-      problems.push(`${s.hf} has shape ${shapeStr(got)} but the model config needs ${shapeStr(s.shape)} (mdlm ${s.name})`);
-    }
+    return got.length !== s.shape.length || got.some((x, i) => x !== s.shape[i]);
+  });
+  if (misshapen.length) {
+    const s = misshapen[0]!;
+    const more = misshapen.length > 1 ? ` (and ${misshapen.length - 1} more tensor${misshapen.length > 2 ? 's' : ''} of other shapes)` : '';
+    problems.push(`${s.hf} has shape ${shapeStr(shapeOf(s.hf))} but the model config needs ${shapeStr(s.shape)} (mdlm ${s.name})${more}`);
   }
-  if (problems.length) fail('BAD_FILE', `${source} does not match the model config:\n  ${problems.slice(0, 12).join('\n  ')}`);
+  if (problems.length) fail('BAD_FILE', `${source} does not match the model config: ${problems.join('; ')}`);
 
   const out: Record<string, Float32Array> = {};
   for (const s of specs) out[s.name] = read(s.hf);
@@ -161,7 +165,15 @@ export function fromHfTensors(m: ModelConfig, src: TensorSource | Record<string,
 
 export type TorchDType = 'float32' | 'bfloat16' | 'float16';
 
-/** What mdlm adds to config.json: everything needed to rebuild the run, plus the [MASK] id. */
+/** The Hugging Face model type of the decoder an mdlm model is. */
+export type BaseModelType = 'llama' | 'qwen2' | 'qwen3';
+
+/**
+ * What mdlm adds to config.json: everything needed to rebuild the run, plus the [MASK] id.
+ * A masked-diffusion checkpoint's own model_type is `mdlm` (transformers has no such model, so it
+ * never runs one as a causal LM); `base_model_type` and `base_architecture` name the decoder its
+ * weights fit, for mdlm and for users who load them into that class themselves.
+ */
 export interface MdlmSection {
   version: 1;
   objective: ObjectiveConfig['kind'];
@@ -169,9 +181,16 @@ export interface MdlmSection {
   mask_token_id: number | null;
   /** True for mdlm: the model uses bidirectional attention, unlike the HF architecture named. */
   bidirectional: boolean;
+  /** The decoder the weights fit: Llama, Qwen2 (q/k/v biases) or Qwen3 (q/k norms). */
+  base_model_type: BaseModelType;
+  base_architecture: string;
   /** The resolved training config, when known. */
   config?: TrainConfig;
 }
+
+/** The architecture and model type a masked-diffusion checkpoint's config.json names. */
+export const DIFFUSION_ARCHITECTURE = 'MdlmForMaskedDiffusion';
+export const DIFFUSION_MODEL_TYPE = 'mdlm';
 
 export interface HfConfigOptions {
   objective?: ObjectiveConfig;
@@ -182,7 +201,7 @@ export interface HfConfigOptions {
 }
 
 /** The HF architecture that can hold this model: Llama, Qwen2 (q/k/v biases) or Qwen3 (q/k norms). */
-export function hfArchitecture(m: ModelConfig): { modelType: 'llama' | 'qwen2' | 'qwen3'; architecture: string } {
+export function hfArchitecture(m: ModelConfig): { modelType: BaseModelType; architecture: string } {
   if (m.qkvBias && m.qkNorm) fail('BAD_CONFIG', 'model.qkvBias and model.qkNorm together have no Hugging Face architecture (Qwen2 has biases, Qwen3 has q/k norms); turn one off');
   if (m.qkvBias) return { modelType: 'qwen2', architecture: 'Qwen2ForCausalLM' };
   if (m.qkNorm) return { modelType: 'qwen3', architecture: 'Qwen3ForCausalLM' };
@@ -193,9 +212,10 @@ export function hfConfigFromModel(m: ModelConfig, opts: HfConfigOptions = {}): R
   const arch = hfArchitecture(m);
   const objective = opts.objective ?? opts.trainConfig?.objective;
   const kind = objective?.kind ?? 'ar';
+  // A diffusion model is bidirectional: named so that transformers refuses it rather than running it causally.
   const cfg: Record<string, unknown> = {
-    architectures: [arch.architecture],
-    model_type: arch.modelType,
+    architectures: [kind === 'mdlm' ? DIFFUSION_ARCHITECTURE : arch.architecture],
+    model_type: kind === 'mdlm' ? DIFFUSION_MODEL_TYPE : arch.modelType,
     hidden_size: m.dModel,
     intermediate_size: m.ffnHidden,
     num_attention_heads: m.nHeads,
@@ -227,6 +247,8 @@ export function hfConfigFromModel(m: ModelConfig, opts: HfConfigOptions = {}): R
     objective: kind,
     mask_token_id: kind === 'mdlm' ? (objective?.maskTokenId ?? m.vocabSize - 1) : null,
     bidirectional: kind === 'mdlm',
+    base_model_type: arch.modelType,
+    base_architecture: arch.architecture,
   };
   if (opts.trainConfig) mdlm.config = opts.trainConfig;
   cfg.mdlm = mdlm;
@@ -235,7 +257,8 @@ export function hfConfigFromModel(m: ModelConfig, opts: HfConfigOptions = {}): R
 
 export interface ModelFromHf {
   model: ModelConfig;
-  modelType: 'llama' | 'qwen2' | 'qwen3';
+  /** The decoder: config.json's model_type, or a diffusion checkpoint's mdlm.base_model_type. */
+  modelType: BaseModelType;
   torchDtype: string | undefined;
   bosTokenId: number | null;
   eosTokenId: number | null;
@@ -243,13 +266,20 @@ export interface ModelFromHf {
   mdlm?: MdlmSection;
 }
 
-/** Read a Llama / Qwen2 / Qwen3 config.json (already parsed) into the mdlm model config. */
+const isBaseModelType = (v: unknown): v is BaseModelType => v === 'llama' || v === 'qwen2' || v === 'qwen3';
+
+/** Read a Llama / Qwen2 / Qwen3 config.json (already parsed), or an mdlm diffusion checkpoint's, into the mdlm model config. */
 export function modelFromHfConfig(json: unknown, source = 'config.json'): ModelFromHf {
   const bad = (msg: string): never => fail('BAD_FILE', `${source}: ${msg}`);
   if (typeof json !== 'object' || json === null || Array.isArray(json)) return bad('must be a JSON object');
   const c = json as Record<string, unknown>;
-  const modelType = c.model_type;
-  if (modelType !== 'llama' && modelType !== 'qwen2' && modelType !== 'qwen3') {
+  let modelType = c.model_type;
+  if (modelType === DIFFUSION_MODEL_TYPE) {
+    const base = (c.mdlm as Record<string, unknown> | undefined)?.base_model_type;
+    if (!isBaseModelType(base)) return bad(`model_type ${DIFFUSION_MODEL_TYPE} needs mdlm.base_model_type llama, qwen2 or qwen3, got ${JSON.stringify(base)}`);
+    modelType = base;
+  }
+  if (!isBaseModelType(modelType)) {
     return bad(`model_type ${JSON.stringify(modelType)} is not supported; mdlm reads llama, qwen2 and qwen3 configs`);
   }
   const int = (k: string, dflt?: number): number => {
@@ -351,7 +381,13 @@ function readMdlmSection(v: unknown, model: ModelConfig, source: string): MdlmSe
   if (mask !== null && (typeof mask !== 'number' || !Number.isInteger(mask) || mask < 0 || mask >= model.vocabSize)) {
     bad(`mask_token_id ${JSON.stringify(mask)} must be null or an id below vocab_size ${model.vocabSize}`);
   }
-  const out: MdlmSection = { version: 1, objective: s.objective as 'ar' | 'mdlm', mask_token_id: mask as number | null, bidirectional: s.bidirectional === true };
+  // Older checkpoints named the decoder only in model_type.
+  const arch = hfArchitecture(model);
+  if (s.base_model_type !== undefined && s.base_model_type !== arch.modelType) bad(`base_model_type ${JSON.stringify(s.base_model_type)} disagrees with the model's fields (${arch.modelType})`);
+  const out: MdlmSection = {
+    version: 1, objective: s.objective as 'ar' | 'mdlm', mask_token_id: mask as number | null, bidirectional: s.bidirectional === true,
+    base_model_type: arch.modelType, base_architecture: arch.architecture,
+  };
   if (s.config !== undefined) {
     const cfg = parseConfig(s.config, new Map(), `${source}: mdlm.config is not a valid mdlm config`);
     const diff = (Object.keys(model) as (keyof ModelConfig)[]).filter((k) => cfg.model[k] !== model[k]);

@@ -56,7 +56,7 @@ describe('save and load', () => {
     expect(readFileSync(join(out, 'latest'), 'utf8')).toBe('step-0000100\n');
     expect(readdirSync(out).filter((f) => f.startsWith('.'))).toEqual([]);
     const hf = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8'));
-    expect(hf).toMatchObject({ model_type: 'llama', hidden_size: 16, num_hidden_layers: 2, torch_dtype: 'float32', mdlm: { objective: 'mdlm', mask_token_id: 263 } });
+    expect(hf).toMatchObject({ architectures: ['MdlmForMaskedDiffusion'], model_type: 'mdlm', hidden_size: 16, num_hidden_layers: 2, torch_dtype: 'float32', mdlm: { objective: 'mdlm', mask_token_id: 257, base_model_type: 'llama' } });
     expect(readFileSync(join(dir, 'model.safetensors')).includes('model.layers.1.mlp.down_proj.weight')).toBe(true);
 
     const ck = loadCheckpoint(dir, { model: config.model });

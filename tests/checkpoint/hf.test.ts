@@ -72,6 +72,9 @@ describe('parameter map', () => {
     delete without['model.layers.1.mlp.up_proj.weight'];
     expect(err(() => fromHfTensors(m, without, 'ckpt'), 'BAD_FILE')).toMatch(/ckpt .*lacks 1 tensor.*model\.layers\.1\.mlp\.up_proj\.weight \(mdlm layers\.1\.mlp\.w_up\)/s);
     expect(err(() => fromHfTensors(tinyModel({ ffnHidden: 32 }), loaded, 'ckpt'), 'BAD_FILE')).toMatch(/gate_proj\.weight has shape \[24, 16\] but the model config needs \[32, 16\]/);
+    // Another model config misshapes most tensors: one line, the first of them and a count.
+    const wide = err(() => fromHfTensors(tinyModel({ dModel: 32, ffnHidden: 48 }), loaded, 'ckpt'), 'BAD_FILE');
+    expect(wide).toBe('ckpt does not match the model config: model.embed_tokens.weight has shape [264, 16] but the model config needs [264, 32] (mdlm embed) (and 19 more tensors of other shapes)');
     // Qwen2-style biases into a model without them.
     const qm = tinyModel({ qkvBias: true });
     const qwen = asLoaded(qm, randomParams(qm));
@@ -102,19 +105,33 @@ describe('config.json', () => {
     const cfg = resolveConfig({ preset: 'llama-124m' });
     const j = hfConfigFromModel(cfg.model, { trainConfig: cfg, torchDtype: 'bfloat16', bosTokenId: 50256, eosTokenId: 50256 });
     expect(j).toMatchObject({
-      architectures: ['LlamaForCausalLM'], model_type: 'llama', hidden_size: 768, intermediate_size: 2048, num_attention_heads: 12,
+      architectures: ['MdlmForMaskedDiffusion'], model_type: 'mdlm', hidden_size: 768, intermediate_size: 2048, num_attention_heads: 12,
       num_key_value_heads: 12, num_hidden_layers: 12, vocab_size: 50304, max_position_embeddings: 1024, rms_norm_eps: 1e-5,
       rope_theta: 10000, tie_word_embeddings: true, torch_dtype: 'bfloat16', bos_token_id: 50256, eos_token_id: 50256, hidden_act: 'silu',
-      mdlm: { version: 1, objective: 'mdlm', mask_token_id: 50303, bidirectional: true },
+      mdlm: { version: 1, objective: 'mdlm', mask_token_id: 50257, bidirectional: true, base_model_type: 'llama', base_architecture: 'LlamaForCausalLM' },
     });
     const back = modelFromHfConfig(JSON.parse(JSON.stringify(j)));
     expect(back.model).toEqual(cfg.model);
     expect(back.mdlm!.config).toEqual(cfg);
     expect(back.bosTokenId).toBe(50256);
     const ar = hfConfigFromModel(cfg.model, { objective: { ...cfg.objective, kind: 'ar' } });
-    expect(ar.mdlm).toMatchObject({ objective: 'ar', mask_token_id: null, bidirectional: false });
+    expect(ar).toMatchObject({ architectures: ['LlamaForCausalLM'], model_type: 'llama', mdlm: { objective: 'ar', mask_token_id: null, bidirectional: false } });
     expect(hfConfigFromModel(tinyModel({ qkvBias: true })).model_type).toBe('qwen2');
     expect(modelFromHfConfig(hfConfigFromModel(tinyModel({ qkNorm: true }))).model).toEqual(tinyModel({ qkNorm: true }));
+  });
+
+  test('a diffusion checkpoint names an architecture transformers has no causal LM for, and its decoder in the mdlm section', () => {
+    const mdlm = resolveConfig({ overrides: { 'model.qkvBias': 'true', 'model.dModel': '64', 'model.nHeads': '4' } });
+    const j = hfConfigFromModel(mdlm.model, { trainConfig: mdlm });
+    expect(j).toMatchObject({ architectures: ['MdlmForMaskedDiffusion'], model_type: 'mdlm', mdlm: { objective: 'mdlm', mask_token_id: 257, base_model_type: 'qwen2', base_architecture: 'Qwen2ForCausalLM' } });
+    const back = modelFromHfConfig(JSON.parse(JSON.stringify(j)), 'd/config.json');
+    expect([back.modelType, back.mdlm!.objective, back.mdlm!.mask_token_id]).toEqual(['qwen2', 'mdlm', 257]);
+    expect(back.model).toEqual(mdlm.model);
+    const e = (section: object) => err(() => modelFromHfConfig({ ...j, mdlm: section }, 'd/config.json'), 'BAD_FILE');
+    expect(e({ version: 1, objective: 'mdlm', mask_token_id: 257 })).toMatch(/d\/config\.json: model_type mdlm needs mdlm\.base_model_type llama, qwen2 or qwen3, got undefined/);
+    // Older checkpoints: model_type llama and an mdlm section without the base fields.
+    const old = { ...hfConfigFromModel(tinyModel()), mdlm: { version: 1, objective: 'mdlm', mask_token_id: 263, bidirectional: true } };
+    expect(modelFromHfConfig(old).mdlm).toMatchObject({ objective: 'mdlm', mask_token_id: 263, base_model_type: 'llama' });
   });
 
   test('a Qwen2 config reads into a model with q/k/v biases', () => {
