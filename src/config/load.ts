@@ -32,8 +32,8 @@ export interface ResolveOptions {
 /**
  * What an `--init-from` checkpoint decides. Its model (from config.json) replaces the preset's,
  * seqLen apart (the preset's training windows, at most the checkpoint's context); a file or flag
- * that sets a model field to another value is an error naming both, except a larger vocabSize
- * (rows are added). Its tokenizer, where it has one, is data.tokenizer's default; a diffusion
+ * that sets a model field to another value is an error naming both, except seqLen, initStd and a
+ * larger vocabSize (rows are added). Its tokenizer, where it has one, is data.tokenizer's default; a diffusion
  * checkpoint's [MASK] is objective.maskTokenId's. When masked diffusion needs a [MASK] the
  * tokenizer lacks and the embedding has no row for, model.vocabSize grows to hold it, padded.
  */
@@ -481,7 +481,8 @@ function checkInitModel(cfg: Obj, origins: Origins, init: InitModel, opts: Resol
   const problems: string[] = [];
   for (const key of Object.keys(init.model) as (keyof ModelConfig)[]) {
     const origin = origins.get(`model.${key}`);
-    if (key === 'seqLen' || !isSetBy(origin, init)) continue;
+    // seqLen is the run's training window; initStd initialises nothing the checkpoint gives.
+    if (key === 'seqLen' || key === 'initStd' || !isSetBy(origin, init)) continue;
     const value = model[key];
     if (key === 'vocabSize' && typeof value === 'number' && value >= init.model.vocabSize) continue;
     if (value !== init.model[key]) problems.push(`model.${key} is ${show(value)} (from ${origin}) but ${String(init.model[key])} in ${init.source}`);
