@@ -29,7 +29,7 @@ describe('prepareData', () => {
     const out = join(dir, 'out');
     const events: PrepareProgress[] = [];
     const meta = await prepareData({ input: join(dir, 'in.txt'), tokenizer: 'byte', out, valFraction: 0.2, seed: 1, onProgress: (p) => events.push(p) });
-    expect(readdirSync(out).sort()).toEqual(['meta.json', 'tokenizer_config.json', 'train.bin', 'val.bin']);
+    expect(readdirSync(out).sort()).toEqual(['meta.json', 'tokenizer.json', 'tokenizer_config.json', 'train.bin', 'val.bin']);
     expect(meta.train.documents + meta.val.documents).toBe(40);
     expect(meta.val.documents).toBeGreaterThanOrEqual(1);
     expect(JSON.parse(readFileSync(join(out, 'meta.json'), 'utf8'))).toMatchObject({ tokenizer: { spec: 'byte', vocabSize: 259, eosId: 256, maskId: 257 }, split: { valFraction: 0.2, seed: 1 } });
