@@ -60,7 +60,7 @@ export function dataCommand(): Command {
         process.stdout.write(
           `wrote ${out}/train.bin: ${meta.train.documents} documents, ${meta.train.tokens} tokens (${meta.train.dtype})\n` +
             `wrote ${out}/val.bin: ${meta.val.documents} documents, ${meta.val.tokens} tokens\n` +
-            `tokenizer ${meta.tokenizer.name}: vocab ${meta.tokenizer.vocabSize}, eos ${meta.tokenizer.eosId}, mask ${meta.tokenizer.maskId}\n`,
+            `tokenizer ${meta.tokenizer.name}: vocab ${meta.tokenizer.vocabSize}, eos ${meta.tokenizer.eosId}, mask ${meta.tokenizer.maskId ?? 'none'}\n`,
         );
       } catch (e) {
         bar?.stop();

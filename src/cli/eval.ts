@@ -62,7 +62,7 @@ export function evalCommand(): Command {
       if (o.saveLogits && (o.ids === undefined) === (o.text === undefined)) fail('BAD_ARGUMENT', '--save-logits needs exactly one of --ids 1,2,3 or --text TEXT');
       if (!o.saveLogits && (o.ids !== undefined || o.text !== undefined)) fail('BAD_ARGUMENT', '--ids and --text go with --save-logits FILE');
       if (o.saveLogits) checkWritableFile(o.saveLogits, '--save-logits'); // before the model runs
-      const m = await openModel(o.model, o.tokenizer);
+      const m = await openModel(o.model, o.tokenizer, o.objective);
       const objective: ObjectiveKind = o.objective ?? m.objective;
       const logitIds = o.saveLogits ? parseLogitIds(m, o) : undefined;
       const source = o.data ? await openEvalData(m, o) : undefined;
