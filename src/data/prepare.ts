@@ -51,7 +51,7 @@ export interface PrepareOptions {
 export interface DataMeta {
   format: 'mdlm-tokens';
   version: 1;
-  tokenizer: { spec: string; name: string; vocabSize: number; eosId: number; maskId: number; padId?: number };
+  tokenizer: { spec: string; name: string; vocabSize: number; eosId: number; maskId?: number; padId?: number };
   source: { input: string; field?: string; files: number };
   split: { valFraction: number; seed: number };
   train: { file: string; documents: number; tokens: number; dtype: string };
