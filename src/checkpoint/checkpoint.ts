@@ -13,13 +13,17 @@
  * Everything is written into `<out>/.tmp-step-0001000-<pid>/`, each file fsynced, the directory
  * fsynced, then renamed to `step-0001000` and the parent fsynced. A crash leaves at most a
  * `.tmp-*` directory, which latestCheckpoint() never returns; a step directory without a valid
- * `complete` manifest counts only if every file verifies.
+ * `complete` manifest counts only if every file verifies. `latest` is what readers follow
+ * (latestCheckpoint: resume, sample, eval, --init-from); the highest complete step only stands in
+ * where `latest` is absent or names a missing or damaged checkpoint. A failed write is an
+ * IO_ERROR naming the file (src/runtime/files.ts) and leaves the checkpoints before it as they were.
  */
 import {
   closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeSync,
 } from 'node:fs';
 import { join } from 'node:path';
 import { fail } from '../errors.js';
+import { type FileAction, asFileError, makeDir } from '../runtime/files.js';
 import type { ModelConfig, TrainConfig } from '../config/schema.js';
 import { fromHfTensors, hfConfigFromModel, modelFromHfConfig, toHfTensors, type MdlmSection, type TorchDType } from './hf.js';
 import { openSafetensors, openTensors, readSafetensors, writeSafetensors, type LoadedTensor, type TensorMap, type TensorToWrite } from './safetensors.js';
@@ -97,8 +101,8 @@ export function fsyncDir(dir: string): void {
   }
 }
 
-function removeDir(dir: string, parent: string, tag: string): void {
-  // Rename first, so a half-deleted directory never looks like a checkpoint.
+/** Delete a directory of `parent`, renamed to `.deleting-<tag>-<pid>` first so that a half-deleted one never looks like a checkpoint. */
+export function removeDir(dir: string, parent: string, tag: string): void {
   const doomed = join(parent, `.deleting-${tag}-${process.pid}`);
   rmSync(doomed, { recursive: true, force: true });
   renameSync(dir, doomed);
@@ -129,35 +133,61 @@ export function saveCheckpoint(outDir: string, data: CheckpointData, opts: SaveO
   for (const [k, v] of Object.entries(data.optimizer ?? {})) optimizer[k] = v instanceof Float32Array ? { dtype: 'F32', shape: [v.length], data: v } : v;
   const trainerStateJson = JSON.stringify(data.trainerState, null, 2) + '\n';
 
-  mkdirSync(outDir, { recursive: true });
+  makeDir(outDir, '--out');
   const name = stepDirName(step);
   const tmp = join(outDir, `.tmp-${name}-${process.pid}`);
   const final = join(outDir, name);
-  rmSync(tmp, { recursive: true, force: true });
-  mkdirSync(tmp);
+  // What is being done, for the error: one line naming the file.
+  let at: FileAction = { path: tmp, action: 'create the checkpoint directory', flag: '--out' };
+  const to = (path: string, action = 'write the checkpoint file'): void => {
+    at = { path, action, flag: '--out' };
+  };
   try {
-    writeFileDurable(join(tmp, CONFIG_FILE), JSON.stringify(hfConfig, null, 2) + '\n');
-    writeSafetensors(join(tmp, MODEL_FILE), hfTensors, { metadata: { format: 'pt', producer: 'mdlm', step: String(step) } });
-    writeSafetensors(join(tmp, OPTIMIZER_FILE), optimizer, { metadata: { producer: 'mdlm', step: String(step) } });
-    writeFileDurable(join(tmp, TRAINER_STATE_FILE), trainerStateJson);
-    for (const [f, contents] of tokFiles) writeFileDurable(join(tmp, f), contents);
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp);
+    to(join(tmp, CONFIG_FILE));
+    writeFileDurable(at.path, JSON.stringify(hfConfig, null, 2) + '\n');
+    to(join(tmp, MODEL_FILE));
+    writeSafetensors(at.path, hfTensors, { metadata: { format: 'pt', producer: 'mdlm', step: String(step) } });
+    to(join(tmp, OPTIMIZER_FILE));
+    writeSafetensors(at.path, optimizer, { metadata: { producer: 'mdlm', step: String(step) } });
+    to(join(tmp, TRAINER_STATE_FILE));
+    writeFileDurable(at.path, trainerStateJson);
+    for (const [f, contents] of tokFiles) {
+      to(join(tmp, f));
+      writeFileDurable(at.path, contents);
+    }
     const files: Record<string, number> = {};
     for (const f of [CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE, TRAINER_STATE_FILE, ...tokFiles.map(([f]) => f)]) files[f] = statSync(join(tmp, f)).size;
     const manifest: Manifest = { step, files, tokenizerFiles: tokFiles.map(([f]) => f) };
-    writeFileDurable(join(tmp, COMPLETE_FILE), JSON.stringify(manifest, null, 2) + '\n');
+    to(join(tmp, COMPLETE_FILE));
+    writeFileDurable(at.path, JSON.stringify(manifest, null, 2) + '\n');
     fsyncDir(tmp);
+    to(final, 'replace the checkpoint');
     if (existsSync(final)) removeDir(final, outDir, name); // re-saving a step (e.g. after a resume)
     renameSync(tmp, final);
     fsyncDir(outDir);
+    to(join(outDir, LATEST_FILE), 'point latest at the new checkpoint');
+    const latestTmp = join(outDir, `.tmp-${LATEST_FILE}-${process.pid}`);
+    writeFileDurable(latestTmp, `${name}\n`);
+    renameSync(latestTmp, join(outDir, LATEST_FILE));
+    fsyncDir(outDir);
   } catch (e) {
-    rmSync(tmp, { recursive: true, force: true });
-    throw e;
+    // Best effort: the directory may not take even a removal (read-only); the next run's start removes what is left.
+    try {
+      rmSync(tmp, { recursive: true, force: true });
+    } catch {
+      /* left for the next run */
+    }
+    throw asFileError(e, at);
   }
-  const latestTmp = join(outDir, `.tmp-${LATEST_FILE}-${process.pid}`);
-  writeFileDurable(latestTmp, `${name}\n`);
-  renameSync(latestTmp, join(outDir, LATEST_FILE));
-  fsyncDir(outDir);
-  if (opts.keepLast !== undefined && opts.keepLast > 0) pruneCheckpoints(outDir, opts.keepLast, final);
+  if (opts.keepLast !== undefined && opts.keepLast > 0) {
+    try {
+      pruneCheckpoints(outDir, opts.keepLast, final);
+    } catch (e) {
+      throw asFileError(e, { path: outDir, action: `remove the checkpoints older than the newest ${opts.keepLast} (train.keepCheckpoints) in`, flag: '--out' });
+    }
+  }
   return final;
 }
 
@@ -231,10 +261,36 @@ export function listCheckpoints(outDir: string): CheckpointEntry[] {
   return out.sort((a, b) => b.step - a.step);
 }
 
-/** The newest complete checkpoint directory in `outDir`, or null when there is none. */
-export function latestCheckpoint(outDir: string): { dir: string; step: number } | null {
-  const c = listCheckpoints(outDir).find((x) => x.complete);
-  return c ? { dir: c.dir, step: c.step } : null;
+/** The step directory `<outDir>/latest` names, when it names one (whatever its state). */
+export function latestPointer(outDir: string): string | undefined {
+  let name: string;
+  try {
+    name = readFileSync(join(outDir, LATEST_FILE), 'utf8').trim();
+  } catch {
+    return undefined;
+  }
+  return STEP_DIR.test(name) ? name : undefined;
+}
+
+/**
+ * The checkpoint to continue from or to load: the one `<outDir>/latest` names when it is
+ * complete, else the highest complete step; null when there is none. `passedOver` says why
+ * `latest` was not followed, where it exists but names a missing or damaged checkpoint.
+ */
+export function latestCheckpoint(outDir: string): { dir: string; step: number; passedOver?: string } | null {
+  const name = latestPointer(outDir);
+  const list = listCheckpoints(outDir);
+  const named = name === undefined ? undefined : list.find((c) => c.name === name);
+  if (named?.complete) return { dir: named.dir, step: named.step };
+  const c = list.find((x) => x.complete);
+  if (!c) return null;
+  if (name === undefined) return { dir: c.dir, step: c.step };
+  return { dir: c.dir, step: c.step, passedOver: named ? `latest names ${name}, which is damaged (${named.problem})` : `latest names ${name}, which does not exist` };
+}
+
+/** What `outDir`'s step directories are, for messages: `step-0000020 (damaged: …), step-0000010`. */
+export function describeCheckpoints(list: readonly CheckpointEntry[]): string {
+  return list.map((c) => (c.complete ? c.name : `${c.name} (damaged: ${c.problem})`)).join(', ');
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -93,6 +93,7 @@ export const TrainSchema = z.strictObject({
   logEvery: int(1).default(10).describe('Log training metrics every this many steps.'),
   seed: int(0).default(1234).describe('Seed of every random draw (init, data order, noise levels, masks).'),
   nonFinite: z.enum(NON_FINITE).default('stop').describe('On a NaN/Inf loss or gradient: stop the run (nothing is saved) or skip the step.'),
+  maxSkippedSteps: int(1).default(10).describe('With nonFinite skip: stop the run, saving nothing new, after this many skipped steps in a row (a run whose every step is skipped stops at its end however few).'),
   cudaGraphs: z.boolean().default(true).describe('CUDA: record the forward and backward pass as a CUDA graph at the second micro-batch and replay it from then on (one launch instead of hundreds). Other backends run the pass directly either way.'),
   deterministic: z.boolean().default(false).describe('The same bits on every run of the same config on the same GPU. On CUDA it selects the deterministic attention backward (slower: dQ in a kernel of its own instead of atomic adds) and GEMM algorithms chosen without timing (as train.gemmAutotune 0). The CPU and WebGPU backends give the same bits on every run either way.'),
   gemmAutotune: int(0).max(64).default(8).describe("CUDA: cuBLASLt candidate algorithms timed on each GEMM shape's first call, the fastest kept (0: the heuristic's first choice). Timing can pick another algorithm on another run, with other last bits; train.deterministic uses 0 whatever this says."),

@@ -13,6 +13,7 @@ import type { TokenSource } from '../data/source.js';
 import type { LlamaModel } from '../model/llama.js';
 import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective, TokenBatch } from '../objectives/objective.js';
+import { EventLoopTurns } from './turns.js';
 
 export interface EvaluateOptions {
   readonly seqLen: number;
@@ -20,6 +21,10 @@ export interface EvaluateOptions {
   readonly mode: LoaderMode;
   /** At most this many batches (default: every full batch of the source). */
   readonly maxBatches?: number;
+  /** Called before the first batch and after each, with the batches done and their total. */
+  readonly onBatch?: (done: number, total: number) => void;
+  /** Aborted: stop between batches, rejecting with the signal's reason. */
+  readonly signal?: AbortSignal;
 }
 
 export interface Evaluation {
@@ -46,7 +51,12 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
   let lossSum = 0;
   let tokens = 0;
   let pass = 0;
+  let done = 0;
+  const pause = new EventLoopTurns();
+  opts.onBatch?.(0, count);
   for (const batch of evalBatches(source, { ...opts, maxBatches: count })) {
+    await pause.maybe();
+    opts.signal?.throwIfAborted();
     for (const t of levels) {
       if (objective instanceof MdlmObjective) await objective.prepare(model, batch, EVAL_STEP_BASE + pass, 0, t);
       else await objective.prepare(model, batch, 0, 0);
@@ -55,6 +65,7 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
       tokens += scoredTokens(objective, batch);
       pass++;
     }
+    opts.onBatch?.(++done, count);
   }
   const loss = lossSum / tokens;
   return { loss, ppl: Math.exp(loss), tokens: tokens / levels.length, batches: count, noiseLevels: levels.length };

@@ -2,12 +2,20 @@
  * The training loop: AdamW with warmup + decay, gradient accumulation, global-norm clipping,
  * periodic evaluation (AR: loss and perplexity; mdlm: the ELBO bound over fixed noise levels),
  * metrics as JSON lines, atomic checkpoints with everything a bit-exact resume needs, and a clean
- * stop on Ctrl-C. A NaN/Inf loss or gradient stops the run (or skips the step) and is never saved.
+ * stop on a signal (the caller's AbortSignal). The run directory's rules (refusing an old run,
+ * resuming, leftovers) are src/train/run_dir.ts.
+ *
+ * At a step where both are due the checkpoint is saved before the evaluation, so an interrupted
+ * evaluation (the final one included) loses nothing. A save that fails on the filesystem is
+ * reported and retried at the next interval; a second failure in a row, or a failed final save,
+ * stops the run with the newest checkpoint as it was. A NaN/Inf loss or gradient stops the run
+ * (or skips the step: train.nonFinite), and is never saved; `train.maxSkippedSteps` skipped steps
+ * in a row, or a run whose every step was skipped, stop it with nothing new saved.
  */
-import { appendFileSync, mkdirSync } from 'node:fs';
+import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.js';
-import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/checkpoint.js';
+import { latestCheckpoint, loadCheckpoint, resolveModelDir, saveCheckpoint } from '../checkpoint/checkpoint.js';
 import { fromHfTensors } from '../checkpoint/hf.js';
 import { openTensors } from '../checkpoint/safetensors.js';
 import { flopsPerToken } from '../config/model-size.js';
@@ -15,16 +23,19 @@ import type { TrainConfig } from '../config/schema.js';
 import { type BatchLoader, type LoaderState, createLoader, evalBatchCount } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
-import { fail } from '../errors.js';
+import { MdlmError, fail } from '../errors.js';
 import type { LlamaModel } from '../model/llama.js';
 import type { ParamFiller } from '../nn/params.js';
 import type { Objective } from '../objectives/objective.js';
 import type { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
+import { withFileErrors } from '../runtime/files.js';
 import { evaluateModel } from './evaluate.js';
 import { type MemoryBreakdown, describeMemory } from './memory.js';
+import { METRICS_FILE, type ResumeMode, type RunDir, openRunDir } from './run_dir.js';
 import { setUpRun } from './setup.js';
 import { Lookahead, optimizerStep } from './step.js';
+import { EventLoopTurns } from './turns.js';
 
 export interface TrainerOptions {
   readonly config: TrainConfig;
@@ -32,16 +43,31 @@ export interface TrainerOptions {
   readonly train: TokenSource;
   readonly val: TokenSource | undefined;
   readonly tokenizer: Tokenizer;
-  /** Continue from the newest complete checkpoint in config.out. */
-  readonly resume: boolean;
+  /**
+   * Continue from the newest checkpoint in config.out (latestCheckpoint): true (there must be
+   * one), 'auto' (a new run when there is none) or false (a new run).
+   */
+  readonly resume: ResumeMode;
+  /** A new run replaces an earlier run's checkpoints and metrics in config.out (else it refuses them). */
+  readonly overwrite?: boolean;
+  /** config.out already taken over by the caller (openRunDir); run() takes it over itself otherwise. */
+  readonly runDir?: RunDir;
   /** Stop after this many steps of this invocation (for tests; the schedule still spans train.steps). */
   readonly maxSteps?: number;
   readonly log: (line: string) => void;
   readonly onStep?: (m: StepMetrics) => void;
   /** Computes the initial parameter values (default: on this thread). */
   readonly fill?: ParamFiller;
-  /** Aborted: finish the current step, save a checkpoint, return. */
+  /** Aborted: finish the current step (or stop the evaluation), save a checkpoint, return. */
   readonly signal?: AbortSignal;
+  /** Evaluation progress: the step, batches done and their total. */
+  readonly onEval?: (p: EvalProgress) => void;
+}
+
+export interface EvalProgress {
+  readonly step: number;
+  readonly done: number;
+  readonly total: number;
 }
 
 export interface StepMetrics {
@@ -65,6 +91,7 @@ export interface TrainResult {
   readonly losses: readonly number[];
   readonly lastEval: EvalMetrics | undefined;
   readonly checkpoint: string | undefined;
+  /** Stopped by the signal (its reason is the signal's). */
   readonly interrupted: boolean;
 }
 
@@ -86,6 +113,8 @@ export class Trainer {
   private readonly metricsPath: string;
   private step = 0;
   private tokens = 0;
+  /** Periodic saves that failed since the last one that did not. */
+  private failedSaves = 0;
   private readonly memory: MemoryBreakdown;
 
   constructor(private readonly opts: TrainerOptions) {
@@ -106,8 +135,7 @@ export class Trainer {
     this.optimizer = run.optimizer;
     this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
     this.batches = new Lookahead(() => this.loader.next(), () => this.loader.state());
-    mkdirSync(cfg.out, { recursive: true });
-    this.metricsPath = join(cfg.out, 'metrics.jsonl');
+    this.metricsPath = join(cfg.out, METRICS_FILE);
   }
 
   /** The [MASK] id: the config's, which must not be an id the tokenizer produces (except its own mask). */
@@ -132,12 +160,11 @@ export class Trainer {
   }
 
   private writeMetric(obj: object): void {
-    appendFileSync(this.metricsPath, `${JSON.stringify(obj)}\n`);
+    withFileErrors({ path: this.metricsPath, action: 'append to', flag: '--out' }, () => appendFileSync(this.metricsPath, `${JSON.stringify(obj)}\n`));
   }
 
-  /** Restore parameters, optimizer state, step and data cursor from the newest checkpoint. */
-  async restore(): Promise<boolean> {
-    const latest = latestCheckpoint(this.cfg.out);
+  /** Restore parameters, optimizer state, step and data cursor from a checkpoint (default: the newest in config.out). */
+  async restore(latest: { dir: string; step: number } | null = latestCheckpoint(this.cfg.out)): Promise<boolean> {
     if (!latest) return false;
     const ck = loadCheckpoint(latest.dir, { model: this.cfg.model });
     this.model.loadParams(ck.tensors, latest.dir);
@@ -156,8 +183,12 @@ export class Trainer {
     return true;
   }
 
-  /** Initialise parameters from a Hugging Face (or mdlm) checkpoint directory with the same shapes. */
-  initFrom(dir: string): void {
+  /**
+   * Initialise parameters from a Hugging Face (or mdlm) checkpoint directory with the same shapes,
+   * or from a run directory's newest checkpoint (resolveModelDir, as sample and eval).
+   */
+  initFrom(path: string): void {
+    const dir = resolveModelDir(path);
     const tensors = fromHfTensors(this.cfg.model, openTensors(dir), dir);
     this.model.loadParams(tensors, dir);
     this.opts.log(`initialised parameters from ${dir}`);
@@ -180,30 +211,53 @@ export class Trainer {
     );
   }
 
-  /** Mean loss over the fixed validation batches (AR: CE; mdlm: ELBO over fixed noise levels). */
+  /**
+   * Mean loss over the fixed validation batches (AR: CE; mdlm: ELBO over fixed noise levels),
+   * reporting progress to onEval; stops between batches when the signal is aborted (rejecting
+   * with its reason).
+   */
   async evaluate(): Promise<EvalMetrics | undefined> {
     const val = this.opts.val;
     if (!val) return undefined;
     this.optimizer.flush();
     const cfg = this.cfg;
+    const step = this.step;
+    const onEval = this.opts.onEval;
     const e = await evaluateModel(this.model, this.objective, val, {
       seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, maxBatches: cfg.train.evalBatches,
+      ...(onEval ? { onBatch: (done: number, total: number) => onEval({ step, done, total }) } : {}),
+      ...(this.opts.signal ? { signal: this.opts.signal } : {}),
     });
-    return { step: this.step, val_loss: e.loss, val_ppl: e.ppl, val_tokens: e.tokens };
+    return { step, val_loss: e.loss, val_ppl: e.ppl, val_tokens: e.tokens };
   }
 
+  /** Take over config.out (unless the caller did: runDir), resume if asked, and train to train.steps (or maxSteps more). */
   async run(): Promise<TrainResult> {
+    const runDir = this.opts.runDir ?? openRunDir(this.cfg.out, { resume: this.opts.resume, overwrite: this.opts.overwrite ?? false, log: this.opts.log });
+    try {
+      if (runDir.resumeFrom) await this.restore(runDir.resumeFrom);
+      return await this.train();
+    } finally {
+      if (!this.opts.runDir) runDir.release();
+    }
+  }
+
+  private async train(): Promise<TrainResult> {
     const cfg = this.cfg;
     const t = cfg.train;
-    if (this.opts.resume) await this.restore();
+    const first = this.step;
     const end = Math.min(t.steps, this.opts.maxSteps === undefined ? Infinity : this.step + this.opts.maxSteps);
     const losses: number[] = [];
     const tokensPerStep = t.batchSize * cfg.model.seqLen * t.gradAccum;
+    const aborted = (): boolean => this.opts.signal?.aborted ?? false;
+    const turns = new EventLoopTurns();
     let lastEval: EvalMetrics | undefined;
     let checkpoint: string | undefined;
-    let interrupted = false;
+    let skipped = 0;
     const schedule = { lr: t.lr, minLr: t.minLr, warmupSteps: t.warmupSteps, totalSteps: t.steps, decay: t.decay, wsdDecayFraction: t.wsdDecayFraction };
     this.model.setLossScale(1 / t.gradAccum);
+    if (aborted()) return { step: this.step, losses, lastEval, checkpoint, interrupted: true };
+    if (this.step >= end) this.opts.log(`step ${this.step} already reaches train.steps ${t.steps}: nothing to train (raise train.steps to go on)`);
     while (this.step < end) {
       const started = performance.now();
       const lr = learningRate(schedule, this.step);
@@ -215,22 +269,75 @@ export class Trainer {
       const m: StepMetrics = { step: this.step, loss, lr, grad_norm: gradNorm, tokens_per_s: tokensPerStep / seconds, ...(finite ? {} : { skipped: true }) };
       this.writeMetric(m);
       this.opts.onStep?.(m);
+      await turns.maybe();
       const last = this.step === end;
-      if ((t.evalEvery > 0 && this.step % t.evalEvery === 0) || last) {
-        lastEval = await this.evaluate();
-        if (lastEval) {
-          this.writeMetric(lastEval);
-          this.opts.log(`step ${this.step}: val_loss ${lastEval.val_loss.toFixed(4)} (ppl${this.objective.name === 'mdlm' ? ' bound' : ''} ${lastEval.val_ppl.toFixed(2)})`);
-        }
+      skipped = finite ? 0 : skipped + 1;
+      if (skipped > 0) this.checkSkipped(skipped, this.step - first, last || aborted());
+      let saved = false;
+      if ((t.saveEvery > 0 && this.step % t.saveEvery === 0 && finite) || last || aborted()) {
+        checkpoint = (await this.saveOrRetry(last || aborted())) ?? checkpoint;
+        saved = true;
       }
-      interrupted = this.opts.signal?.aborted ?? false;
-      if ((t.saveEvery > 0 && this.step % t.saveEvery === 0) || last || interrupted) {
-        checkpoint = await this.save();
-        this.opts.log(`saved ${checkpoint}`);
+      if (!aborted() && ((t.evalEvery > 0 && this.step % t.evalEvery === 0) || last)) lastEval = (await this.evaluateAndLog()) ?? lastEval;
+      if (aborted()) {
+        if (!saved) checkpoint = (await this.saveOrRetry(true)) ?? checkpoint;
+        return { step: this.step, losses, lastEval, checkpoint, interrupted: true };
       }
-      if (interrupted) break;
     }
-    return { step: this.step, losses, lastEval, checkpoint, interrupted };
+    return { step: this.step, losses, lastEval, checkpoint, interrupted: false };
+  }
+
+  /** Evaluate, write and log the result; undefined without validation data or when the signal stopped it. */
+  private async evaluateAndLog(): Promise<EvalMetrics | undefined> {
+    let e: EvalMetrics | undefined;
+    try {
+      e = await this.evaluate();
+    } catch (err) {
+      if (this.opts.signal?.aborted && err === this.opts.signal.reason) return undefined;
+      throw err;
+    }
+    if (e) {
+      this.writeMetric(e);
+      this.opts.log(`step ${this.step}: val_loss ${e.val_loss.toFixed(4)} (ppl${this.objective.name === 'mdlm' ? ' bound' : ''} ${e.val_ppl.toFixed(2)})`);
+    }
+    return e;
+  }
+
+  /**
+   * Save, and log it. A filesystem failure (IO_ERROR) of a periodic save is logged and the run
+   * goes on, to try again at the next interval; a second one in a row, or one of the `final`
+   * save, stops the run, naming the newest checkpoint left.
+   */
+  private async saveOrRetry(final: boolean): Promise<string | undefined> {
+    try {
+      const dir = await this.save();
+      this.failedSaves = 0;
+      this.opts.log(`saved ${dir}`);
+      return dir;
+    } catch (e) {
+      if (!(e instanceof MdlmError) || e.code !== 'IO_ERROR') throw e;
+      this.failedSaves++;
+      if (final || this.failedSaves > 1) {
+        const kept = latestCheckpoint(this.cfg.out);
+        throw new MdlmError('IO_ERROR', `${e.message}. The run stopped at step ${this.step} without saving it; ${kept ? `${kept.dir} is the newest checkpoint (continue from it with --resume)` : 'no checkpoint was saved'}`);
+      }
+      this.opts.log(`could not save step ${this.step}, training goes on and tries again at the next save: ${e.message}`);
+      return undefined;
+    }
+  }
+
+  /**
+   * Stop (BAD_CONFIG, nothing saved) after train.maxSkippedSteps non-finite steps in a row, or
+   * when the run ends (`ending`) with every step of this invocation skipped.
+   */
+  private checkSkipped(skipped: number, run: number, ending: boolean): void {
+    const max = this.cfg.train.maxSkippedSteps;
+    if (skipped < max && !(ending && skipped === run)) return;
+    const kept = latestCheckpoint(this.cfg.out);
+    fail(
+      'BAD_CONFIG',
+      `${skipped < max ? `all ${run} steps` : `${skipped} steps in a row`} (through step ${this.step}) had a non-finite loss or gradient norm and were skipped (train.nonFinite skip, train.maxSkippedSteps ${max}); the run stopped and saved nothing new${kept ? ` (${kept.dir} is the newest checkpoint)` : ''}. Lower train.lr, check the data and the model's initialisation, or train.nonFinite stop to stop at the first`,
+    );
   }
 
   destroy(): void {

@@ -122,7 +122,8 @@ describe('crashes and corruption', () => {
     expect(list.map((c) => [c.step, c.complete])).toEqual([[40, false], [30, false], [10, true]]);
     expect(list[0]!.problem).toMatch(/optimizer\.safetensors is 64 bytes/);
     expect(list[1]!.problem).toMatch(/model\.safetensors/);
-    expect(latestCheckpoint(out)).toEqual({ dir: join(out, 'step-0000010'), step: 10 });
+    // latest names the damaged step 40: the highest complete step stands in, and says why.
+    expect(latestCheckpoint(out)).toEqual({ dir: join(out, 'step-0000010'), step: 10, passedOver: expect.stringMatching(/^latest names step-0000040, which is damaged \(optimizer\.safetensors is 64 bytes/) });
     expect(err(() => loadCheckpoint(s40), 'BAD_FILE')).toMatch(/step-0000040 is incomplete or damaged: optimizer\.safetensors is 64 bytes/);
     // A complete step dir without a manifest (e.g. written by another tool) counts.
     const s50 = saveCheckpoint(out, data(50));

@@ -132,7 +132,9 @@ describe('training', () => {
       if (mode === 'stop') {
         await expect(t.run()).rejects.toThrow(/non-finite (loss|gradient norm) at step 0/);
       } else {
-        await t.run();
+        // Its one step skipped, the run stops with an error rather than saving as if fine.
+        await expect(t.run()).rejects.toThrow(/all 1 steps \(through step 1\) had a non-finite loss or gradient norm and were skipped/);
+        expect(existsSync(join(cfg.out, 'latest'))).toBe(false);
         const metrics = readFileSync(join(cfg.out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { step: number; loss?: number; skipped?: boolean });
         expect(metrics.filter((m) => m.step === 1 && 'loss' in m).map((m) => m.skipped)).toEqual([true]);
       }
