@@ -9,6 +9,13 @@ Python packages first); it needs torch, transformers and safetensors, no network
       untied with grouped-query attention; --model.qkvBias true as Qwen2; --model.qkNorm true as
       Qwen3); AutoModelForCausalLM.from_pretrained must load every tensor of the checkpoint into
       the architecture config.json names and give mdlm's logits.
+  (c) tokenizers: AutoTokenizer.from_pretrained on an AR checkpoint (byte tokenizer; GPT-2's, a
+      run with --data.tokenizer gpt2) must give the ids mdlm gives for the same text (unicode
+      included), and AutoModelForCausalLM on those ids mdlm's logits.
+  (d) a masked-diffusion checkpoint: config.json names MdlmForMaskedDiffusion (model_type mdlm),
+      which AutoModelForCausalLM refuses instead of running it causally; AutoTokenizer's mask
+      token id is config.json's mdlm.mask_token_id; the class mdlm.base_architecture names loads
+      every tensor.
 
 Pass threshold: relative error ||mdlm - hf|| / ||hf|| <= 1e-4 for the fp32 backends (cpu, webgpu).
 Both sides compute in fp32 (mdlm's CPU backend even accumulates in f64), so they differ only by
@@ -27,11 +34,14 @@ import numpy as np
 import torch
 import transformers
 from safetensors.numpy import load_file
-from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config, Qwen3Config
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config, Qwen3Config
 
 THRESHOLD = {"cpu": 1e-4, "webgpu": 1e-4, "cuda": 3e-2}
 VOCAB = 264  # mdlm's byte tokenizer: 256 bytes, EOS 256, specials, padded to 264
 EOS = 256
+# What the tokenizer checks encode (within the byte-level runs' 64 positions): contractions, digits,
+# whitespace runs, accents, Greek, CJK, emoji.
+TEXT = "It's 3.14 - naïve café, Ωμέγα 你好 🙂\n\tdon't  stop"
 
 
 def run(cmd, log):
@@ -99,9 +109,9 @@ def save_random_model(out_dir, arch, tied):
     assert os.path.exists(os.path.join(out_dir, "model.safetensors")), "save_pretrained wrote no model.safetensors"
 
 
-def hf_logits(model_dir, ids):
-    """transformers' fp32 logits for one row of ids; every checkpoint tensor must have been used."""
-    model, info = AutoModelForCausalLM.from_pretrained(model_dir, attn_implementation="eager", output_loading_info=True)
+def load_cleanly(model_dir, model_class=AutoModelForCausalLM):
+    """The model from_pretrained builds, failing unless every checkpoint tensor was used."""
+    model, info = model_class.from_pretrained(model_dir, attn_implementation="eager", output_loading_info=True)
     model = model.float().eval()
     missing = [k for k in info.get("missing_keys", []) if not (k == "lm_head.weight" and model.config.tie_word_embeddings)]
     problems = {k: v for k, v in (("missing", missing), ("unexpected", info.get("unexpected_keys", [])), ("mismatched", info.get("mismatched_keys", []))) if v}
@@ -109,19 +119,26 @@ def hf_logits(model_dir, ids):
         raise RuntimeError(f"from_pretrained({model_dir}) did not load the checkpoint cleanly: {problems}")
     if model.config.tie_word_embeddings and model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr():
         raise RuntimeError("tie_word_embeddings is true but lm_head was not tied to embed_tokens")
+    return model
+
+
+def hf_logits(model_dir, ids):
+    """transformers' fp32 logits for one row of ids; every checkpoint tensor must have been used."""
+    model = load_cleanly(model_dir)
     with torch.no_grad():
         return model(torch.tensor([ids])).logits[0].float().numpy()
 
 
-def mdlm_logits(mdlm, model_dir, ids, backend, out_file, log):
-    run(mdlm + ["eval", "--model", model_dir, "--objective", "ar", "--backend", backend, "--json",
-                "--save-logits", out_file, "--ids", ",".join(map(str, ids))], log)
+def mdlm_logits(mdlm, model_dir, ids, backend, out_file, log, text=None, vocab=VOCAB):
+    """mdlm's ids and logits of one causal forward: of `ids`, or of `text` tokenised by the checkpoint's tokenizer."""
+    what = ["--text", text] if text is not None else ["--ids", ",".join(map(str, ids))]
+    run(mdlm + ["eval", "--model", model_dir, "--objective", "ar", "--backend", backend, "--json", "--save-logits", out_file] + what, log)
     t = load_file(out_file)
-    if t["ids"].dtype != np.int32 or t["ids"].tolist() != ids:
+    if t["ids"].dtype != np.int32 or (text is None and t["ids"].tolist() != ids):
         raise RuntimeError(f"{out_file}: ids are {t['ids'].dtype} {t['ids'].tolist()[:8]}..., expected int32 {ids[:8]}...")
-    if t["logits"].dtype != np.float32 or t["logits"].shape != (len(ids), VOCAB):
-        raise RuntimeError(f"{out_file}: logits are {t['logits'].dtype} {t['logits'].shape}, expected float32 ({len(ids)}, {VOCAB})")
-    return t["logits"]
+    if t["logits"].dtype != np.float32 or t["logits"].shape != (len(t["ids"]), vocab):
+        raise RuntimeError(f"{out_file}: logits are {t['logits'].dtype} {t['logits'].shape}, expected float32 ({len(t['ids'])}, {vocab})")
+    return t["ids"].tolist(), t["logits"]
 
 
 def check_mdlm_config(ck_dir, arch, tied):
@@ -164,13 +181,27 @@ def main():
     ids = fixed_ids(24)
     results = []
 
+    def logits_file(name, b):
+        return os.path.join(args.work, f"{name.replace(' ', '_').replace('/', '_')}-{b}.safetensors")
+
     def check(name, model_dir, ref):
         for b in backends:
             try:
-                results.append(compare(name, b, mdlm_logits(mdlm, model_dir, ids, b, os.path.join(args.work, f"{name.replace(' ', '_').replace('/', '_')}-{b}.safetensors"), log), ref))
+                results.append(compare(name, b, mdlm_logits(mdlm, model_dir, ids, b, logits_file(name, b), log)[1], ref))
             except Exception as e:  # one failing case must not hide the others
                 print(f"FAIL  {name:<34} {b:<7} {e}", flush=True)
                 results.append(False)
+
+    def check_tokenizer(name, ck):
+        """AutoTokenizer gives mdlm's ids for TEXT, and AutoModelForCausalLM on them mdlm's logits."""
+        vocab = json.load(open(os.path.join(ck, "config.json")))["vocab_size"]
+        hf_ids = AutoTokenizer.from_pretrained(ck)(TEXT)["input_ids"]
+        for b in backends:
+            ours, logits = mdlm_logits(mdlm, ck, None, b, logits_file(name, b), log, text=TEXT, vocab=vocab)
+            same = ours == hf_ids
+            print(f"{'PASS' if same else 'FAIL'}  {name + ' ids':<34} {b:<7} {len(ours)} tokens{'' if same else f': mdlm {ours[:12]}..., AutoTokenizer {hf_ids[:12]}...'}", flush=True)
+            results.append(same)
+            results.append(compare(name + " logits", b, logits, hf_logits(ck, hf_ids)))
 
     # (a) HF -> mdlm
     for arch, tied in (("llama", True), ("llama", False), ("qwen2", False), ("qwen3", True)):
@@ -207,6 +238,46 @@ def main():
         except Exception as e:
             print(f"FAIL  {name:<34} {e}", flush=True)
             results.append(False)
+
+    # (c) AutoTokenizer on AR checkpoints: the byte tokenizer's (the Llama run above), GPT-2's
+    for label, out, flags in (("byte", os.path.join(args.work, "mdlm-llama-tied"), None),
+                              ("gpt2", os.path.join(args.work, "mdlm-gpt2"), ["--data.tokenizer", "gpt2"])):
+        name = f"tokenizer {label}"
+        try:
+            if flags is not None:
+                run(mdlm + ["train", "--preset", "tiny", "--objective", "ar", "--steps", str(args.steps), "--out", out, "--backend", "cpu",
+                            "--model.seqLen", "64", "--train.batchSize", "4", "--train.evalBatches", "1", "--train.warmupSteps", "1"] + flags, log)
+            check_tokenizer(name, os.path.join(out, f"step-{args.steps:07d}"))
+        except Exception as e:
+            print(f"FAIL  {name:<34} {e}", flush=True)
+            results.append(False)
+
+    # (d) a masked-diffusion checkpoint
+    name = "mdlm diffusion checkpoint"
+    try:
+        out = os.path.join(args.work, "mdlm-diffusion")
+        run(mdlm + ["train", "--preset", "tiny", "--objective", "mdlm", "--steps", str(args.steps), "--out", out, "--backend", "cpu",
+                    "--model.seqLen", "64", "--train.batchSize", "4", "--train.evalBatches", "1", "--train.warmupSteps", "1"]
+            + (["--data.path", data] if data else []), log)
+        ck = os.path.join(out, f"step-{args.steps:07d}")
+        c = json.load(open(os.path.join(ck, "config.json")))
+        problems = []
+        if c.get("architectures") != ["MdlmForMaskedDiffusion"] or c.get("model_type") != "mdlm":
+            problems.append(f"config.json names {c.get('architectures')} / model_type {c.get('model_type')}")
+        try:
+            AutoModelForCausalLM.from_pretrained(ck)
+            problems.append("AutoModelForCausalLM loaded it (it would run a bidirectional model causally)")
+        except Exception:
+            pass
+        mask = AutoTokenizer.from_pretrained(ck).mask_token_id
+        if mask != c["mdlm"]["mask_token_id"]:
+            problems.append(f"AutoTokenizer's mask_token_id is {mask}, config.json's mdlm.mask_token_id {c['mdlm']['mask_token_id']}")
+        load_cleanly(ck, getattr(transformers, c["mdlm"]["base_architecture"]))
+        print(f"{'FAIL' if problems else 'PASS'}  {name:<34} {'; '.join(problems) or 'refused by AutoModelForCausalLM; one mask id ' + str(mask) + '; ' + c['mdlm']['base_architecture'] + ' loads every tensor'}", flush=True)
+        results.append(not problems)
+    except Exception as e:
+        print(f"FAIL  {name:<34} {e}", flush=True)
+        results.append(False)
 
     passed = sum(results)
     verdict = "PASS" if results and all(results) else "FAIL"
