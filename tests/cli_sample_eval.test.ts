@@ -150,6 +150,19 @@ describe('mdlm eval', () => {
     truncateSync(join(broken, 'model.safetensors'), 1000);
     expectUserError(mdlm('eval', '--model', broken, '--data', text()), 'BAD_FILE', /model\.safetensors is 1000 bytes/);
   });
+
+  it('--save-logits to a path that cannot take the file is one line naming it, before the model runs', () => {
+    const m = run('ar');
+    const save = (path: string) => mdlm('eval', '--model', m, '--save-logits', path, '--ids', '1,2,3', '--backend', 'cpu');
+    const expectIoError = (r: { code: number; stderr: string }, message: string) => {
+      expect(r.code).toBe(1);
+      expect(r.stderr.trim()).toBe(`mdlm: IO_ERROR: ${message}`);
+    };
+    expectIoError(save(root), `cannot write ${root}: it is a directory (EISDIR); pass another --save-logits naming a file`);
+    expectIoError(save(join(text(), 'x.safetensors')), `cannot write ${join(text(), 'x.safetensors')}: ${text()} is a file, not a directory (ENOTDIR); pass another --save-logits`);
+    expectIoError(save('/proc/mdlm-logits.safetensors'), 'cannot write /proc/mdlm-logits.safetensors: /proc does not take new entries (not a regular file system) (ENOENT); pass another --save-logits on a regular file system');
+    expect(mdlm('eval', '--model', m, '--save-logits', join(root, 'missing', 'x.safetensors'), '--ids', '1').stderr).toMatch(/^mdlm: IO_ERROR: cannot write .*missing\/x\.safetensors: no such file or directory \(ENOENT\); check the path or pass another --save-logits\n$/);
+  });
 });
 
 /** The checkpoint's model at `seqLen`, batch 1, as a sampler's logits function. */

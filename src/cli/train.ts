@@ -71,7 +71,7 @@ type StopSignal = keyof typeof SIGNAL_EXIT;
  * step, saves and returns. The handlers go with the first signal, so a second one takes the
  * default action and ends the process at once, even inside a long step.
  */
-function stopOnSignals(log: (line: string) => void): { signal: AbortSignal; dispose: () => void } {
+export function stopOnSignals(log: (line: string) => void): { signal: AbortSignal; dispose: () => void } {
   const ac = new AbortController();
   const names = Object.keys(SIGNAL_EXIT) as StopSignal[];
   const dispose = (): void => {
@@ -79,7 +79,7 @@ function stopOnSignals(log: (line: string) => void): { signal: AbortSignal; disp
   };
   function onSignal(name: NodeJS.Signals): void {
     dispose();
-    log(`\n${name}: finishing this step and saving a checkpoint (${name === 'SIGINT' ? 'Ctrl-C' : 'a second signal'} again quits at once)`);
+    log(`\n${name}: finishing this step and saving a checkpoint (${name === 'SIGINT' ? 'Ctrl-C again' : 'a second signal'} quits at once)`);
     ac.abort(name);
   }
   for (const name of names) process.on(name, onSignal);
