@@ -4,9 +4,9 @@ import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { defineKernel, grid1d } from '../src/backend/webgpu/kernel.js';
 import { WEBGPU_KERNELS } from '../src/backend/webgpu/kernels/index.js';
 import { compileShader } from '../src/backend/webgpu/shaders.js';
-import { WebGpuBackend } from '../src/backend/webgpu/webgpu.js';
+import { type WebGpuAdapterDescription, WebGpuBackend } from '../src/backend/webgpu/webgpu.js';
 import { swiglu } from '../src/ops/swiglu.js';
-import { loadShaderFile, nodeGpu } from '../src/runtime/backends.js';
+import { type BackendProbe, chooseAutoBackend, createBackend, isSoftwareAdapter, loadShaderFile, nodeGpu, probeCuda, probeWebGpu } from '../src/runtime/backends.js';
 import { parseDawnFlags, readKnobs } from '../src/runtime/knobs.js';
 import { contracts, expectMdlmError } from './support/contracts.js';
 import { hasWebGpu, webgpuBackend } from './support/webgpu.js';
@@ -26,6 +26,59 @@ describe('MDLM_DAWN_FLAGS', () => {
   });
 });
 contracts('webgpu', webgpuBackend, hasWebGpu);
+
+describe('--backend auto', () => {
+  const adapter = (vendor: string, architecture: string, device: string, description: string) => ({ vendor, architecture, device, description, features: [], keyFeatures: {}, limits: {} });
+  const lavapipe = adapter('mesa', 'software', 'llvmpipe-llvm-15-0-6-256-bits-', 'llvmpipe: Mesa 25.0.7 (LLVM 15.0.6)');
+  const fake = (cuda: boolean, webgpu?: ReturnType<typeof adapter>) => {
+    const asked: string[] = [];
+    const probe = (name: 'cuda' | 'webgpu'): BackendProbe => {
+      asked.push(name);
+      if (name === 'cuda') return cuda ? { name, available: true } : { name, available: false, reason: 'no CUDA device' };
+      return webgpu ? { name, available: true, detail: webgpu } : { name, available: false, reason: 'no adapter' };
+    };
+    return { probe, asked };
+  };
+
+  it('prefers the CPU over a software WebGPU adapter, saying why', async () => {
+    const f = fake(false, lavapipe);
+    const choice = await chooseAutoBackend(f.probe);
+    expect(choice.name).toBe('cpu');
+    expect(choice.note).toMatch(/^backend auto: cpu, not the WebGPU adapter "llvmpipe: Mesa.*": it is a software renderer, slower than the CPU backend \(--backend webgpu uses it anyway\)$/);
+    // A software adapter by vendor or name alone counts too.
+    expect((await chooseAutoBackend(fake(false, adapter('mesa', '', 'llvmpipe', '')).probe)).name).toBe('cpu');
+    expect((await chooseAutoBackend(fake(false, adapter('google', 'swiftshader', 'SwiftShader Device (Subzero)', '')).probe)).name).toBe('cpu');
+  });
+
+  it('a real GPU adapter still wins over the CPU, and CUDA over both, probed in that order', async () => {
+    const nvidia = adapter('nvidia', 'hopper', 'NVIDIA H100 80GB HBM3', 'NVIDIA: 560.35');
+    const amdOnMesa = adapter('amd', 'rdna-3', 'AMD Radeon RX 7900 XTX (RADV NAVI31)', 'radv Mesa 24.2');
+    expect(isSoftwareAdapter(nvidia)).toBe(false);
+    expect(isSoftwareAdapter(amdOnMesa)).toBe(false);
+    expect(await chooseAutoBackend(fake(false, nvidia).probe)).toEqual({ name: 'webgpu' });
+    expect(await chooseAutoBackend(fake(false, amdOnMesa).probe)).toEqual({ name: 'webgpu' });
+    const withCuda = fake(true, nvidia);
+    expect(await chooseAutoBackend(withCuda.probe)).toEqual({ name: 'cuda' });
+    expect(withCuda.asked).toEqual(['cuda']);
+    const none = fake(false);
+    expect(await chooseAutoBackend(none.probe)).toEqual({ name: 'cpu' });
+    expect(none.asked).toEqual(['cuda', 'webgpu']);
+  });
+
+  it.skipIf(!hasWebGpu || probeCuda().available)('createBackend logs the note for this machine\'s adapter when it passes it over', async () => {
+    const probe = await probeWebGpu();
+    const software = isSoftwareAdapter(probe.detail as WebGpuAdapterDescription);
+    const lines: string[] = [];
+    const backend = await createBackend('auto', (line) => lines.push(line));
+    try {
+      expect(backend.name).toBe(software ? 'cpu' : 'webgpu');
+      expect(lines).toHaveLength(software ? 1 : 0);
+      if (software) expect(lines[0]).toMatch(/^backend auto: cpu, not the WebGPU adapter/);
+    } finally {
+      backend.destroy();
+    }
+  });
+});
 
 describe('webgpu specifics', () => {
   it.skipIf(!hasWebGpu)('reports fp8 as unsupported with what to do', async () => {

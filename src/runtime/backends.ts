@@ -108,22 +108,47 @@ export async function probeAll(): Promise<BackendProbe[]> {
   return [{ name: 'cpu', available: true, detail: { description: new CpuBackend().description } }, await probeWebGpu(), probeCuda()];
 }
 
-/** The order 'auto' tries: fastest first. */
-const AUTO_ORDER: readonly BackendName[] = ['cuda', 'webgpu', 'cpu'];
+/**
+ * Whether a WebGPU adapter runs on the CPU (Mesa's lavapipe/llvmpipe, SwiftShader): mdlm's own CPU
+ * backend is faster than a shader compiler's generic code on the same cores.
+ */
+export function isSoftwareAdapter(a: Pick<WebGpuAdapterDescription, 'vendor' | 'architecture' | 'device' | 'description'>): boolean {
+  return a.architecture === 'software' || a.vendor === 'mesa' || /llvmpipe|lavapipe|swiftshader/i.test(`${a.device} ${a.description}`);
+}
+
+export interface AutoChoice {
+  readonly name: BackendName;
+  /** Why auto passed over a backend that is available, for the log. */
+  readonly note?: string;
+}
+
+/**
+ * What 'auto' picks: cuda, else a WebGPU adapter that is a real GPU, else the CPU. `probe` is asked
+ * for cuda first and for webgpu only when cuda is unavailable.
+ */
+export async function chooseAutoBackend(probe: (name: 'cuda' | 'webgpu') => BackendProbe | Promise<BackendProbe>): Promise<AutoChoice> {
+  if ((await probe('cuda')).available) return { name: 'cuda' };
+  const webgpu = await probe('webgpu');
+  if (!webgpu.available) return { name: 'cpu' };
+  const adapter = webgpu.detail as WebGpuAdapterDescription;
+  if (!isSoftwareAdapter(adapter)) return { name: 'webgpu' };
+  const what = adapter.description || adapter.device || adapter.vendor;
+  return { name: 'cpu', note: `backend auto: cpu, not the WebGPU adapter "${what}": it is a software renderer, slower than the CPU backend (--backend webgpu uses it anyway)` };
+}
 
 export function parseBackendChoice(s: string): BackendChoice {
   if (s === 'auto' || (BACKEND_NAMES as readonly string[]).includes(s)) return s as BackendChoice;
   return fail('BAD_ARGUMENT', `unknown backend '${s}'; expected auto, ${BACKEND_NAMES.join(', ')}`);
 }
 
-export async function createBackend(choice: BackendChoice): Promise<Backend> {
+/** A backend by name, or the one 'auto' picks; `log` receives the line saying why auto passed one over. */
+export async function createBackend(choice: BackendChoice, log: (line: string) => void = (line) => console.error(line)): Promise<Backend> {
   if (choice === 'auto') {
-    for (const name of AUTO_ORDER) {
-      const probe = name === 'cpu' ? { available: true } : name === 'webgpu' ? await probeWebGpu() : probeCuda();
-      if (probe.available) return createBackend(name);
-    }
+    const auto = await chooseAutoBackend((name) => (name === 'webgpu' ? probeWebGpu() : probeCuda()));
+    if (auto.note) log(auto.note);
+    return createBackend(auto.name);
   }
-  if (choice === 'cpu' || choice === 'auto') return new CpuBackend();
+  if (choice === 'cpu') return new CpuBackend();
   if (choice === 'webgpu') {
     const probe = await probeWebGpu();
     if (!probe.available) fail('BACKEND_UNAVAILABLE', `backend webgpu is unavailable: ${probe.reason}. Use --backend cpu, or run 'mdlm probe' for details`);
