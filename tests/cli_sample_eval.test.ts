@@ -94,7 +94,7 @@ describe('mdlm eval', () => {
   }
 
   it('on a text file: its documents, each ended by EOS, scored like any token source', async () => {
-    const r = mdlm('eval', '--model', run('ar'), '--data', text(), '--seq-len', '16', '--batch-size', '5', '--backend', 'cpu', '--json');
+    const r = mdlm('eval', '--model', run('ar'), '--data', text(), '--seq-len', '16', '--batch-size', '5', '--batches', 'all', '--backend', 'cpu', '--json');
     expect(r.code, r.stderr).toBe(0);
     const j = JSON.parse(r.stdout) as { loss: number; tokens: number; batches: number };
     const ids = corpus().trim().split('\n\n').flatMap((doc) => [...tok.encode(doc), tok.eosId]);

@@ -10,7 +10,7 @@ import { Command } from 'commander';
 import type { Backend } from '../backend/backend.js';
 import { writeSafetensors } from '../checkpoint/safetensors.js';
 import { ObjectiveSchema } from '../config/schema.js';
-import { META_FILE, isMegatronDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
+import { META_FILE, evalBatchCount, isMegatronDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
 import type { TokenSource } from '../data/source.js';
 import { fail } from '../errors.js';
 import { modelLogits } from '../model/logits.js';
@@ -30,7 +30,7 @@ interface EvalFlags {
   field: string;
   objective?: ObjectiveKind;
   json?: boolean;
-  batches?: number;
+  batches?: number | 'all';
   batchSize?: number;
   seqLen?: number;
   tokenizer?: string;
@@ -48,7 +48,7 @@ export function evalCommand(): Command {
     .option('--split <name>', 'which split of a prepared dataset directory: val | train', choiceOption('--split', ['val', 'train'] as const), 'val')
     .option('--field <name>', 'JSONL field holding the text', 'text')
     .option('--objective <kind>', "ar | mdlm (default: the checkpoint's; ar for a plain Hugging Face model)", choiceOption('--objective', ['ar', 'mdlm'] as const))
-    .option('--batches <n>', 'evaluate at most this many batches (default: all)', intOption('--batches', 1))
+    .option('--batches <n>', "evaluate at most this many batches, or all (default: the run's train.evalBatches, as the trainer's eval; all for a model without a run config)", batchesOption)
     .option('--batch-size <n>', "rows per batch (default: the run's train.batchSize, else 8)", intOption('--batch-size', 1))
     .option('--seq-len <n>', "tokens per row (default: the model's context)", intOption('--seq-len', 1))
     .option('--tokenizer <spec>', 'tokenizer (byte | gpt2 | path) when the model directory has none')
@@ -69,7 +69,7 @@ export function evalCommand(): Command {
       const log = (line: string): void => {
         if (!o.json) console.error(line);
       };
-      const backend = await createBackend(parseBackendChoice(o.backend));
+      const backend = await createBackend(parseBackendChoice(o.backend), log);
       const report: Record<string, unknown> = { model: m.loaded.dir, objective, backend: backend.name };
       try {
         log(`model: ${m.loaded.dir} (${objective}; d ${m.loaded.model.dModel}, ${m.loaded.model.nLayers} layers, vocab ${m.loaded.model.vocabSize}) on ${backend.description}`);
@@ -77,7 +77,7 @@ export function evalCommand(): Command {
           const e = await evaluate(backend, m, objective, source, o, log);
           Object.assign(report, { loss: e.loss, ppl: e.ppl, tokens: e.tokens, batches: e.batches, noise_levels: e.noiseLevels, data: source.path });
           const bound = objective === 'mdlm';
-          if (!o.json) console.log(`${bound ? 'ELBO' : 'loss'} ${e.loss.toFixed(4)} nats/token  ppl${bound ? ' ≤' : ''} ${e.ppl.toFixed(3)}  (${e.tokens} tokens${bound ? `, ${e.noiseLevels} noise levels` : ''})`);
+          if (!o.json) console.log(`${bound ? 'ELBO' : 'loss'} ${e.loss.toFixed(4)} nats/token  ppl${bound ? ' ≤' : ''} ${e.ppl.toFixed(3)}  (${e.batches} batches, ${e.tokens} tokens${bound ? `, ${e.noiseLevels} noise levels` : ''})`);
         }
         if (logitIds && o.saveLogits) {
           await saveLogits(backend, m, objective, logitIds, o.saveLogits);
@@ -90,6 +90,14 @@ export function evalCommand(): Command {
       }
       if (o.json) console.log(JSON.stringify(report));
     });
+}
+
+/** `--batches`: a count ≥ 1, or all. */
+function batchesOption(v: string): number | 'all' {
+  if (v === 'all') return 'all';
+  const x = Number(v);
+  if (v.trim() === '' || !Number.isSafeInteger(x) || x < 1) fail('BAD_ARGUMENT', `--batches: expected an integer ≥ 1 or all, got "${v}"`);
+  return x;
 }
 
 function parseLogitIds(m: OpenedModel, o: EvalFlags): Int32Array {
@@ -144,8 +152,13 @@ async function evaluate(backend: Backend, m: OpenedModel, kind: ObjectiveKind, s
   const objective = createObjective(section, run?.train.seed ?? 0, m.maskId);
   const model = buildModel(backend, m, batchSize, seqLen);
   try {
-    log(`data: ${source.path}: ${source.length} tokens; batches of ${batchSize} × ${seqLen} (${mode})`);
-    return await evaluateModel(model, objective, source, { seqLen, batchSize, mode, ...(o.batches ? { maxBatches: o.batches } : {}) });
+    const available = evalBatchCount(source, { seqLen, batchSize });
+    // As many batches as the trainer's eval of this run, unless --batches says otherwise.
+    const limit = o.batches ?? run?.train.evalBatches ?? 'all';
+    const count = limit === 'all' ? available : Math.min(limit, available);
+    const why = o.batches !== undefined ? '--batches' : limit === 'all' ? 'no run config' : "the run's train.evalBatches, as the trainer's eval";
+    log(`data: ${source.path}: ${source.length} tokens; batches of ${batchSize} × ${seqLen} (${mode}); ${count} of ${available} batches (${why}; --batches all or a number changes it)`);
+    return await evaluateModel(model, objective, source, { seqLen, batchSize, mode, maxBatches: count });
   } finally {
     model.destroy();
   }
