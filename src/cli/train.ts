@@ -1,8 +1,11 @@
 /** `mdlm train`: resolve the config, open the data, build the trainer on the chosen backend, run. */
 import { Command } from 'commander';
 import { SingleBar } from 'cli-progress';
-import { configFields, resolveConfig } from '../config/load.js';
+import type { InitFrom } from '../checkpoint/init_from.js';
+import { configFields } from '../config/load.js';
+import { resolveRunConfig } from '../config/run.js';
 import type { TrainConfig } from '../config/schema.js';
+import type { Tokenizer } from '../data/tokenizer.js';
 import { fail } from '../errors.js';
 import type { Backend } from '../backend/backend.js';
 import { WebGpuBackend } from '../backend/webgpu/webgpu.js';
@@ -143,11 +146,11 @@ export function trainCommand(): Command {
       }
       let runDir: RunDir | undefined;
       try {
-        const config = resolveConfig({ ...(preset !== undefined ? { preset } : {}), ...(o.config ? { file: o.config } : {}), overrides });
+        const { config, tokenizer, init } = await resolveRunConfig({ ...(preset !== undefined ? { preset } : {}), ...(o.config ? { file: o.config } : {}), overrides, ...(o.initFrom !== undefined ? { initFrom: o.initFrom } : {}), log });
         // The run directory before anything slow: a wrong --out fails in a second, not after data preparation.
         runDir = openRunDir(config.out, { resume, overwrite: o.overwrite ?? false, log });
         backend ??= await createBackend(config.backend);
-        await train(config, backend, runDir, o.initFrom, log);
+        await train(config, backend, runDir, tokenizer, init, log);
       } finally {
         runDir?.release();
         backend?.destroy();
@@ -156,7 +159,7 @@ export function trainCommand(): Command {
 }
 
 /** The run itself: data, trainer, progress, signals; sets the exit code of a run a signal stopped. */
-async function train(config: TrainConfig, backend: Backend, runDir: RunDir, initFrom: string | undefined, log: (line: string) => void): Promise<void> {
+async function train(config: TrainConfig, backend: Backend, runDir: RunDir, tokenizer: Tokenizer, init: InitFrom | undefined, log: (line: string) => void): Promise<void> {
   const data = await openRunData(config, log);
   const bar = process.stderr.isTTY ? new SingleBar({ format: 'step {value}/{total} |{bar}| {status}', hideCursor: true }) : null;
   const started = performance.now();
@@ -164,7 +167,7 @@ async function train(config: TrainConfig, backend: Backend, runDir: RunDir, init
   let evalLogged = 0;
   const stop = stopOnSignals(log);
   const trainer = new Trainer({
-    config, backend, train: data.train, val: data.val, tokenizer: data.tokenizer, resume: runDir.resumeFrom !== null, runDir, log, signal: stop.signal, fill: parallelFiller(),
+    config, backend, train: data.train, val: data.val, tokenizer, resume: runDir.resumeFrom !== null, runDir, log, signal: stop.signal, fill: parallelFiller(),
     onStep: (m: StepMetrics) => {
       if (first < 0) first = m.step - 1;
       const rate = (m.step - first) / ((performance.now() - started) / 1000);
@@ -184,7 +187,7 @@ async function train(config: TrainConfig, backend: Backend, runDir: RunDir, init
   try {
     log(`data: ${data.description}; tokenizer ${data.tokenizer.name} (${data.tokenizer.vocabSize} ids)`);
     log(trainer.describe());
-    if (initFrom) trainer.initFrom(initFrom);
+    if (init) trainer.initFrom(init);
     bar?.start(config.train.steps, 0, { status: '' });
     const result = await trainer.run();
     bar?.stop();

@@ -15,9 +15,8 @@
 import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.js';
-import { latestCheckpoint, loadCheckpoint, resolveModelDir, saveCheckpoint } from '../checkpoint/checkpoint.js';
-import { fromHfTensors } from '../checkpoint/hf.js';
-import { openTensors } from '../checkpoint/safetensors.js';
+import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/checkpoint.js';
+import { type InitFrom, initParams } from '../checkpoint/init_from.js';
 import { flopsPerToken } from '../config/model-size.js';
 import type { TrainConfig } from '../config/schema.js';
 import { type BatchLoader, type LoaderState, createLoader, evalBatchCount } from '../data/loader.js';
@@ -140,7 +139,8 @@ export class Trainer {
 
   /** The [MASK] id: the config's, which must not be an id the tokenizer produces (except its own mask). */
   private maskId(): number {
-    const id = this.cfg.objective.maskTokenId ?? this.opts.tokenizer.maskId;
+    const id = this.cfg.objective.maskTokenId;
+    if (this.cfg.objective.kind === 'ar') return id; // unused
     if (id >= this.cfg.model.vocabSize) fail('BAD_CONFIG', `objective.maskTokenId ${id} is not below model.vocabSize ${this.cfg.model.vocabSize}`);
     if (id < this.opts.tokenizer.vocabSize && id !== this.opts.tokenizer.maskId) {
       fail('BAD_CONFIG', `objective.maskTokenId ${id} is a real token of the ${this.opts.tokenizer.name} tokenizer (its [MASK] is ${this.opts.tokenizer.maskId})`);
@@ -183,15 +183,10 @@ export class Trainer {
     return true;
   }
 
-  /**
-   * Initialise parameters from a Hugging Face (or mdlm) checkpoint directory with the same shapes,
-   * or from a run directory's newest checkpoint (resolveModelDir, as sample and eval).
-   */
-  initFrom(path: string): void {
-    const dir = resolveModelDir(path);
-    const tensors = fromHfTensors(this.cfg.model, openTensors(dir), dir);
-    this.model.loadParams(tensors, dir);
-    this.opts.log(`initialised parameters from ${dir}`);
+  /** Initialise parameters from an --init-from checkpoint (src/checkpoint/init_from.ts), whose model the config took. */
+  initFrom(init: InitFrom): void {
+    this.model.loadParams(initParams(init, this.cfg.model, this.opts.log), init.dir);
+    this.opts.log(`initialised parameters from ${init.dir}`);
   }
 
   async save(): Promise<string> {
