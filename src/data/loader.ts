@@ -68,7 +68,7 @@ interface Geometry {
 function geometry(source: TokenSource, seqLen: number): Geometry {
   const L = source.length;
   if (L < seqLen + 1) {
-    fail('BAD_ARGUMENT', `${source.path} holds ${L} tokens, fewer than seq_len + 1 = ${seqLen + 1} needed for one window; use a shorter seq_len or more data`);
+    fail('BAD_ARGUMENT', `${source.path} holds ${L} tokens, fewer than ${seqLen + 1} (model.seqLen + 1) needed for one window; lower --model.seqLen or give more data`);
   }
   const n = Math.floor((L - 1) / seqLen);
   return { T: seqLen, n, slack: L - 1 - n * seqLen };
@@ -174,7 +174,7 @@ export class BatchLoader implements Iterable<Batch> {
     const global = this.batchSize * this.worldSize;
     this.batchesPerEpoch = Math.floor(this.geo.n / global);
     if (this.batchesPerEpoch === 0) {
-      fail('BAD_ARGUMENT', `${source.path}: ${source.length} tokens make ${this.geo.n} windows of ${this.seqLen + 1} tokens, fewer than one global batch (batch size ${this.batchSize} × world size ${this.worldSize} = ${global}); lower the batch size or seq_len, or use more data`);
+      fail('BAD_ARGUMENT', `${source.path}: ${source.length} tokens make ${this.geo.n} windows of ${this.seqLen + 1} tokens, fewer than one global batch (train.batchSize ${this.batchSize} × world size ${this.worldSize} = ${global}); lower --train.batchSize or --model.seqLen, or give more data`);
     }
     this.buf = new Int32Array(this.seqLen + 1);
   }
@@ -189,7 +189,7 @@ export class BatchLoader implements Iterable<Batch> {
     const epoch = checkInt('state.epoch', state.epoch, 0);
     const index = checkInt('state.index', state.index, 0);
     if (index > this.batchesPerEpoch) {
-      fail('BAD_ARGUMENT', `loader state index ${index} exceeds the ${this.batchesPerEpoch} batches per epoch; the checkpoint was saved with different data, seq_len, batch size or world size`);
+      fail('BAD_ARGUMENT', `loader state index ${index} exceeds the ${this.batchesPerEpoch} batches per epoch; the checkpoint was saved with different data, model.seqLen, train.batchSize or world size`);
     }
     this.cursor = { epoch, index };
   }
@@ -247,10 +247,10 @@ export function evalBatchCount(source: TokenSource, opts: EvalOptions): number {
   const T = checkInt('seqLen', opts.seqLen, 1);
   const B = checkInt('batchSize', opts.batchSize, 1);
   const W = checkInt('worldSize', opts.worldSize ?? 1, 1);
-  const { n } = geometry(source, T);
+  const n = source.length > T ? Math.floor((source.length - 1) / T) : 0;
   const count = Math.floor(n / (B * W));
   if (count === 0) {
-    fail('BAD_ARGUMENT', `${source.path}: ${source.length} validation tokens make ${n} windows of ${T + 1}, fewer than one eval batch (${B} × world size ${W}); raise --val-fraction, or lower the eval batch size or seq_len`);
+    fail('BAD_ARGUMENT', `${source.path}: ${source.length} validation tokens make ${n} windows of ${T + 1}, fewer than one eval batch (${B} rows × world size ${W}); lower --train.batchSize or --model.seqLen, or train on data prepared with more validation tokens (mdlm data prepare --val-tokens N)`);
   }
   return opts.maxBatches === undefined ? count : Math.min(count, checkInt('maxBatches', opts.maxBatches, 1));
 }

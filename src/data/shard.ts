@@ -18,6 +18,7 @@ import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
 import { open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { dirname, basename, join } from 'node:path';
 import { fail } from '../errors.js';
+import { asFileError } from '../runtime/files.js';
 import type { TokenSource } from './source.js';
 
 export const SHARD_MAGIC = 'MDLMTOK\0';
@@ -136,7 +137,7 @@ export class ShardWriter {
     try {
       fh = await open(tmp, 'w');
     } catch (e) {
-      fail('NOT_FOUND', `cannot create ${tmp}: ${(e as Error).message}; check that the output directory exists and is writable`);
+      throw asFileError(e, { path: dirname(path), action: 'write in the directory', flag: '--out' });
     }
     const w = new ShardWriter(path, tmp, fh, opts);
     await fh.write(new Uint8Array(SHARD_HEADER_BYTES), 0, SHARD_HEADER_BYTES, 0);
@@ -171,7 +172,11 @@ export class ShardWriter {
   private async flush(): Promise<void> {
     if (this.fill === 0 || !this.fh) return;
     const bytes = new Uint8Array(this.buf.buffer, 0, this.fill * this.buf.BYTES_PER_ELEMENT);
-    await this.fh.write(bytes, 0, bytes.length, this.pos);
+    try {
+      await this.fh.write(bytes, 0, bytes.length, this.pos);
+    } catch (e) {
+      throw asFileError(e, { path: this.path, action: 'write', flag: '--out' });
+    }
     this.pos += bytes.length;
     this.fill = 0;
   }
@@ -194,7 +199,7 @@ export class ShardWriter {
       await syncDir(dirname(this.path));
     } catch (e) {
       await this.abort();
-      throw e;
+      throw asFileError(e, { path: this.path, action: 'write', flag: '--out' });
     }
     this.done = true;
     return { path: this.path, tokens: this.tokens, documents: this.docs, dtype: this.dtype, bytes: this.pos };

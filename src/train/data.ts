@@ -36,7 +36,7 @@ export async function openRunData(cfg: TrainConfig, log: (msg: string) => void):
   if (!isPrepared(dir)) {
     const what = path ?? 'the built-in Brown corpus';
     if (path && !existsSync(path)) {
-      fail('NOT_FOUND', `data.path ${path} does not exist; give a prepared dataset directory, a .txt/.jsonl file or folder, a token shard or a Megatron .bin/.idx prefix`);
+      fail('NOT_FOUND', `data.path ${path} does not exist; give a prepared dataset directory, a text or JSON Lines file or folder, a token shard or a Megatron .bin/.idx prefix`);
     }
     log(`preparing ${what} with the ${cfg.data.tokenizer} tokenizer into ${dir}`);
     await prepareData({ ...(path ? { input: path } : {}), tokenizer: cfg.data.tokenizer, out: dir, valFraction: cfg.data.valFraction, seed: cfg.train.seed });

@@ -1,8 +1,10 @@
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { isValDocument, listInputFiles, prepareData, type PrepareProgress } from '../../src/data/prepare.js';
+import { prepareData, type PrepareProgress } from '../../src/data/prepare.js';
+import { isValDocument, splitDraw } from '../../src/data/split.js';
+import { listInputFiles } from '../../src/data/text.js';
 import { openShard } from '../../src/data/shard.js';
 import { loadTokenizer } from '../../src/data/tokenizer.js';
 import { dataCommand } from '../../src/cli/data.js';
@@ -52,14 +54,24 @@ describe('prepareData', () => {
     mkdirSync(join(dir, 'b', 'c'), { recursive: true });
     writeFileSync(join(dir, 'b', 'c', 'z.jsonl'), '{"body":"third"}\n\n{"body":"fourth","id":4}\n');
     writeFileSync(join(dir, 'b', 'a.jsonl'), '{"body":"first"}\n{"body":"second"}\n');
-    writeFileSync(join(dir, 'ignored.csv'), 'x');
-    expect(listInputFiles(dir).map((f) => f.slice(dir.length))).toEqual(['/b/a.jsonl', '/b/c/z.jsonl']);
+    writeFileSync(join(dir, 'b', '.hidden.jsonl'), '{"body":"hidden"}\n');
+    writeFileSync(join(dir, 'image.png'), Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]));
+    const listed = listInputFiles(dir);
+    expect(listed.files.map((f) => f.slice(dir.length))).toEqual(['/b/a.jsonl', '/b/c/z.jsonl']);
+    expect(listed.skipped.map((f) => f.slice(dir.length))).toEqual(['/image.png']);
     const out = join(dir, 'out');
     const meta = await prepareData({ input: dir, field: 'body', tokenizer: 'gpt2', out, valFraction: 0 });
+    expect(meta.source).toMatchObject({ files: 2, skipped: ['image.png'] });
     expect([meta.train.documents, meta.val.documents]).toEqual([3, 1]);
+    // With no document drawn for val, the one with the smallest draw goes there.
+    const docs = ['first', 'second', 'third', 'fourth'];
+    const least = docs.map((_, i) => splitDraw(0, i)).reduce((best, d, i, all) => (d < all[best]! ? i : best), 0);
     const tok = await loadTokenizer(out);
-    expect(decodeDocs(join(out, 'train.bin'), 50256, (i) => tok.decode(i))).toEqual(['first', 'second', 'third']);
-    expect(decodeDocs(join(out, 'val.bin'), 50256, (i) => tok.decode(i))).toEqual(['fourth']);
+    expect(decodeDocs(join(out, 'train.bin'), 50256, (i) => tok.decode(i))).toEqual(docs.filter((_, i) => i !== least));
+    expect(decodeDocs(join(out, 'val.bin'), 50256, (i) => tok.decode(i))).toEqual([docs[least]]);
+    // A second prepare into the same directory leaves its output out of the walk.
+    const again = await prepareData({ input: dir, field: 'body', tokenizer: 'gpt2', out, valFraction: 0 });
+    expect(again.source).toMatchObject({ files: 2, skipped: ['image.png'] });
   });
 
   it('reports input mistakes with file and line', async () => {
@@ -70,7 +82,7 @@ describe('prepareData', () => {
     await expect(prepareData({ input: join(dir, 'b.jsonl'), tokenizer: 'byte', out: join(dir, 'o') })).rejects.toMatchObject({ message: expect.stringMatching(/b\.jsonl:2: not valid JSON/) });
     writeFileSync(join(dir, 'one.txt'), 'just one document\nno blank line\n');
     await expect(prepareData({ input: join(dir, 'one.txt'), tokenizer: 'byte', out: join(dir, 'o') })).rejects.toMatchObject({ code: 'BAD_ARGUMENT', message: expect.stringMatching(/at least 2/) });
-    expect(readdirSync(join(dir, 'o'))).toEqual([]); // nothing that looks like a result
+    expect(existsSync(join(dir, 'o'))).toBe(false); // nothing that looks like a result, not even the directory made for it
     await expect(prepareData({ input: join(dir, 'missing'), tokenizer: 'byte', out: join(dir, 'o') })).rejects.toMatchObject({ code: 'NOT_FOUND' });
   });
 
