@@ -111,8 +111,8 @@ describe('batch loader', () => {
   });
 
   it('errors clearly on a too-short source, a too-large batch and a bad state', async () => {
-    expect(() => createLoader(shard, { seqLen: all.length, batchSize: 1, seed: 0 })).toThrow(/fewer than seq_len \+ 1/);
-    expect(() => createLoader(shard, { seqLen: 64, batchSize: 1000, seed: 0 })).toThrow(/fewer than one global batch/);
+    expect(() => createLoader(shard, { seqLen: all.length, batchSize: 1, seed: 0 })).toThrow(/fewer than \d+ \(model\.seqLen \+ 1\) needed for one window; lower --model\.seqLen/);
+    expect(() => createLoader(shard, { seqLen: 64, batchSize: 1000, seed: 0 })).toThrow(/fewer than one global batch .*; lower --train\.batchSize or --model\.seqLen/);
     expect(() => createLoader(shard, { seqLen: 8, batchSize: 1, seed: 0, rank: 2, worldSize: 2 })).toThrow(MdlmError);
     const l = createLoader(shard, { seqLen: 8, batchSize: 1, seed: 0 });
     expect(() => l.restore({ epoch: 0, index: 1e9 })).toThrow(/exceeds/);
@@ -134,6 +134,6 @@ describe('eval batches', () => {
     expect(Array.from(r0[0]!.starts)).toEqual([0, 10, 20]);
     expect(Array.from(r1[0]!.starts)).toEqual([30, 40, 50]);
     expect([...evalBatches(shard, { ...opts, maxBatches: 2 })].length).toBe(2);
-    expect(() => [...evalBatches(shard, { seqLen: 100, batchSize: 100 })]).toThrow(/raise --val-fraction/);
+    expect(() => [...evalBatches(shard, { seqLen: 100, batchSize: 100 })]).toThrow(/fewer than one eval batch .*; lower --train\.batchSize or --model\.seqLen, or train on data prepared with more validation tokens \(mdlm data prepare --val-tokens N\)/);
   });
 });
