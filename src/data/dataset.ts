@@ -17,7 +17,7 @@ export interface PreparedData {
 export async function openPreparedData(dir: string, opts: OpenShardOptions = {}): Promise<PreparedData> {
   const metaPath = join(dir, META_FILE);
   if (!existsSync(metaPath)) {
-    fail('NOT_FOUND', `${dir} has no ${META_FILE}: it is not a complete prepared dataset (an interrupted "mdlm data prepare" leaves none); run "mdlm data prepare --out ${dir}"`);
+    fail('NOT_FOUND', `${dir} has no ${META_FILE}: it is not a complete prepared dataset (an interrupted "mdlm data prepare" leaves none); run "mdlm data prepare --tokenizer byte|gpt2|PATH --out ${dir}" to prepare it again`);
   }
   let meta: DataMeta;
   try {
