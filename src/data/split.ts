@@ -69,13 +69,8 @@ export class SplitWriter {
   ) {}
 
   static async create(trainPath: string, valPath: string, shard: ShardWriterOptions, split: SplitOptions): Promise<SplitWriter> {
-    const train = await ShardWriter.create(trainPath, shard);
-    try {
-      return new SplitWriter(train, await ShardWriter.create(valPath, shard), shard, split);
-    } catch (e) {
-      await train.abort();
-      throw e;
-    }
+    const [train, val] = await createPair([trainPath, valPath], shard);
+    return new SplitWriter(train, val, shard, split);
   }
 
   get documents(): number {
@@ -154,8 +149,7 @@ export class SplitWriter {
     const from = paths.map((p, side) => (read[side] ? openShard(p) : undefined));
     const at: [number, number] = [0, 0];
     try {
-      const train = await ShardWriter.create(paths[0], this.shard);
-      const val = await ShardWriter.create(paths[1], this.shard);
+      const [train, val] = await createPair(paths, this.shard);
       try {
         for (let i = 0; i < this.count; i++) {
           const side = this.inVal[i]! as 0 | 1;
@@ -178,6 +172,17 @@ export class SplitWriter {
   async abort(): Promise<void> {
     await this.train.abort();
     await this.val.abort();
+  }
+}
+
+/** Writers for train and val, or neither. */
+async function createPair(paths: readonly [string, string], shard: ShardWriterOptions): Promise<[ShardWriter, ShardWriter]> {
+  const train = await ShardWriter.create(paths[0], shard);
+  try {
+    return [train, await ShardWriter.create(paths[1], shard)];
+  } catch (e) {
+    await train.abort();
+    throw e;
   }
 }
 
