@@ -115,7 +115,7 @@ describe('training', () => {
   it('refuses at setup, before any step, a validation split too small for one eval batch', async () => {
     // Brown's byte-level val split is ~10^5 tokens: fewer than 8 windows of 20001.
     const cfg = tinyConfig('tiny-val', { 'model.seqLen': '20000' });
-    await expect(trainer(cfg, new CpuBackend())).rejects.toThrow(/validation tokens make \d windows of 20001, fewer than one eval batch \(8 × world size 1\)/);
+    await expect(trainer(cfg, new CpuBackend())).rejects.toThrow(/validation tokens make \d windows of 20001, fewer than one eval batch \(8 rows × world size 1\); lower --train.batchSize or --model.seqLen/);
     expect(existsSync(join(cfg.out, 'metrics.jsonl'))).toBe(false);
   });
 
