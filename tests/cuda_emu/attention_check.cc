@@ -8,6 +8,8 @@
 //       tests/cuda_emu/attention_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/attention_check \
 //       && /tmp/attention_check [filter]   (cudart only for op.cc's error names; no GPU needed)
 //
+// The filter runs the cases whose label contains it, or any of its '|'-separated parts.
+//
 // Each case runs the forward, the default backward and the deterministic one (the op's
 // `deterministic` attribute). Exits non-zero when any error is over the registry's tolerance
 // (tests/cuda_build.test.ts runs it, again with HOPPER_KERNELS=0 for the mma.sync kernels that
@@ -22,6 +24,7 @@
 // against the reference's turn. FUZZ=n runs n random cases instead (fuzz_cases; FUZZ_SEED picks them).
 #include "../../cuda/attention/attention.cu"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -395,6 +398,12 @@ std::vector<Case> fuzz_cases(int n, uint64_t seed) {
 
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
+  std::vector<std::string> parts;
+  for (size_t at = 0; at <= filter.size();) {
+    const size_t bar = std::min(filter.find('|', at), filter.size());
+    if (bar > at) parts.push_back(filter.substr(at, bar - at));
+    at = bar + 1;
+  }
   const int seeds = argc > 2 ? std::atoi(argv[2]) : 1;
   std::vector<Case> cases = {
       // attention.cases('test')
@@ -430,7 +439,7 @@ int main(int argc, char** argv) {
   std::printf("%-40s %-5s %12s %5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst", "det relerr", "worst");
   int failed = 0;
   for (const Case& c : cases) {
-    if (!filter.empty() && c.label.find(filter) == std::string::npos) continue;
+    if (!filter.empty() && std::none_of(parts.begin(), parts.end(), [&](const std::string& p) { return c.label.find(p) != std::string::npos; })) continue;
     for (mdlm::DType dt : {mdlm::DType::f32, mdlm::DType::bf16}) {
       const char* only = getenv("DTYPE");
       if (only && std::string(only) != mdlm::dtype_name(dt)) continue;
