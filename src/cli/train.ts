@@ -9,7 +9,7 @@ import type { Tokenizer } from '../data/tokenizer.js';
 import { fail } from '../errors.js';
 import type { Backend } from '../backend/backend.js';
 import { WebGpuBackend } from '../backend/webgpu/webgpu.js';
-import { createBackend, parseBackendChoice } from '../runtime/backends.js';
+import { createBackend, isSoftwareAdapter, parseBackendChoice } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
 import { openRunData } from '../train/data.js';
 import { type ResumeMode, type RunDir, openRunDir } from '../train/run_dir.js';
@@ -55,7 +55,7 @@ export function parseFieldFlags(args: readonly string[]): Record<string, string>
  * adapter (lavapipe: ~1 GFLOP/s, where `small` runs ~20 tokens/s and `nano` ~1000).
  */
 export function defaultPreset(backend: Backend): 'nano' | 'small' {
-  const software = backend.name === 'cpu' || (backend instanceof WebGpuBackend && backend.adapter.architecture === 'software');
+  const software = backend.name === 'cpu' || (backend instanceof WebGpuBackend && isSoftwareAdapter(backend.adapter));
   return software ? 'nano' : 'small';
 }
 

@@ -69,7 +69,7 @@ export const DataSchema = z.strictObject({
   path: z.string().min(1).optional().describe('Training data: a text file, a token shard directory or a Megatron .bin/.idx prefix. Default: the built-in Brown corpus.'),
   tokenizer: z.string().min(1).default('byte').describe('Tokenizer: byte, gpt2, or a path to a Hugging Face tokenizer.json.'),
   mode: z.enum(DATA_MODES).default('packed').describe('window: random windows of model.seqLen tokens; packed: documents packed back to back, separated by EOS.'),
-  valFraction: z.number().min(0).max(0.5).default(0.01).describe('Fraction of the data held out for validation.'),
+  valFraction: z.number().min(0).max(0.5).default(0.01).describe('Probability that a document goes to validation when text is prepared; in a small corpus more documents move over until validation holds the minimum of docs/DATA_FORMAT.md.'),
 });
 
 export const TrainSchema = z.strictObject({
@@ -111,7 +111,7 @@ export const RawConfigSchema = z.strictObject({
   objective: ObjectiveSchema.prefault({}).describe('Training objective and its noise process.'),
   data: DataSchema.prefault({}).describe('Training data and tokenizer.'),
   train: TrainSchema.prefault({}).describe('Optimisation, schedule, evaluation and checkpointing.'),
-  backend: z.enum(BACKENDS).default('auto').describe('Compute backend: auto (probe: cuda, then webgpu, then cpu), cpu, webgpu or cuda.'),
+  backend: z.enum(BACKENDS).default('auto').describe('Compute backend: auto (probe: cuda, then a GPU WebGPU adapter, then cpu; a software adapter such as lavapipe is passed over for the cpu), cpu, webgpu or cuda.'),
   out: z.string().min(1).default('runs/mdlm').describe('Output directory for checkpoints and logs.'),
 });
 

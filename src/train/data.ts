@@ -4,7 +4,7 @@
  * the built-in Brown corpus, prepared once into <out>/data and reused.
  */
 import { existsSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { TrainConfig } from '../config/schema.js';
 import { META_FILE, isMegatronDataset, loadTokenizer, openPreparedData, openTokenSource, prepareData } from '../data/index.js';
 import type { TokenSource } from '../data/source.js';
@@ -42,8 +42,16 @@ export async function openRunData(cfg: TrainConfig, log: (msg: string) => void):
     await prepareData({ ...(path ? { input: path } : {}), tokenizer: cfg.data.tokenizer, out: dir, valFraction: cfg.data.valFraction, seed: cfg.train.seed });
   }
   const d = await openPreparedData(dir);
-  if (d.meta.tokenizer.spec !== cfg.data.tokenizer) {
-    fail('BAD_CONFIG', `${dir} was prepared with the ${d.meta.tokenizer.spec} tokenizer but data.tokenizer is ${cfg.data.tokenizer}; use another --out or delete ${dir}`);
+  // <out>/data is reused only for the data, tokenizer and split this run asks for.
+  const wanted = { source: path ? resolve(path) : 'brown', tokenizer: cfg.data.tokenizer, valFraction: cfg.data.valFraction, seed: cfg.train.seed };
+  const prepared = {
+    source: d.meta.source.input === 'brown' ? 'brown' : resolve(d.meta.source.input), tokenizer: d.meta.tokenizer.spec, valFraction: d.meta.split.valFraction, seed: d.meta.split.seed,
+  };
+  const differ = (Object.keys(wanted) as (keyof typeof wanted)[]).filter((k) => wanted[k] !== prepared[k]);
+  if (differ.length > 0) {
+    const name = { source: 'data.path', tokenizer: 'data.tokenizer', valFraction: 'data.valFraction', seed: 'train.seed' };
+    const what = differ.map((k) => `${name[k]} ${String(prepared[k])} there, ${String(wanted[k])} now`).join('; ');
+    fail('BAD_CONFIG', `${dir} was prepared for other data settings (${what}); use another --out, or delete ${dir} to prepare it again`);
   }
   const desc = path ? `${path} (prepared in ${dir})` : `Brown corpus (prepared in ${dir})`;
   if (path && statSync(path).isFile()) log(`using ${desc}`);
