@@ -290,7 +290,13 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
     await expectCasesPass('multi D=64 causal|gqa 4/1 bidirectional T=21|random ids D=64', { GRAD_STRIDE_EXTRA: '4', ROPE: '500' }, 2 * 3);
   }, EMU_TIMEOUT);
 
-  it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case)', async () => {
+  // The cases the warp-specialised kernels run (fwd_ws, bwd_ws: head dims padded to 64 and 128)
+  // but the two largest, multi-tile GQA at batch 3, whose kernels and tile loops the multi-tile GQA
+  // cases at head dims 56 and 120 run too.
+  const WS_CASES = 'D=64|D=128|pad 64|pad 128|-gqa 4/2 T=300|-gqa 4/1 T=260';
+  const WS_ROWS = 12;
+
+  it('has no shared-memory race when one warpgroup runs ahead and copies land early (bf16, every case; the warp-specialised kernels\' twice more)', async () => {
     // Skewed scheduling lets the last warps run as far ahead as the barriers allow; eager copies
     // land at issue. A tile rewritten while an in-flight wgmma (or another warp) still reads it
     // then fails the run ("changed before the wait") or the tolerance.
@@ -298,8 +304,8 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
     // The warp-specialised kernels (mbarriers, named barriers, a producer warpgroup: the forward at
     // head dim 64 and 128, two blocks an SM at 64) once more round-robin with eager copies, and skewed
     // with copies that land as late as their waits allow.
-    await expectCasesPass('', { EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
-    await expectCasesPass('', { EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, 24);
+    await expectCasesPass(WS_CASES, { EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, WS_ROWS);
+    await expectCasesPass(WS_CASES, { EMU_SCHEDULE: 'skewed', DTYPE: 'bf16' }, WS_ROWS);
   }, EMU_TIMEOUT);
 
   it('computes random shapes within tolerance too: tile edges, documents of any length, GQA, wide scores (bf16, fixed seeds)', async () => {
@@ -349,16 +355,16 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
     }
   }, EMU_TIMEOUT);
 
-  it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, every case)', async () => {
+  it('has no race that one slow thread exposes: the TMA issuer, a consumer warpgroup\'s first lane (bf16, the warp-specialised kernels\' cases)', async () => {
     // A random priority order with one thread held, at random points, until every other thread
     // is blocked (warp_emu.h, EMU_SCHEDULE=random). Seed 8 holds lane 0 of warp 8, the producer
     // warpgroup's TMA issuer in the warp-specialised kernels: it exposes a forward whose consumers
     // could complete two phases of empty_v before the producer's wait (a hang), which no skewed or
     // round-robin schedule does. Seed 0 holds lane 0 of warp 0 (the first consumer
     // warpgroup's), seed 21 a random lane of warp 9 (a producer thread that stores segment ids
-    // and arrives).
-    await expectCasesPass('', { EMU_SCHEDULE: 'random:8', DTYPE: 'bf16' }, 24);
-    await expectCasesPass('', { EMU_SCHEDULE: 'random:0', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, 24);
-    await expectCasesPass('', { EMU_SCHEDULE: 'random:21', DTYPE: 'bf16' }, 24);
+    // and arrives). The other kernels have no single-thread roles: skewed schedules cover them.
+    await expectCasesPass(WS_CASES, { EMU_SCHEDULE: 'random:8', DTYPE: 'bf16' }, WS_ROWS);
+    await expectCasesPass(WS_CASES, { EMU_SCHEDULE: 'random:0', EMU_CP_ASYNC: 'eager', DTYPE: 'bf16' }, WS_ROWS);
+    await expectCasesPass(WS_CASES, { EMU_SCHEDULE: 'random:21', DTYPE: 'bf16' }, WS_ROWS);
   }, EMU_TIMEOUT);
 });

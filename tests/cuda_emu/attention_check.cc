@@ -8,7 +8,8 @@
 //       tests/cuda_emu/attention_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/attention_check \
 //       && /tmp/attention_check [filter]   (cudart only for op.cc's error names; no GPU needed)
 //
-// The filter runs the cases whose label contains it, or any of its '|'-separated parts.
+// The filter runs the cases whose label contains it, or any of its '|'-separated parts; a part
+// that starts with '-' leaves out the cases whose label contains the rest of it.
 //
 // Each case runs the forward, the default backward and the deterministic one (the op's
 // `deterministic` attribute). Exits non-zero when any error is over the registry's tolerance
@@ -398,12 +399,17 @@ std::vector<Case> fuzz_cases(int n, uint64_t seed) {
 
 int main(int argc, char** argv) {
   const std::string filter = argc > 1 ? argv[1] : "";
-  std::vector<std::string> parts;
+  std::vector<std::string> take, leave;
   for (size_t at = 0; at <= filter.size();) {
     const size_t bar = std::min(filter.find('|', at), filter.size());
-    if (bar > at) parts.push_back(filter.substr(at, bar - at));
+    if (filter[at] == '-' && bar > at + 1) leave.push_back(filter.substr(at + 1, bar - at - 1));
+    else if (bar > at) take.push_back(filter.substr(at, bar - at));
     at = bar + 1;
   }
+  const auto runs = [&](const std::string& label) {
+    const auto in = [&](const std::string& part) { return label.find(part) != std::string::npos; };
+    return (take.empty() || std::any_of(take.begin(), take.end(), in)) && std::none_of(leave.begin(), leave.end(), in);
+  };
   const int seeds = argc > 2 ? std::atoi(argv[2]) : 1;
   std::vector<Case> cases = {
       // attention.cases('test')
@@ -439,7 +445,7 @@ int main(int argc, char** argv) {
   std::printf("%-40s %-5s %12s %5s %12s %5s %12s %5s\n", "case", "dtype", "fwd relerr", "worst", "bwd relerr", "worst", "det relerr", "worst");
   int failed = 0;
   for (const Case& c : cases) {
-    if (!filter.empty() && std::none_of(parts.begin(), parts.end(), [&](const std::string& p) { return c.label.find(p) != std::string::npos; })) continue;
+    if (!runs(c.label)) continue;
     for (mdlm::DType dt : {mdlm::DType::f32, mdlm::DType::bf16}) {
       const char* only = getenv("DTYPE");
       if (only && std::string(only) != mdlm::dtype_name(dt)) continue;
