@@ -32,6 +32,7 @@ import { withFileErrors } from '../runtime/files.js';
 import { evaluateModel } from './evaluate.js';
 import { type MemoryBreakdown, describeMemory } from './memory.js';
 import { METRICS_FILE, type ResumeMode, type RunDir, openRunDir } from './run_dir.js';
+import { resumeConflicts } from './resume.js';
 import { setUpRun } from './setup.js';
 import { Lookahead, optimizerStep } from './step.js';
 import { EventLoopTurns } from './turns.js';
@@ -167,6 +168,11 @@ export class Trainer {
   async restore(latest: { dir: string; step: number } | null = latestCheckpoint(this.cfg.out)): Promise<boolean> {
     if (!latest) return false;
     const ck = loadCheckpoint(latest.dir, { model: this.cfg.model });
+    const state = ck.trainerState as SavedTrainerState;
+    const conflicts = resumeConflicts(state.config, this.cfg);
+    if (conflicts.length > 0) {
+      fail('BAD_CONFIG', `${latest.dir} was saved by a run with other settings (${conflicts.join('; ')}); resume with the saved values (as --field value flags), or start a new run (--overwrite or another --out)`);
+    }
     this.model.loadParams(ck.tensors, latest.dir);
     const b = this.opts.backend;
     for (const [name, dst] of [['m', this.optimizer.m], ['v', this.optimizer.v]] as const) {
@@ -174,7 +180,6 @@ export class Trainer {
       if (!t || !(t.data instanceof Float32Array) || t.data.length !== dst.size) fail('BAD_FILE', `${latest.dir}: optimizer state '${name}' is missing or has the wrong size`);
       b.upload(dst, t.data);
     }
-    const state = ck.trainerState as SavedTrainerState;
     this.step = state.step;
     this.tokens = state.tokens;
     this.loader.restore(state.loader);
