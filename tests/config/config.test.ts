@@ -11,22 +11,13 @@ import { WebGpuBackend } from '../../src/backend/webgpu/webgpu.js';
 import { defaultPreset } from '../../src/cli/train.js';
 import { webgpuBackend } from '../support/webgpu.js';
 import { flopsBreakdown, flopsPerToken, paramCount } from '../../src/config/model-size.js';
+import { badConfig } from '../support/config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'mdlm-config-'));
 function file(name: string, text: string): string {
   const p = join(dir, name);
   writeFileSync(p, text);
   return p;
-}
-function badConfig(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(MdlmError);
-    expect((e as MdlmError).code).toBe('BAD_CONFIG');
-    return (e as MdlmError).message;
-  }
-  throw new Error('expected a BAD_CONFIG error');
 }
 
 describe('schema', () => {

@@ -7,18 +7,8 @@ import { describe, expect, test } from 'vitest';
 import { type InitModel, resolveConfig } from '../../src/config/load.js';
 import type { ModelConfig } from '../../src/config/schema.js';
 import { paddedVocabSize, vocabularyNeeds } from '../../src/config/vocab.js';
-import { MdlmError } from '../../src/errors.js';
+import { badConfig } from '../support/config.js';
 
-function badConfig(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(MdlmError);
-    expect((e as MdlmError).code).toBe('BAD_CONFIG');
-    return (e as Error).message;
-  }
-  throw new Error('expected BAD_CONFIG');
-}
 
 describe('model.vocabSize follows the tokenizer', () => {
   test('GPT-2 data with a byte-level preset needs no --model.vocabSize', () => {
