@@ -5,12 +5,11 @@
  * F32 [T, vocab]) — what bench/hf_interop.py compares with Hugging Face transformers.
  */
 import { existsSync, statSync } from 'node:fs';
-import { join } from 'node:path';
 import { Command } from 'commander';
 import type { Backend } from '../backend/backend.js';
 import { writeSafetensors } from '../checkpoint/safetensors.js';
 import { ObjectiveSchema } from '../config/schema.js';
-import { META_FILE, evalBatchCount, isMegatronDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
+import { evalBatchCount, isMegatronDataset, isPreparedDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
 import type { TokenSource } from '../data/source.js';
 import { fail } from '../errors.js';
 import { modelLogits } from '../model/logits.js';
@@ -120,7 +119,7 @@ async function openEvalData(m: OpenedModel, o: EvalFlags): Promise<TokenSource> 
   const path = o.data!;
   if (!existsSync(path) && !isMegatronDataset(path)) fail('NOT_FOUND', `--data ${path} does not exist`);
   let source: TokenSource;
-  if (existsSync(join(path, META_FILE))) {
+  if (isPreparedDataset(path)) {
     const d = await openPreparedData(path);
     const tok = m.tokenizer;
     if (tok && (tok.vocabSize !== d.tokenizer.vocabSize || tok.eosId !== d.tokenizer.eosId)) {

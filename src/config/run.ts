@@ -4,10 +4,8 @@
  * Returns the tokenizer the run saves with its checkpoints: the data's, with the [MASK] added
  * where masked diffusion needs one it lacks.
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { type InitFrom, openInitFrom } from '../checkpoint/init_from.js';
-import { META_FILE } from '../data/prepare.js';
+import { isPreparedDataset } from '../data/dataset.js';
 import { type Tokenizer, loadTokenizer } from '../data/tokenizer.js';
 import { type ResolveOptions, mergeConfig, resolveConfig } from './load.js';
 import { type DataConfig, DataSchema, type TrainConfig } from './schema.js';
@@ -27,7 +25,7 @@ export interface RunConfig {
 
 /** The tokenizer spec of a run's data: a prepared dataset's own (src/train/data.ts opens it so), else data.tokenizer. */
 function dataTokenizerSpec(data: DataConfig): string {
-  return data.path !== undefined && existsSync(join(data.path, META_FILE)) ? data.path : data.tokenizer;
+  return data.path !== undefined && isPreparedDataset(data.path) ? data.path : data.tokenizer;
 }
 
 export async function resolveRunConfig(opts: RunConfigOptions): Promise<RunConfig> {

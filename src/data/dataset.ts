@@ -6,6 +6,11 @@ import { META_FILE, type DataMeta } from './prepare.js';
 import { openShard, type OpenShardOptions, type TokenShard } from './shard.js';
 import { loadTokenizer, type Tokenizer } from './tokenizer.js';
 
+/** Whether `dir` is a dataset `mdlm data prepare` wrote (it holds meta.json). */
+export function isPreparedDataset(dir: string): boolean {
+  return existsSync(join(dir, META_FILE));
+}
+
 export interface PreparedData {
   dir: string;
   meta: DataMeta;

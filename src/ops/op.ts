@@ -5,7 +5,7 @@
  * harness walks the registry of these declarations.
  */
 import { fail } from '../errors.js';
-import { type DType, type Shape, type Tensor, isFloat, sameShape, shapeStr } from '../tensor.js';
+import { type DType, type Shape, type Tensor, sameShape, shapeStr } from '../tensor.js';
 import { normals } from '../rng/normals.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
@@ -233,11 +233,8 @@ export function refArrayFor(dtype: DType, n: number): RefArray {
   return new Float64Array(n);
 }
 
-export function isFloatArg(op: OpDef<unknown>, a: ArgSpec, attrs: unknown): boolean {
-  return isFloat(resolveArgDtype(op, a, attrs, 'f32'));
-}
+// Helpers for op declarations' random inputs.
 
-/** Helpers for op declarations' random inputs. */
 /** n normals × scale, as n calls of rng.normal() (filled as ../rng/normals.ts's default filler does). */
 export function randn(rng: PhiloxStream, n: number, scale = 1): Float64Array {
   return normals(rng, n, scale);

@@ -6,7 +6,7 @@
 import { existsSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { TrainConfig } from '../config/schema.js';
-import { META_FILE, isMegatronDataset, loadTokenizer, openPreparedData, openTokenSource, prepareData } from '../data/index.js';
+import { isMegatronDataset, isPreparedDataset, loadTokenizer, openPreparedData, openTokenSource, prepareData } from '../data/index.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
 import { fail } from '../errors.js';
@@ -18,13 +18,9 @@ export interface RunData {
   readonly description: string;
 }
 
-function isPrepared(dir: string): boolean {
-  return existsSync(join(dir, META_FILE));
-}
-
 export async function openRunData(cfg: TrainConfig, log: (msg: string) => void): Promise<RunData> {
   const path = cfg.data.path;
-  if (path && isPrepared(path)) {
+  if (path && isPreparedDataset(path)) {
     const d = await openPreparedData(path);
     return { train: d.train, val: d.val, tokenizer: d.tokenizer, description: path };
   }
@@ -33,7 +29,7 @@ export async function openRunData(cfg: TrainConfig, log: (msg: string) => void):
     return { train: openTokenSource(path), val: undefined, tokenizer, description: path };
   }
   const dir = join(cfg.out, 'data');
-  if (!isPrepared(dir)) {
+  if (!isPreparedDataset(dir)) {
     const what = path ?? 'the built-in Brown corpus';
     if (path && !existsSync(path)) {
       fail('NOT_FOUND', `data.path ${path} does not exist; give a prepared dataset directory, a text or JSON Lines file or folder, a token shard or a Megatron .bin/.idx prefix`);
