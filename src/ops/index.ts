@@ -16,6 +16,9 @@ import { diffusionMask } from './diffusion_mask.js';
 import { compactRows } from './compact_rows.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw, adamwCast } from './adamw.js';
+import { quantizeFp8 } from './quantize_fp8.js';
+import { fp8ScaleUpdate } from './fp8_scale_update.js';
+import { matmulFp8, matmulFp8Add } from './matmul_fp8.js';
 
 export const OPS: readonly OpDef<unknown>[] = [
   cast,
@@ -43,6 +46,10 @@ export const OPS: readonly OpDef<unknown>[] = [
   gradNorm,
   adamw,
   adamwCast,
+  quantizeFp8,
+  fp8ScaleUpdate,
+  matmulFp8,
+  matmulFp8Add,
 ] as OpDef<unknown>[];
 
 export function findOp(name: string): OpDef<unknown> | undefined {
