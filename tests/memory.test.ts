@@ -37,7 +37,9 @@ describe('trainingMemory', () => {
         expect(est.optimizer).toBe([opt.m, opt.v, opt.normOut, opt.schedule].reduce((n, t) => n + t.byteSize, 0));
         expect(model.store.list[0]!.compute.dtype).toBe(dtype);
         expect(est.workingCopy).toBe(dtype === 'f32' ? 0 : 2 * model.store.value.size);
-        expect(est.total).toBe(est.weights + est.grads + est.optimizer + est.workingCopy + est.activations);
+        expect(est.fp8).toBe(model.fp8?.bytes ?? 0);
+        if (saving.fp8) expect(est.fp8).toBeGreaterThan(0);
+        expect(est.total).toBe(est.weights + est.grads + est.optimizer + est.workingCopy + est.activations + est.fp8);
         // Every tensor of the run is in it: the estimate's buffers, rounded as the pool rounds them, are the device's.
         const pooled = b.poolStats().liveBytes;
         expect(pooled).toBeGreaterThanOrEqual(est.total);

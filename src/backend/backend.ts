@@ -38,6 +38,8 @@ export interface Backend {
   readonly description: string;
   /** The device's memory in bytes, where the backend knows it (CUDA). */
   readonly memoryBytes?: number;
+  /** Why this device cannot run FP8 GEMMs (a GPU without FP8 tensor cores); undefined where it can. */
+  readonly fp8Unavailable?: string;
   alloc(shape: Shape, dtype: DType): Tensor;
   /** A view of `count` elements from `offset` (elements) of `base`'s storage, shaped `shape`. */
   view(base: Tensor, offset: number, shape: Shape): Tensor;

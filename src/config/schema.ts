@@ -31,7 +31,8 @@ export const DATA_MODES = ['window', 'packed'] as const;
 export const LR_DECAYS = ['cosine', 'wsd', 'constant'] as const;
 export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
 export const NON_FINITE = ['stop', 'skip'] as const;
-export const PRECISIONS = ['auto', 'f32', 'bf16'] as const;
+export const PRECISIONS = ['auto', 'f32', 'bf16', 'fp8'] as const;
+export const FP8_SCALING_RECIPES = ['delayed', 'current'] as const;
 export const RECOMPUTE = ['none', 'swiglu'] as const;
 export const LOSS_ROWS = ['weighted', 'all'] as const;
 export type Recompute = (typeof RECOMPUTE)[number];
@@ -97,7 +98,14 @@ export const TrainSchema = z.strictObject({
   cudaGraphs: z.boolean().default(true).describe('CUDA: record the forward and backward pass as a CUDA graph at the second micro-batch and replay it from then on (one launch instead of hundreds). Other backends run the pass directly either way.'),
   deterministic: z.boolean().default(false).describe('The same bits on every run of the same config on the same GPU. On CUDA it selects the deterministic attention backward (slower: dQ in a kernel of its own instead of atomic adds) and GEMM algorithms chosen without timing (as train.gemmAutotune 0). The CPU and WebGPU backends give the same bits on every run either way.'),
   gemmAutotune: int(0).max(64).default(8).describe("CUDA: cuBLASLt candidate algorithms timed on each GEMM shape's first call, the fastest kept (0: the heuristic's first choice). Timing can pick another algorithm on another run, with other last bits; train.deterministic uses 0 whatever this says."),
-  precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu.'),
+  precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu. fp8: as auto, and the decoder blocks\' linear layers (q/k/v, output, gate/up, down) run their GEMMs on FP8 operands, forward and backward (E4M3 activations and weights, E5M2 output gradients; train.fp8 says how they are scaled and which blocks keep the compute dtype): FP8 tensor cores on CUDA (sm 8.9 and newer), emulated (quantised operands, f32 GEMMs) on cpu and webgpu.'),
+  fp8: z.strictObject({
+    scaling: z.enum(FP8_SCALING_RECIPES).default('delayed').describe('How each FP8 tensor\'s power-of-two scale is chosen. delayed: from the largest amax of the tensor\'s last historyLen steps (Transformer Engine\'s delayed scaling; the first step scales as current does). current: from the tensor\'s own amax, computed before it is quantised (one more pass over it).'),
+    historyLen: int(1).max(1024).default(16).describe('delayed: steps of amax history each scale is chosen from.'),
+    margin: int(0).max(32).default(0).describe('Scales are divided by 2^margin: headroom for values larger than the amax the scale was chosen from.'),
+    keepFirst: int(0).default(0).describe('The first this many decoder blocks keep the compute dtype (bf16) for their GEMMs.'),
+    keepLast: int(0).default(0).describe('The last this many decoder blocks keep the compute dtype (bf16) for their GEMMs.'),
+  }).prefault({}).describe('FP8 training (train.precision fp8): the scaling recipe and which blocks run in FP8.'),
   recompute: z.enum(RECOMPUTE).default('none').describe('Activations recomputed in the backward pass instead of kept from the forward: none, or swiglu (each MLP\'s silu(gate)·up product, [tokens, ffnHidden] a layer: a third of the MLP\'s saved activations, for one elementwise kernel a layer). The gradients are the same bits either way.'),
   logitChunks: int(1).default(1).describe('The LM head and the loss run over this many blocks of the batch\'s tokens in turn, so only one block\'s logits ([tokens / logitChunks, vocabSize]) are held at a time instead of all of them. Each block beyond the first adds one read and write of the head\'s f32 weight gradient ([vocabSize, dModel]). The losses are the same bits either way; the head\'s weight gradient is summed block by block, equal up to f32 rounding. Packed loss rows (train.lossRows) run in at least 8 blocks, so that those past the last packed row can be skipped.'),
   lossRows: z.enum(LOSS_ROWS).default('weighted').describe('The rows the LM head and the loss run over in training. weighted: under masked diffusion on the CPU, on WebGPU, or on CUDA with graphs (train.cudaGraphs), only the rows that carry a loss (the masked tokens, about half), packed to the front, in logit blocks (train.logitChunks, at least 8 here) of which those past the last such row are skipped; on CUDA without graphs every row, as packing could skip nothing there. all: every row, as autoregressive training always does. The loss is the same either way; the gradients equal up to f32 rounding.'),
@@ -171,6 +179,9 @@ function finish(raw: Raw, issues: Issue[], tokenizer: TokenizerShape | undefined
     issues.push({ path: ['objective', 'tMin'], message: 'objective.tMin = 0 makes the ELBO weight 1/t infinite; use a small ε such as 1e-3 (or objective.weighting empirical)' });
   }
   const t = raw.train;
+  if (t.precision === 'fp8' && t.fp8.keepFirst + t.fp8.keepLast >= m.nLayers) {
+    issues.push({ path: ['train', 'fp8', 'keepFirst'], message: `train.fp8.keepFirst (${t.fp8.keepFirst}) plus keepLast (${t.fp8.keepLast}) leave none of the ${m.nLayers} blocks in FP8; lower them, or use train.precision bf16` });
+  }
   if (t.minLr > t.lr) issues.push({ path: ['train', 'minLr'], message: `train.minLr (${t.minLr}) must be <= train.lr (${t.lr})` });
   if (t.warmupSteps > t.steps) issues.push({ path: ['train', 'warmupSteps'], message: `train.warmupSteps (${t.warmupSteps}) must be <= train.steps (${t.steps})` });
   if (t.decay === 'wsd' && t.warmupSteps + Math.round(t.wsdDecayFraction * t.steps) > t.steps) {

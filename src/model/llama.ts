@@ -17,6 +17,7 @@ import { Arena } from '../nn/arena.js';
 import { AttentionScratch } from '../nn/attention.js';
 import { BlockScratch, DecoderBlock } from '../nn/block.js';
 import { Embedding } from '../nn/embedding.js';
+import { Fp8Context, type Fp8Recipe } from '../nn/fp8.js';
 import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
 import { type ParamFiller, ParamStore } from '../nn/params.js';
@@ -51,6 +52,8 @@ export class LlamaModel {
   readonly blocks: DecoderBlock[];
   readonly finalNorm: RMSNorm;
   readonly head: Linear;
+  /** The FP8 blocks' sites, weights and scratch (train.precision fp8), else null. */
+  readonly fp8: Fp8Context | null;
   private readonly arena: Arena;
   private readonly inputs: ModelInputs;
   // Activations.
@@ -95,6 +98,8 @@ export class LlamaModel {
    * `packLossRows`: forwardBackward runs the head and the loss over the rows with a target and a
    * nonzero weight only (masked diffusion: the masked tokens), packed to the front; blocks past the
    * last such row are skipped where the backend can decide that on the device (CUDA graphs).
+   * `fp8`: the blocks between fp8.keepFirst and fp8.keepLast run their linear layers' GEMMs in
+   * FP8 (src/nn/fp8.ts).
    */
   constructor(
     readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
@@ -124,8 +129,9 @@ export class LlamaModel {
     this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
     const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);
     const attnScratch = new AttentionScratch(this.arena, dims);
-    const mlpScratch = new MlpScratch(this.arena, N, cfg.dModel, cfg.ffnHidden);
+    const mlpScratch = new MlpScratch(this.arena, N, cfg.dModel, cfg.ffnHidden, opts.fp8 !== undefined);
     this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd));
+    this.fp8 = opts.fp8 ? this.useFp8(opts.fp8.keepFirst, cfg.nLayers - opts.fp8.keepLast, opts.fp8) : null;
     this.finalNorm = new RMSNorm(this.store, 'final_norm', cfg.dModel, cfg.normEps);
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
@@ -167,6 +173,19 @@ export class LlamaModel {
     // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
     this.store.materialize(seed, opts.fill);
+  }
+
+  /**
+   * FP8 for blocks [from, to): their sites and FP8 weights, which follow the working copy from
+   * then on (written whenever it is: ParamStore.onWorkingCopy).
+   */
+  private useFp8(from: number, to: number, recipe: Fp8Recipe): Fp8Context {
+    if (!(from >= 0 && from < to && to <= this.blocks.length)) fail('BAD_CONFIG', `train.fp8: blocks ${from} to ${to - 1} of ${this.blocks.length} leave none in FP8`);
+    const ctx = new Fp8Context(this.backend, recipe, this.store);
+    for (let i = from; i < to; i++) this.blocks[i]!.useFp8(ctx);
+    ctx.allocate();
+    this.store.onWorkingCopy((updated) => ctx.weightsChanged(updated));
+    return ctx;
   }
 
   /** Scale of the loss gradient: 1/gradAccum, so accumulated gradients are of the mean loss. */
@@ -378,6 +397,7 @@ export class LlamaModel {
 
   destroy(): void {
     this.stopRecording();
+    this.fp8?.destroy();
     this.arena.destroy();
     this.store.destroy();
   }

@@ -3,12 +3,24 @@
  * loss run in: train.recompute, train.logitChunks and train.lossRows as the model takes them.
  */
 import type { Recompute } from '../config/schema.js';
+import type { Fp8Recipe } from '../nn/fp8.js';
 
-/** What a training model trades compute for memory with (train.recompute, train.logitChunks), and whether it packs the loss rows (train.lossRows). */
+/** The FP8 blocks of a model (train.precision fp8, train.fp8): the recipe, and the blocks at either end that keep the compute dtype. */
+export interface Fp8Blocks extends Fp8Recipe {
+  readonly keepFirst: number;
+  readonly keepLast: number;
+}
+
+/**
+ * What a training model trades compute for memory with (train.recompute, train.logitChunks),
+ * whether it packs the loss rows (train.lossRows), and which of its blocks compute in FP8 (they
+ * hold FP8 weights and scratch besides).
+ */
 export interface ActivationSaving {
   readonly recompute?: Recompute;
   readonly logitChunks?: number;
   readonly packLossRows?: boolean;
+  readonly fp8?: Fp8Blocks;
 }
 
 /** The fewest blocks packed loss rows run in: the blocks past the last packed row are skipped. */

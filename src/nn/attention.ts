@@ -24,6 +24,7 @@ import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import { matmul, matmulAttrs } from '../ops/matmul.js';
 import { matmulRope } from '../ops/matmul_rope.js';
+import { type Fp8Context, type Fp8Linear, matrix } from './fp8.js';
 import { Linear, addRowBias, accumulateBiasGrad, as3d } from './linear.js';
 import { PARAM_ALIGN, type Param, type ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
@@ -112,6 +113,8 @@ export class SelfAttention {
   private readonly savedOut: Tensor;
   private readonly savedLse: Tensor;
   private readonly proj: { readonly q: Projection; readonly k: Projection; readonly v: Projection };
+  /** FP8 (useFp8) with the fused layout: the joined q/k/v projection's sites. */
+  private fp8: { readonly ctx: Fp8Context; readonly qkv: Fp8Linear } | null = null;
 
   constructor(store: ParamStore, arena: Arena, name: string, dModel: number, readonly s: AttentionShape, private readonly scratch: AttentionScratch, std: number, outStd: number) {
     // Declaration order is the checkpoint mapping's (src/checkpoint/hf.ts paramSpecs).
@@ -163,6 +166,17 @@ export class SelfAttention {
       this.k.weight.offset === this.q.weight.offset + q * d && this.v.weight.offset === this.k.weight.offset + kv * d;
   }
 
+  /**
+   * Run the projections' GEMMs in FP8 from now on: fused, q, k and v as one joined weight read by
+   * three GEMMs from one quantised input; else each projection on its own.
+   */
+  useFp8(ctx: Fp8Context): void {
+    const rows = this.s.batch * this.s.seqLen;
+    if (this.fused) this.fp8 = { ctx, qkv: ctx.linear(this.q.weight, this.qkvWidth, this.q.inFeatures, rows) };
+    else for (const l of [this.q, this.k, this.v]) l.useFp8(ctx, rows);
+    this.o.useFp8(ctx, rows);
+  }
+
   /** Elements of a fused projection row: (H + 2G)·D. */
   private get qkvWidth(): number {
     return (this.s.heads + 2 * this.s.kvHeads) * this.s.headDim;
@@ -189,7 +203,9 @@ export class SelfAttention {
   forward(b: Backend, x: Tensor, residual: Tensor, out: Tensor, segIds: Tensor, positions: Tensor, causal: boolean): void {
     const s = this.s;
     const rows = s.batch * s.seqLen;
-    if (this.fused) {
+    if (this.fp8) {
+      this.projectFp8(b, this.fp8.ctx, this.fp8.qkv, x, positions);
+    } else if (this.fused) {
       // q and k = rope(x · [Wq; Wk]ᵀ) into the saved q and k (matmul_rope: on Hopper one
       // kernel that never stores the [rows, (H + G)·D] projection); v = x · Wvᵀ straight into the saved v
       // (one GEMM for all three would leave v to copy).
@@ -205,6 +221,23 @@ export class SelfAttention {
     }
     b.run(attention, { q: this.savedQ, k: this.savedK, v: this.savedV, segIds, out: this.savedOut, lse: this.savedLse }, this.attrs(causal));
     this.o.forward(b, as2d(b, this.savedOut), out, rows, residual);
+  }
+
+  /**
+   * FP8, fused layout: x quantised once; q, k (before rope) and v each one GEMM against its rows
+   * of the joined FP8 weight; then rope on q and k.
+   */
+  private projectFp8(b: Backend, ctx: Fp8Context, l: Fp8Linear, x: Tensor, positions: Tensor): void {
+    const s = this.s;
+    const sc = this.scratch;
+    const d = this.q.inFeatures, q = s.heads * s.headDim, kv = s.kvHeads * s.headDim;
+    const xq = ctx.quantize(matrix(x, s.batch * s.seqLen, d), l.x);
+    const part = (offset: number, n: number) => b.view(l.weight.q, offset * d, [n, d]);
+    ctx.gemm(xq, l.x, part(0, q), l.weight.site, sc.qPre);
+    ctx.gemm(xq, l.x, part(q, kv), l.weight.site, sc.kPre);
+    ctx.gemm(xq, l.x, part(q + kv, kv), l.weight.site, this.savedV);
+    b.run(rope, { x: sc.qPre, positions, y: this.savedQ }, this.ropeAttrs(s.heads));
+    b.run(rope, { x: sc.kPre, positions, y: this.savedK }, this.ropeAttrs(s.kvHeads));
   }
 
   /** q, k and v one projection at a time (biases, norms), then rope on q and k. */
@@ -238,6 +271,13 @@ export class SelfAttention {
       const dqkv = b.view(sc.qkv, 0, [1, rows, width]);
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
+      if (this.fp8) {
+        const { ctx, qkv } = this.fp8;
+        const dy = matrix(sc.qkv, rows, width);
+        ctx.weightGrad(qkv, matrix(x, rows, d), dy, this.wqkv(b, this.q.weight.grad), accumulate);
+        ctx.inputGrad(qkv, dy, dx, false);
+        return;
+      }
       b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }));
       b.run(matmul, { a: dqkv, b: this.wqkv(b, this.q.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, d, width, false, false));
       return;

@@ -8,6 +8,7 @@
 import type { Backend } from '../backend/backend.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
+import type { Fp8Context } from './fp8.js';
 import { type AttentionScratch, type AttentionShape, type KvCache, SelfAttention } from './attention.js';
 import { type MlpScratch, SwiGluMlp } from './mlp.js';
 import type { ParamStore } from './params.js';
@@ -82,6 +83,12 @@ export class DecoderBlock {
     this.attn.decode(b, n1, x, mid, cache, pos, positions);
     this.norm2.forward(b, mid, n2, b.view(this.rstd2, 0, [1]), 1);
     this.mlp.forward(b, n2, mid, out, 1);
+  }
+
+  /** Run the block's linear layers in FP8 from now on (src/nn/fp8.ts). */
+  useFp8(ctx: Fp8Context): void {
+    this.attn.useFp8(ctx);
+    this.mlp.useFp8(ctx);
   }
 
   /** On entry `dStream` holds d(out); on exit d(h). */

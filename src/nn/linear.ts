@@ -6,6 +6,7 @@
 import type { Backend } from '../backend/backend.js';
 import { matmul, matmulAdd, matmulAddAttrs, matmulAttrs } from '../ops/matmul.js';
 import type { Tensor } from '../tensor.js';
+import { type Fp8Context, type Fp8Linear, matrix } from './fp8.js';
 import type { Param, ParamStore } from './params.js';
 
 /** How a backward pass delivers an input gradient: overwrite, add to what is there, or skip. */
@@ -13,6 +14,8 @@ export type GradMode = 'write' | 'add' | 'none';
 
 export class Linear {
   readonly weight: Param;
+  /** Set by `useFp8`: the GEMMs read FP8 operands (src/nn/fp8.ts). */
+  private fp8: { readonly ctx: Fp8Context; readonly sites: Fp8Linear } | null = null;
 
   constructor(store: ParamStore | null, name: string, readonly inFeatures: number, readonly outFeatures: number, std: number, shared?: Param) {
     this.weight = shared ?? store!.declare(name, [outFeatures, inFeatures], { kind: 'normal', std }, true);
@@ -23,8 +26,14 @@ export class Linear {
     return new Linear(null, '', inFeatures, outFeatures, 0, weight);
   }
 
+  /** Run this layer's GEMMs in FP8 from now on, over up to `tokens` rows. */
+  useFp8(ctx: Fp8Context, tokens: number): void {
+    this.fp8 = { ctx, sites: ctx.linear(this.weight, this.outFeatures, this.inFeatures, tokens) };
+  }
+
   /** y [rows, out] = x [rows, in] · Wᵀ, or residual + x · Wᵀ (a residual add in the GEMM). */
   forward(b: Backend, x: Tensor, y: Tensor, rows: number, residual?: Tensor): void {
+    if (this.fp8) return this.fp8.ctx.forward(this.fp8.sites, matrix(x, rows, this.inFeatures), y, residual);
     const [a, w, out] = [as3d(b, x), as3d(b, this.weight.compute), as3d(b, y)];
     if (residual) {
       b.run(matmulAdd, { a, b: w, residual: as3d(b, residual), out }, matmulAddAttrs(1, rows, this.outFeatures, this.inFeatures, false, true));
@@ -36,6 +45,13 @@ export class Linear {
   /** dW += dyᵀ · x (f32; or = on the pass's first write: ParamStore.accumulates); dx = or += dy · W (per `mode`). */
   backward(b: Backend, x: Tensor, dy: Tensor, dx: Tensor | null, mode: GradMode, rows: number): void {
     const accumulate = this.weight.store.accumulates(this.weight);
+    if (this.fp8) {
+      const { ctx, sites } = this.fp8;
+      const dyM = matrix(dy, rows, this.outFeatures);
+      ctx.weightGrad(sites, matrix(x, rows, this.inFeatures), dyM, this.weight.grad, accumulate);
+      if (mode !== 'none' && dx) ctx.inputGrad(sites, dyM, dx, mode === 'add');
+      return;
+    }
     b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate, outF32: true }));
     if (mode === 'none' || !dx) return;
     b.run(matmul, { a: as3d(b, dy), b: as3d(b, this.weight.compute), out: as3d(b, dx) }, matmulAttrs(1, rows, this.inFeatures, this.outFeatures, false, false, { accumulate: mode === 'add' }));

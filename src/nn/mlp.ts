@@ -17,6 +17,7 @@ import { matmulSwiglu, matmulSwigluBackward } from '../ops/matmul_swiglu.js';
 import { swiglu, swigluBackward } from '../ops/swiglu.js';
 import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
+import { type Fp8Context, type Fp8Linear, matrix } from './fp8.js';
 import { Linear, as3d } from './linear.js';
 import { PARAM_ALIGN, type ParamStore } from './params.js';
 
@@ -31,12 +32,15 @@ export function gateUpJoined(dModel: number, hidden: number): boolean {
 
 /** Temporaries shared by every MLP (only one runs at a time). */
 export class MlpScratch {
-  /** dh [rows, hidden], for the MLPs whose gate and up are not joined (the joined ones never store it). */
+  /**
+   * dh [rows, hidden] (dhᵀ in the joined layout), for the MLPs whose gate and up are not joined
+   * and for FP8 ones (the joined bf16 ones never store it).
+   */
   readonly dHidden: Tensor | undefined;
   /** dGᵀ then dUᵀ: [2 · hidden · rows], one buffer so that the input gradient is one GEMM. */
   readonly dGateUp: Tensor;
-  constructor(arena: Arena, rows: number, dModel: number, hidden: number) {
-    this.dHidden = gateUpJoined(dModel, hidden) ? undefined : arena.alloc([rows, hidden]);
+  constructor(arena: Arena, rows: number, dModel: number, hidden: number, fp8 = false) {
+    this.dHidden = gateUpJoined(dModel, hidden) && !fp8 ? undefined : arena.alloc([rows, hidden]);
     this.dGateUp = arena.alloc([2 * rows * hidden]);
   }
 }
@@ -48,6 +52,8 @@ export class SwiGluMlp {
   /** Gᵀ then Uᵀ: [2 · hidden · rows]. */
   private readonly gu: Tensor;
   private readonly h: Tensor; // the product: its own buffer, or the first half of scratch.dGateUp when recomputed
+  /** FP8 (useFp8) with gate and up joined: the joined projection's sites and the down projection's. */
+  private fp8: { readonly ctx: Fp8Context; readonly gateUp: Fp8Linear; readonly down: Fp8Linear } | null = null;
 
   constructor(
     store: ParamStore, arena: Arena, name: string, readonly dModel: number, readonly hidden: number, readonly rows: number,
@@ -67,6 +73,23 @@ export class SwiGluMlp {
    */
   get joined(): boolean {
     return this.up.weight.offset === this.gate.weight.offset + this.hidden * this.dModel;
+  }
+
+  /**
+   * Run the GEMMs in FP8 from now on: joined, the gate and up weights as one and the down
+   * projection through the transposed layout; else each Linear on its own.
+   */
+  useFp8(ctx: Fp8Context): void {
+    if (!this.joined) {
+      for (const l of [this.gate, this.up, this.down]) l.useFp8(ctx, this.rows);
+      return;
+    }
+    if (!this.scratch.dHidden) throw new Error('mlp: FP8 needs the scratch built for FP8 (MlpScratch fp8)');
+    this.fp8 = {
+      ctx,
+      gateUp: ctx.linear(this.gate.weight, 2 * this.hidden, this.dModel, this.rows),
+      down: ctx.linear(this.down.weight, this.dModel, this.hidden, this.rows),
+    };
   }
 
   /** The first r·c elements of t as one [r, c] matrix (a batch of one for matmul). */
@@ -100,6 +123,13 @@ export class SwiGluMlp {
       this.down.forward(b, this.product(b, rows, F), out, rows, residual);
       return;
     }
+    if (this.fp8) {
+      // [Gᵀ; Uᵀ] = Q(Wgu) · Q(x)ᵀ; hᵀ = silu(Gᵀ) · Uᵀ; out = residual + Q(h) · Q(Wdown)ᵀ
+      const { ctx, gateUp, down } = this.fp8;
+      ctx.forwardTransposed(gateUp, matrix(x, rows, d), b.view(this.gu, 0, [2 * F, rows]));
+      ctx.forward(down, matrix(this.product(b, F, rows), rows, F, true), out, residual);
+      return;
+    }
     // [Gᵀ; Uᵀ] [2F, rows] = Wgu [2F, d] · xᵀ, and hᵀ = silu(Gᵀ) · Uᵀ, in one op (one kernel on Hopper)
     const hT = b.view(this.h, 0, [F, rows]);
     b.run(matmulSwiglu, { wgu: b.view(this.gate.weight.compute, 0, [2 * F, d]), x: b.view(x, 0, [rows, d]), gu: b.view(this.gu, 0, [2 * F, rows]), out: hT }, { hidden: F, rows, k: d });
@@ -123,8 +153,9 @@ export class SwiGluMlp {
       return;
     }
     const hT = this.recompute ? this.product(b, F, R) : b.view(this.h, 0, [F, R]);
-    // dWdown [d, F] (+)= doutᵀ · (hᵀ)ᵀ
     const store = this.down.weight.store;
+    if (this.fp8) return this.backwardFp8(b, this.fp8, x, hT, dout, dx);
+    // dWdown [d, F] (+)= doutᵀ · (hᵀ)ᵀ
     b.run(matmul, { a: as3d(b, dout), b: as3d(b, hT), out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: store.accumulates(this.down.weight), outF32: true }));
     // dhᵀ [F, rows] = Wdownᵀ · doutᵀ, then [dGᵀ; dUᵀ] from it and [Gᵀ; Uᵀ], in one op (dh never stored on Hopper)
     const gradGateUp = { wdown: b.view(this.down.weight.compute, 0, [d, F]), dout: b.view(dout, 0, [R, d]), gu: b.view(this.gu, 0, [2 * F, R]), dgu: b.view(sc.dGateUp, 0, [2 * F, R]) };
@@ -133,5 +164,26 @@ export class SwiGluMlp {
     // dWgu [2F, d] (+)= [dGᵀ; dUᵀ] · x;  dx [rows, d] = [dGᵀ; dUᵀ]ᵀ · Wgu
     b.run(matmul, { a: dguT, b: as3d(b, x), out: m(b, this.gate.weight.grad, 2 * F, d) }, matmulAttrs(1, 2 * F, d, R, false, false, { accumulate: store.accumulates(this.gate.weight, this.up.weight), outF32: true }));
     b.run(matmul, { a: dguT, b: m(b, this.gate.weight.compute, 2 * F, d), out: as3d(b, dx) }, matmulAttrs(1, R, d, 2 * F, true, false));
+  }
+
+  /**
+   * The joined layout's backward in FP8: dWdown from Q(doutᵀ) and Q(hᵀ); dhᵀ = Q(Wdownᵀ) · Q(dout)ᵀ
+   * (into scratch.dHidden); [dGᵀ; dUᵀ] by swiglu_backward; dWgu and dx from them.
+   */
+  private backwardFp8(b: Backend, f: NonNullable<SwiGluMlp['fp8']>, x: Tensor, hT: Tensor, dout: Tensor, dx: Tensor): void {
+    const sc = this.scratch;
+    const F = this.hidden, d = this.dModel, R = this.rows;
+    const { ctx, gateUp, down } = f;
+    const store = this.down.weight.store;
+    const doutM = matrix(dout, R, d);
+    ctx.weightGrad(down, matrix(hT, R, F, true), doutM, b.view(this.down.weight.grad, 0, [d, F]), store.accumulates(this.down.weight));
+    const dhT = b.view(sc.dHidden!, 0, [F, R]);
+    ctx.gemm(down.weight.qT, down.weight.site, ctx.quantize(doutM, down.dy), down.dy, dhT);
+    const [g, u] = SwiGluMlp.halves(b, this.gu, F, R);
+    const [dg, du] = SwiGluMlp.halves(b, sc.dGateUp, F, R);
+    b.run(swigluBackward, { dout: dhT, gate: g, up: u, dgate: dg, dup: du }, { rows: F, hidden: R });
+    const dgu = matrix(sc.dGateUp, R, 2 * F, true);
+    ctx.weightGrad(gateUp, matrix(x, R, d), dgu, b.view(this.gate.weight.grad, 0, [2 * F, d]), store.accumulates(this.gate.weight, this.up.weight));
+    ctx.inputGrad(gateUp, dgu, dx, false);
   }
 }

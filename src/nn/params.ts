@@ -53,6 +53,8 @@ export class ParamStore {
   private flatGrad: Tensor | null = null;
   private flatCompute: Tensor | null = null;
   private ranges: { decay: ParamRange; noDecay: ParamRange } | null = null;
+  /** What runs after the working copy is written (onWorkingCopy). */
+  private readonly copyListeners: ((updated: boolean) => void)[] = [];
   /** The parameters whose gradient the current overwriting pass has written (beginGradients). */
   private written: Set<Param> | null = null;
 
@@ -117,8 +119,21 @@ export class ParamStore {
   /** Re-derive the working copy from the masters (a no-op under f32, where they are one buffer). */
   refreshCompute(): void {
     const work = this.flatCompute;
-    if (!work) return;
-    this.backend.run(cast, { x: this.value, out: work }, { n: work.size, from: 'f32', to: this.computeDtype });
+    if (work) this.backend.run(cast, { x: this.value, out: work }, { n: work.size, from: 'f32', to: this.computeDtype });
+    this.workingCopyWritten(false);
+  }
+
+  /**
+   * `fn` is queued whenever the working copy has been written: by an optimizer update (`updated`)
+   * or from the masters (init, load). Copies derived from it (FP8 weights) follow it this way.
+   */
+  onWorkingCopy(fn: (updated: boolean) => void): void {
+    this.copyListeners.push(fn);
+  }
+
+  /** Queue the onWorkingCopy listeners: the working copy has just been written (the optimizer calls this after its update). */
+  workingCopyWritten(updated: boolean): void {
+    for (const fn of this.copyListeners) fn(updated);
   }
 
   get list(): readonly Param[] {

@@ -142,6 +142,7 @@ export class AdamW {
 
   private apply(): void {
     for (const { op, args, attrs } of this.updates) this.backend.run(op, args, attrs);
+    this.store.workingCopyWritten(true);
   }
 
   destroy(): void {

@@ -22,6 +22,8 @@ export interface MemoryBreakdown {
   readonly workingCopy: number;
   /** Activations, saved tensors, inputs and backward scratch: the model's arena. */
   readonly activations: number;
+  /** FP8 training: the FP8 weights (and their transposes), the quantised operands' scratch and the scaling state. */
+  readonly fp8: number;
   readonly total: number;
 }
 
@@ -44,8 +46,9 @@ export function trainingMemory(m: ModelConfig, batch: number, dtype: FloatDType,
   const grads = store.grad.byteSize;
   const workingCopy = store.workingCopy?.byteSize ?? 0;
   const activations = model.activationBytes;
+  const fp8 = model.fp8?.bytes ?? 0;
   plan.destroy();
-  return { weights, grads, optimizer, workingCopy, activations, total: weights + grads + optimizer + workingCopy + activations };
+  return { weights, grads, optimizer, workingCopy, activations, fp8, total: weights + grads + optimizer + workingCopy + activations + fp8 };
 }
 
 /** Room left for the CUDA context, the kernels' scratch arena and cuBLASLt's workspace: 2 GiB, or a tenth of a small device. */
@@ -59,7 +62,7 @@ export function gib(bytes: number): string {
 }
 
 export function describeMemory(e: MemoryBreakdown): string {
-  return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}`;
+  return `${gib(e.total)}: weights ${gib(e.weights)}, gradients ${gib(e.grads)}, AdamW state ${gib(e.optimizer)}${e.workingCopy ? `, working copy ${gib(e.workingCopy)}` : ''}, activations ${gib(e.activations)}${e.fp8 ? `, FP8 weights and scratch ${gib(e.fp8)}` : ''}`;
 }
 
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';

@@ -14,6 +14,9 @@ import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective } from '../objectives/objective.js';
 import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
+import { fp8ScaleUpdate } from '../ops/fp8_scale_update.js';
+import { matmulFp8, matmulFp8Add } from '../ops/matmul_fp8.js';
+import { quantizeFp8 } from '../ops/quantize_fp8.js';
 import { type MemoryBreakdown, checkTrainingFits, withMemoryEstimate } from './memory.js';
 import type { StepParts } from './step.js';
 
@@ -84,17 +87,37 @@ export function recordsSteps(t: TrainSection, backend: Pick<Backend, 'name'>): b
  */
 export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sparseLoss'>, backend: Pick<Backend, 'name' | 'skipsConditional'>): ActivationSaving {
   const skips = backend.skipsConditional === 'always' || (backend.skipsConditional === 'recorded' && recordsSteps(t, backend));
-  return { recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && skips };
+  return {
+    recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && skips,
+    ...(t.precision === 'fp8' ? { fp8: { ...t.fp8, historyLen: t.fp8.scaling === 'current' ? 1 : t.fp8.historyLen } } : {}),
+  };
 }
 
-/** train.precision on a backend: the compute dtype (auto: bf16 where the kernels are bf16 tensor-core kernels, CUDA). */
+/**
+ * train.precision on a backend: the compute dtype (auto, and fp8 around its FP8 GEMMs: bf16 where
+ * the kernels are bf16 tensor-core kernels, CUDA). fp8 needs the backend's FP8 GEMM (CUDA: FP8
+ * tensor cores, sm 8.9 and newer).
+ */
 export function computeDtype(precision: (typeof PRECISIONS)[number], backend: Backend): FloatDType {
-  const dtype = precision === 'auto' ? (backend.name === 'cuda' ? 'bf16' : 'f32') : precision;
+  if (precision === 'fp8') requireFp8(backend);
+  const dtype = precision === 'auto' || precision === 'fp8' ? (backend.name === 'cuda' ? 'bf16' : 'f32') : precision;
   if (!backend.floatDtypes.has(dtype)) {
     fail('BAD_CONFIG', `train.precision ${precision}: the ${backend.name} backend computes in ${[...backend.floatDtypes].filter((d) => d === 'f32' || d === 'bf16').join(' or ')} only; use train.precision auto or f32, or another --backend`);
   }
   return dtype;
 }
+
+/** FP8 training's ops on this backend, or a BAD_CONFIG error naming the device and what it lacks. */
+export function requireFp8(backend: Backend): void {
+  const missing = FP8_OPS.filter((op) => !backend.supports(op));
+  if (backend.fp8Unavailable || missing.length > 0) {
+    const why = backend.fp8Unavailable ?? `the ${backend.name} backend has no kernels for ${missing.join(', ')}`;
+    fail('BAD_CONFIG', `train.precision fp8 on ${backend.description}: ${why}; use train.precision bf16 (or auto)`);
+  }
+}
+
+/** The ops FP8 training runs besides the others. */
+const FP8_OPS = [quantizeFp8.name, matmulFp8.name, matmulFp8Add.name, fp8ScaleUpdate.name];
 
 /** The objective a config section describes; `maskId` is the [MASK] id, checked by the caller. */
 export function createObjective(o: ObjectiveSection, seed: number, maskId: number): Objective {

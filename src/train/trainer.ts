@@ -180,6 +180,17 @@ export class Trainer {
       if (!t || !(t.data instanceof Float32Array) || t.data.length !== dst.size) fail('BAD_FILE', `${latest.dir}: optimizer state '${name}' is missing or has the wrong size`);
       b.upload(dst, t.data);
     }
+    const fp8 = this.model.fp8;
+    if (fp8) {
+      const tables: Record<string, Float32Array> = {};
+      for (const { name } of fp8.tables) {
+        const t = ck.optimizer[name];
+        if (t?.data instanceof Float32Array) tables[name] = t.data;
+      }
+      // A checkpoint of a run in another precision has no FP8 state: the scales start afresh.
+      if (Object.keys(tables).length > 0) fp8.restore(tables, latest.dir);
+      else this.opts.log(`${latest.dir} holds no FP8 scaling state (saved in another train.precision); the FP8 scales start afresh`);
+    }
     this.step = state.step;
     this.tokens = state.tokens;
     this.loader.restore(state.loader);
@@ -203,10 +214,12 @@ export class Trainer {
     for (const p of this.model.store.list) tensors[p.name] = values.slice(p.offset, p.offset + p.value.size);
     const m = (await b.download(this.optimizer.m)) as Float32Array;
     const v = (await b.download(this.optimizer.v)) as Float32Array;
+    const fp8: Record<string, Float32Array> = {};
+    for (const { name, tensor } of this.model.fp8?.tables ?? []) fp8[name] = (await b.download(tensor)) as Float32Array;
     const trainerState: SavedTrainerState = { step: this.step, loader: this.batches.state(), tokens: this.tokens, seed: this.cfg.train.seed, config: this.cfg };
     return saveCheckpoint(
       this.cfg.out,
-      { config: this.cfg, tensors, optimizer: { m, v }, trainerState, tokenizerFiles: this.opts.tokenizer.files() },
+      { config: this.cfg, tensors, optimizer: { m, v, ...fp8 }, trainerState, tokenizerFiles: this.opts.tokenizer.files() },
       { keepLast: this.cfg.train.keepCheckpoints, eosTokenId: this.opts.tokenizer.eosId },
     );
   }

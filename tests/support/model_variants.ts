@@ -12,4 +12,6 @@ export const MODEL_VARIANTS: readonly [label: string, overrides: Record<string, 
   ['SwiGLU product recomputed', {}, { recompute: 'swiglu' }],
   ['logits in blocks', { 'model.seqLen': '48' }, { logitChunks: 2 }],
   ['loss rows packed', { 'model.seqLen': '48' }, { packLossRows: true }],
+  ['FP8 blocks, delayed scaling', {}, { fp8: { scaling: 'delayed', historyLen: 4, margin: 0, keepFirst: 0, keepLast: 0 } }],
+  ['FP8 second block only, q/k/v biases, SwiGLU recomputed', { 'model.qkvBias': 'true' }, { recompute: 'swiglu', fp8: { scaling: 'current', historyLen: 1, margin: 1, keepFirst: 1, keepLast: 0 } }],
 ];

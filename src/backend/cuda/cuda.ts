@@ -137,6 +137,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
   readonly description: string;
   readonly info: CudaProbeInfo;
   readonly memoryBytes?: number;
+  readonly fp8Unavailable?: string;
 
   protected readonly store: TensorStore<bigint>;
   private readonly ops: ReadonlySet<string>;
@@ -151,6 +152,7 @@ export class CudaBackend extends PooledBackend<bigint> implements Backend {
     if (!info.available) fail('BACKEND_UNAVAILABLE', `cuda: ${info.reason ?? 'no CUDA device'}`);
     this.info = info;
     if (info.memoryBytes !== undefined) this.memoryBytes = info.memoryBytes;
+    if (!info.fp8) this.fp8Unavailable = `${info.device} is sm ${info.sm}; FP8 tensor cores need sm 8.9 or newer (Ada, Hopper, Blackwell)`;
     this.ops = new Set(info.ops);
     this.description = `${info.device} (sm ${info.sm}, ${gib(info.memoryBytes ?? 0)}, ${info.multiprocessors} SMs; CUDA ${info.runtime}, driver ${info.driver}, cuBLASLt ${info.cublasLt})`;
     this.store = new TensorStore('cuda', new BufferPool((bytes) => native(() => addon.malloc(bytes)), (ptr) => addon.free(ptr)));
