@@ -5,7 +5,7 @@
  * the shader's reflection, so a mismatch is an error naming the shader and binding.
  */
 import type { OpDef } from '../../ops/op.js';
-import type { DType, Shape, Tensor } from '../../tensor.js';
+import { DTYPE_BYTES, type DType, type Shape, type Tensor } from '../../tensor.js';
 
 export type UniformValue = number | readonly number[];
 export type UniformValues = Readonly<Record<string, UniformValue>>;
@@ -26,6 +26,8 @@ export interface KernelContext {
   scratch(shape: Shape, dtype: DType): Tensor;
   /** Copy all of src into dst (same dtype and size). */
   copy(src: Tensor, dst: Tensor): void;
+  /** Zero a tensor (its bytes must start and end on 4-byte boundaries). */
+  zero(t: Tensor): void;
   readonly limits: GPUSupportedLimits;
   readonly features: ReadonlySet<string>;
 }
@@ -61,4 +63,16 @@ export function grid1d(n: number, perGroup: number, maxPerDim = 65535): [number,
 
 export function ceilDiv(a: number, b: number): number {
   return Math.ceil(a / b);
+}
+
+/**
+ * `t` when its view starts where a storage binding may, else a scratch copy of it: a small
+ * record read inside a table of them (an FP8 site's meta record or scale). A kernel that writes
+ * the copy copies it back into `t` after its dispatches.
+ */
+export function bindable(k: KernelContext, t: Tensor): Tensor {
+  if ((t.offset * DTYPE_BYTES[t.dtype]) % k.limits.minStorageBufferOffsetAlignment === 0) return t;
+  const c = k.scratch(t.shape, t.dtype);
+  k.copy(t, c);
+  return c;
 }

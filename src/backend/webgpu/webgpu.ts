@@ -4,7 +4,7 @@
  * one compute pass until a sync point, uniforms packed by reflected struct layout into a ring.
  */
 import { type Backend, BufferPool, PooledBackend, type Recording, TensorStore, checkUpload, rerun } from '../backend.js';
-import { bf16ToF32, f16ToF32, f32ToBf16, f32ToF16 } from '../../convert.js';
+import { decodeFloats, encodeFloats } from '../../convert.js';
 import { MdlmError, fail } from '../../errors.js';
 import { type OpDef, validateCall } from '../../ops/op.js';
 import { DTYPE_BYTES, type DType, type HostArray, type Shape, Tensor, checkShape, numel } from '../../tensor.js';
@@ -79,8 +79,11 @@ export async function requestAdapter(gpu: GPU, powerPreference: GPUPowerPreferen
 export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   readonly name = 'webgpu' as const;
   readonly skipsConditional = 'always' as const;
-  readonly dtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'f16', 'bf16', 'i32', 'u32']);
-  /** The shaders compute in f32 over f32 storage (f16/bf16 storage is for casts and transfers). */
+  readonly dtypes: ReadonlySet<DType> = new Set<DType>(['f32', 'f16', 'bf16', 'fp8e4m3', 'fp8e5m2', 'i32', 'u32']);
+  /**
+   * The shaders compute in f32 over f32 storage (f16/bf16 storage is for casts and transfers,
+   * fp8 for the FP8 ops' operands, src/ops/fp8.ts).
+   */
   readonly floatDtypes: ReadonlySet<DType> = new Set<DType>(['f32']);
   readonly description: string;
   readonly adapter: WebGpuAdapterDescription;
@@ -152,7 +155,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   override alloc(shape: Shape, dtype: DType): Tensor {
     this.checkAlive();
     checkShape(shape, 'webgpu.alloc');
-    if (!this.dtypes.has(dtype)) fail('UNSUPPORTED_DTYPE', `webgpu: dtype ${dtype} is not supported (supported: ${[...this.dtypes].join(', ')}); fp8 needs --backend cuda`);
+    if (!this.dtypes.has(dtype)) fail('UNSUPPORTED_DTYPE', `webgpu: dtype ${dtype} is not supported (supported: ${[...this.dtypes].join(', ')})`);
     const bytes = numel(shape) * DTYPE_BYTES[dtype];
     const max = this.device.limits.maxBufferSize;
     if (bytes > max) fail('OUT_OF_MEMORY', `webgpu: a ${dtype} tensor of ${bytes} bytes exceeds this adapter's maxBufferSize (${max})`);
@@ -165,15 +168,8 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const h = this.store.handleOf(t);
     const byteOffset = t.offset * DTYPE_BYTES[t.dtype];
     if (byteOffset % 4 !== 0) fail('BAD_ARGUMENT', `webgpu.upload: ${t} starts at byte ${byteOffset}, not a multiple of 4`);
-    let bytes: ArrayBufferView;
-    if (t.dtype === 'f16' || t.dtype === 'bf16') {
-      const enc = t.dtype === 'f16' ? f32ToF16 : f32ToBf16;
-      const words = new Uint16Array(Math.ceil(data.length / 2) * 2);
-      for (let i = 0; i < data.length; i++) words[i] = enc(data[i]!);
-      bytes = words;
-    } else {
-      bytes = data;
-    }
+    // writeBuffer takes whole words: a narrow tensor's ragged last word is completed with zeros.
+    const bytes: ArrayBufferView = isNarrow(t.dtype) ? wholeWords(encodeFloats(t.dtype, data)) : data;
     this.flush(); // earlier dispatches must see the old contents
     this.device.queue.writeBuffer(h.buffer, byteOffset, bytes.buffer, bytes.byteOffset, bytes.byteLength);
   }
@@ -194,14 +190,15 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
   async download(t: Tensor): Promise<HostArray> {
     this.checkAlive();
     const h = this.store.handleOf(t);
+    // Copies take whole words: from the word the view starts in, `lead` bytes before it.
     const byteOffset = t.offset * DTYPE_BYTES[t.dtype];
-    if (byteOffset % 4 !== 0) fail('BAD_ARGUMENT', `webgpu.download: ${t} starts at byte ${byteOffset}, not a multiple of 4`);
-    const size = Math.ceil(t.byteSize / 4) * 4;
+    const lead = byteOffset % 4;
+    const size = Math.ceil((lead + t.byteSize) / 4) * 4;
     const staging = this.stagingPool.take(Math.max(size, 4));
     this.endPass();
     const enc = this.encoder ?? this.device.createCommandEncoder();
     this.encoder = null;
-    if (size > 0) enc.copyBufferToBuffer(h.buffer, byteOffset, staging.buffer, 0, size);
+    if (size > 0) enc.copyBufferToBuffer(h.buffer, byteOffset - lead, staging.buffer, 0, size);
     this.submitEncoder(enc);
     try {
       await staging.buffer.mapAsync(GPUMapMode.READ, 0, Math.max(size, 4));
@@ -218,13 +215,9 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
       case 'f32': return new Float32Array(raw, 0, n);
       case 'i32': return new Int32Array(raw, 0, n);
       case 'u32': return new Uint32Array(raw, 0, n);
-      default: {
-        const words = new Uint16Array(raw, 0, n);
-        const dec = t.dtype === 'f16' ? f16ToF32 : bf16ToF32;
-        const out = new Float32Array(n);
-        for (let i = 0; i < n; i++) out[i] = dec(words[i]!);
-        return out;
-      }
+      case 'f16':
+      case 'bf16': return decodeFloats(t.dtype, new Uint16Array(raw, lead, n));
+      default: return decodeFloats(t.dtype, new Uint8Array(raw, lead, n));
     }
   }
 
@@ -252,6 +245,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
         return t;
       },
       copy: (src, dst) => this.copy(src, dst),
+      zero: (t) => this.zero(t),
       limits: this.device.limits,
       features: this.features,
     };
@@ -410,6 +404,7 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     if (src.dtype !== dst.dtype || src.size !== dst.size) throw new Error(`webgpu.copy: ${src} -> ${dst} differ in dtype or size`);
     const so = src.offset * DTYPE_BYTES[src.dtype];
     const dof = dst.offset * DTYPE_BYTES[dst.dtype];
+    if (so % 4 !== 0 || dof % 4 !== 0) throw new Error(`webgpu.copy: ${src} -> ${dst} do not start on 4-byte boundaries`);
     const size = Math.ceil(src.byteSize / 4) * 4;
     if (size === 0) return;
     this.endPass();
@@ -461,6 +456,22 @@ export class WebGpuBackend extends PooledBackend<GPUBuffer> implements Backend {
     const oom = msgs.some((m) => /out of memory|OutOfMemory/i.test(m));
     throw new MdlmError(oom ? 'OUT_OF_MEMORY' : 'WEBGPU_VALIDATION', `WebGPU reported ${msgs.length} error(s):\n  ${msgs.join('\n  ')}`);
   }
+}
+
+type NarrowDType = 'f16' | 'bf16' | 'fp8e4m3' | 'fp8e5m2';
+
+/** Float dtypes stored packed into u32 words: two 16-bit values or four fp8 codes, low first. */
+function isNarrow(d: DType): d is NarrowDType {
+  return d === 'f16' || d === 'bf16' || d === 'fp8e4m3' || d === 'fp8e5m2';
+}
+
+/** The codes' bytes, zero-padded to whole 4-byte words. */
+function wholeWords(codes: Uint16Array | Uint8Array): Uint8Array {
+  const bytes = new Uint8Array(codes.buffer, codes.byteOffset, codes.byteLength);
+  if (bytes.byteLength % 4 === 0) return bytes;
+  const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
+  padded.set(bytes);
+  return padded;
 }
 
 const STORAGE_ELEMENT: Record<DType, readonly string[]> = {

@@ -16,6 +16,9 @@ import { diffusionMaskKernel } from './diffusion_mask.js';
 import { compactRowsKernel } from './compact_rows.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwCastKernel, adamwKernel } from './adamw.js';
+import { quantizeFp8Kernel } from './quantize_fp8.js';
+import { fp8ScaleUpdateKernel } from './fp8_scale_update.js';
+import { matmulFp8AddKernel, matmulFp8Kernel } from './matmul_fp8.js';
 
 export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   castKernel,
@@ -43,4 +46,8 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   gradNormKernel,
   adamwKernel,
   adamwCastKernel,
+  quantizeFp8Kernel,
+  fp8ScaleUpdateKernel,
+  matmulFp8Kernel,
+  matmulFp8AddKernel,
 ];
