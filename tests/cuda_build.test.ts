@@ -17,8 +17,11 @@ import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CUDA_DIR, NVCC_FLAGS, cudaSources, findNvcc, gencodeFlags, locateToolkit, objectName, usesCublasLt } from '../cuda/build.mjs';
-import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16 } from '../src/convert.js';
+import { bf16ToF32, bitsF32, e4m3ToF32, e5m2ToF32, f16ToF32, f32Bits, f32ToBf16, f32ToE4m3, f32ToE5m2, f32ToF16, roundTo } from '../src/convert.js';
+import { type Fp8Format, inversePow2, pow2Scale, quantizeValue } from '../src/ops/fp8.js';
+import { type Fp8ScaleUpdateAttrs, fp8ScaleUpdate, fp8ScaleUpdateReference } from '../src/ops/fp8_scale_update.js';
 import { OPS } from '../src/ops/index.js';
+import { type QuantizeFp8Attrs, quantizeFp8, quantizeFp8Reference } from '../src/ops/quantize_fp8.js';
 import { PhiloxStream, RngPurpose, philox4x32 } from '../src/rng/philox.js';
 import { type OpNames, checkLauncherNames, cppFiles, declaredAttributes } from './support/launcher_names.js';
 
@@ -352,6 +355,93 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
       const lines = stdout.trim().split('\n');
       expect(lines.length, stdout).toBe(5);
       for (const l of lines) expect(l, `${JSON.stringify(extra)}\n${stdout}`).toMatch(/ rel err [0-9.e+-]+ \([a-z]+\) {2}ok$/);
+    }
+  }, EMU_TIMEOUT);
+
+  it('quantises to FP8 and updates scales bit for bit as src/ops/fp8.ts: the scale and rounding over many values, quantize_fp8 on every test case in both dtypes, aligned and not, with NaN and infinities, and fp8_scale_update', async () => {
+    const exe = await buildEmu('fp8_check.cc', 'fp8_check');
+    const hostRun = async (args: string[], input: string): Promise<string[]> => {
+      const child = run(exe, args, { env: env(), maxBuffer: 1 << 26 });
+      child.child.stdin!.end(input);
+      return (await child).stdout.trim().split('\n');
+    };
+    const hex = (v: number): string => v.toString(16);
+    const fbits = (v: number): string => hex(f32Bits(v));
+    const code = (format: Fp8Format, v: number): number => (format === 'e4m3' ? f32ToE4m3(v) : f32ToE5m2(v));
+    const rng = new PhiloxStream(56, RngPurpose.harness);
+    const pow2 = (k: number): number => bitsF32((k + 127) << 23);
+
+    // Rounding: every sign/exponent/high-mantissa pattern (ties, just above and below) and random
+    // ones, against power-of-two scales over the whole range (products overflow, land on
+    // subnormals, saturate).
+    const pairs: [number, number][] = [];
+    for (let h = 0; h < 4096; h++) {
+      for (const low of [0, 0x80000, 0x7ffff, 0x80001, 0x40000, 0xfffff]) pairs.push([((h << 20) | low) >>> 0, pow2(rng.int(61) - 30)]);
+    }
+    for (let i = 0; i < 50_000; i++) pairs.push([rng.nextU32(), pow2(rng.int(253) - 126)]);
+    const values = await hostRun(['values'], pairs.map(([x, s]) => `${hex(x)} ${hex(f32Bits(s))}`).join('\n'));
+    const bad: string[] = [];
+    pairs.forEach(([x, s], i) => {
+      const want = (['e4m3', 'e5m2'] as const).map((f) => hex(code(f, quantizeValue(bitsF32(x), s, f)))).join(' ');
+      if (values[i] !== want && bad.length < 5) bad.push(`x 0x${hex(x)} scale ${s}: got ${values[i]}, want ${want}`);
+    });
+
+    // Scales: amaxes of every kind (zero, negative, subnormal, infinite, NaN, the 1.75 boundary), margins 0-3.
+    const amaxes = [0, 0x80000000, 1, 0x7fffff, 0x800000, 0x7f800000, 0xff800000, 0x7fc00000, 0x43e00000, 0x43e00001, 0x3fe00000, 0x3fe00001, 0x7f7fffff];
+    for (let i = 0; i < 20_000; i++) amaxes.push(i % 2 ? rng.nextU32() & 0x7fffffff : ((rng.int(255) << 23) | (rng.nextU32() & 0x7fffff)) >>> 0);
+    const scaleRows = amaxes.map((a, i) => [a, f32Bits(pow2(rng.int(41) - 20)), i % 4] as const);
+    const scales = await hostRun(['scale'], scaleRows.map(([a, p, m]) => `${hex(a)} ${hex(p)} ${m}`).join('\n'));
+    scaleRows.forEach(([a, p, m], i) => {
+      const want = (['e4m3', 'e5m2'] as const).flatMap((f) => {
+        const s = pow2Scale(bitsF32(a), f, m, bitsF32(p));
+        return [fbits(s), fbits(inversePow2(s))];
+      }).join(' ');
+      if (scales[i] !== want && bad.length < 10) bad.push(`amax 0x${hex(a)} previous 0x${hex(p)} margin ${m}: got ${scales[i]}, want ${want}`);
+    });
+    expect(bad).toEqual([]);
+
+    // quantize_fp8: each test case's sample, as stored in f32 and in bf16, at the buffers' start
+    // and one element in (element-wise loads and stores); then one with NaN, infinities and a NaN
+    // history[0].
+    const quantizeRuns: { label: string; attrs: QuantizeFp8Attrs; x: Float64Array; meta: Float64Array; dtype: 'f32' | 'bf16'; offset: number }[] = [];
+    for (const c of quantizeFp8.cases('test')) {
+      const { x, meta } = quantizeFp8.sample(new PhiloxStream(7, RngPurpose.harness), c.attrs) as { x: Float64Array; meta: Float64Array };
+      for (const dtype of ['f32', 'bf16'] as const) {
+        for (const offset of [0, 1]) quantizeRuns.push({ label: `${c.label} ${dtype} offset ${offset}`, attrs: c.attrs, x: x.map((v) => roundTo(dtype, v)), meta, dtype, offset });
+      }
+    }
+    const special = quantizeFp8.cases('test')[1]!.attrs;
+    for (const scaling of ['current', 'delayed'] as const) {
+      const attrs = { ...special, scaling };
+      const { x, meta } = quantizeFp8.sample(new PhiloxStream(8, RngPurpose.harness), attrs) as { x: Float64Array; meta: Float64Array };
+      x[3] = NaN, x[100] = Infinity, x[101] = -Infinity, x[200] = -0, meta[0] = NaN;
+      quantizeRuns.push({ label: `NaN and infinities ${scaling}`, attrs, x, meta, dtype: 'f32', offset: 0 });
+    }
+    await Promise.all(quantizeRuns.map(async ({ label, attrs, x, meta, dtype, offset }) => {
+      const { rows, cols, format, scaling, transpose, historyLen, margin } = attrs;
+      const args = ['quantize', rows, cols, format, scaling, transpose ? 1 : 0, historyLen, margin, dtype, offset].map(String);
+      const got = await hostRun(args, [...meta, ...x].map(fbits).join('\n'));
+      const wantMeta = Float32Array.from(meta), out = new Float64Array(x.length);
+      quantizeFp8Reference(x, wantMeta, out, attrs);
+      const want = [...Array.from(wantMeta, fbits), ...Array.from(out, (v) => hex(code(format, v)))];
+      const first = want.findIndex((w, i) => got[i] !== w);
+      expect(got.length, label).toBe(want.length);
+      expect(first, `${label}: at ${first} (meta has ${wantMeta.length}) got ${got[first]}, want ${want[first]}`).toBe(-1);
+    }));
+
+    // fp8_scale_update: the test cases, and a history with an infinity, a NaN and negatives.
+    const updates: { label: string; attrs: Fp8ScaleUpdateAttrs; meta: Float64Array }[] = fp8ScaleUpdate.cases('test').map((c) => ({
+      label: c.label, attrs: c.attrs, meta: fp8ScaleUpdate.sample(new PhiloxStream(9, RngPurpose.harness), c.attrs).meta as Float64Array,
+    }));
+    const odd: Fp8ScaleUpdateAttrs = { sites: 4, historyLen: 70, format: 'e4m3', margin: 0 };
+    const oddMeta = fp8ScaleUpdate.sample(new PhiloxStream(10, RngPurpose.harness), odd).meta as Float64Array;
+    oddMeta[5] = Infinity, oddMeta[72 + 7] = NaN, oddMeta[144 + 2] = -1e30, oddMeta[216 + 69] = 1e38;
+    updates.push({ label: 'infinity, NaN, negative', attrs: odd, meta: oddMeta });
+    for (const { label, attrs, meta } of updates) {
+      const got = await hostRun(['scale_update', attrs.sites, attrs.historyLen, attrs.format, attrs.margin].map(String), Array.from(meta, fbits).join('\n'));
+      const want = Float32Array.from(meta);
+      fp8ScaleUpdateReference(want, attrs);
+      expect(got, label).toEqual(Array.from(want, fbits));
     }
   }, EMU_TIMEOUT);
 

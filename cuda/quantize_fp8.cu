@@ -1,0 +1,258 @@
+// quantize_fp8: out = fp8(x · scale) per tensor, optionally transposed, and the site's meta
+// record [amax history, scale, scaleInv] updated, as src/ops/quantize_fp8.ts (cuda/fp8.cuh's
+// arithmetic, bit for bit). Everything stays on the device, on the call's stream (a CUDA graph
+// may capture it):
+// - current scaling: an amax pass over x, then a one-block kernel that sets scale and scaleInv
+//   from it and raises history[0], then the quantisation pass with that scale;
+// - delayed scaling: the quantisation pass with the scale in meta, reducing amax as it goes, then
+//   the one-block kernel raising history[0].
+// amax = max |x| with NaN ignored (fmaxf drops a NaN operand; an infinity counts): each block of a
+// pass writes its maximum to a scratch slot and the one-block kernel takes the maximum of those,
+// the same bits in any order.
+// The plain layout moves 16 elements a thread an access (one 16-byte store of codes); the
+// transposed one goes through shared memory in tiles of 128 rows by 64 columns, read and written
+// in whole lines of x and of out. Unaligned views and odd sizes take the same kernels with
+// element-wise loads and stores at the edges.
+#include <type_traits>
+
+#include "common.cuh"
+#include "fp8.cuh"
+#include "reduce.cuh"
+
+namespace mdlm {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 16;            // elements a thread takes at once in the plain layout
+constexpr int kTileRows = 128;      // rows of x a transposed tile holds: one 128-byte line of out
+constexpr int kTileCols = 64;       // columns of x a transposed tile holds
+constexpr int kBlocksPerSm = 8;     // the passes' grids: persistent blocks, one amax slot each
+
+// The block's max |x| (the threads' v) into partials[blockIdx.x].
+__device__ __forceinline__ void block_amax(float v, float* partials) {
+  v = block_combine<true>(v);
+  if (threadIdx.x == 0) partials[blockIdx.x] = v;
+}
+
+// x[i, i + N) as floats: 16-byte loads when N > 1 (x + i on a 16-byte boundary).
+template <typename T, int N>
+__device__ __forceinline__ void load_run(const T* x, float (&v)[N]) {
+  if constexpr (N == 1) {
+    v[0] = load1(x);
+  } else {
+    constexpr int W = kVec16<T>;
+#pragma unroll
+    for (int j = 0; j < N / W; j++) load<T, W>(x + j * W, *reinterpret_cast<float(*)[W]>(v + j * W));
+  }
+}
+
+// Grid-stride over x[0, n): f(i, v) with v the VEC elements from i, then (VEC > 1) the last
+// n % VEC elements one at a time.
+template <typename T, int VEC, typename Fn>
+__device__ __forceinline__ void for_each_run(const T* x, int64_t n, Fn&& f) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t runs = n / VEC;
+  for (int64_t r = first; r < runs; r += stride) {
+    float v[VEC];
+    load_run<T, VEC>(x + r * VEC, v);
+    f(r * VEC, v);
+  }
+  if constexpr (VEC > 1) {
+    const int64_t i = runs * VEC + first;
+    if (i < n) {
+      float v[1] = {load1(x + i)};
+      f(i, v);
+    }
+  }
+}
+
+// partials[block] = max |x| over the block's share of x (current scaling's first pass).
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const T* __restrict__ x, int64_t n, float* __restrict__ partials) {
+  float m = 0.0f;
+  for_each_run<T, VEC>(x, n, [&](int64_t, const auto& v) {
+#pragma unroll
+    for (int e = 0; e < std::extent_v<std::remove_reference_t<decltype(v)>>; e++) m = fmaxf(m, fabsf(v[e]));
+  });
+  block_amax(m, partials);
+}
+
+// amax = max of partials[0, count); with `current`, meta[h] = pow2Scale(amax) and meta[h + 1] its
+// inverse; then meta[0] = max(meta[0], amax) (amax where meta[0] is NaN). One block.
+__global__ void __launch_bounds__(kThreads) fp8_meta_kernel(const float* __restrict__ partials, int count, float* __restrict__ meta, int history_len,
+                                                            int max_exp, int margin, bool current) {
+  float m = 0.0f;
+  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
+  m = block_combine<true>(m);
+  if (threadIdx.x != 0) return;
+  if (current) {
+    const float scale = pow2_scale(m, max_exp, margin, meta[history_len]);
+    meta[history_len] = scale;
+    meta[history_len + 1] = inverse_pow2(scale);
+  }
+  if (m > meta[0] || meta[0] != meta[0]) meta[0] = m;
+}
+
+// The plain layout: out[i] = fp8(x[i] · scale); with AMAX each block's max |x| into partials.
+template <typename T, Fp8 F, int VEC, bool AMAX>
+__global__ void __launch_bounds__(kThreads) quantize_fp8_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t n,
+                                                                const float* __restrict__ scale_p, float* __restrict__ partials) {
+  const float scale = *scale_p;
+  float m = 0.0f;
+  for_each_run<T, VEC>(x, n, [&](int64_t i, const auto& v) {
+    constexpr int N = std::extent_v<std::remove_reference_t<decltype(v)>>;
+    if constexpr (AMAX) {
+#pragma unroll
+      for (int e = 0; e < N; e++) m = fmaxf(m, fabsf(v[e]));
+    }
+    if constexpr (N == 1) {
+      out[i] = static_cast<uint8_t>(quantize_fp8<F>(v[0], scale));
+    } else {
+      uint32_t w[N / 4];
+#pragma unroll
+      for (int j = 0; j < N / 4; j++) {
+        w[j] = quantize_fp8x2<F>(v[4 * j], v[4 * j + 1], scale) | quantize_fp8x2<F>(v[4 * j + 2], v[4 * j + 3], scale) << 16;
+      }
+      static_assert(N == 16, "one 16-byte store");
+      *reinterpret_cast<uint4*>(out + i) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  });
+  if constexpr (AMAX) block_amax(m, partials);
+}
+
+// The transposed layout: out[c, r] = fp8(x[r, c] · scale), out [cols, rows]. Each block walks
+// tiles of kTileRows x kTileCols: its threads quantise 4 x 4 patches of x (a row's four columns
+// in one load with VEC_IN), write them to shared memory transposed, four rows' codes of a column
+// a 32-bit word, and then store out's rows 16 bytes at a time (VEC_OUT: rows % 16 == 0 and out on
+// a 16-byte boundary). The word stride of a tile row (kTileRows / 4 + 1) keeps the reads
+// conflict-free. Cells past the edges take 0 and are not stored.
+template <typename T, Fp8 F, bool VEC_IN, bool VEC_OUT, bool AMAX>
+__global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
+                                                                           int64_t cols, const float* __restrict__ scale_p,
+                                                                           float* __restrict__ partials) {
+  constexpr int kWords = kTileRows / 4 + 1;
+  constexpr int kPatchCols = kTileCols / 4;
+  constexpr int kPatches = kTileRows / 4 * kPatchCols;
+  constexpr int kChunks = kTileCols * kTileRows / 16;  // 16-byte pieces of out's rows in a tile
+  __shared__ uint32_t tile[kTileCols][kWords];
+  const float scale = *scale_p;
+  const int64_t tiles_c = (cols + kTileCols - 1) / kTileCols;
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows * tiles_c;
+  float m = 0.0f;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = t / tiles_c * kTileRows, c0 = t % tiles_c * kTileCols;
+    for (int p = threadIdx.x; p < kPatches; p += blockDim.x) {
+      const int pr = p / kPatchCols * 4, pc = p % kPatchCols * 4;
+      const int64_t c = c0 + pc;
+      uint32_t w[4] = {0, 0, 0, 0};  // w[j]: column pc + j's codes, row pr + i in byte i
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        const int64_t r = r0 + pr + i;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (r < rows) {
+          const T* src = x + r * cols + c;
+          if (VEC_IN && c + 4 <= cols) {
+            load<T, 4>(src, v);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) v[j] = c + j < cols ? load1(src + j) : 0.0f;
+          }
+        }
+        if constexpr (AMAX) m = fmaxf(m, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
+        const uint32_t lo = quantize_fp8x2<F>(v[0], v[1], scale), hi = quantize_fp8x2<F>(v[2], v[3], scale);
+        w[0] |= (lo & 0xffu) << (8 * i);
+        w[1] |= (lo >> 8) << (8 * i);
+        w[2] |= (hi & 0xffu) << (8 * i);
+        w[3] |= (hi >> 8) << (8 * i);
+      }
+#pragma unroll
+      for (int j = 0; j < 4; j++) tile[pc + j][pr / 4] = w[j];
+    }
+    __syncthreads();
+    for (int q = threadIdx.x; q < kChunks; q += blockDim.x) {
+      const int tc = q / (kTileRows / 16), tr = q % (kTileRows / 16) * 16;
+      const int64_t c = c0 + tc, r = r0 + tr;
+      if (c >= cols) continue;
+      const uint32_t* words = &tile[tc][tr / 4];
+      uint8_t* dst = out + c * rows + r;
+      if (VEC_OUT && r + 16 <= rows) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+      } else {
+        for (int b = 0; b < 16 && r + b < rows; b++) dst[b] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
+      }
+    }
+    __syncthreads();  // the tile is rewritten by the next iteration
+  }
+  if constexpr (AMAX) block_amax(m, partials);
+}
+
+bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+}  // namespace
+}  // namespace mdlm
+
+MDLM_OP(quantize_fp8) {
+  using namespace mdlm;
+  const Arg& x = call.arg("x"_arg);
+  auto* meta = static_cast<float*>(call.arg("meta"_arg).ptr);
+  auto* out = static_cast<uint8_t*>(call.arg("out"_arg).ptr);
+  const int64_t rows = call.i64("rows"_attr), cols = call.i64("cols"_attr), n = rows * cols;
+  const int history_len = call.i32("historyLen"_attr), margin = call.i32("margin"_attr);
+  const bool transpose = call.flag("transpose"_attr);
+  const std::string& scaling = call.str("scaling"_attr);
+  if (scaling != "current" && scaling != "delayed") call.unsupported("scaling '" + scaling + "'");
+  const bool current = scaling == "current";
+  const Fp8 format = fp8_format(call, "format"_attr);
+  const DType dtype = call.float_dtype("x"_arg, {DType::f32, DType::bf16});
+  // A pass's grid: a thread an item (a run of elements, or kThreads per tile), up to kBlocksPerSm
+  // blocks an SM, each with an amax slot in partials.
+  const int64_t most_blocks = static_cast<int64_t>(sm_count(call)) * kBlocksPerSm;
+  const auto grid = [&](int64_t thread_items) {
+    return static_cast<unsigned>(std::max<int64_t>(1, std::min(most_blocks, (thread_items + kThreads - 1) / kThreads)));
+  };
+  auto* partials = static_cast<float*>(call.scratch->get(sizeof(float) * most_blocks));
+  const float* scale = meta + history_len;
+  const auto meta_pass = [&](unsigned count) {
+    check_cuda(launch_kernel(fp8_meta_kernel, 1, kThreads, 0, call.stream, static_cast<const float*>(partials), static_cast<int>(count), meta, history_len,
+                             fp8_max_exp(format), margin, current),
+               "fp8_meta_kernel");
+  };
+  unsigned quantize_blocks = 0;
+  with_float_type(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto* xp = static_cast<const T*>(x.ptr);
+    if (current) {
+      const unsigned blocks = grid(aligned16(xp) ? n / kVec : n);
+      const auto kernel = aligned16(xp) ? fp8_amax_kernel<T, kVec> : fp8_amax_kernel<T, 1>;
+      check_cuda(launch_kernel(kernel, blocks, kThreads, 0, call.stream, xp, n, partials), "fp8_amax_kernel");
+      meta_pass(blocks);
+    }
+    with_fp8(format, [&](auto f) {
+      constexpr Fp8 F = decltype(f)::value;
+      const auto run = [&](auto amax) {
+        constexpr bool AMAX = decltype(amax)::value;
+        if (transpose) {
+          const int64_t tiles = (rows + kTileRows - 1) / kTileRows * ((cols + kTileCols - 1) / kTileCols);
+          quantize_blocks = grid(tiles * kThreads);
+          const bool vec_in = cols % 4 == 0 && aligned_to(xp, 4 * sizeof(T)), vec_out = rows % 16 == 0 && aligned16(out);
+          const auto launch = [&](auto kernel) {
+            check_cuda(launch_kernel(kernel, quantize_blocks, kThreads, 0, call.stream, xp, out, rows, cols, scale, partials), "quantize_fp8_transposed_kernel");
+          };
+          if (vec_in && vec_out) launch(quantize_fp8_transposed_kernel<T, F, true, true, AMAX>);
+          else if (vec_in) launch(quantize_fp8_transposed_kernel<T, F, true, false, AMAX>);
+          else if (vec_out) launch(quantize_fp8_transposed_kernel<T, F, false, true, AMAX>);
+          else launch(quantize_fp8_transposed_kernel<T, F, false, false, AMAX>);
+        } else {
+          const bool vec = aligned16(xp) && aligned16(out);
+          quantize_blocks = grid(vec ? n / kVec : n);
+          const auto kernel = vec ? quantize_fp8_kernel<T, F, kVec, AMAX> : quantize_fp8_kernel<T, F, 1, AMAX>;
+          check_cuda(launch_kernel(kernel, quantize_blocks, kThreads, 0, call.stream, xp, out, n, scale, partials), "quantize_fp8_kernel");
+        }
+      };
+      if (current) run(std::false_type{});
+      else run(std::true_type{});
+    });
+  });
+  if (!current) meta_pass(quantize_blocks);
+}
