@@ -5,8 +5,9 @@
  * sm_90a, so a kernel's syntax or type error fails the run, and their objects link into one
  * library, so a function defined (not inline) in a header that several of them include fails here
  * and not at the addon's link; a host build of cuda/convert.cuh and cuda/philox.cuh gives the
- * same bits as src/convert.ts and src/rng/philox.ts; and the attention, GEMM and cross-entropy
- * kernels, run on the CPU by the warp emulator (tests/cuda_emu), match a float64 reference, so an
+ * same bits as src/convert.ts and src/rng/philox.ts; the FP8 quantisation and scale update, run on
+ * the CPU by the warp emulator (tests/cuda_emu), give the same bits as src/ops/fp8.ts; and the
+ * attention, GEMM and cross-entropy kernels, run on that emulator, match a float64 reference, so an
  * indexing or fragment-layout error in them fails here before a GPU run. Without nvcc those tests
  * skip and say why.
  */

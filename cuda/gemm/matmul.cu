@@ -9,47 +9,20 @@
 // ld = c, its transpose; so out = op(A)·op(B) is computed as outᵀ = op(B)ᵀ·op(A)ᵀ: cuBLASLt's
 // "A" is our b, its "B" our a, and the column-major result [n, m] is our row-major [m, n].
 //
-// Descriptors and the algorithm are made once per (dtype, shape, transposes, pointer alignment,
-// autotune setting) and cached; the workspace is the addon's. The algorithm: cuBLASLt's heuristic
-// offers up to the kernel settings' gemm_autotune candidates, and on the first call of a shape
-// each is timed on that call's own operands and the fastest kept (the heuristic's first choice
-// leaves weight-gradient shapes, 768 x 768 over 16384 rows, at a third of the GPU). Timing needs
-// a stream that is not being captured and, when accumulating, a scratch copy of the output (up to
-// kTuneScratchBytes); otherwise, or with gemm_autotune 0, the heuristic's first choice is used.
-// Algorithms differ in their last bits, so a process's choices are fixed once made, but two
-// processes that time them may choose differently; the heuristic's first choice is the same in
-// every process. Should cuBLASLt offer no algorithm for a shape (odd leading dimensions with
-// 2-byte alignment, say), a plain kernel computes it: one thread per output, f32 sums in k order.
+// Descriptors and the algorithm (cuda/gemm/cublaslt.cuh: the heuristic's candidates, timed on the
+// shape's first call) are made once per (dtype, shape, transposes, pointer alignment, autotune
+// setting) and cached; the workspace is the addon's. Should cuBLASLt offer no algorithm for a
+// shape (odd leading dimensions with 2-byte alignment, say), a plain kernel computes it: one
+// thread per output, f32 sums in k order.
 #include <cublasLt.h>
 
-#include <algorithm>
-#include <limits>
 #include <map>
-#include <string>
 #include <tuple>
-#include <vector>
 
-#include "../common.cuh"
+#include "cublaslt.cuh"
 
 namespace mdlm {
 namespace {
-
-void check_lt(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string("cuBLASLt ") + what + ": " + cublasLtGetStatusString(s));
-}
-
-// The largest power of two (up to the 256 cuBLASLt assumes by default) dividing the address:
-// views into flat buffers may start anywhere, and an algorithm picked for 256-byte alignment may
-// fail or read wrongly on less.
-uint32_t alignment(const void* p) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  uint32_t align = 256;
-  while (align > 1 && a % align != 0) align /= 2;
-  return align;
-}
-
-constexpr int kTimedReps = 3;
-constexpr size_t kTuneScratchBytes = size_t(64) << 20;
 
 struct PlanKey {
   DType dtype, out_dtype;
@@ -61,13 +34,6 @@ struct PlanKey {
     return std::tie(dtype, out_dtype, batch, m, n, k, trans_a, trans_b, align_a, align_b, align_out, align_c, autotune) <
            std::tie(o.dtype, o.out_dtype, o.batch, o.m, o.n, o.k, o.trans_a, o.trans_b, o.align_a, o.align_b, o.align_out, o.align_c, o.autotune);
   }
-};
-
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t lt_a = nullptr, lt_b = nullptr, lt_out = nullptr;  // cuBLASLt's A (our b), B (our a), D
-  cublasLtMatmulAlgo_t algo{};
-  bool fallback = false;  // cuBLASLt had no algorithm: matmul_fallback_kernel
 };
 
 template <typename T, typename TO>
@@ -84,98 +50,32 @@ __global__ void __launch_bounds__(256) matmul_fallback_kernel(const T* __restric
   out[o] = from_float<TO>(addend ? to_float(addend[o]) + acc : acc);
 }
 
-// A column-major rows x cols layout, ld = rows, `batch` of them `stride` elements apart.
-cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t batch, int64_t stride) {
-  cublasLtMatrixLayout_t l = nullptr;
-  check_lt(cublasLtMatrixLayoutCreate(&l, type, rows, cols, static_cast<int64_t>(rows)), "cublasLtMatrixLayoutCreate");
-  if (batch > 1) {
-    const int32_t count = static_cast<int32_t>(batch);
-    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)), "set BATCH_COUNT");
-    check_lt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)), "set STRIDED_BATCH_OFFSET");
-  }
-  return l;
-}
-
-// The fastest of the heuristic's algorithms on this call's operands (out = a·b, beta = 0, into out
-// itself or, when the call accumulates, into a scratch of the same size; matmul_add's out =
-// residual + a·b as it is), or the first when they cannot be timed here.
-cublasLtMatmulAlgo_t fastest_algo(const OpCall& call, const Plan& p, const PlanKey& key, const cublasLtMatmulHeuristicResult_t* results, int found,
-                                  const void* a, const void* b, void* out, bool accumulate, const void* residual) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (found < 2 || cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-    return results[0].algo;
-  }
-  const size_t out_bytes = static_cast<size_t>(key.batch * key.m * key.n) * dtype_bytes(key.out_dtype);
-  void* target = out;
-  if (accumulate) {
-    if (out_bytes > kTuneScratchBytes) return results[0].algo;
-    target = call.scratch->get(out_bytes);
-  }
-  const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
-  const float alpha = 1.0f, beta = residual ? 1.0f : 0.0f;
-  const void* c = residual ? residual : target;
-  const auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(handle, p.desc, &alpha, b, p.lt_a, a, p.lt_b, &beta, c, p.lt_out, target, p.lt_out, &algo, call.cublaslt_workspace,
-                          call.cublaslt_workspace_bytes, call.stream);
-  };
-  cudaEvent_t start = nullptr, stop = nullptr;
-  check_cuda(cudaEventCreate(&start), "matmul autotune: cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop), "matmul autotune: cudaEventCreate");
-  cublasLtMatmulAlgo_t best = results[0].algo;
-  float best_ms = std::numeric_limits<float>::infinity();
-  for (int i = 0; i < found; i++) {
-    if (results[i].state != CUBLAS_STATUS_SUCCESS || launch(results[i].algo) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
-    bool ok = cudaEventRecord(start, call.stream) == cudaSuccess;
-    for (int r = 0; ok && r < kTimedReps; r++) ok = launch(results[i].algo) == CUBLAS_STATUS_SUCCESS;
-    float ms = 0;
-    ok = ok && cudaEventRecord(stop, call.stream) == cudaSuccess && cudaEventSynchronize(stop) == cudaSuccess &&
-         cudaEventElapsedTime(&ms, start, stop) == cudaSuccess;
-    if (ok && ms < best_ms) {
-      best_ms = ms;
-      best = results[i].algo;
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  check_cuda(cudaGetLastError(), "matmul autotune");
-  return best;
-}
-
-Plan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate, const void* residual) {
+LtPlan make_plan(const OpCall& call, const PlanKey& key, const void* a, const void* b, void* out, bool accumulate, const void* residual) {
   const auto handle = static_cast<cublasLtHandle_t>(call.cublaslt);
   const cudaDataType_t type = key.dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const int64_t m = key.m, n = key.n, k = key.k;
-  Plan p;
+  LtPlan p;
   check_lt(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t op_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)), "set TRANSA");
   check_lt(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)), "set TRANSB");
   // b is [k, n] row-major (column-major n x k), or [n, k] when transposed (column-major k x n).
-  p.lt_a = key.trans_b ? layout(type, k, n, key.batch, k * n) : layout(type, n, k, key.batch, k * n);
+  p.lt_a = key.trans_b ? lt_layout(type, k, n, key.batch, k * n) : lt_layout(type, n, k, key.batch, k * n);
   // a is [m, k] row-major (column-major k x m), or [k, m] when transposed (column-major m x k).
-  p.lt_b = key.trans_a ? layout(type, m, k, key.batch, m * k) : layout(type, k, m, key.batch, m * k);
-  p.lt_out = layout(key.out_dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, key.batch, m * n);
-
-  cublasLtMatmulPreference_t pref = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  const uint64_t workspace = call.cublaslt_workspace_bytes;
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)), "set MAX_WORKSPACE_BYTES");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_b, sizeof(uint32_t)), "set MIN_ALIGNMENT_A");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_a, sizeof(uint32_t)), "set MIN_ALIGNMENT_B");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)), "set MIN_ALIGNMENT_C");
-  check_lt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_out, sizeof(uint32_t)), "set MIN_ALIGNMENT_D");
-  // gemm_autotune candidates to time, or the first choice alone.
-  std::vector<cublasLtMatmulHeuristicResult_t> results(std::max(1, key.autotune));
-  int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.lt_a, p.lt_b, p.lt_out, p.lt_out, pref, static_cast<int>(results.size()), results.data(), &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) {
+  p.lt_b = key.trans_a ? lt_layout(type, m, k, key.batch, m * k) : lt_layout(type, k, m, key.batch, m * k);
+  p.lt_out = lt_layout(key.out_dtype == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F, n, m, key.batch, m * n);
+  const auto candidates = lt_candidates(call, p, {key.align_a, key.align_b, key.align_out, key.align_c}, key.autotune);
+  if (candidates.empty()) {
     p.fallback = true;
     return p;
   }
-  check_lt(s, "cublasLtMatmulAlgoGetHeuristic");
-  p.algo = fastest_algo(call, p, key, results.data(), found, a, b, out, accumulate, residual);
+  const size_t out_bytes = static_cast<size_t>(key.batch * key.m * key.n) * dtype_bytes(key.out_dtype);
+  p.algo = lt_fastest(call, candidates, out, out_bytes, accumulate, residual, [&](const cublasLtMatmulAlgo_t& algo, const float* beta, const void* c, void* d) {
+    const float alpha = 1.0f;
+    return cublasLtMatmul(handle, p.desc, &alpha, b, p.lt_a, a, p.lt_b, beta, c, p.lt_out, d, p.lt_out, &algo, call.cublaslt_workspace,
+                          call.cublaslt_workspace_bytes, call.stream);
+  });
   return p;
 }
 
@@ -196,16 +96,16 @@ void run_gemm(const OpCall& call, const void* residual) {
                     call.i64("k"_attr),
                     call.flag("transA"_attr),
                     call.flag("transB"_attr),
-                    alignment(a.ptr),
-                    alignment(b.ptr),
-                    alignment(out.ptr),
-                    alignment(c),
+                    lt_alignment(a.ptr),
+                    lt_alignment(b.ptr),
+                    lt_alignment(out.ptr),
+                    lt_alignment(c),
                     call.settings.gemm_autotune};
   // One device and one handle per process, and the JavaScript side calls from one thread.
-  static std::map<PlanKey, Plan> plans;
+  static std::map<PlanKey, LtPlan> plans;
   auto it = plans.find(key);
   if (it == plans.end()) it = plans.emplace(key, make_plan(call, key, a.ptr, b.ptr, out.ptr, accumulate, residual)).first;
-  const Plan& p = it->second;
+  const LtPlan& p = it->second;
   if (p.fallback) {
     if (key.m > 65535 || key.batch > 65535) call.unsupported("this shape (cuBLASLt has no algorithm for it, and the fallback takes m and batch up to 65535)");
     with_float_type(key.dtype, [&](auto tag) {
