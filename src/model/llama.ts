@@ -131,7 +131,6 @@ export class LlamaModel {
     const attnScratch = new AttentionScratch(this.arena, dims);
     const mlpScratch = new MlpScratch(this.arena, N, cfg.dModel, cfg.ffnHidden, opts.fp8 !== undefined);
     this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd));
-    this.fp8 = opts.fp8 ? this.useFp8(opts.fp8.keepFirst, cfg.nLayers - opts.fp8.keepLast, opts.fp8) : null;
     this.finalNorm = new RMSNorm(this.store, 'final_norm', cfg.dModel, cfg.normEps);
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
@@ -173,18 +172,21 @@ export class LlamaModel {
     // The loss is normalised by the token count: d(mean)/d(token loss) = 1/N.
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
     this.store.materialize(seed, opts.fill);
+    // After materialize: the layers see from the parameters' offsets which of them are joined.
+    this.fp8 = opts.fp8 ? this.useFp8(opts.fp8.keepFirst, cfg.nLayers - opts.fp8.keepLast, opts.fp8, opts.fill !== null) : null;
   }
 
   /**
-   * FP8 for blocks [from, to): their sites and FP8 weights, which follow the working copy from
-   * then on (written whenever it is: ParamStore.onWorkingCopy).
+   * FP8 for blocks [from, to): their sites and FP8 weights, written now when the parameters have
+   * values (`initialised`) and whenever the working copy is from then on (ParamStore.onWorkingCopy).
    */
-  private useFp8(from: number, to: number, recipe: Fp8Recipe): Fp8Context {
+  private useFp8(from: number, to: number, recipe: Fp8Recipe, initialised: boolean): Fp8Context {
     if (!(from >= 0 && from < to && to <= this.blocks.length)) fail('BAD_CONFIG', `train.fp8: blocks ${from} to ${to - 1} of ${this.blocks.length} leave none in FP8`);
     const ctx = new Fp8Context(this.backend, recipe, this.store);
     for (let i = from; i < to; i++) this.blocks[i]!.useFp8(ctx);
     ctx.allocate();
     this.store.onWorkingCopy((updated) => ctx.weightsChanged(updated));
+    if (initialised) ctx.weightsChanged(false);
     return ctx;
   }
 
