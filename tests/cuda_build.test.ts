@@ -361,8 +361,8 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
 
   it('quantises to FP8 and updates scales bit for bit as src/ops/fp8.ts: the scale and rounding over many values, quantize_fp8 on every test case in both dtypes, aligned and not, with NaN and infinities, and fp8_scale_update', async () => {
     const exe = await buildEmu('fp8_check.cc', 'fp8_check');
-    const hostRun = async (args: string[], input: string): Promise<string[]> => {
-      const child = run(exe, args, { env: env(), maxBuffer: 1 << 26 });
+    const hostRun = async (args: string[], input: string, extra: Record<string, string> = {}): Promise<string[]> => {
+      const child = run(exe, args, { env: env(extra), maxBuffer: 1 << 26 });
       child.child.stdin!.end(input);
       return (await child).stdout.trim().split('\n');
     };
@@ -401,15 +401,20 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
     });
     expect(bad).toEqual([]);
 
-    // quantize_fp8: each test case's sample, as stored in f32 and in bf16, at the buffers' start
-    // and one element in (element-wise loads and stores); then one with NaN, infinities and a NaN
-    // history[0].
-    const quantizeRuns: { label: string; attrs: QuantizeFp8Attrs; x: Float64Array; meta: Float64Array; dtype: 'f32' | 'bf16'; offset: number }[] = [];
-    for (const c of quantizeFp8.cases('test')) {
+    // quantize_fp8: each test case's sample and a transposed one of more tiles than the emulated
+    // GPU's blocks (fp8_check's grids are 8 blocks), as stored in f32 and in bf16, at the buffers'
+    // start and one element in (element-wise loads and stores); the transposed ones again with the
+    // last warps run ahead (a tile rewritten before every warp has stored it shows); then one with
+    // NaN, infinities and a NaN history[0].
+    type QuantizeRun = { label: string; attrs: QuantizeFp8Attrs; x: Float64Array; meta: Float64Array; dtype: 'f32' | 'bf16'; offset: number; schedule?: string };
+    const quantizeRuns: QuantizeRun[] = [];
+    const quantizeCases = [...quantizeFp8.cases('test'), { label: 'e5m2 delayed 300x200 transposed', attrs: { ...quantizeFp8.cases('test')[3]!.attrs, rows: 300, cols: 200 } }];
+    for (const c of quantizeCases) {
       const { x, meta } = quantizeFp8.sample(new PhiloxStream(7, RngPurpose.harness), c.attrs) as { x: Float64Array; meta: Float64Array };
       for (const dtype of ['f32', 'bf16'] as const) {
         for (const offset of [0, 1]) quantizeRuns.push({ label: `${c.label} ${dtype} offset ${offset}`, attrs: c.attrs, x: x.map((v) => roundTo(dtype, v)), meta, dtype, offset });
       }
+      if (c.attrs.transpose) quantizeRuns.push({ label: `${c.label} bf16 skewed`, attrs: c.attrs, x: x.map((v) => roundTo('bf16', v)), meta, dtype: 'bf16', offset: 0, schedule: 'skewed' });
     }
     const special = quantizeFp8.cases('test')[1]!.attrs;
     for (const scaling of ['current', 'delayed'] as const) {
@@ -418,17 +423,17 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
       x[3] = NaN, x[100] = Infinity, x[101] = -Infinity, x[200] = -0, meta[0] = NaN;
       quantizeRuns.push({ label: `NaN and infinities ${scaling}`, attrs, x, meta, dtype: 'f32', offset: 0 });
     }
-    await Promise.all(quantizeRuns.map(async ({ label, attrs, x, meta, dtype, offset }) => {
+    for (const { label, attrs, x, meta, dtype, offset, schedule } of quantizeRuns) {
       const { rows, cols, format, scaling, transpose, historyLen, margin } = attrs;
       const args = ['quantize', rows, cols, format, scaling, transpose ? 1 : 0, historyLen, margin, dtype, offset].map(String);
-      const got = await hostRun(args, [...meta, ...x].map(fbits).join('\n'));
+      const got = await hostRun(args, [...meta, ...x].map(fbits).join('\n'), schedule ? { EMU_SCHEDULE: schedule } : {});
       const wantMeta = Float32Array.from(meta), out = new Float64Array(x.length);
       quantizeFp8Reference(x, wantMeta, out, attrs);
       const want = [...Array.from(wantMeta, fbits), ...Array.from(out, (v) => hex(code(format, v)))];
       const first = want.findIndex((w, i) => got[i] !== w);
       expect(got.length, label).toBe(want.length);
       expect(first, `${label}: at ${first} (meta has ${wantMeta.length}) got ${got[first]}, want ${want[first]}`).toBe(-1);
-    }));
+    }
 
     // fp8_scale_update: the test cases, and a history with an infinity, a NaN and negatives.
     const updates: { label: string; attrs: Fp8ScaleUpdateAttrs; meta: Float64Array }[] = fp8ScaleUpdate.cases('test').map((c) => ({
