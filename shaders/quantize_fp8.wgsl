@@ -10,8 +10,9 @@
 // - set_scale, one invocation: with CURRENT, scale and scaleInv from the amax (lib/float8); then
 //   history[0] rises to the amax.
 // - quantize: one invocation per word of out, so no two write the same word; with a scale that
-//   is a normal power of two 2^k (every scale the recipes make), fp8(x · 2^k) on bits, exact.
-//   A last word shared with whatever follows out keeps the bytes past out's end.
+//   is a normal power of two 2^k (every scale the recipes make), fp8(x · 2^k) on bits, exact;
+//   any other scale multiplies in f32 first, as the reference does. A last word shared with
+//   whatever follows out keeps the bytes past out's end.
 //!import lib/float8
 
 struct Params {
