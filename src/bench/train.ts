@@ -201,7 +201,7 @@ export async function benchTrainMdlm(
       peak_mem_gib: (pool.liveBytes + pool.pooledBytes) / 2 ** 30,
       impl: `mdlm ${backend.name}`,
       device: backend.description,
-      precision: dtype,
+      precision: t.precision === 'fp8' ? 'fp8' : dtype,
       steps,
       loss: loss / (rounds * steps),
       rounds_ms_step: windows,
@@ -255,6 +255,10 @@ export interface BenchTrainReport extends TrainThroughput {
   readonly peers: Partial<Record<PeerMode, TrainThroughput>>;
   /** mdlm tokens/s over each peer's (with rounds: the median of the rounds' ratios). */
   readonly speedup: Partial<Record<PeerMode, number>>;
+  /** With --precision fp8: mdlm's own run of the same configuration in bf16 (the compute dtype), on a fresh backend after the FP8 one. */
+  readonly baseline?: TrainThroughput;
+  /** FP8 tokens/s over the bf16 baseline's. */
+  readonly speedup_vs_baseline?: number;
   /** With rounds > 1, each round's tokens/s, mdlm's and each peer's, and their ratio. */
   readonly rounds?: readonly BenchRound[];
 }
@@ -320,6 +324,20 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
     backend.destroy();
   }
   log(describeThroughput(mine));
+  let baseline: TrainThroughput | undefined;
+  if (cfg.train.precision === 'fp8') {
+    // The bf16 configuration on a backend of its own, so that neither run's peak memory holds the other's pooled buffers.
+    const bf16 = benchConfig({ ...opts, precision: 'auto' });
+    const again = await createBackend(opts.backend);
+    log(`mdlm on ${again.description}, the same configuration in ${bf16.train.precision === 'auto' ? 'its compute dtype' : bf16.train.precision}: ${opts.warmup} warmup + ${rounds > 1 ? `${rounds} rounds of ` : ''}${opts.steps} timed steps`);
+    try {
+      const { rounds_ms_step: _r, profile: _p, ...b } = await benchTrainMdlm(bf16, setup, again, opts.steps, opts.warmup, 0, rounds);
+      baseline = b;
+    } finally {
+      again.destroy();
+    }
+    log(`${describeThroughput(baseline)}  → fp8 ${(mine.tokens_per_s / baseline.tokens_per_s).toFixed(2)}×`);
+  }
   if (!interleave) for (let r = 0; r < rounds; r++) runPeers();
   const tokens = setup.batch * setup.seq_len;
   const mineRound = mine.rounds_ms_step.map((ms) => tokens / (ms / 1000));
@@ -340,7 +358,10 @@ export async function benchTrain(opts: BenchTrainOptions, peerChoice: readonly P
         speedup: Object.fromEntries(peerModes.map((mode) => [mode, m / runs[mode]![r]!.tokens_per_s])),
       }))
     : undefined;
-  return { ...report, setup, peers, speedup, ...(perRound ? { rounds: perRound } : {}) };
+  return {
+    ...report, setup, peers, speedup, ...(perRound ? { rounds: perRound } : {}),
+    ...(baseline ? { baseline, speedup_vs_baseline: mine.tokens_per_s / baseline.tokens_per_s } : {}),
+  };
 }
 
 /** The breakdown as a table: ms and share per step for the ops above `minShare`, then the rest summed. */
@@ -357,6 +378,7 @@ export function formatProfile(rows: readonly OpProfileRow[], minShare = 0.005): 
 }
 
 export function describeThroughput(r: TrainThroughput): string {
-  const mfu = r.mfu === null ? '' : `, MFU ${(100 * r.mfu).toFixed(1)}%`;
+  // MFU is always against the dense bf16 peak, FP8 runs included (whose own peak is twice that).
+  const mfu = r.mfu === null ? '' : `, MFU ${(100 * r.mfu).toFixed(1)}%${r.precision === 'fp8' ? ' of the bf16 peak' : ''}`;
   return `${r.impl} (${r.precision}): ${Math.round(r.tokens_per_s).toLocaleString('en-US')} tokens/s, ${r.ms_step.toFixed(1)} ms/step${mfu}, peak ${r.peak_mem_gib.toFixed(2)} GiB, loss ${r.loss.toFixed(4)}`;
 }

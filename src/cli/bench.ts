@@ -8,7 +8,7 @@ import type { OpDef } from '../ops/op.js';
 import { benchMatmul, formatMatmulTable, matmulBenchShapes } from '../bench/matmul.js';
 import { PEER_MODES, type PeerMode, benchTrain, describeThroughput, formatProfile } from '../bench/train.js';
 import { PRESET_NAMES } from '../config/presets.js';
-import { LOSS_ROWS, OBJECTIVES, PRECISIONS, RECOMPUTE, type Recompute } from '../config/schema.js';
+import { FP8_SCALING_RECIPES, LOSS_ROWS, OBJECTIVES, PRECISIONS, RECOMPUTE, type Recompute } from '../config/schema.js';
 import { choiceOption, intOption, numberOption } from './options.js';
 import { type BackendChoice, createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { parallelNormals } from '../runtime/parallel_normals.js';
@@ -169,7 +169,8 @@ export function benchCommand(): Command {
     .option('--seq-len <n>', "tokens per sequence (default: the preset's)", intOption('--seq-len', 2))
     .option('--steps <n>', 'timed optimizer steps', intOption('--steps', 1), 10)
     .option('--warmup <n>', 'untimed steps first (allocation, autotuning, compilation)', intOption('--warmup', 0), 3)
-    .option('--precision <p>', 'auto (bf16 on cuda), f32 or bf16', choiceOption('--precision', PRECISIONS), 'auto')
+    .option('--precision <p>', 'auto (bf16 on cuda), f32, bf16 or fp8 (FP8 GEMMs in the blocks, train.fp8 defaults; also runs the bf16 configuration for comparison)', choiceOption('--precision', PRECISIONS), 'auto')
+    .option('--fp8-scaling <recipe>', `with --precision fp8, train.fp8.scaling: ${FP8_SCALING_RECIPES.join(' or ')}`, choiceOption('--fp8-scaling', FP8_SCALING_RECIPES), 'delayed')
     .option('--recompute <what>', `train.recompute: ${RECOMPUTE.join(' or ')}`, choiceOption('--recompute', RECOMPUTE), 'none')
     .option('--loss-rows <which>', `train.lossRows: ${LOSS_ROWS.join(' or ')} (default: the preset's)`, choiceOption('--loss-rows', LOSS_ROWS))
     .option('--logit-chunks <n>', "train.logitChunks: the LM head and loss over this many blocks of tokens, holding one block of logits (default: the preset's)", intOption('--logit-chunks', 1))
@@ -178,7 +179,7 @@ export function benchCommand(): Command {
     .option('--rounds <n>', "alternate mdlm's timed steps with a run of each peer n times and report medians (both hold device memory at once where it fits)", intOption('--rounds', 1), 1)
     .option('--profile <steps>', 'then run this many steps op by op and print where the time goes (cpu, cuda)', intOption('--profile', 1))
     .option('--json', 'print one JSON object: tokens_per_s, mfu, ms_step, peak_mem_gib, the setup, the peers, the speedups (and the profile)')
-    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; recompute: Recompute; lossRows?: (typeof LOSS_ROWS)[number]; logitChunks?: number; peer?: string; peakTflops?: number; rounds: number; profile?: number; json?: boolean }) => {
+    .action(async (o: { preset: string; objective: 'ar' | 'mdlm'; backend: string; batch?: number; seqLen?: number; steps: number; warmup: number; precision: (typeof PRECISIONS)[number]; fp8Scaling: (typeof FP8_SCALING_RECIPES)[number]; recompute: Recompute; lossRows?: (typeof LOSS_ROWS)[number]; logitChunks?: number; peer?: string; peakTflops?: number; rounds: number; profile?: number; json?: boolean }) => {
       const backend: BackendChoice = parseBackendChoice(o.backend);
       const peers = parsePeers(o.peer);
       const report = await benchTrain(
@@ -189,6 +190,7 @@ export function benchCommand(): Command {
           ...(o.profile !== undefined ? { profileSteps: o.profile } : {}),
           overrides: {
             'train.recompute': o.recompute,
+            'train.fp8.scaling': o.fp8Scaling,
             ...(o.logitChunks !== undefined ? { 'train.logitChunks': String(o.logitChunks) } : {}),
             ...(o.lossRows !== undefined ? { 'train.lossRows': o.lossRows } : {}),
           },
@@ -201,6 +203,7 @@ export function benchCommand(): Command {
         return;
       }
       console.log(describeThroughput(report));
+      if (report.baseline) console.log(`${describeThroughput(report.baseline)}  → fp8 ${report.speedup_vs_baseline!.toFixed(2)}×`);
       if (report.profile) console.log(`\nwhere a step's time goes (${o.profile} steps, each op waited for):\n${formatProfile(report.profile)}`);
       const median = report.rounds ? ` (median of ${report.rounds.length} alternating rounds)` : '';
       for (const mode of Object.keys(report.peers) as PeerMode[]) console.log(`${describeThroughput(report.peers[mode]!)}  → mdlm ${report.speedup[mode]!.toFixed(2)}×${median}`);

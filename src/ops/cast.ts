@@ -38,10 +38,12 @@ export const cast = defineOp<CastAttrs>({
     for (let i = 0; i < out!.length; i++) out![i] = roundTo(to, x![i]!);
   },
   cases: (s) => {
-    // WebGPU stores f32, f16 and bf16 (fp8 casts are CPU-only; tests/ops/cast.test.ts covers them).
     const pairs: [FloatDType, FloatDType, number][] =
       s === 'test'
-        ? [['f32', 'f16', 1001], ['f32', 'bf16', 1002], ['f16', 'f32', 999], ['bf16', 'f32', 7], ['f16', 'bf16', 1001], ['bf16', 'f16', 1], ['f32', 'f32', 5], ['bf16', 'bf16', 3]]
+        ? [
+            ['f32', 'f16', 1001], ['f32', 'bf16', 1002], ['f16', 'f32', 999], ['bf16', 'f32', 7], ['f16', 'bf16', 1001], ['bf16', 'f16', 1], ['f32', 'f32', 5], ['bf16', 'bf16', 3],
+            ['f32', 'fp8e4m3', 1001], ['f32', 'fp8e5m2', 1003], ['fp8e4m3', 'f32', 998], ['bf16', 'fp8e5m2', 1000], ['fp8e5m2', 'bf16', 1002],
+          ]
         : [['f32', 'bf16', 1 << 24], ['bf16', 'f32', 1 << 24], ['f32', 'f16', 1 << 24]];
     return pairs.map(([from, to, n]) => ({ label: `${from}->${to} n=${n}`, attrs: { n, from, to } }));
   },
@@ -56,5 +58,5 @@ export const cast = defineOp<CastAttrs>({
     }
     return { x };
   },
-  tolerance: { f32: 0, f16: 0, bf16: 0 },
+  tolerance: { f32: 0, f16: 0, bf16: 0, fp8e4m3: 0, fp8e5m2: 0 },
 });

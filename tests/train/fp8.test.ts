@@ -13,8 +13,8 @@ import { runLosses, tinyConfig, tinyRunRoot } from '../support/train.js';
 
 /** A CPU "device" whose GPU lacks FP8 tensor cores. */
 class NoFp8Backend extends CpuBackend {
-  override readonly fp8Unavailable = 'Test GPU is sm 8.0; FP8 tensor cores need sm 8.9 or newer';
-  override readonly description = 'Test GPU (sm 8.0)';
+  readonly fp8Unavailable = 'Test GPU is sm 8.0; FP8 tensor cores need sm 8.9 or newer';
+  override readonly description: string = 'Test GPU (sm 8.0)';
 }
 
 describe('train.precision fp8 (cpu)', () => {

@@ -15,7 +15,7 @@ export class CpuBackend extends PooledBackend<ArrayBuffer> implements Backend {
   readonly dtypes: ReadonlySet<DType> = new Set(DTYPES);
   /** The reference computes in float64 whatever the storage. */
   readonly floatDtypes: ReadonlySet<DType> = new Set(DTYPES.filter(isFloat));
-  readonly description = 'TypeScript reference (f32 storage, f64 accumulation)';
+  readonly description: string = 'TypeScript reference (f32 storage, f64 accumulation)';
   protected readonly store = new TensorStore<ArrayBuffer>('cpu', new BufferPool((n) => new ArrayBuffer(n), () => {}));
 
   upload(t: Tensor, data: HostArray): void {
