@@ -10,6 +10,7 @@ import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { latestCheckpoint, loadCheckpoint } from '../../src/checkpoint/checkpoint.js';
 import { resolveConfig } from '../../src/config/load.js';
 import { runLosses, tinyConfig, tinyRunRoot } from '../support/train.js';
+import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
 
 /** A CPU "device" whose GPU lacks FP8 tensor cores. */
 class NoFp8Backend extends CpuBackend {
@@ -52,6 +53,17 @@ describe('train.precision fp8 (cpu)', () => {
     expect(ck.optimizer['fp8.e5m2']?.data.length).toBe(4 * 5);
     const rest = await runLosses(resumed, new CpuBackend(), { resume: true });
     expect([...first, ...rest]).toEqual(all);
+  });
+
+  // WebGPU quantises to the same bits as the CPU (tests/parity.test.ts); its GEMMs sum in f32
+  // where the CPU's sum in float64, so the losses part by f32 rounding only, which an FP8 value
+  // now and then rounded the other way amplifies a little.
+  it.skipIf(!hasWebGpu)('runs emulated on WebGPU and tracks the CPU run within 1e-3 a step', async () => {
+    const over = { 'train.precision': 'fp8', 'train.steps': '5' };
+    const cpu = await runLosses(cfg('fp8-cpu', over), new CpuBackend());
+    const gpu = await runLosses(cfg('fp8-webgpu', { ...over, backend: 'webgpu' }), (await webgpuBackend())!);
+    const rel = cpu.map((l, i) => Math.abs(gpu[i]! - l) / l);
+    expect(Math.max(...rel), rel.map((x) => x.toExponential(1)).join(' ')).toBeLessThan(1e-3);
   });
 
   it('refuses fp8 where the device has no FP8 GEMMs, naming the device and what it lacks', async () => {
