@@ -14,6 +14,10 @@ import { WEBGPU_KERNELS } from '../backend/webgpu/kernels/index.js';
 import { type WebGpuAdapterDescription, WebGpuBackend, describeAdapter, requestAdapter } from '../backend/webgpu/webgpu.js';
 import { MdlmError, fail } from '../errors.js';
 import { KNOBS } from './knobs.js';
+import { FP8_SCALING_RECIPES } from '../config/schema.js';
+
+/** What `mdlm probe` says of FP8 training (train.precision fp8) where it is emulated: quantised operands, f32 GEMMs. */
+const FP8_EMULATED = `emulated: ${FP8_SCALING_RECIPES.join(', ')} scaling (FP8-quantised operands, f32 GEMMs)`;
 
 export const PACKAGE_ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 export const SHADER_DIR = join(PACKAGE_ROOT, 'shaders');
@@ -68,7 +72,7 @@ export async function probeWebGpu(): Promise<BackendProbe> {
     throw e;
   }
   if (!adapter) return { name: 'webgpu', available: false, reason: NO_ADAPTER };
-  return { name: 'webgpu', available: true, detail: describeAdapter(adapter) };
+  return { name: 'webgpu', available: true, detail: { ...describeAdapter(adapter), fp8Training: FP8_EMULATED } };
 }
 
 /** The native addon, or why it cannot be had (not built, or it fails to load). */
@@ -98,14 +102,16 @@ export function probeCuda(): BackendProbe {
       memory: `${((info.memoryBytes ?? 0) / 2 ** 30).toFixed(1)} GiB`,
       multiprocessors: info.multiprocessors,
       bf16: info.bf16,
-      fp8: info.fp8,
+      fp8Training: info.fp8
+        ? `${FP8_SCALING_RECIPES.join(', ')} scaling on FP8 tensor cores (per-tensor scales; blockwise scaling is not implemented)`
+        : `no: sm ${info.sm}; FP8 tensor cores need sm 8.9 or newer`,
       ...build,
     },
   };
 }
 
 export async function probeAll(): Promise<BackendProbe[]> {
-  return [{ name: 'cpu', available: true, detail: { description: new CpuBackend().description } }, await probeWebGpu(), probeCuda()];
+  return [{ name: 'cpu', available: true, detail: { description: new CpuBackend().description, fp8Training: FP8_EMULATED } }, await probeWebGpu(), probeCuda()];
 }
 
 /**
