@@ -615,4 +615,24 @@ describe.runIf(hasCuda)('cuda specifics', () => {
       remove();
     }
   }, 300_000);
+
+  // The CPU emulates FP8 around f32 activations, CUDA runs FP8 tensor cores around bf16 ones: the
+  // quantised operands agree except where bf16 rounding moves a value across an FP8 rounding
+  // boundary, so the runs part as bf16 and f32 do (expectBf16Tracks' 1e-2 a step), not more; a
+  // wrong scale, a stale FP8 weight or a transposed operand read the wrong way moves the loss by
+  // far more within a step or two.
+  it('trains 20 steps in FP8, each recipe, with losses tracking the CPU emulating FP8 (same weights, same batches)', async () => {
+    const b = await cuda();
+    const { root, dataDir, remove } = await tinyRunRoot('mdlm-cuda-fp8-');
+    try {
+      for (const [kind, scaling] of [['ar', 'delayed'], ['mdlm', 'current']] as const) {
+        const over = { 'objective.kind': kind, 'train.steps': '20', 'train.warmupSteps': '5', 'train.evalBatches': '1', 'train.precision': 'fp8', 'train.fp8.scaling': scaling };
+        const cpu = await runLosses(tinyConfig(root, dataDir, `${kind}-cpu-fp8`, over), new CpuBackend());
+        const gpu = await runLosses(tinyConfig(root, dataDir, `${kind}-cuda-fp8`, { ...over, backend: 'cuda' }), b);
+        expectBf16Tracks(cpu, gpu);
+      }
+    } finally {
+      remove();
+    }
+  }, 300_000);
 });
