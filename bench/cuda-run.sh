@@ -5,7 +5,7 @@
 # shapes against PyTorch on the same GPU, run tests/cuda.test.ts (which ends with 20 training steps
 # per objective in bf16 against the CPU in f32), and time training against PyTorch eager and
 # torch.compile (mdlm bench train). Logs go to $OUT.
-# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws]
+# Usage there: bash bench/cuda-run.sh [build probe parity bench peer attn wgmma tests train train-1.3b train-fp8 fp8-quality train-ab attn-ab run ncu ncu-gemm ncu-train matmul-ws]
 #   (default: build probe wgmma parity bench peer tests train; attn = attention forward and
 #   backward at the bench shapes beside PyTorch SDPA; run = mdlm train --backend cuda, both
 #   objectives, on the built-in byte corpus and on Brown prepared with the GPT-2 tokenizer; wgmma =
@@ -72,6 +72,31 @@ for w in ${*:-build probe wgmma parity bench peer tests train}; do
       for obj in mdlm ar; do
         timeout 290 node bin/mdlm.js bench train --preset llama-1.3b --objective $obj --backend cuda --batch 8 --seq-len 2048 --steps 5 --warmup 2 --profile 2 --json ${TRAIN_ARGS:-} \
           > "$OUT/train-1.3b-$obj.json" 2> >(tee "$OUT/train-1.3b-$obj.err" >&2)
+      done ;;
+    train-fp8)  # mdlm bench train --precision fp8 (each FP8_SCALING) beside mdlm's bf16 and torch.compile bf16, same call:
+      # llama-124m 16 × 1024 and llama-1.3b 8 × 2048, FP8_OBJECTIVES (default: mdlm ar), FP8_PRESETS (default: both)
+      for preset in ${FP8_PRESETS:-llama-124m llama-1.3b}; do
+        shape=$([ $preset = llama-124m ] && echo "--batch 16 --seq-len 1024 --steps 10 --warmup 3" || echo "--batch 8 --seq-len 2048 --steps 5 --warmup 2")
+        for obj in ${FP8_OBJECTIVES:-mdlm ar}; do
+          for scaling in ${FP8_SCALING:-delayed}; do
+            timeout 290 node bin/mdlm.js bench train --preset $preset --objective $obj --backend cuda $shape --precision fp8 --fp8-scaling $scaling \
+              --peer ${FP8_PEER:-compile} --profile 2 --json ${TRAIN_ARGS:-} > "$OUT/train-fp8-$preset-$obj-$scaling.json" 2> >(grep -v Warning | tee "$OUT/train-fp8-$preset-$obj-$scaling.err" >&2)
+          done
+        done
+      done ;;
+    fp8-quality)  # QUALITY_STEPS (default 2000) steps of the small preset (byte Brown) and llama-124m (GPT-2 Brown,
+      # 16 × 1024, no accumulation) from the same seed in bf16 and in FP8 with each recipe: their metrics.jsonl
+      # as $OUT/quality-<preset>-<precision>.jsonl (plot them with bench/plot_loss.py)
+      [ -d /tmp/brown-gpt2 ] || node bin/mdlm.js data prepare --tokenizer gpt2 --out /tmp/brown-gpt2 --val-fraction 0.05 --no-progress 2>&1 | tail -n 1
+      for preset in ${QUALITY_PRESETS:-small llama-124m}; do
+        extra=$([ $preset = llama-124m ] && echo "--data.path /tmp/brown-gpt2 --train.gradAccum 1 --train.warmupSteps 200" || echo "")
+        for prec in bf16 fp8-delayed fp8-current; do
+          p=${prec%%-*}; sc=${prec#fp8-}; fp8=$([ $p = fp8 ] && echo "--train.fp8.scaling $sc" || echo "")
+          rm -rf /tmp/q-$preset-$prec
+          timeout 280 node bin/mdlm.js train --preset $preset --backend cuda --steps ${QUALITY_STEPS:-2000} --out /tmp/q-$preset-$prec --train.precision $p $fp8 \
+            --train.evalEvery 250 --train.evalBatches 10 --train.saveEvery 0 --train.logEvery 10 $extra 2>&1 | grep -v Warning | tail -n 3
+          cp /tmp/q-$preset-$prec/metrics.jsonl "$OUT/quality-$preset-$prec.jsonl"
+        done
       done ;;
     run)
       node bin/mdlm.js data prepare --tokenizer gpt2 --out /tmp/brown-gpt2 --val-fraction 0.05 --no-progress 2>&1 | tail -n 3
