@@ -54,8 +54,7 @@ describe('schema', () => {
     const parsed = TrainConfigSchema.parse({}) as Record<string, any>;
     for (const f of fields) {
       if (f.optional) continue;
-      const [a, b] = f.path.split('.');
-      expect(b === undefined ? parsed[a!] : parsed[a!][b], f.path).toEqual(f.default);
+      expect(f.path.split('.').reduce((v, k) => v[k], parsed), f.path).toEqual(f.default);
     }
   });
 });
