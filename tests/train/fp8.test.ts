@@ -24,10 +24,10 @@ describe('train.precision fp8 (cpu)', () => {
     r = await tinyRunRoot('mdlm-fp8-');
   });
   afterAll(() => r.remove());
-  const cfg = (name: string, over: Record<string, string>) => tinyConfig(r.root, r.dataDir, name, { 'train.steps': '20', ...over });
+  const cfg = (name: string, over: Record<string, string>) => tinyConfig(r.root, r.dataDir, name, { 'train.steps': '12', ...over });
 
   // Quantising every linear layer's operands to 3 (E4M3) or 2 (E5M2) mantissa bits moves each
-  // step's loss by well under 1% of f32's on this model (measured: at most ~2e-3 over 20 steps of
+  // step's loss by well under 1% of f32's on this model (measured: at most ~2e-3 over 12 to 30 steps of
   // either recipe and objective); FP8 weights left stale after the optimizer step, a lost
   // gradient or a wrong scale moves it by far more within a few steps. The runs must differ.
   for (const [objective, scaling] of [['ar', 'delayed'], ['mdlm', 'current']] as const) {
@@ -38,15 +38,15 @@ describe('train.precision fp8 (cpu)', () => {
       const rel = f32.map((l, i) => Math.abs(fp8[i]! - l) / l);
       expect(Math.max(...rel), rel.map((x) => x.toExponential(1)).join(' ')).toBeLessThan(1e-2);
       expect(Math.max(...rel)).toBeGreaterThan(0);
-      expect(fp8.at(-1)!).toBeLessThan(fp8[0]! * 0.8);
+      expect(fp8.at(-1)!).toBeLessThan(fp8[0]! * 0.85);
     });
   }
 
   it('N steps + resume gives exactly the losses of an uninterrupted run (delayed, first block kept in f32, accumulation)', async () => {
-    const over = { 'train.precision': 'fp8', 'train.fp8.historyLen': '3', 'train.fp8.keepFirst': '1', 'train.steps': '6', 'train.gradAccum': '2', 'train.saveEvery': '3' };
+    const over = { 'train.precision': 'fp8', 'train.fp8.historyLen': '3', 'train.fp8.keepFirst': '1', 'train.steps': '4', 'train.gradAccum': '2', 'train.saveEvery': '2' };
     const all = await runLosses(cfg('straight', over), new CpuBackend());
     const resumed = cfg('resumed', over);
-    const first = await runLosses(resumed, new CpuBackend(), { maxSteps: 3 });
+    const first = await runLosses(resumed, new CpuBackend(), { maxSteps: 2 });
     const ck = loadCheckpoint(latestCheckpoint(resumed.out)!.dir);
     // one FP8 block: 4 weights, 4 inputs (E4M3) and 4 output gradients (E5M2), each [history 3, scale, scaleInv]
     expect(ck.optimizer['fp8.e4m3']?.data.length).toBe(8 * 5);
