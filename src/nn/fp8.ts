@@ -260,7 +260,7 @@ export class Fp8Context {
     const o = be.view(out, 0, [m, n]);
     const fa = aSite.table.format, fb = bSite.table.format;
     if (opts.residual) {
-      be.run(matmulFp8Add, { ...args, residual: be.view(opts.residual, 0, [m, n]), out: o }, { m, n, k, aFormat: fa, bFormat: fb });
+      be.run(matmulFp8Add, { ...args, residual: be.view(opts.residual, 0, [m, n]), out: o }, { m, n, k, aFormat: fa, bFormat: fb, aBlocks: 'tensor', bBlocks: 'tensor' });
     } else {
       be.run(matmulFp8, { ...args, out: o }, matmulFp8Attrs(m, n, k, fa, fb, { accumulate: opts.accumulate ?? false, outF32: opts.outF32 ?? false }));
     }

@@ -17,6 +17,7 @@ import { compactRows } from './compact_rows.js';
 import { gradNorm } from './grad_norm.js';
 import { adamw, adamwCast } from './adamw.js';
 import { quantizeFp8 } from './quantize_fp8.js';
+import { quantizeFp8Blockwise } from './quantize_fp8_blockwise.js';
 import { fp8ScaleUpdate } from './fp8_scale_update.js';
 import { matmulFp8, matmulFp8Add } from './matmul_fp8.js';
 
@@ -47,6 +48,7 @@ export const OPS: readonly OpDef<unknown>[] = [
   adamw,
   adamwCast,
   quantizeFp8,
+  quantizeFp8Blockwise,
   fp8ScaleUpdate,
   matmulFp8,
   matmulFp8Add,

@@ -17,6 +17,7 @@ import { compactRowsKernel } from './compact_rows.js';
 import { gradNormKernel } from './grad_norm.js';
 import { adamwCastKernel, adamwKernel } from './adamw.js';
 import { quantizeFp8Kernel } from './quantize_fp8.js';
+import { quantizeFp8BlockwiseKernel } from './quantize_fp8_blockwise.js';
 import { fp8ScaleUpdateKernel } from './fp8_scale_update.js';
 import { matmulFp8AddKernel, matmulFp8Kernel } from './matmul_fp8.js';
 
@@ -47,6 +48,7 @@ export const WEBGPU_KERNELS: readonly WebGpuKernelEntry[] = [
   adamwKernel,
   adamwCastKernel,
   quantizeFp8Kernel,
+  quantizeFp8BlockwiseKernel,
   fp8ScaleUpdateKernel,
   matmulFp8Kernel,
   matmulFp8AddKernel,

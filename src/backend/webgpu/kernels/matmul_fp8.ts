@@ -1,15 +1,19 @@
-import { type MatmulFp8AddAttrs, matmulFp8, matmulFp8Add } from '../../../ops/matmul_fp8.js';
+import { type Fp8Blocks, type MatmulFp8AddAttrs, matmulFp8, matmulFp8Add } from '../../../ops/matmul_fp8.js';
 import type { Tensor } from '../../../tensor.js';
 import { type KernelContext, bindable, ceilDiv, defineKernel } from '../kernel.js';
 
 /** Rows and columns of out per workgroup (BM and BN in the shader). */
 const BLOCK = 64;
 
+/** The shader's A_BLOCKS / B_BLOCKS for an operand's scaling. */
+const BLOCKS_CODE: Readonly<Record<Fp8Blocks, number>> = { tensor: 0, '1x128': 1, '128x128': 2 };
+
 /**
  * shaders/matmul_fp8.wgsl: out (+)= (a · aScaleInv)(b · bScaleInv)ᵀ, or with `residual` out =
- * residual + the product. The scales may be views inside a table of meta records.
+ * residual + the product, the factors per tensor or per block. The scales may be views inside a
+ * table of meta records.
  */
-function dispatchMatmulFp8(k: KernelContext, args: Readonly<Record<string, Tensor>>, { m, n, k: depth, aFormat, bFormat }: MatmulFp8AddAttrs, accumulate: boolean, residual?: Tensor): void {
+function dispatchMatmulFp8(k: KernelContext, args: Readonly<Record<string, Tensor>>, { m, n, k: depth, aFormat, bFormat, aBlocks, bBlocks }: MatmulFp8AddAttrs, accumulate: boolean, residual?: Tensor): void {
   k.dispatch({
     shader: 'matmul_fp8',
     entry: 'main',
@@ -23,7 +27,14 @@ function dispatchMatmulFp8(k: KernelContext, args: Readonly<Record<string, Tenso
       residual: residual ?? k.scratch([1], 'f32'),
     },
     workgroups: [ceilDiv(n, BLOCK), ceilDiv(m, BLOCK)],
-    constants: { A_E5M2: aFormat === 'e5m2' ? 1 : 0, B_E5M2: bFormat === 'e5m2' ? 1 : 0, ACCUMULATE: accumulate ? 1 : 0, RESIDUAL: residual ? 1 : 0 },
+    constants: {
+      A_E5M2: aFormat === 'e5m2' ? 1 : 0,
+      B_E5M2: bFormat === 'e5m2' ? 1 : 0,
+      ACCUMULATE: accumulate ? 1 : 0,
+      RESIDUAL: residual ? 1 : 0,
+      A_BLOCKS: BLOCKS_CODE[aBlocks],
+      B_BLOCKS: BLOCKS_CODE[bBlocks],
+    },
   });
 }
 
