@@ -272,10 +272,7 @@ export class SelfAttention {
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
       if (this.fp8) {
-        const { ctx, qkv } = this.fp8;
-        const dy = matrix(sc.qkv, rows, width);
-        ctx.weightGrad(qkv, matrix(x, rows, d), dy, this.wqkv(b, this.q.weight.grad), accumulate);
-        ctx.inputGrad(qkv, dy, dx, false);
+        this.fp8.ctx.backward(this.fp8.qkv, matrix(x, rows, d), matrix(sc.qkv, rows, width), this.wqkv(b, this.q.weight.grad), accumulate, matrix(dx, rows, d));
         return;
       }
       b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }));

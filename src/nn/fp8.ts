@@ -9,12 +9,15 @@
  * - weight gradient: dW += Q(dyᵀ) · Q(xᵀ)ᵀ, dy and x quantised transposed ([out, rows], [in, rows]);
  * - input gradient: dx = Q(dy) · Q(Wᵀ)ᵀ, W's transposed copy [in, out].
  * A matrix a layer stores transposed (the MLP's [hidden, rows] activations) is quantised the other
- * way round. The FP8 weights, W and Wᵀ, are written whenever the working copy changes: after each
- * optimizer update (with the delayed recipe's scale update first) and after the masters are set.
+ * way round. A tensor needed both ways is read once for both (quantize_fp8's 'both' layout): dy
+ * for the backward's two GEMMs, and each weight, whose FP8 copies W and Wᵀ are written whenever
+ * the working copy changes: after each optimizer update (with the delayed recipe's scale update
+ * first) and after the masters are set.
  *
  * Each quantised tensor is a site with a meta record in one of two tables (E4M3, E5M2); the
- * quantised activations live in two scratch buffers shared by every layer (one layer runs at a
- * time, and every backend runs work in the order it is queued).
+ * quantised activations live in scratch buffers shared by every layer (one layer runs at a time,
+ * and every backend runs work in the order it is queued): one E4M3, and two E5M2 for dy in both
+ * layouts.
  */
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
@@ -44,11 +47,6 @@ export interface Matrix {
 
 export function matrix(t: Tensor, rows: number, cols: number, transposed = false): Matrix {
   return { t, rows, cols, transposed };
-}
-
-/** The transpose of a matrix, as a view of the same storage. */
-export function transposeOf(m: Matrix): Matrix {
-  return { t: m.t, rows: m.cols, cols: m.rows, transposed: !m.transposed };
 }
 
 /** One quantised tensor's place in a meta table. */
@@ -129,9 +127,13 @@ export class Fp8Context {
   private readonly forwardTable: MetaTable;
   private readonly backwardTable: MetaTable;
   private readonly weights: Fp8Weight[] = [];
-  private scratchElems = 0;
+  /** Elements of the largest quantised input (E4M3 scratch) and output gradient (each E5M2 scratch). */
+  private xElems = 0;
+  private dyElems = 0;
   private xScratch: Tensor | null = null;
-  private gScratch: Tensor | null = null;
+  /** Q(dy) and Q(dyᵀ). */
+  private dyScratch: Tensor | null = null;
+  private dyTScratch: Tensor | null = null;
   /**
    * Whether the delayed recipe has amaxes to go by. Until the first optimizer update it has none
    * (every scale 1 would flush small gradients to zero), so the first step scales as `current`
@@ -146,14 +148,15 @@ export class Fp8Context {
   }
 
   /**
-   * The sites of a linear layer whose weight is `rows` × `inFeatures` starting at `first` (the
-   * parameters stored after it, for a joined projection), its inputs up to `rows` × `widest`
-   * elements (the scratch's size).
+   * The sites of a linear layer whose weight is `out` × `inFeatures` starting at `first` (the
+   * parameters stored after it, for a joined projection), over up to `tokens` rows: its input
+   * [tokens, inFeatures] and output gradient [tokens, out] size the scratch.
    */
   linear(first: Param, out: number, inFeatures: number, tokens: number): Fp8Linear {
     const weight = new Fp8Weight(first, out, inFeatures, this.forwardTable.add());
     this.weights.push(weight);
-    this.scratchElems = Math.max(this.scratchElems, tokens * Math.max(out, inFeatures));
+    this.xElems = Math.max(this.xElems, tokens * inFeatures);
+    this.dyElems = Math.max(this.dyElems, tokens * out);
     return { weight, x: this.forwardTable.add(), dy: this.backwardTable.add() };
   }
 
@@ -164,8 +167,9 @@ export class Fp8Context {
     this.backwardTable.allocate();
     this.forwardTable.reset();
     this.backwardTable.reset();
-    this.xScratch = b.alloc([this.scratchElems], 'fp8e4m3');
-    this.gScratch = b.alloc([this.scratchElems], 'fp8e5m2');
+    this.xScratch = b.alloc([this.xElems], 'fp8e4m3');
+    this.dyScratch = b.alloc([this.dyElems], 'fp8e5m2');
+    this.dyTScratch = b.alloc([this.dyElems], 'fp8e5m2');
     for (const w of this.weights) {
       w.q = b.alloc([w.out, w.inFeatures], 'fp8e4m3');
       w.qT = b.alloc([w.inFeatures, w.out], 'fp8e4m3');
@@ -208,44 +212,53 @@ export class Fp8Context {
       }
     }
     for (const w of this.weights) {
-      const src = matrix(this.backend.view(w.first.compute, 0, [w.out, w.inFeatures]), w.out, w.inFeatures);
-      this.quantizeInto(src, w.site, w.q, false);
-      this.quantizeInto(src, w.site, w.qT, true);
+      this.quantizeInto(matrix(this.backend.view(w.first.compute, 0, [w.out, w.inFeatures]), w.out, w.inFeatures), w.site, w.q, w.qT);
     }
   }
 
   /** Bytes of what `allocate` allocated: the meta tables, the scratch and the FP8 weights. */
   get bytes(): number {
-    const own = [this.forwardTable.table, this.backwardTable.table, this.xScratch, this.gScratch].reduce((n, t) => n + (t?.byteSize ?? 0), 0);
+    const own = this.owned.reduce((n, t) => n + (t?.byteSize ?? 0), 0);
     return this.weights.reduce((n, w) => n + w.q.byteSize + w.qT.byteSize, own);
+  }
+
+  /** The tables and the scratch. */
+  private get owned(): (Tensor | null)[] {
+    return [this.forwardTable.table, this.backwardTable.table, this.xScratch, this.dyScratch, this.dyTScratch];
   }
 
   /** Free what `allocate` allocated. */
   destroy(): void {
     const b = this.backend;
-    for (const t of [this.forwardTable.table, this.backwardTable.table, this.xScratch, this.gScratch]) if (t) b.free(t);
+    for (const t of this.owned) if (t) b.free(t);
     for (const w of this.weights) {
       if (w.q) b.free(w.q);
       if (w.qT) b.free(w.qT);
     }
   }
 
-  /** Q(m) row-major [m.rows, m.cols] in the scratch of the site's format. */
+  /** Q(m) row-major [m.rows, m.cols] in the E4M3 scratch (an input's site). */
   quantize(m: Matrix, site: Fp8Site): Tensor {
-    const scratch = site.table.format === 'e4m3' ? this.xScratch! : this.gScratch!;
-    const out = this.backend.view(scratch, 0, [m.rows, m.cols]);
-    this.quantizeInto(m, site, out, false);
+    const out = this.backend.view(this.xScratch!, 0, [m.rows, m.cols]);
+    this.quantizeInto(m, site, out, null);
     return out;
   }
 
-  /** Q(m) into `out` row-major, or Q(mᵀ) with `transpose`. */
-  private quantizeInto(m: Matrix, site: Fp8Site, out: Tensor, transpose: boolean): void {
+  /**
+   * Q(m) row-major [m.rows, m.cols] into `q` and Q(mᵀ) [m.cols, m.rows] into `qT`, either null for
+   * a layout not wanted, from one read of m.
+   */
+  private quantizeInto(m: Matrix, site: Fp8Site, q: Tensor | null, qT: Tensor | null): void {
     // The op reads its input row-major: a matrix held transposed is quantised the other way.
     const [rows, cols] = m.transposed ? [m.cols, m.rows] : [m.rows, m.cols];
-    const x = this.backend.view(m.t, 0, [rows, cols]);
+    const [out, outT] = m.transposed ? [qT, q] : [q, qT];
+    const layout = out && outT ? 'both' : out ? 'rows' : 'cols';
+    const b = this.backend;
+    const none = b.view((out ?? outT)!, 0, [0]);
+    const x = b.view(m.t, 0, [rows, cols]);
     const r = this.recipe;
     const scaling = this.calibrated ? r.scaling : 'current';
-    this.backend.run(quantizeFp8, { x, meta: site.meta, out }, quantizeFp8Attrs(rows, cols, site.table.format, scaling, site.table.historyLen, r.margin, m.transposed !== transpose));
+    b.run(quantizeFp8, { x, meta: site.meta, out: out ?? none, outT: outT ?? none }, quantizeFp8Attrs(rows, cols, site.table.format, scaling, site.table.historyLen, r.margin, layout));
   }
 
   /**
@@ -278,16 +291,22 @@ export class Fp8Context {
     this.gemm(l.weight.q, l.weight.site, xq, l.x, yT);
   }
 
-  /** dW (+)= dyᵀ · x into the f32 gradient `grad` [out, in]; x [rows, in] and dy [rows, out] matrices. */
-  weightGrad(l: Fp8Linear, x: Matrix, dy: Matrix, grad: Tensor, accumulate: boolean): void {
-    const dyT = this.quantize(transposeOf(dy), l.dy);
-    const xT = this.quantize(transposeOf(x), l.x);
+  /**
+   * A linear layer's backward, dy quantised once (both layouts; dyᵀ only without dx): dW (+)= dyᵀ ·
+   * x into the f32 gradient `grad` [out, in], then, with `dx`, dx = or (addDx) += dy · W; x [rows,
+   * in] and dy [rows, out] matrices, dx a [rows, in] one (held transposed, [in, rows]: the GEMM
+   * writes it that way round).
+   */
+  backward(l: Fp8Linear, x: Matrix, dy: Matrix, grad: Tensor, accumulate: boolean, dx: Matrix | null, addDx = false): void {
+    const b = this.backend;
+    const dyq = b.view(this.dyScratch!, 0, [dy.rows, dy.cols]);
+    const dyT = b.view(this.dyTScratch!, 0, [dy.cols, dy.rows]);
+    this.quantizeInto(dy, l.dy, dx ? dyq : null, dyT);
+    const xT = b.view(this.xScratch!, 0, [x.cols, x.rows]);
+    this.quantizeInto(x, l.x, null, xT);
     this.gemm(dyT, l.dy, xT, l.x, grad, { accumulate, outF32: true });
-  }
-
-  /** dx [rows, in] = or += dy · W; dy a [rows, out] matrix. */
-  inputGrad(l: Fp8Linear, dy: Matrix, dx: Tensor, accumulate: boolean): void {
-    const dyq = this.quantize(dy, l.dy);
-    this.gemm(dyq, l.dy, l.weight.qT, l.weight.site, dx, { accumulate });
+    if (!dx) return;
+    if (dx.transposed) this.gemm(l.weight.qT, l.weight.site, dyq, l.dy, dx.t, { accumulate: addDx });
+    else this.gemm(dyq, l.dy, l.weight.qT, l.weight.site, dx.t, { accumulate: addDx });
   }
 }

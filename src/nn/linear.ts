@@ -46,10 +46,8 @@ export class Linear {
   backward(b: Backend, x: Tensor, dy: Tensor, dx: Tensor | null, mode: GradMode, rows: number): void {
     const accumulate = this.weight.store.accumulates(this.weight);
     if (this.fp8) {
-      const { ctx, sites } = this.fp8;
-      const dyM = matrix(dy, rows, this.outFeatures);
-      ctx.weightGrad(sites, matrix(x, rows, this.inFeatures), dyM, this.weight.grad, accumulate);
-      if (mode !== 'none' && dx) ctx.inputGrad(sites, dyM, dx, mode === 'add');
+      const dxM = mode !== 'none' && dx ? matrix(dx, rows, this.inFeatures) : null;
+      this.fp8.ctx.backward(this.fp8.sites, matrix(x, rows, this.inFeatures), matrix(dy, rows, this.outFeatures), this.weight.grad, accumulate, dxM, mode === 'add');
       return;
     }
     b.run(matmul, { a: as3d(b, dy), b: as3d(b, x), out: as3d(b, this.weight.grad) }, matmulAttrs(1, this.outFeatures, this.inFeatures, rows, true, false, { accumulate, outF32: true }));

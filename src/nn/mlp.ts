@@ -167,23 +167,20 @@ export class SwiGluMlp {
   }
 
   /**
-   * The joined layout's backward in FP8: dWdown from Q(doutᵀ) and Q(hᵀ); dhᵀ = Q(Wdownᵀ) · Q(dout)ᵀ
-   * (into scratch.dHidden); [dGᵀ; dUᵀ] by swiglu_backward; dWgu and dx from them.
+   * The joined layout's backward in FP8: dWdown from Q(doutᵀ) and Q(hᵀ), and dhᵀ = Q(Wdownᵀ) ·
+   * Q(dout)ᵀ (into scratch.dHidden); [dGᵀ; dUᵀ] by swiglu_backward; dWgu and dx from them.
    */
   private backwardFp8(b: Backend, f: NonNullable<SwiGluMlp['fp8']>, x: Tensor, hT: Tensor, dout: Tensor, dx: Tensor): void {
     const sc = this.scratch;
     const F = this.hidden, d = this.dModel, R = this.rows;
     const { ctx, gateUp, down } = f;
     const store = this.down.weight.store;
-    const doutM = matrix(dout, R, d);
-    ctx.weightGrad(down, matrix(hT, R, F, true), doutM, b.view(this.down.weight.grad, 0, [d, F]), store.accumulates(this.down.weight));
     const dhT = b.view(sc.dHidden!, 0, [F, R]);
-    ctx.gemm(down.weight.qT, down.weight.site, ctx.quantize(doutM, down.dy), down.dy, dhT);
+    ctx.backward(down, matrix(hT, R, F, true), matrix(dout, R, d), b.view(this.down.weight.grad, 0, [d, F]), store.accumulates(this.down.weight), matrix(dhT, R, F, true));
     const [g, u] = SwiGluMlp.halves(b, this.gu, F, R);
     const [dg, du] = SwiGluMlp.halves(b, sc.dGateUp, F, R);
     b.run(swigluBackward, { dout: dhT, gate: g, up: u, dgate: dg, dup: du }, { rows: F, hidden: R });
     const dgu = matrix(sc.dGateUp, R, 2 * F, true);
-    ctx.weightGrad(gateUp, matrix(x, R, d), dgu, b.view(this.gate.weight.grad, 0, [2 * F, d]), store.accumulates(this.gate.weight, this.up.weight));
-    ctx.inputGrad(gateUp, dgu, dx, false);
+    ctx.backward(gateUp, matrix(x, R, d), dgu, b.view(this.gate.weight.grad, 0, [2 * F, d]), store.accumulates(this.gate.weight, this.up.weight), matrix(dx, R, d));
   }
 }

@@ -7,8 +7,8 @@ import { describe, expect, it } from 'vitest';
 import { e4m3ToF32, e5m2ToF32, f32ToE4m3, f32ToE5m2 } from '../../src/convert.js';
 import { FP8_FORMAT, inversePow2, pow2Scale, quantizeValue } from '../../src/ops/fp8.js';
 import { fp8ScaleUpdateReference } from '../../src/ops/fp8_scale_update.js';
-import { matmulFp8 } from '../../src/ops/matmul_fp8.js';
-import { quantizeFp8Attrs, quantizeFp8Reference } from '../../src/ops/quantize_fp8.js';
+import { matmulFp8, matmulFp8Attrs } from '../../src/ops/matmul_fp8.js';
+import { quantizeFp8, quantizeFp8Attrs, quantizeFp8Reference } from '../../src/ops/quantize_fp8.js';
 import { PhiloxStream } from '../../src/rng/philox.js';
 
 describe('pow2Scale', () => {
@@ -60,11 +60,12 @@ describe('quantizeValue', () => {
 
 describe('quantize_fp8 reference', () => {
   const x = Float64Array.from([1, -2, 300, 0.001, NaN, -0.5]); // [2, 3]
+  const none = new Float64Array(0);
 
   it('current: sets the scale from the amax (NaN ignored), writes it and its inverse, and records the amax', () => {
     const meta = Float64Array.from([5, 1, 1]); // history [5], scale, scaleInv
     const out = new Float64Array(6);
-    quantizeFp8Reference(x, meta, out, quantizeFp8Attrs(2, 3, 'e4m3', 'current', 1, 0));
+    quantizeFp8Reference(x, meta, out, none, quantizeFp8Attrs(2, 3, 'e4m3', 'current', 1, 0));
     expect(meta[1]).toBe(1); // 300 · 1 ≤ 448 < 600
     expect(meta[2]).toBe(1);
     expect(meta[0]).toBe(300);
@@ -74,18 +75,43 @@ describe('quantize_fp8 reference', () => {
 
   it('delayed: quantises with the stored scale, raises history[0] only, and transposes', () => {
     const meta = Float64Array.from([400, 7, 0.25, 4]); // history [400, 7], scale 0.25, scaleInv 4
-    const out = new Float64Array(6);
-    quantizeFp8Reference(x, meta, out, quantizeFp8Attrs(2, 3, 'e4m3', 'delayed', 2, 0, true));
+    const outT = new Float64Array(6);
+    quantizeFp8Reference(x, meta, none, outT, quantizeFp8Attrs(2, 3, 'e4m3', 'delayed', 2, 0, 'cols'));
     expect(Array.from(meta)).toEqual([400, 7, 0.25, 4]);
-    // out is xᵀ [3, 2]: out[c·2 + r] = q(x[r·3 + c] / 4)
-    expect(out[0]).toBe(0.25);
-    expect(out[2]).toBe(-0.5);
-    expect(out[4]).toBe(quantizeValue(300, 0.25, 'e4m3'));
-    expect(out[1]).toBe(quantizeValue(0.001, 0.25, 'e4m3'));
-    expect(out[3]).toBeNaN();
+    // outT is xᵀ [3, 2]: outT[c·2 + r] = q(x[r·3 + c] / 4)
+    expect(outT[0]).toBe(0.25);
+    expect(outT[2]).toBe(-0.5);
+    expect(outT[4]).toBe(quantizeValue(300, 0.25, 'e4m3'));
+    expect(outT[1]).toBe(quantizeValue(0.001, 0.25, 'e4m3'));
+    expect(outT[3]).toBeNaN();
     meta[0] = 10;
-    quantizeFp8Reference(x, meta, out, quantizeFp8Attrs(2, 3, 'e4m3', 'delayed', 2, 0, true));
+    quantizeFp8Reference(x, meta, none, outT, quantizeFp8Attrs(2, 3, 'e4m3', 'delayed', 2, 0, 'cols'));
     expect(meta[0]).toBe(300);
+  });
+
+  it('both: writes the two layouts a rows and a cols call write, with the same scale and amax bookkeeping', () => {
+    for (const scaling of ['current', 'delayed'] as const) {
+      const start = Float64Array.from([100, 0.5, 2]);
+      const [rowsMeta, colsMeta, bothMeta] = [start.slice(), start.slice(), start.slice()];
+      const [out, outT, bothOut, bothOutT] = [0, 1, 2, 3].map(() => new Float64Array(6).fill(7)) as [Float64Array, Float64Array, Float64Array, Float64Array];
+      quantizeFp8Reference(x, rowsMeta, out, none, quantizeFp8Attrs(2, 3, 'e5m2', scaling, 1, 1, 'rows'));
+      quantizeFp8Reference(x, colsMeta, none, outT, quantizeFp8Attrs(2, 3, 'e5m2', scaling, 1, 1, 'cols'));
+      quantizeFp8Reference(x, bothMeta, bothOut, bothOutT, quantizeFp8Attrs(2, 3, 'e5m2', scaling, 1, 1, 'both'));
+      expect(Array.from(bothMeta)).toEqual(Array.from(rowsMeta));
+      expect(Array.from(colsMeta)).toEqual(Array.from(rowsMeta));
+      expect(Array.from(bothOut)).toEqual(Array.from(out));
+      expect(Array.from(bothOutT)).toEqual(Array.from(outT));
+      expect(bothOutT[1]).toBe(quantizeValue(0.001, bothMeta[1]!, 'e5m2')); // x[1, 0] at outT[0, 1]
+      expect(bothOut.some((v) => v === 7) || bothOutT.some((v) => v === 7)).toBe(false);
+    }
+  });
+
+  it('declares the output a layout does not write as an empty tensor', () => {
+    const shapes = (layout: 'rows' | 'cols' | 'both') => quantizeFp8.shapes(quantizeFp8Attrs(2, 3, 'e4m3', 'current', 1, 0, layout));
+    expect([shapes('rows').out, shapes('rows').outT]).toEqual([[2, 3], [0]]);
+    expect([shapes('cols').out, shapes('cols').outT]).toEqual([[0], [3, 2]]);
+    expect([shapes('both').out, shapes('both').outT]).toEqual([[2, 3], [3, 2]]);
+    expect(() => quantizeFp8.validate!({ ...quantizeFp8Attrs(2, 3, 'e4m3', 'current', 1, 0), layout: 'transposed' as 'cols' })).toThrow(/layout/);
   });
 });
 
@@ -105,7 +131,7 @@ describe('fp8_scale_update reference', () => {
 describe('matmul_fp8 reference', () => {
   it('is the float64 product of the dequantised operands, added to out with accumulate', () => {
     const rng = new PhiloxStream(11, 0);
-    const attrs = { m: 3, n: 4, k: 5, aFormat: 'e4m3' as const, bFormat: 'e5m2' as const, accumulate: true, outF32: true };
+    const attrs = matmulFp8Attrs(3, 4, 5, 'e4m3', 'e5m2', { accumulate: true, outF32: true });
     const a = Float64Array.from({ length: 15 }, () => quantizeValue(rng.normal() * 50, 1, 'e4m3'));
     const b = Float64Array.from({ length: 20 }, () => quantizeValue(rng.normal() * 500, 1, 'e5m2'));
     const out = Float64Array.from({ length: 12 }, () => rng.normal());

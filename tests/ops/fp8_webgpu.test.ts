@@ -12,7 +12,7 @@ import { metaLength } from '../../src/ops/fp8.js';
 import { fp8ScaleUpdate } from '../../src/ops/fp8_scale_update.js';
 import { matmulFp8, matmulFp8Attrs } from '../../src/ops/matmul_fp8.js';
 import { type QuantizeFp8Attrs, quantizeFp8, quantizeFp8Attrs } from '../../src/ops/quantize_fp8.js';
-import type { DType, FloatDType } from '../../src/tensor.js';
+import type { DType, FloatDType, Tensor } from '../../src/tensor.js';
 import { hasWebGpu, webgpuBackend } from '../support/webgpu.js';
 
 const cpu = new CpuBackend();
@@ -44,8 +44,9 @@ interface QuantizeRun {
 
 /**
  * quantize_fp8 on `b` with x and meta as given; meta sits at record `site` of a table of three
- * records (a view off the binding alignment for sites > 0), out in a view at `outOffset` of a
- * buffer of 0x55 codes whose bytes around it must stay.
+ * records (a view off the binding alignment for sites > 0), each output the layout writes in a
+ * view at `outOffset` of its own buffer of FILLER codes whose bytes around it must stay (the
+ * other an empty tensor). `out`: the written outputs' codes, out's then outT's.
  */
 async function quantizeOn(b: Backend, x: readonly number[], meta: readonly number[], attrs: QuantizeFp8Attrs, site = 0, outOffset = 0): Promise<QuantizeRun & { around: number[] }> {
   const len = metaLength(attrs.historyLen);
@@ -57,20 +58,28 @@ async function quantizeOn(b: Backend, x: readonly number[], meta: readonly numbe
   init.set(meta, site * len);
   b.upload(table, init);
   const dtype = attrs.format === 'e4m3' ? 'fp8e4m3' : 'fp8e5m2';
-  const base = b.alloc([outOffset + n + 8], dtype);
-  b.upload(base, new Float32Array(outOffset + n + 8).fill(FILLER));
-  const out = b.view(base, outOffset, attrs.transpose ? [attrs.cols, attrs.rows] : [attrs.rows, attrs.cols]);
-  b.run(quantizeFp8, { x: tx, meta: b.view(table, site * len, [len]), out }, attrs);
-  const all = await b.download(base);
-  const tableAfter = await b.download(table);
-  const result = {
-    out: bits(all.subarray(outOffset, outOffset + n)),
-    meta: bits(tableAfter.subarray(site * len, site * len + len)),
-    around: bits([...all.subarray(0, outOffset), ...all.subarray(outOffset + n), ...tableAfter.subarray(0, site * len), ...tableAfter.subarray(site * len + len)]),
+  const output = (written: boolean, shape: [number, number]): { base: Tensor; view: Tensor; written: boolean } => {
+    if (!written) {
+      const empty = b.alloc([0], dtype);
+      return { base: empty, view: empty, written };
+    }
+    const base = b.alloc([outOffset + n + 8], dtype);
+    b.upload(base, new Float32Array(outOffset + n + 8).fill(FILLER));
+    return { base, view: b.view(base, outOffset, shape), written };
   };
-  b.free(tx);
-  b.free(table);
-  b.free(base);
+  const outs = [output(attrs.layout !== 'cols', [attrs.rows, attrs.cols]), output(attrs.layout !== 'rows', [attrs.cols, attrs.rows])];
+  b.run(quantizeFp8, { x: tx, meta: b.view(table, site * len, [len]), out: outs[0]!.view, outT: outs[1]!.view }, attrs);
+  const result: QuantizeRun & { around: number[] } = { out: [], meta: [], around: [] };
+  for (const o of outs) {
+    if (!o.written) continue;
+    const all = await b.download(o.base);
+    result.out.push(...bits(all.subarray(outOffset, outOffset + n)));
+    result.around.push(...bits([...all.subarray(0, outOffset), ...all.subarray(outOffset + n)]));
+  }
+  const tableAfter = await b.download(table);
+  result.meta.push(...bits(tableAfter.subarray(site * len, site * len + len)));
+  result.around.push(...bits([...tableAfter.subarray(0, site * len), ...tableAfter.subarray(site * len + len)]));
+  for (const t of [tx, table, ...outs.map((o) => o.base)]) b.free(t);
   return result;
 }
 
@@ -127,11 +136,13 @@ describe.skipIf(!hasWebGpu)('FP8 kernels on webgpu: special values and views', (
   const finite = x.map((v) => (Number.isNaN(v) ? 2 : v));
   const cases: [string, readonly number[], readonly number[], QuantizeFp8Attrs][] = [
     ['current, a NaN in x and in history[0]', x, [NaN, 2, 0.5], quantizeFp8Attrs(3, 4, 'e4m3', 'current', 1, 0)],
-    ['current, an infinite amax keeps the scale and is recorded', [...finite.slice(0, 11), -Infinity], [5, 8, 0.125], quantizeFp8Attrs(4, 3, 'e5m2', 'current', 1, 1, true)],
+    ['current, an infinite amax keeps the scale and is recorded', [...finite.slice(0, 11), -Infinity], [5, 8, 0.125], quantizeFp8Attrs(4, 3, 'e5m2', 'current', 1, 1, 'cols')],
     ['current, all zeros: history[0] = -0 stays, the scale stays', [0, -0, 0, 0], [-0, 4, 0.25], quantizeFp8Attrs(2, 2, 'e4m3', 'current', 1, 0)],
     ['current, an amax below the f32 normals takes the largest scale', [1e-40, -3e-39, 0, 2e-41], [0, 1, 1], quantizeFp8Attrs(1, 4, 'e4m3', 'current', 1, 0)],
-    ['delayed, a negative history[0] rises to the amax', finite, [-1, 9, 64, 2 ** 10, 2 ** -10], quantizeFp8Attrs(4, 3, 'e4m3', 'delayed', 3, 0, true)],
+    ['delayed, a negative history[0] rises to the amax', finite, [-1, 9, 64, 2 ** 10, 2 ** -10], quantizeFp8Attrs(4, 3, 'e4m3', 'delayed', 3, 0, 'cols')],
     ['delayed, a scale that is not a power of two', finite, [0, 3, 1 / 3], quantizeFp8Attrs(3, 4, 'e5m2', 'delayed', 1, 0)],
+    ['both layouts, a NaN in x, a negative history[0]', x, [-1, 2, 0.5], quantizeFp8Attrs(4, 3, 'e5m2', 'current', 1, 0, 'both')],
+    ['both layouts, delayed, a scale that is not a power of two', finite, [0, 3, 1 / 3], quantizeFp8Attrs(3, 4, 'e4m3', 'delayed', 1, 0, 'both')],
   ];
   for (const [label, xs, meta, attrs] of cases) {
     it(`quantize_fp8 ${label}: as the CPU backend, bit for bit`, async () => {
@@ -142,14 +153,18 @@ describe.skipIf(!hasWebGpu)('FP8 kernels on webgpu: special values and views', (
     });
   }
 
-  it('quantize_fp8 reads and writes a meta record inside a table and keeps the bytes after a ragged out', async () => {
-    const attrs = quantizeFp8Attrs(3, 3, 'e4m3', 'current', 2, 0);
-    const g = await gpu();
-    const want = await quantizeOn(cpu, finite.slice(0, 9), [3, 100, 1, 1], attrs, 1, 256);
-    const got = await quantizeOn(g, finite.slice(0, 9), [3, 100, 1, 1], attrs, 1, 256);
-    expect(got).toEqual(want);
-    expect(got.around).toEqual(bits([...new Array(256 + 8).fill(FILLER), ...new Array(2 * 4).fill(-7)]));
-  });
+  for (const layout of ['rows', 'cols', 'both'] as const) {
+    it(`quantize_fp8 (${layout}) reads and writes a meta record inside a table and keeps the bytes after a ragged output`, async () => {
+      const attrs = quantizeFp8Attrs(3, 3, 'e4m3', 'current', 2, 0, layout);
+      const g = await gpu();
+      const want = await quantizeOn(cpu, finite.slice(0, 9), [3, 100, 1, 1], attrs, 1, 256);
+      const got = await quantizeOn(g, finite.slice(0, 9), [3, 100, 1, 1], attrs, 1, 256);
+      expect(got).toEqual(want);
+      const outputs = layout === 'both' ? 2 : 1;
+      expect(got.out.length).toBe(9 * outputs);
+      expect(got.around).toEqual(bits([...new Array(outputs * (256 + 8)).fill(FILLER), ...new Array(2 * 4).fill(-7)]));
+    });
+  }
 
   it('fp8_scale_update on infinite, NaN, negative and subnormal amaxes, in a table view: as the CPU backend', async () => {
     const historyLen = 3;
