@@ -5,8 +5,9 @@
  * sm_90a, so a kernel's syntax or type error fails the run, and their objects link into one
  * library, so a function defined (not inline) in a header that several of them include fails here
  * and not at the addon's link; a host build of cuda/convert.cuh and cuda/philox.cuh gives the
- * same bits as src/convert.ts and src/rng/philox.ts; the FP8 quantisation and scale update, run on
- * the CPU by the warp emulator (tests/cuda_emu), give the same bits as src/ops/fp8.ts; and the
+ * same bits as src/convert.ts and src/rng/philox.ts; the FP8 quantisation (per tensor and per
+ * block) and scale update, run on the CPU by the warp emulator (tests/cuda_emu), give the same
+ * bits as src/ops/fp8.ts and the ops' references; and the
  * attention, GEMM and cross-entropy kernels, run on that emulator, match a float64 reference, so an
  * indexing or fragment-layout error in them fails here before a GPU run. Without nvcc those tests
  * skip and say why.
@@ -23,6 +24,7 @@ import { type Fp8Format, inversePow2, pow2Scale, quantizeValue } from '../src/op
 import { type Fp8ScaleUpdateAttrs, fp8ScaleUpdate, fp8ScaleUpdateReference } from '../src/ops/fp8_scale_update.js';
 import { OPS } from '../src/ops/index.js';
 import { type QuantizeFp8Attrs, quantizeFp8, quantizeFp8Reference } from '../src/ops/quantize_fp8.js';
+import { type QuantizeFp8BlockwiseAttrs, quantizeFp8Blockwise, quantizeFp8BlockwiseAttrs, quantizeFp8BlockwiseReference } from '../src/ops/quantize_fp8_blockwise.js';
 import { PhiloxStream, RngPurpose, philox4x32 } from '../src/rng/philox.js';
 import { type OpNames, checkLauncherNames, cppFiles, declaredAttributes } from './support/launcher_names.js';
 
@@ -401,22 +403,23 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
     });
     expect(bad).toEqual([]);
 
-    // quantize_fp8: each test case's sample and a transposed one of more tiles than the emulated
-    // GPU's blocks (fp8_check's grids are 8 blocks), as stored in f32 and in bf16, at the buffers'
-    // start and one element in (element-wise loads and stores); the transposed ones again with the
-    // last warps run ahead (a tile rewritten before every warp has stored it shows); then one with
-    // NaN, infinities and a NaN history[0].
+    // quantize_fp8: each test case's sample and one in both layouts of more tiles than the
+    // emulated GPU's blocks (fp8_check's grids are 8 blocks), as stored in f32 and in bf16, at the
+    // buffers' start and one element in (element-wise loads and stores); the tiled ones (cols,
+    // both) again with the last warps run ahead (a tile rewritten before every warp has stored it
+    // shows); then one in both layouts with NaN, infinities and a NaN history[0].
     type QuantizeRun = { label: string; attrs: QuantizeFp8Attrs; x: Float64Array; meta: Float64Array; dtype: 'f32' | 'bf16'; offset: number; schedule?: string };
     const quantizeRuns: QuantizeRun[] = [];
-    const quantizeCases = [...quantizeFp8.cases('test'), { label: 'e5m2 delayed 300x200 transposed', attrs: { ...quantizeFp8.cases('test')[3]!.attrs, rows: 300, cols: 200 } }];
+    const caseNamed = (label: string): QuantizeFp8Attrs => quantizeFp8.cases('test').find((c) => c.label === label)!.attrs;
+    const quantizeCases = [...quantizeFp8.cases('test'), { label: 'e5m2 delayed 300x200 both', attrs: { ...caseNamed('e5m2 delayed 130x64 history 16 cols'), rows: 300, cols: 200, layout: 'both' as const } }];
     for (const c of quantizeCases) {
       const { x, meta } = quantizeFp8.sample(new PhiloxStream(7, RngPurpose.harness), c.attrs) as { x: Float64Array; meta: Float64Array };
       for (const dtype of ['f32', 'bf16'] as const) {
         for (const offset of [0, 1]) quantizeRuns.push({ label: `${c.label} ${dtype} offset ${offset}`, attrs: c.attrs, x: x.map((v) => roundTo(dtype, v)), meta, dtype, offset });
       }
-      if (c.attrs.transpose) quantizeRuns.push({ label: `${c.label} bf16 skewed`, attrs: c.attrs, x: x.map((v) => roundTo('bf16', v)), meta, dtype: 'bf16', offset: 0, schedule: 'skewed' });
+      if (c.attrs.layout !== 'rows') quantizeRuns.push({ label: `${c.label} bf16 skewed`, attrs: c.attrs, x: x.map((v) => roundTo('bf16', v)), meta, dtype: 'bf16', offset: 0, schedule: 'skewed' });
     }
-    const special = quantizeFp8.cases('test')[1]!.attrs;
+    const special = caseNamed('e4m3 current margin 1 37x45 both');
     for (const scaling of ['current', 'delayed'] as const) {
       const attrs = { ...special, scaling };
       const { x, meta } = quantizeFp8.sample(new PhiloxStream(8, RngPurpose.harness), attrs) as { x: Float64Array; meta: Float64Array };
@@ -424,12 +427,13 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
       quantizeRuns.push({ label: `NaN and infinities ${scaling}`, attrs, x, meta, dtype: 'f32', offset: 0 });
     }
     for (const { label, attrs, x, meta, dtype, offset, schedule } of quantizeRuns) {
-      const { rows, cols, format, scaling, transpose, historyLen, margin } = attrs;
-      const args = ['quantize', rows, cols, format, scaling, transpose ? 1 : 0, historyLen, margin, dtype, offset].map(String);
+      const { rows, cols, format, scaling, layout, historyLen, margin } = attrs;
+      const args = ['quantize', rows, cols, format, scaling, layout, historyLen, margin, dtype, offset].map(String);
       const got = await hostRun(args, [...meta, ...x].map(fbits).join('\n'), schedule ? { EMU_SCHEDULE: schedule } : {});
-      const wantMeta = Float32Array.from(meta), out = new Float64Array(x.length);
-      quantizeFp8Reference(x, wantMeta, out, attrs);
-      const want = [...Array.from(wantMeta, fbits), ...Array.from(out, (v) => hex(code(format, v)))];
+      const wantMeta = Float32Array.from(meta);
+      const out = new Float64Array(layout === 'cols' ? 0 : x.length), outT = new Float64Array(layout === 'rows' ? 0 : x.length);
+      quantizeFp8Reference(x, wantMeta, out, outT, attrs);
+      const want = [...Array.from(wantMeta, fbits), ...Array.from([...out, ...outT], (v) => hex(code(format, v)))];
       const first = want.findIndex((w, i) => got[i] !== w);
       expect(got.length, label).toBe(want.length);
       expect(first, `${label}: at ${first} (meta has ${wantMeta.length}) got ${got[first]}, want ${want[first]}`).toBe(-1);
@@ -448,6 +452,39 @@ describe.runIf(nvcc)('the kernels under the CPU warp emulator (tests/cuda_emu)',
       const want = Float32Array.from(meta);
       fp8ScaleUpdateReference(want, attrs);
       expect(got, label).toEqual(Array.from(want, fbits));
+    }
+  }, EMU_TIMEOUT);
+
+  it('quantises blockwise bit for bit as quantize_fp8_blockwise\'s reference: every test case in both dtypes, aligned and not, the transposed ones with the last warps run ahead, and blocks with NaN and infinities', async () => {
+    const exe = await buildEmu('fp8_blockwise_check.cc', 'fp8_blockwise_check');
+    const hex = (v: number): string => v.toString(16);
+    type BlockwiseRun = { label: string; attrs: QuantizeFp8BlockwiseAttrs; x: Float64Array; dtype: 'f32' | 'bf16'; offset: number; schedule?: string };
+    const runs: BlockwiseRun[] = [];
+    for (const c of quantizeFp8Blockwise.cases('test')) {
+      const { x } = quantizeFp8Blockwise.sample(new PhiloxStream(11, RngPurpose.harness), c.attrs) as { x: Float64Array };
+      for (const dtype of ['f32', 'bf16'] as const) {
+        for (const offset of [0, 1]) runs.push({ label: `${c.label} ${dtype} offset ${offset}`, attrs: c.attrs, x: x.map((v) => roundTo(dtype, v)), dtype, offset });
+      }
+      if (c.attrs.transpose) runs.push({ label: `${c.label} bf16 skewed`, attrs: c.attrs, x: x.map((v) => roundTo('bf16', v)), dtype: 'bf16', offset: 0, schedule: 'skewed' });
+    }
+    for (const block of ['1x128', '128x128'] as const) {
+      const attrs = quantizeFp8BlockwiseAttrs(200, 300, 'e4m3', block);
+      const { x } = quantizeFp8Blockwise.sample(new PhiloxStream(12, RngPurpose.harness), attrs) as { x: Float64Array };
+      x[140 * 300 + 3] = NaN, x[150 * 300 + 200] = Infinity, x[199 * 300 + 299] = -Infinity, x[160 * 300 + 10] = -0;
+      runs.push({ label: `NaN and infinities ${block}`, attrs, x, dtype: 'f32', offset: 0 });
+    }
+    for (const { label, attrs, x, dtype, offset, schedule } of runs) {
+      const { rows, cols, format, block, transpose, margin } = attrs;
+      const args = [rows, cols, format, block, transpose ? 1 : 0, margin, dtype, offset].map(String);
+      const child = run(exe, args, { env: env(schedule ? { EMU_SCHEDULE: schedule } : {}), maxBuffer: 1 << 26 });
+      child.child.stdin!.end(Array.from(x, (v) => hex(f32Bits(v))).join('\n'));
+      const got = (await child).stdout.trim().split('\n');
+      const scaleInv = new Float64Array(quantizeFp8Blockwise.shapes(attrs).scaleInv!.reduce((p, d) => p * d, 1)), out = new Float64Array(x.length);
+      quantizeFp8BlockwiseReference(x, out, scaleInv, attrs);
+      const want = [...Array.from(scaleInv, (v) => hex(f32Bits(v))), ...Array.from(out, (v) => hex(format === 'e4m3' ? f32ToE4m3(v) : f32ToE5m2(v)))];
+      const first = want.findIndex((w, i) => got[i] !== w);
+      expect(got.length, label).toBe(want.length);
+      expect(first, `${label}: at ${first} (scaleInv has ${scaleInv.length}) got ${got[first]}, want ${want[first]}`).toBe(-1);
     }
   }, EMU_TIMEOUT);
 
