@@ -1,6 +1,6 @@
-// quantize_fp8: out = fp8(x · scale) per tensor, optionally transposed, and the site's meta
-// record [amax history, scale, scaleInv] updated, as src/ops/quantize_fp8.ts (cuda/fp8.cuh's
-// arithmetic, bit for bit). Everything stays on the device, on the call's stream (a CUDA graph
+// quantize_fp8: fp8(x · scale) per tensor into out (x's layout, 'rows'), outT (transposed,
+// 'cols') or both from one read of x ('both'), and the site's meta record [amax history, scale,
+// scaleInv] updated, as src/ops/quantize_fp8.ts (cuda/fp8.cuh's arithmetic, bit for bit). Everything stays on the device, on the call's stream (a CUDA graph
 // may capture it):
 // - current scaling: an amax pass over x, then a one-block kernel that sets scale and scaleInv
 //   from it and raises history[0], then the quantisation pass with that scale;
@@ -11,8 +11,9 @@
 // the same bits in any order.
 // The plain layout moves 16 elements a thread an access (one 16-byte store of codes); the
 // transposed one goes through shared memory in tiles of 128 rows by 64 columns, read and written
-// in whole lines of x and of out. Unaligned views and odd sizes take the same kernels with
-// element-wise loads and stores at the edges.
+// in whole lines of x and of outT; 'both' takes the tiled kernel, which also stores each row's
+// codes of a tile to out straight from registers. Unaligned views and odd sizes take the same
+// kernels with element-wise loads and stores at the edges.
 #include <type_traits>
 
 #include "common.cuh"
@@ -121,20 +122,22 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_kernel(const T* __restr
   if constexpr (AMAX) block_amax(m, partials);
 }
 
-// The transposed layout: out[c, r] = fp8(x[r, c] · scale), out [cols, rows]. Each block walks
-// tiles of kTileRows x kTileCols: its threads quantise 4 x 4 patches of x (a row's four columns
-// in one load with VEC_IN), write them to shared memory transposed, four rows' codes of a column
-// a 32-bit word, and then store out's rows 16 bytes at a time (VEC_OUT: rows % 16 == 0 and out on
-// a 16-byte boundary). The word stride of a tile row (kTileRows / 4 + 1) keeps the reads
-// conflict-free. Cells past the edges take 0 and are not stored.
+// The transposed layout: out_t[c, r] = fp8(x[r, c] · scale), out_t [cols, rows]; with out (not
+// null) also out[r, c], the plain layout, from the same reads. Each block walks tiles of
+// kTileRows x kTileCols: its threads quantise 4 x 4 patches of x (a row's four columns in one
+// load with VEC_IN), write them to shared memory transposed, four rows' codes of a column a
+// 32-bit word, and store each row's four codes to out (one 32-bit word with out_words: cols % 4
+// == 0 and out on a 4-byte boundary); then they store out_t's rows 16 bytes at a time (VEC_OUT:
+// rows % 16 == 0 and out_t on a 16-byte boundary). The word stride of a tile row (kTileRows / 4 +
+// 1) keeps the reads conflict-free. Cells past the edges take 0 and are not stored.
 template <typename T, Fp8 F, bool VEC_IN, bool VEC_OUT, bool AMAX>
-__global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
-                                                                           int64_t cols, const float* __restrict__ scale_p,
-                                                                           float* __restrict__ partials) {
+__global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out_t,
+                                                                           uint8_t* __restrict__ out, bool out_words, int64_t rows, int64_t cols,
+                                                                           const float* __restrict__ scale_p, float* __restrict__ partials) {
   constexpr int kWords = kTileRows / 4 + 1;
   constexpr int kPatchCols = kTileCols / 4;
   constexpr int kPatches = kTileRows / 4 * kPatchCols;
-  constexpr int kChunks = kTileCols * kTileRows / 16;  // 16-byte pieces of out's rows in a tile
+  constexpr int kChunks = kTileCols * kTileRows / 16;  // 16-byte pieces of out_t's rows in a tile
   __shared__ uint32_t tile[kTileCols][kWords];
   const float scale = *scale_p;
   const int64_t tiles_c = (cols + kTileCols - 1) / kTileCols;
@@ -146,6 +149,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const
       const int pr = p / kPatchCols * 4, pc = p % kPatchCols * 4;
       const int64_t c = c0 + pc;
       uint32_t w[4] = {0, 0, 0, 0};  // w[j]: column pc + j's codes, row pr + i in byte i
+      uint32_t row_codes[4];         // row pr + i's four codes, column pc + j in byte j
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int64_t r = r0 + pr + i;
@@ -161,6 +165,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const
         }
         if constexpr (AMAX) m = fmaxf(m, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
         const uint32_t lo = quantize_fp8x2<F>(v[0], v[1], scale), hi = quantize_fp8x2<F>(v[2], v[3], scale);
+        row_codes[i] = lo | hi << 16;
         w[0] |= (lo & 0xffu) << (8 * i);
         w[1] |= (lo >> 8) << (8 * i);
         w[2] |= (hi & 0xffu) << (8 * i);
@@ -168,6 +173,19 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const
       }
 #pragma unroll
       for (int j = 0; j < 4; j++) tile[pc + j][pr / 4] = w[j];
+      if (out != nullptr) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+          const int64_t r = r0 + pr + i;
+          if (r >= rows) break;
+          uint8_t* dst = out + r * cols + c;
+          if (out_words && c + 4 <= cols) {
+            *reinterpret_cast<uint32_t*>(dst) = row_codes[i];
+          } else {
+            for (int j = 0; j < 4 && c + j < cols; j++) dst[j] = static_cast<uint8_t>(row_codes[i] >> (8 * j));
+          }
+        }
+      }
     }
     __syncthreads();
     for (int q = threadIdx.x; q < kChunks; q += blockDim.x) {
@@ -175,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const
       const int64_t c = c0 + tc, r = r0 + tr;
       if (c >= cols) continue;
       const uint32_t* words = &tile[tc][tr / 4];
-      uint8_t* dst = out + c * rows + r;
+      uint8_t* dst = out_t + c * rows + r;
       if (VEC_OUT && r + 16 <= rows) {
         *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
       } else {
@@ -197,9 +215,11 @@ MDLM_OP(quantize_fp8) {
   const Arg& x = call.arg("x"_arg);
   auto* meta = static_cast<float*>(call.arg("meta"_arg).ptr);
   auto* out = static_cast<uint8_t*>(call.arg("out"_arg).ptr);
+  auto* out_t = static_cast<uint8_t*>(call.arg("outT"_arg).ptr);
   const int64_t rows = call.i64("rows"_attr), cols = call.i64("cols"_attr), n = rows * cols;
   const int history_len = call.i32("historyLen"_attr), margin = call.i32("margin"_attr);
-  const bool transpose = call.flag("transpose"_attr);
+  const std::string& layout = call.str("layout"_attr);
+  if (layout != "rows" && layout != "cols" && layout != "both") call.unsupported("layout '" + layout + "'");
   const std::string& scaling = call.str("scaling"_attr);
   if (scaling != "current" && scaling != "delayed") call.unsupported("scaling '" + scaling + "'");
   const bool current = scaling == "current";
@@ -232,12 +252,15 @@ MDLM_OP(quantize_fp8) {
       constexpr Fp8 F = decltype(f)::value;
       const auto run = [&](auto amax) {
         constexpr bool AMAX = decltype(amax)::value;
-        if (transpose) {
+        if (layout != "rows") {
           const int64_t tiles = (rows + kTileRows - 1) / kTileRows * ((cols + kTileCols - 1) / kTileCols);
           quantize_blocks = grid(tiles * kThreads);
-          const bool vec_in = cols % 4 == 0 && aligned_to(xp, 4 * sizeof(T)), vec_out = rows % 16 == 0 && aligned16(out);
+          const bool vec_in = cols % 4 == 0 && aligned_to(xp, 4 * sizeof(T)), vec_out = rows % 16 == 0 && aligned16(out_t);
+          uint8_t* plain = layout == "both" ? out : nullptr;
+          const bool out_words = plain != nullptr && cols % 4 == 0 && aligned_to(plain, 4);
           const auto launch = [&](auto kernel) {
-            check_cuda(launch_kernel(kernel, quantize_blocks, kThreads, 0, call.stream, xp, out, rows, cols, scale, partials), "quantize_fp8_transposed_kernel");
+            check_cuda(launch_kernel(kernel, quantize_blocks, kThreads, 0, call.stream, xp, out_t, plain, out_words, rows, cols, scale, partials),
+                       "quantize_fp8_transposed_kernel");
           };
           if (vec_in && vec_out) launch(quantize_fp8_transposed_kernel<T, F, true, true, AMAX>);
           else if (vec_in) launch(quantize_fp8_transposed_kernel<T, F, true, false, AMAX>);

@@ -7,9 +7,11 @@
 //   values: "x scale" -> "e4m3 e5m2", the codes of fp8(x · scale)
 //   scale:  "amax previous margin" (margin decimal) -> "s4 inv4 s5 inv5", pow2Scale for e4m3
 //           and e5m2 and the inverses
-//   quantize rows cols format scaling transpose historyLen margin dtype offset: meta (historyLen
-//           + 2 values) then x (rows · cols values; bf16: the upper 16 bits) -> meta, then out's
-//           codes; x and out start `offset` elements into their buffers (unaligned views)
+//   quantize rows cols format scaling layout historyLen margin dtype offset: meta (historyLen
+//           + 2 values) then x (rows · cols values; bf16: the upper 16 bits) -> meta, then the
+//           codes of out (layout rows or both), then of outT (cols or both); x, out and outT start
+//           `offset` elements into their buffers (unaligned views); an output the layout does
+//           not write is an empty one
 //   scale_update sites historyLen format margin: meta -> meta
 //
 //   g++ -std=c++17 -O2 -fno-strict-aliasing -DWARP_EMULATOR -I/usr/local/cuda/include -Itests/cuda_emu \
@@ -78,8 +80,7 @@ mdlm::OpCall make_call(const char* op, HostScratch& scratch, const cudaDevicePro
 
 int quantize(char** argv, const cudaDeviceProp& device) {
   const int64_t rows = std::atoll(argv[0]), cols = std::atoll(argv[1]);
-  const std::string format = argv[2], scaling = argv[3];
-  const bool transpose = std::atoi(argv[4]) != 0;
+  const std::string format = argv[2], scaling = argv[3], layout = argv[4];
   const int history_len = std::atoi(argv[5]), margin = std::atoi(argv[6]);
   const bool bf16 = std::strcmp(argv[7], "bf16") == 0;
   const size_t offset = std::atoi(argv[8]), n = static_cast<size_t>(rows * cols);
@@ -92,17 +93,21 @@ int quantize(char** argv, const cudaDeviceProp& device) {
     if (bf16) xb.ptr()[i] = static_cast<uint16_t>(b >> 16);
     else xf.ptr()[i] = mdlm::bits_f32(b);
   }
-  Buffer<uint8_t> out(n, offset);
+  const bool plain = layout != "cols", transposed = layout != "rows";
+  Buffer<uint8_t> out(plain ? n : 0, offset), out_t(transposed ? n : 0, offset);
   HostScratch scratch;
   mdlm::OpCall call = make_call("quantize_fp8", scratch, device);
-  call.nums = {{"rows", rows}, {"cols", cols}, {"transpose", transpose}, {"historyLen", history_len}, {"margin", margin}};
-  call.strs = {{"format", format}, {"scaling", scaling}};
+  call.nums = {{"rows", rows}, {"cols", cols}, {"historyLen", history_len}, {"margin", margin}};
+  call.strs = {{"format", format}, {"scaling", scaling}, {"layout", layout}};
+  const DType fp8 = format == "e4m3" ? DType::fp8e4m3 : DType::fp8e5m2;
   call.args["x"] = {bf16 ? static_cast<void*>(xb.ptr()) : static_cast<void*>(xf.ptr()), bf16 ? DType::bf16 : DType::f32, static_cast<int64_t>(n)};
   call.args["meta"] = {meta.data(), DType::f32, history_len + 2};
-  call.args["out"] = {out.ptr(), format == "e4m3" ? DType::fp8e4m3 : DType::fp8e5m2, static_cast<int64_t>(n)};
+  call.args["out"] = {out.ptr(), fp8, plain ? static_cast<int64_t>(n) : 0};
+  call.args["outT"] = {out_t.ptr(), fp8, transposed ? static_cast<int64_t>(n) : 0};
   mdlm::find_launcher("quantize_fp8")(call);
   for (float m : meta) std::printf("%x\n", mdlm::f32_bits(m));
-  for (size_t i = 0; i < n; i++) std::printf("%x\n", out.ptr()[i]);
+  if (plain) for (size_t i = 0; i < n; i++) std::printf("%x\n", out.ptr()[i]);
+  if (transposed) for (size_t i = 0; i < n; i++) std::printf("%x\n", out_t.ptr()[i]);
   return 0;
 }
 
@@ -149,7 +154,7 @@ int main(int argc, char** argv) {
   if (mode == "quantize" && argc == 11) return quantize(argv + 2, device);
   if (mode == "scale_update" && argc == 6) return scale_update(argv + 2, device);
   std::fprintf(stderr,
-               "usage: fp8_check values | scale | quantize rows cols format scaling transpose historyLen margin dtype offset | "
+               "usage: fp8_check values | scale | quantize rows cols format scaling layout historyLen margin dtype offset | "
                "scale_update sites historyLen format margin\n");
   return 2;
 }
