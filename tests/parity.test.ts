@@ -22,10 +22,11 @@ for (const op of OPS) {
         expect(r.error).toBeUndefined();
         expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
       });
-      if (op.floatDtypes?.includes('bf16')) {
-        // Storage rounding alone (the CPU reference rounds its outputs to bf16) must fit the bf16 tolerance.
-        it(`${c.label}: cpu matches reference in bf16`, async () => {
-          const r = await checkParity(cpu, op, c, { seed: freshSeed(), dtype: 'bf16' });
+      for (const dtype of ['bf16', 'f16'] as const) {
+        if (!op.floatDtypes?.includes(dtype)) continue;
+        // Storage rounding alone (the CPU reference rounds its outputs to the dtype) must fit the dtype's tolerance.
+        it(`${c.label}: cpu matches reference in ${dtype}`, async () => {
+          const r = await checkParity(cpu, op, c, { seed: freshSeed(), dtype });
           expect(r.error).toBeUndefined();
           expect(r.relErr, JSON.stringify(r)).toBeLessThanOrEqual(r.tol);
         });

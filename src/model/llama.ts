@@ -190,7 +190,10 @@ export class LlamaModel {
     return ctx;
   }
 
-  /** Scale of the loss gradient: 1/gradAccum, so accumulated gradients are of the mean loss. */
+  /**
+   * Scale of the loss gradient: 1/gradAccum, so accumulated gradients are of the mean loss; under
+   * fp16 loss scaling S/gradAccum, the gradients S times larger (AdamW.setLossScale undoes it).
+   */
   setLossScale(scale: number): void {
     this.backend.upload(this.dLoss, new Float32Array(this.rows).fill(scale / this.rows));
   }

@@ -9,7 +9,7 @@
  * (mixed precision's working copy), so no separate cast pass reads the masters again.
  */
 import type { PhiloxStream } from '../rng/philox.js';
-import { type ArgSpec, BF16_ROUNDED_OUTPUT, type RefArgs, badAttr, defineOp, randn, randu, requireDims } from './op.js';
+import { type ArgSpec, BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, type RefArgs, badAttr, defineOp, randn, randu, requireDims } from './op.js';
 
 export interface AdamwAttrs {
   readonly n: number;
@@ -115,7 +115,7 @@ export const adamwCast = defineOp<AdamwAttrs>({
   name: 'adamw_cast',
   summary: 'adamw, the updated parameters also stored in the compute dtype (the working copy)',
   args: [...ARGS, { name: 'work', role: 'out', dtype: 'float' }],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: validate('adamw_cast'),
   shapes: ({ n }) => ({ param: [n], grad: [n], m: [n], v: [n], clip: [2], sched: [3], work: [n] }),
   reference(args, attrs) {
@@ -127,6 +127,6 @@ export const adamwCast = defineOp<AdamwAttrs>({
   },
   cases,
   sample,
-  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ n }) => 14 * n,
 });

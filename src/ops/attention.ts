@@ -5,7 +5,7 @@
  * of each query row's scaled scores so the backward can recompute the probabilities.
  */
 import { productNT, transposed } from './matmul.js';
-import { type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags, stridedRows } from './op.js';
+import { F16_ROUNDED_OUTPUT, type OpCase, type RefArgs, badAttr, defineOp, gradientOf, randn, requireDims, requireFlags, stridedRows } from './op.js';
 import { type RopeAttrs, ropeRotate, samplePositions } from './rope.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
@@ -277,7 +277,7 @@ export const attention = defineOp<AttentionAttrs>({
     { name: 'out', role: 'out', dtype: 'float' },
     { name: 'lse', role: 'out', dtype: 'f32' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => validateAttention('attention', attrs),
   shapes: attentionShapes,
   reference: attentionReference,
@@ -289,7 +289,8 @@ export const attention = defineOp<AttentionAttrs>({
   // P·V tensor-core product, which brings it to ~2e-3 (cuda/attention/ under the CPU emulator,
   // tests/cuda_emu: at most 2.1e-3 over 6 seeds of the test cases and multi-tile cases). 5e-3 leaves
   // 2.4x headroom and still fails a kernel that gets one row or tile of a case wrong.
-  tolerance: { f32: 2e-5, bf16: 5e-3 },
+  // f16: the CPU's outputs rounded to f16 (no f16 kernel rounds P).
+  tolerance: { f32: 2e-5, bf16: 5e-3, f16: F16_ROUNDED_OUTPUT },
   flops: forwardFlops,
 });
 
@@ -309,7 +310,7 @@ export const attentionBackward = defineOp<AttentionAttrs>({
     { name: 'dk', role: 'out', dtype: 'float' },
     { name: 'dv', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => validateAttention('attention_backward', attrs),
   shapes: (attrs) => {
     const s = attentionShapes(attrs);
@@ -334,7 +335,7 @@ export const attentionBackward = defineOp<AttentionAttrs>({
   // dk/dv sum over T queries and the q heads of a group; dq over T keys.
   // bf16: output rounding ~1.7e-3 (CPU backend in bf16), plus P and dS rounded to bf16 before the
   // tensor-core products: cuda/attention/ measures at most 2.6e-3 under the CPU emulator.
-  tolerance: { f32: 1e-4, bf16: 6e-3 },
+  tolerance: { f32: 1e-4, bf16: 6e-3, f16: F16_ROUNDED_OUTPUT },
   // Convention: backward = 2.5× forward (recomputing QKᵀ plus dV, dP, dQ, dK: 5 matmuls vs 2).
   flops: (attrs) => 2.5 * forwardFlops(attrs),
   gradient: gradientOf({

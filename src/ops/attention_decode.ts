@@ -8,7 +8,7 @@
  * causality is the length: nothing past it is read.
  */
 import { MAX_HEAD_DIM } from './attention.js';
-import { badAttr, defineOp, randn, requireDims } from './op.js';
+import { F16_ROUNDED_OUTPUT, badAttr, defineOp, randn, requireDims } from './op.js';
 
 export interface AttentionDecodeAttrs {
   readonly batch: number;
@@ -40,7 +40,7 @@ export const attentionDecode = defineOp<AttentionDecodeAttrs>({
     { name: 'v', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate(attrs) {
     requireDims('attention_decode', attrs, ['batch', 'heads', 'kvHeads', 'headDim', 'maxLen', 'length', 'kvStride']);
     const { heads, kvHeads, headDim, maxLen, length, scale, kvStride } = attrs;
@@ -96,6 +96,6 @@ export const attentionDecode = defineOp<AttentionDecodeAttrs>({
   },
   // f32: a dot product of D terms per key and sums over `length` keys, as attention's forward.
   // bf16: the output rounded once to bf16 (≤ 3.9e-3), the inputs already bf16.
-  tolerance: { f32: 2e-5, bf16: 5e-3 },
+  tolerance: { f32: 2e-5, bf16: 5e-3, f16: F16_ROUNDED_OUTPUT },
   flops: ({ batch, heads, headDim, length }) => 4 * batch * heads * headDim * length,
 });

@@ -22,7 +22,7 @@
  * validates token ids.
  */
 import { fail } from '../errors.js';
-import { BF16_ROUNDED_OUTPUT, type RefArray, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, type RefArray, defineOp, gradientOf, randn, randu, requireDims } from './op.js';
 import type { PhiloxStream } from '../rng/philox.js';
 
 export interface CrossEntropyAttrs {
@@ -132,7 +132,7 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
     { name: 'loss', role: 'out', dtype: 'f32' },
     { name: 'lse', role: 'out', dtype: 'f32' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: validate('cross_entropy'),
   shapes: ({ rows, vocab }) => ({ logits: [rows, vocab], targets: [rows], weights: [rows], loss: [rows], lse: [rows] }),
   reference(args, { rows, vocab }) {
@@ -141,7 +141,7 @@ export const crossEntropy = defineOp<CrossEntropyAttrs>({
   cases: forwardCases,
   sample: sampleInputs,
   // A sum of `vocab` exps per row (f32, tree-reduced), then a log.
-  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
 });
 
 /** dlogits against finite differences of cross_entropy's loss, for both gradient ops. */
@@ -164,7 +164,7 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
     { name: 'dloss', role: 'in', dtype: 'f32' },
     { name: 'dlogits', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   inPlace: { dlogits: 'logits' },
   validate: validate('cross_entropy_backward'),
   shapes: ({ rows, vocab }) => ({
@@ -181,7 +181,7 @@ export const crossEntropyBackward = defineOp<CrossEntropyAttrs>({
     return { ...inputs, lse: saved.lse, dloss: randn(rng, attrs.rows) };
   },
   // One exp per element against a given lse.
-  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   gradient: lossGradient,
 });
 
@@ -197,7 +197,7 @@ export const crossEntropyFused = defineOp<CrossEntropyAttrs>({
     { name: 'lse', role: 'out', dtype: 'f32' },
     { name: 'dlogits', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   inPlace: { dlogits: 'logits' },
   validate: validate('cross_entropy_fused'),
   shapes: ({ rows, vocab }) => ({
@@ -218,6 +218,6 @@ export const crossEntropyFused = defineOp<CrossEntropyAttrs>({
     return { ...sampleInputs(rng, attrs), dloss: randn(rng, attrs.rows) };
   },
   // The forward's row sums, then one exp per element against them.
-  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   gradient: lossGradient,
 });

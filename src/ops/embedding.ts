@@ -7,7 +7,7 @@
  */
 import { fail } from '../errors.js';
 import type { PhiloxStream } from '../rng/philox.js';
-import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randint, randn, requireDims, requireFlags } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, defineOp, gradientOf, randint, randn, requireDims, requireFlags } from './op.js';
 
 export interface EmbeddingAttrs {
   readonly tokens: number;
@@ -58,7 +58,7 @@ export const embedding = defineOp<EmbeddingAttrs>({
     { name: 'table', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => validate('embedding', attrs),
   shapes: ({ tokens, vocab, dim }) => ({ ids: [tokens], table: [vocab, dim], out: [tokens, dim] }),
   reference({ ids, table, out }, { tokens, vocab, dim }) {
@@ -70,7 +70,7 @@ export const embedding = defineOp<EmbeddingAttrs>({
   cases: (scale) => (scale === 'test' ? testCases : benchCases),
   sample: (rng, { tokens, vocab, dim }) => ({ ids: sampleIds(rng, tokens, vocab), table: randn(rng, vocab * dim) }),
   // A copy: exact in every dtype.
-  tolerance: { f32: 0, bf16: 0 },
+  tolerance: { f32: 0, bf16: 0, f16: 0 },
 });
 
 export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
@@ -82,7 +82,7 @@ export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
     { name: 'dout', role: 'in', dtype: 'float' },
     { name: 'dtable', role: 'inout', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => {
     validate('embedding_backward', attrs);
     requireFlags('embedding_backward', attrs, ['accumulate', 'outF32']);
@@ -121,7 +121,7 @@ export const embeddingBackward = defineOp<EmbeddingBackwardAttrs>({
   }),
   // Sums of a handful of f32 terms per row (one more when accumulating); bf16: summed in f32, one
   // rounding to bf16 (none with an f32 dtable).
-  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ tokens, dim }) => tokens * dim,
   gradient: gradientOf({
     forward: embedding,

@@ -6,7 +6,7 @@
  * matmul_add (below) writes residual + the product: a residual add in the GEMM.
  */
 import { type Shape, numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, type RefArray, defineOp, randn, requireDims, requireFlags } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, type RefArray, defineOp, randn, requireDims, requireFlags } from './op.js';
 
 export interface MatmulAttrs {
   readonly batch: number;
@@ -113,7 +113,7 @@ export const matmul = defineOp<MatmulAttrs>({
     { name: 'b', role: 'in', dtype: 'float' },
     { name: 'out', role: 'inout', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate(attrs) {
     requireDims('matmul', attrs, ['batch', 'm', 'n', 'k']);
     requireFlags('matmul', attrs, ['transA', 'transB', 'accumulate', 'outF32']);
@@ -159,7 +159,7 @@ export const matmul = defineOp<MatmulAttrs>({
   // bf16 in and out, f32 accumulation: products of bf16 values are exact in f32, the f32 sum adds
   // ~5e-6 as above, and the one rounding to bf16 at most 2^-8 ≈ 3.9e-3: within 4e-3 (an f32 out
   // skips that rounding; accumulating adds one f32 addition before it).
-  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
 });
 
@@ -182,7 +182,7 @@ export const matmulAdd = defineOp<MatmulAddAttrs>({
     { name: 'residual', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate(attrs) {
     requireDims('matmul_add', attrs, ['batch', 'm', 'n', 'k']);
     requireFlags('matmul_add', attrs, ['transA', 'transB']);
@@ -212,6 +212,6 @@ export const matmulAdd = defineOp<MatmulAddAttrs>({
     return { a: randn(rng, numel(s.a)), b: randn(rng, numel(s.b)), residual: randn(rng, numel(s.out)) };
   },
   // As matmul's, plus the residual's one f32 addition before the rounding.
-  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ batch, m, n, k }) => 2 * batch * m * n * k,
 });

@@ -8,7 +8,7 @@
  */
 import { numel } from '../tensor.js';
 import { productNT } from './matmul.js';
-import { BF16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
 import { ropeRotate, samplePositions, validateRope } from './rope.js';
 
 export interface MatmulRopeAttrs {
@@ -62,7 +62,7 @@ export const matmulRope = defineOp<MatmulRopeAttrs>({
     { name: 'q', role: 'out', dtype: 'float' },
     { name: 'k', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate(attrs) {
     requireDims('matmul_rope', attrs, ['kvHeads', 'inFeatures']);
     validateRope('matmul_rope', attrs);
@@ -85,6 +85,6 @@ export const matmulRope = defineOp<MatmulRopeAttrs>({
   }),
   // rope's (inv_freq a few ulp off) over matmul's f32 sums; under bf16 one rounding of the output
   // (the fused path) or two (the product's, then rope's), within the same bound.
-  tolerance: { f32: 1e-4, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-4, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ batch, seqLen, heads, kvHeads, headDim, inFeatures }) => 2 * batch * seqLen * (heads + kvHeads) * headDim * inFeatures,
 });

@@ -10,7 +10,7 @@
  * (the epilogue computes dG and dU from dh as it leaves the accumulators: dh is never stored).
  */
 import { productNT, transposed } from './matmul.js';
-import { BF16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, type OpCase, defineOp, randn, requireDims } from './op.js';
 
 export interface MatmulSwigluAttrs {
   /** F: hidden units (rows of G, U and out). */
@@ -51,7 +51,7 @@ export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
     { name: 'gu', role: 'out', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => requireDims('matmul_swiglu', attrs, ['hidden', 'rows', 'k']),
   shapes: ({ hidden, rows, k }) => ({ wgu: [2 * hidden, k], x: [rows, k], gu: [2 * hidden, rows], out: [hidden, rows] }),
   reference({ wgu, x, gu, out }, { hidden, rows, k }) {
@@ -67,7 +67,7 @@ export const matmulSwiglu = defineOp<MatmulSwigluAttrs>({
   sample: (rng, { hidden, rows, k }) => ({ wgu: randn(rng, 2 * hidden * k, 1 / Math.sqrt(k)), x: randn(rng, rows * k) }),
   // matmul's (a k-term f32 sum, one bf16 rounding); out from G and U as stored adds their
   // roundings under bf16, within the same bound at these sizes.
-  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ hidden, rows, k }) => 2 * 2 * hidden * rows * k,
 });
 
@@ -80,7 +80,7 @@ export const matmulSwigluBackward = defineOp<MatmulSwigluAttrs>({
     { name: 'gu', role: 'in', dtype: 'float' },
     { name: 'dgu', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => requireDims('matmul_swiglu_backward', attrs, ['hidden', 'rows', 'k']),
   shapes: ({ hidden, rows, k }) => ({ wdown: [k, hidden], dout: [rows, k], gu: [2 * hidden, rows], dgu: [2 * hidden, rows] }),
   reference({ wdown, dout, gu, dgu }, { hidden, rows, k }) {
@@ -95,6 +95,6 @@ export const matmulSwigluBackward = defineOp<MatmulSwigluAttrs>({
   },
   cases,
   sample: (rng, { hidden, rows, k }) => ({ wdown: randn(rng, k * hidden, 1 / Math.sqrt(k)), dout: randn(rng, rows * k), gu: randn(rng, 2 * hidden * rows, 2) }),
-  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 2e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: ({ hidden, rows, k }) => 2 * hidden * rows * k,
 });

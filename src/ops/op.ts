@@ -106,6 +106,12 @@ export interface OpDef<A = Record<string, never>> {
  */
 export const BF16_ROUNDED_OUTPUT = 4e-3;
 
+/**
+ * f16 tolerance of an op whose outputs are computed in f32 or wider and rounded once to f16
+ * (the CPU backend): within 2^-11 (≈ 4.9e-4, 11 significant bits) of each normal value.
+ */
+export const F16_ROUNDED_OUTPUT = 5e-4;
+
 /** Declare an op with its attribute type inferred; the identity, for typing. */
 export function defineOp<A>(def: OpDef<A>): OpDef<A> {
   return def;

@@ -6,7 +6,7 @@
  *   dweight = Σ_rows dy · x · rstd
  */
 import type { PhiloxStream } from '../rng/philox.js';
-import { BF16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, randu, requireDims, requireFlags } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, badAttr, defineOp, gradientOf, randn, randu, requireDims, requireFlags } from './op.js';
 
 export interface RowNormAttrs {
   readonly rows: number;
@@ -69,7 +69,7 @@ export const rmsnorm = defineOp<RowNormAttrs>({
     { name: 'y', role: 'out', dtype: 'float' },
     { name: 'rstd', role: 'out', dtype: 'f32' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => validateRowNorm('rmsnorm', attrs),
   shapes: ({ rows, dim }) => ({ x: [rows, dim], weight: [dim], y: [rows, dim], rstd: [rows] }),
   reference({ x, weight, y, rstd }, attrs) {
@@ -79,7 +79,7 @@ export const rmsnorm = defineOp<RowNormAttrs>({
   cases: rowNormCases,
   sample: (rng, { rows, dim }) => ({ x: randn(rng, rows * dim), weight: sampleWeight(rng, dim) }),
   // f32 sums of dim squares in a tree: error ~ log2(dim) ulp
-  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-6, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: flopsPerElement(4),
 });
 
@@ -96,7 +96,7 @@ export const rmsnormBackward = defineOp<RmsnormBackwardAttrs>({
     { name: 'dx', role: 'out', dtype: 'float' },
     { name: 'dweight', role: 'inout', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => {
     validateRowNorm('rmsnorm_backward', attrs);
     requireFlags('rmsnorm_backward', attrs, ['accumulate', 'outF32']);
@@ -136,7 +136,7 @@ export const rmsnormBackward = defineOp<RmsnormBackwardAttrs>({
   },
   // dweight sums up to 8192 rows (per-workgroup blocks, then a tree over blocks): measured
   // 1.5e-7 at 8192 x 2048 on lavapipe
-  tolerance: { f32: 2e-6, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 2e-6, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   flops: flopsPerElement(10),
   gradient: gradientOf<RmsnormBackwardAttrs, RowNormAttrs>({
     forward: rmsnorm,

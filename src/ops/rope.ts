@@ -16,7 +16,7 @@
  */
 import type { PhiloxStream } from '../rng/philox.js';
 import { numel } from '../tensor.js';
-import { BF16_ROUNDED_OUTPUT, type RowLayout, badAttr, defineOp, randn, requireDims, stridedRows } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, type RowLayout, badAttr, defineOp, randn, requireDims, stridedRows } from './op.js';
 
 export interface RopeAttrs {
   readonly batch: number;
@@ -139,7 +139,7 @@ function ropeCases(scale: 'test' | 'bench'): { label: string; attrs: RopeAttrs }
 }
 
 // inv_freq a few ulp off at positions < ~5000 (see the header)
-const ROPE_TOLERANCE = { f32: 1e-4, bf16: BF16_ROUNDED_OUTPUT };
+const ROPE_TOLERANCE = { f32: 1e-4, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT };
 const ropeFlops = ({ batch, seqLen, heads, headDim }: RopeAttrs) => 3 * batch * seqLen * heads * headDim;
 
 export const rope = defineOp<RopeAttrs>({
@@ -150,7 +150,7 @@ export const rope = defineOp<RopeAttrs>({
     { name: 'positions', role: 'in', dtype: 'i32' },
     { name: 'y', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: (attrs) => validateRope('rope', attrs),
   shapes(attrs) {
     const { x, y, positions } = ropeShapes(attrs);

@@ -3,7 +3,7 @@
  * LLaMA-style blocks (gate and up are the two halves of the MLP's first projection); and its
  * backward. Element-wise over [rows, hidden].
  */
-import { BF16_ROUNDED_OUTPUT, defineOp, gradientOf, randn, requireDims } from './op.js';
+import { BF16_ROUNDED_OUTPUT, F16_ROUNDED_OUTPUT, defineOp, gradientOf, randn, requireDims } from './op.js';
 
 export interface SwigluAttrs {
   readonly rows: number;
@@ -38,7 +38,7 @@ export const swiglu = defineOp<SwigluAttrs>({
     { name: 'up', role: 'in', dtype: 'float' },
     { name: 'out', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: validate('swiglu'),
   shapes: ({ rows, hidden }) => ({ gate: [rows, hidden], up: [rows, hidden], out: [rows, hidden] }),
   reference({ gate, up, out }) {
@@ -50,7 +50,7 @@ export const swiglu = defineOp<SwigluAttrs>({
   cases,
   sample: (rng, { rows, hidden }) => ({ gate: randn(rng, rows * hidden, 3), up: randn(rng, rows * hidden) }),
   // A few f32 roundings and one exp per element; WGSL's exp is only accurate to 3 + 2|x| ULP.
-  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
 });
 
 export const swigluBackward = defineOp<SwigluAttrs>({
@@ -63,7 +63,7 @@ export const swigluBackward = defineOp<SwigluAttrs>({
     { name: 'dgate', role: 'out', dtype: 'float' },
     { name: 'dup', role: 'out', dtype: 'float' },
   ],
-  floatDtypes: ['f32', 'bf16'],
+  floatDtypes: ['f32', 'bf16', 'f16'],
   validate: validate('swiglu_backward'),
   shapes: ({ rows, hidden }) => {
     const s = [rows, hidden];
@@ -83,7 +83,7 @@ export const swigluBackward = defineOp<SwigluAttrs>({
     const n = rows * hidden;
     return { dout: randn(rng, n), gate: randn(rng, n, 3), up: randn(rng, n) };
   },
-  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT },
+  tolerance: { f32: 1e-5, bf16: BF16_ROUNDED_OUTPUT, f16: F16_ROUNDED_OUTPUT },
   gradient: gradientOf({
     forward: swiglu,
     forwardAttrs: (a: SwigluAttrs) => a,

@@ -1,6 +1,7 @@
 /**
  * AdamW over the flat parameter buffers: one global gradient norm (with the clip coefficient
- * computed on the device, so clipping needs no host round-trip), then the fused update. Under
+ * computed on the device, so clipping needs no host round-trip; a loss scale the gradients carry
+ * is undone there too), then the fused update. Under
  * mixed precision the update also writes the working copy (adamw_cast), so it needs no cast pass
  * of its own.
  *
@@ -68,8 +69,10 @@ export function updateChunks(store: ParamStore, weightDecay: number): UpdateChun
 export class AdamW {
   readonly m: Tensor;
   readonly v: Tensor;
-  /** [norm, clip scale] of the last step's gradient. */
+  /** [norm, clip scale] of the last step's gradient (grad_norm's out: unscaled by gradScale). */
   readonly normOut: Tensor;
+  /** 1 / the loss scale the gradients carry (1 without loss scaling): grad_norm's gradScale. */
+  readonly gradScale: Tensor;
   /** adamw's sched for the next update: [lr, lr / (1 − β1^step), 1 / √(1 − β2^step)]. */
   readonly schedule: Tensor;
   private readonly backend: Backend;
@@ -87,6 +90,8 @@ export class AdamW {
     b.zero(this.m);
     b.zero(this.v);
     this.normOut = b.alloc([2], 'f32');
+    this.gradScale = b.alloc([1], 'f32');
+    b.upload(this.gradScale, Float32Array.of(1));
     this.schedule = b.alloc([3], 'f32');
     const { beta1, beta2, eps } = opts;
     const work = store.workingCopy;
@@ -101,7 +106,15 @@ export class AdamW {
   /** Compute the gradient norm of the accumulated gradients (before `update`). */
   measure(): void {
     const b = this.backend;
-    b.run(gradNorm, { x: this.store.grad, out: this.normOut }, { n: this.store.grad.size, maxNorm: this.opts.gradClip });
+    b.run(gradNorm, { x: this.store.grad, gradScale: this.gradScale, out: this.normOut }, { n: this.store.grad.size, maxNorm: this.opts.gradClip });
+  }
+
+  /**
+   * The loss scale the gradients of the steps from now on carry (train.precision fp16): the norm,
+   * the clipping and the update see them divided by it. A power of two, so the division is exact.
+   */
+  setLossScale(scale: number): void {
+    this.backend.upload(this.gradScale, Float32Array.of(1 / scale));
   }
 
   /** Apply one update with learning rate `lr` at 1-based `step` (bias correction) now. */
@@ -146,6 +159,6 @@ export class AdamW {
   }
 
   destroy(): void {
-    for (const t of [this.m, this.v, this.normOut, this.schedule]) this.backend.free(t);
+    for (const t of [this.m, this.v, this.normOut, this.gradScale, this.schedule]) this.backend.free(t);
   }
 }

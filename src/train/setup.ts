@@ -95,14 +95,17 @@ export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sp
 
 /**
  * train.precision on a backend: the compute dtype (auto, and fp8 around its FP8 GEMMs: bf16 where
- * the kernels are bf16 tensor-core kernels, CUDA). fp8 needs the backend's FP8 GEMM (CUDA: FP8
- * tensor cores, sm 8.9 and newer).
+ * the kernels are bf16 tensor-core kernels, CUDA; fp16: f16). fp8 needs the backend's FP8 GEMM
+ * (CUDA: FP8 tensor cores, sm 8.9 and newer); fp16 needs f16 kernels, which only the CPU backend
+ * has.
  */
 export function computeDtype(precision: (typeof PRECISIONS)[number], backend: Backend): FloatDType {
   if (precision === 'fp8') requireFp8(backend);
-  const dtype = precision === 'auto' || precision === 'fp8' ? (backend.name === 'cuda' ? 'bf16' : 'f32') : precision;
+  const dtype = precision === 'fp16' ? 'f16' : precision === 'auto' || precision === 'fp8' ? (backend.name === 'cuda' ? 'bf16' : 'f32') : precision;
   if (!backend.floatDtypes.has(dtype)) {
-    fail('BAD_CONFIG', `train.precision ${precision}: the ${backend.name} backend computes in ${[...backend.floatDtypes].filter((d) => d === 'f32' || d === 'bf16').join(' or ')} only; use train.precision auto or f32, or another --backend`);
+    const has = [...backend.floatDtypes].filter((d) => d === 'f32' || d === 'bf16' || d === 'f16').join(' or ');
+    const fp16 = precision === 'fp16' ? '; fp16 (f16 compute with loss scaling) runs on the cpu backend only: the CUDA kernels are bf16/f32, the WebGPU kernels f32' : '';
+    fail('BAD_CONFIG', `train.precision ${precision}: the ${backend.name} backend computes in ${has} only${fp16}; use train.precision auto or f32, or another --backend`);
   }
   return dtype;
 }

@@ -10,7 +10,9 @@
  * reported and retried at the next interval; a second failure in a row, or a failed final save,
  * stops the run with the newest checkpoint as it was. A NaN/Inf loss or gradient stops the run
  * (or skips the step: train.nonFinite), and is never saved; `train.maxSkippedSteps` skipped steps
- * in a row, or a run whose every step was skipped, stop it with nothing new saved.
+ * in a row, or a run whose every step was skipped, stop it with nothing new saved. Under
+ * train.precision fp16 a non-finite step is a gradient overflow instead: the loss scale backs off
+ * (src/train/loss_scale.ts) and the run goes on.
  */
 import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -33,6 +35,7 @@ import { evaluateModel } from './evaluate.js';
 import { type MemoryBreakdown, describeMemory } from './memory.js';
 import { METRICS_FILE, type ResumeMode, type RunDir, openRunDir } from './run_dir.js';
 import { resumeConflicts } from './resume.js';
+import { type LossScaleChange, LossScaler } from './loss_scale.js';
 import { setUpRun } from './setup.js';
 import { Lookahead, optimizerStep } from './step.js';
 import { EventLoopTurns } from './turns.js';
@@ -77,6 +80,8 @@ export interface StepMetrics {
   readonly grad_norm: number;
   readonly tokens_per_s: number;
   readonly skipped?: boolean;
+  /** train.precision fp16: the loss scale the step ran with. */
+  readonly loss_scale?: number;
 }
 
 export interface EvalMetrics {
@@ -116,6 +121,8 @@ export class Trainer {
   /** Periodic saves that failed since the last one that did not. */
   private failedSaves = 0;
   private readonly memory: MemoryBreakdown;
+  /** Dynamic loss scaling (train.precision fp16), else null. */
+  private readonly lossScaler: LossScaler | null;
 
   constructor(private readonly opts: TrainerOptions) {
     const cfg = opts.config;
@@ -136,6 +143,7 @@ export class Trainer {
     this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
     this.batches = new Lookahead(() => this.loader.next(), () => this.loader.state());
     this.metricsPath = join(cfg.out, METRICS_FILE);
+    this.lossScaler = cfg.train.precision === 'fp16' ? new LossScaler(cfg.train.fp16) : null;
   }
 
   /** The [MASK] id: the config's, which must not be an id the tokenizer produces (except its own mask). */
@@ -191,6 +199,11 @@ export class Trainer {
       if (Object.keys(tables).length > 0) fp8.restore(tables, latest.dir);
       else this.opts.log(`${latest.dir} holds no FP8 scaling state (saved in another train.precision); the FP8 scales start afresh`);
     }
+    if (this.lossScaler) {
+      // A checkpoint of a run in another precision has no loss scale: it starts at train.fp16.initialScale.
+      if (state.lossScale !== undefined) this.lossScaler.restore(state.lossScale, latest.dir);
+      else this.opts.log(`${latest.dir} holds no loss scale (saved in another train.precision); it starts at ${this.lossScaler.scale}`);
+    }
     this.step = state.step;
     this.tokens = state.tokens;
     this.loader.restore(state.loader);
@@ -216,7 +229,10 @@ export class Trainer {
     const v = (await b.download(this.optimizer.v)) as Float32Array;
     const fp8: Record<string, Float32Array> = {};
     for (const { name, tensor } of this.model.fp8?.tables ?? []) fp8[name] = (await b.download(tensor)) as Float32Array;
-    const trainerState: SavedTrainerState = { step: this.step, loader: this.batches.state(), tokens: this.tokens, seed: this.cfg.train.seed, config: this.cfg };
+    const trainerState: SavedTrainerState = {
+      step: this.step, loader: this.batches.state(), tokens: this.tokens, seed: this.cfg.train.seed, config: this.cfg,
+      ...(this.lossScaler ? { lossScale: this.lossScaler.save() } : {}),
+    };
     return saveCheckpoint(
       this.cfg.out,
       { config: this.cfg, tensors, optimizer: { m, v, ...fp8 }, trainerState, tokenizerFiles: this.opts.tokenizer.files() },
@@ -268,26 +284,33 @@ export class Trainer {
     let checkpoint: string | undefined;
     let skipped = 0;
     const schedule = { lr: t.lr, minLr: t.minLr, warmupSteps: t.warmupSteps, totalSteps: t.steps, decay: t.decay, wsdDecayFraction: t.wsdDecayFraction };
-    this.model.setLossScale(1 / t.gradAccum);
+    const scaler = this.lossScaler;
+    this.applyLossScale();
     if (aborted()) return { step: this.step, losses, lastEval, checkpoint, interrupted: true };
     if (this.step >= end) this.opts.log(`step ${this.step} already reaches train.steps ${t.steps}: nothing to train (raise train.steps to go on)`);
     while (this.step < end) {
       const started = performance.now();
       const lr = learningRate(schedule, this.step);
-      const { loss, gradNorm, finite } = await optimizerStep(this, this.batches, this.step, t.gradAccum, lr, t.nonFinite);
+      // Under loss scaling a non-finite step is an overflow the scaler answers, never an error.
+      const { loss, gradNorm, finite } = await optimizerStep(this, this.batches, this.step, t.gradAccum, lr, scaler ? 'skip' : t.nonFinite);
+      const scale = scaler?.scale;
       this.step++;
       this.tokens += tokensPerStep;
       losses.push(loss);
       const seconds = (performance.now() - started) / 1000;
-      const m: StepMetrics = { step: this.step, loss, lr, grad_norm: gradNorm, tokens_per_s: tokensPerStep / seconds, ...(finite ? {} : { skipped: true }) };
+      const m: StepMetrics = {
+        step: this.step, loss, lr, grad_norm: gradNorm, tokens_per_s: tokensPerStep / seconds, ...(finite ? {} : { skipped: true }), ...(scale === undefined ? {} : { loss_scale: scale }),
+      };
       this.writeMetric(m);
       this.opts.onStep?.(m);
+      if (scaler) this.scaleChanged(scaler.update(finite, this.step), scale!);
       await turns.maybe();
       const last = this.step === end;
-      skipped = finite ? 0 : skipped + 1;
+      skipped = finite || scaler ? 0 : skipped + 1;
       if (skipped > 0) this.checkSkipped(skipped, this.step - first, last || aborted());
       let saved = false;
-      if ((t.saveEvery > 0 && this.step % t.saveEvery === 0 && finite) || last || aborted()) {
+      // An overflowed step changed nothing but the loss scale: a checkpoint of it is as good as any.
+      if ((t.saveEvery > 0 && this.step % t.saveEvery === 0 && (finite || scaler)) || last || aborted()) {
         checkpoint = (await this.saveOrRetry(last || aborted())) ?? checkpoint;
         saved = true;
       }
@@ -298,6 +321,26 @@ export class Trainer {
       }
     }
     return { step: this.step, losses, lastEval, checkpoint, interrupted: false };
+  }
+
+  /**
+   * The loss scale on the device: the loss gradient's (with 1/gradAccum, so accumulated gradients
+   * are of the mean loss) and grad_norm's 1/scale; 1 without loss scaling.
+   */
+  private applyLossScale(): void {
+    const scale = this.lossScaler?.scale ?? 1;
+    this.model.setLossScale(scale / this.cfg.train.gradAccum);
+    if (this.lossScaler) this.optimizer.setLossScale(scale);
+  }
+
+  /** After a step that ran at loss scale `was`: the new scale on the device, and a line in the log. */
+  private scaleChanged(change: LossScaleChange, was: number): void {
+    if (!change) return;
+    this.applyLossScale();
+    const now = this.lossScaler!.scale;
+    this.opts.log(change === 'backoff'
+      ? `step ${this.step}: the gradients overflowed at loss scale ${was}; the update was skipped and the scale backs off to ${now}`
+      : `step ${this.step}: ${this.cfg.train.fp16.growthInterval} steps in a row without an overflow; the loss scale grows to ${now}`);
   }
 
   /** Evaluate, write and log the result; undefined without validation data or when the signal stopped it. */
