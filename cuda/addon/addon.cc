@@ -111,7 +111,7 @@ Napi::Value Upload(const Napi::CallbackInfo& info) {
     if (!info[1].IsTypedArray()) throw Napi::TypeError::New(info.Env(), "upload: expected a typed array");
     Napi::TypedArray view = info[1].As<Napi::TypedArray>();
     const auto* src = static_cast<const char*>(view.ArrayBuffer().Data()) + view.ByteOffset();
-    check_cuda(cudaMemcpyAsync(dst, src, view.ByteLength(), cudaMemcpyHostToDevice, d.stream), "upload: cudaMemcpyAsync");
+    if (view.ByteLength() > 0) check_cuda(cudaMemcpyAsync(dst, src, view.ByteLength(), cudaMemcpyHostToDevice, d.stream), "upload: cudaMemcpyAsync");
     return info.Env().Undefined();
   });
 }
