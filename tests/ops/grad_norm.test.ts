@@ -40,7 +40,7 @@ describe('grad_norm reference', () => {
   });
 });
 
-it.skipIf(!hasWebGpu)('webgpu grad_norm gives the same bits twice, and with gradScale 1 the bits of no loss scale times 2^-10', async () => {
+it.skipIf(!hasWebGpu)('webgpu grad_norm gives the same bits twice, and undoes a power-of-two loss scale exactly', async () => {
   const gpu = (await webgpuBackend())!;
   const n = 90001;
   const rng = new PhiloxStream(7, RngPurpose.harness);
