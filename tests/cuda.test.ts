@@ -625,7 +625,7 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     const b = await cuda();
     const { root, dataDir, remove } = await tinyRunRoot('mdlm-cuda-fp8-');
     try {
-      for (const [kind, scaling] of [['ar', 'delayed'], ['mdlm', 'current']] as const) {
+      for (const [kind, scaling] of [['ar', 'delayed'], ['mdlm', 'current'], ['ar', 'blockwise']] as const) {
         const over = { 'objective.kind': kind, 'train.steps': '20', 'train.warmupSteps': '5', 'train.evalBatches': '1', 'train.precision': 'fp8', 'train.fp8.scaling': scaling };
         const cpu = await runLosses(tinyConfig(root, dataDir, `${kind}-cpu-fp8`, over), new CpuBackend());
         const gpu = await runLosses(tinyConfig(root, dataDir, `${kind}-cuda-fp8`, { ...over, backend: 'cuda' }), b);

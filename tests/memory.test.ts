@@ -34,7 +34,7 @@ describe('trainingMemory', () => {
         expect(est.activations).toBe(model.activationBytes);
         expect(est.weights).toBe(model.store.value.byteSize);
         expect(est.grads).toBe(model.store.grad.byteSize);
-        expect(est.optimizer).toBe([opt.m, opt.v, opt.normOut, opt.schedule].reduce((n, t) => n + t.byteSize, 0));
+        expect(est.optimizer).toBe([opt.m, opt.v, opt.normOut, opt.schedule, opt.gradScale].reduce((n, t) => n + t.byteSize, 0));
         expect(model.store.list[0]!.compute.dtype).toBe(dtype);
         expect(est.workingCopy).toBe(dtype === 'f32' ? 0 : 2 * model.store.value.size);
         expect(est.fp8).toBe(model.fp8?.bytes ?? 0);
@@ -240,7 +240,7 @@ describe('trainingMemory', () => {
     // 16 bytes a parameter of f32 state + 2 of working copy, within the padding.
     const state = est.weights + est.grads + est.optimizer + est.workingCopy;
     expect(est.grads).toBe(est.weights);
-    expect(est.optimizer).toBe(2 * est.weights + 4 * 5); // the two moments, then the norm and the schedule
+    expect(est.optimizer).toBe(2 * est.weights + 4 * 6); // the two moments, then the norm, the schedule and the gradient scale
     expect(state / P).toBeGreaterThanOrEqual(18);
     expect(state / P).toBeLessThan(18.01);
   });

@@ -32,7 +32,7 @@ export const LR_DECAYS = ['cosine', 'wsd', 'constant'] as const;
 export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
 export const NON_FINITE = ['stop', 'skip'] as const;
 export const PRECISIONS = ['auto', 'f32', 'bf16', 'fp16', 'fp8'] as const;
-export const FP8_SCALING_RECIPES = ['delayed', 'current'] as const;
+export const FP8_SCALING_RECIPES = ['delayed', 'current', 'blockwise'] as const;
 export const RECOMPUTE = ['none', 'swiglu'] as const;
 export const LOSS_ROWS = ['weighted', 'all'] as const;
 export type Recompute = (typeof RECOMPUTE)[number];
@@ -100,7 +100,7 @@ export const TrainSchema = z.strictObject({
   gemmAutotune: int(0).max(64).default(8).describe("CUDA: cuBLASLt candidate algorithms timed on each GEMM shape's first call, the fastest kept (0: the heuristic's first choice). Timing can pick another algorithm on another run, with other last bits; train.deterministic uses 0 whatever this says."),
   precision: z.enum(PRECISIONS).default('auto').describe('Compute dtype of activations and of the weights\' working copy: bf16 (mixed precision), fp16 (f16, with dynamic loss scaling: train.fp16) or f32. Master weights, gradients and AdamW state are f32 either way. auto: bf16 on cuda, f32 on cpu and webgpu. fp16 runs on the cpu backend only (the CUDA and WebGPU kernels take no f16). fp8: as auto, and the decoder blocks\' linear layers (q/k/v, output, gate/up, down) run their GEMMs on FP8 operands, forward and backward (E4M3 activations and weights, E5M2 output gradients; train.fp8 says how they are scaled and which blocks keep the compute dtype): FP8 tensor cores on CUDA (sm 8.9 and newer), emulated (quantised operands, f32 GEMMs) on cpu and webgpu.'),
   fp8: z.strictObject({
-    scaling: z.enum(FP8_SCALING_RECIPES).default('delayed').describe('How each FP8 tensor\'s power-of-two scale is chosen. delayed: from the largest amax of the tensor\'s last historyLen steps (Transformer Engine\'s delayed scaling; the first step scales as current does). current: from the tensor\'s own amax, computed before it is quantised (one more pass over it).'),
+    scaling: z.enum(FP8_SCALING_RECIPES).default('delayed').describe('How each FP8 tensor\'s power-of-two scale is chosen. delayed: from the largest amax of the tensor\'s last historyLen steps (Transformer Engine\'s delayed scaling; the first step scales as current does). current: from the tensor\'s own amax, computed before it is quantised (one more pass over it). blockwise: a scale per block from the block\'s own amax, 1x128 for activations and gradients, 128x128 for weights (the DeepSeek-V3 recipe; on CUDA cuBLASLt\'s block-scaled FP8 GEMM, sm 9.0 with cuBLASLt 12.9 or newer, else a plain kernel).'),
     historyLen: int(1).max(1024).default(16).describe('delayed: steps of amax history each scale is chosen from.'),
     margin: int(0).max(32).default(0).describe('Scales are divided by 2^margin: headroom for values larger than the amax the scale was chosen from.'),
     keepFirst: int(0).default(0).describe('The first this many decoder blocks keep the compute dtype (bf16) for their GEMMs.'),

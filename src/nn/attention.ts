@@ -172,7 +172,8 @@ export class SelfAttention {
    */
   useFp8(ctx: Fp8Context): void {
     const rows = this.s.batch * this.s.seqLen;
-    if (this.fused) this.fp8 = { ctx, qkv: ctx.linear(this.q.weight, this.qkvWidth, this.q.inFeatures, rows) };
+    const s = this.s, q = s.heads * s.headDim, kv = s.kvHeads * s.headDim;
+    if (this.fused) this.fp8 = { ctx, qkv: ctx.linear(this.q.weight, this.qkvWidth, this.q.inFeatures, rows, [q, kv, kv]) };
     else for (const l of [this.q, this.k, this.v]) l.useFp8(ctx, rows);
     this.o.useFp8(ctx, rows);
   }
@@ -230,12 +231,7 @@ export class SelfAttention {
   private projectFp8(b: Backend, ctx: Fp8Context, l: Fp8Linear, x: Tensor, positions: Tensor): void {
     const s = this.s;
     const sc = this.scratch;
-    const d = this.q.inFeatures, q = s.heads * s.headDim, kv = s.kvHeads * s.headDim;
-    const xq = ctx.quantize(matrix(x, s.batch * s.seqLen, d), l.x);
-    const part = (offset: number, n: number) => b.view(l.weight.q, offset * d, [n, d]);
-    ctx.gemm(xq, l.x, part(0, q), l.weight.site, sc.qPre);
-    ctx.gemm(xq, l.x, part(q, kv), l.weight.site, sc.kPre);
-    ctx.gemm(xq, l.x, part(q + kv, kv), l.weight.site, this.savedV);
+    ctx.forwardParts(l, matrix(x, s.batch * s.seqLen, this.q.inFeatures), [sc.qPre, sc.kPre, this.savedV]);
     b.run(rope, { x: sc.qPre, positions, y: this.savedQ }, this.ropeAttrs(s.heads));
     b.run(rope, { x: sc.kPre, positions, y: this.savedK }, this.ropeAttrs(s.kvHeads));
   }

@@ -14,23 +14,30 @@
  * the working copy changes: after each optimizer update (with the delayed recipe's scale update
  * first) and after the masters are set.
  *
- * Each quantised tensor is a site with a meta record in one of two tables (E4M3, E5M2); the
- * quantised activations live in scratch buffers shared by every layer (one layer runs at a time,
- * and every backend runs work in the order it is queued): one E4M3, and two E5M2 for dy in both
- * layouts.
+ * Per-tensor scaling: each quantised tensor is a site with a meta record in one of two tables
+ * (E4M3, E5M2). Blockwise scaling (the DeepSeek-V3 recipe) keeps no state: activations and
+ * gradients take a factor per row and 128 columns of the GEMM operand (1x128), weights one per
+ * 128 x 128 tile, each from its block's own amax (quantize_fp8_blockwise), and the GEMM reads the
+ * factors beside the values. The quantised activations (and their factors) live in scratch buffers
+ * shared by every layer (one layer runs at a time, and every backend runs work in the order it is
+ * queued): one E4M3, and two E5M2 for dy in both layouts.
  */
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
 import { type Fp8Format, type Fp8Scaling, metaLength } from '../ops/fp8.js';
 import { fp8ScaleUpdate } from '../ops/fp8_scale_update.js';
-import { matmulFp8, matmulFp8Add, matmulFp8Attrs } from '../ops/matmul_fp8.js';
+import { type Fp8Blocks, matmulFp8, matmulFp8Add, matmulFp8Attrs } from '../ops/matmul_fp8.js';
 import { quantizeFp8, quantizeFp8Attrs } from '../ops/quantize_fp8.js';
-import type { Tensor } from '../tensor.js';
+import { type Fp8Block, blockScaleShape, quantizeFp8Blockwise, quantizeFp8BlockwiseAttrs } from '../ops/quantize_fp8_blockwise.js';
+import { type Tensor, numel } from '../tensor.js';
 import type { Param, ParamStore } from './params.js';
+
+/** How FP8 tensors are scaled (train.fp8.scaling): per tensor, delayed or current; or per block. */
+export type Fp8RecipeScaling = Fp8Scaling | 'blockwise';
 
 /** How FP8 tensors are scaled (train.fp8). */
 export interface Fp8Recipe {
-  readonly scaling: Fp8Scaling;
+  readonly scaling: Fp8RecipeScaling;
   /** Amax history length (delayed; current keeps one). */
   readonly historyLen: number;
   /** Scales are divided by 2^margin. */
@@ -107,13 +114,43 @@ class MetaTable {
   }
 }
 
-/** The FP8 copies of one weight matrix [out, in] (or of several stored back to back: a joined projection). */
+/** A quantised GEMM operand [rows, k]: its FP8 values, their dequantisation factors and how those are laid out. */
+export interface Quantized {
+  readonly t: Tensor;
+  readonly scaleInv: Tensor;
+  readonly blocks: Fp8Blocks;
+  readonly format: Fp8Format;
+}
+
+/** Where a quantisation writes one layout: the FP8 values and (blockwise) their factors. */
+interface Target {
+  readonly t: Tensor;
+  readonly scaleInv: Tensor | null;
+}
+
+/** Elements of the factors of a blockwise operand [rows, cols]. */
+function blockScaleElems(rows: number, cols: number, block: Fp8Block): number {
+  return numel(blockScaleShape(rows, cols, block));
+}
+
+/**
+ * The FP8 copies of one weight matrix [out, in] (or of several stored back to back: a joined
+ * projection, whose parts the forward may read apart: `parts`, row counts).
+ */
 export class Fp8Weight {
   /** Q(W) [out, in] and Q(Wᵀ) [in, out]. */
   q!: Tensor;
   qT!: Tensor;
+  /** Blockwise: the factors of each part of q (each part on a 128 x 128 grid of its own) and of qT. */
+  qScales: Tensor[] = [];
+  qTScale: Tensor | null = null;
 
-  constructor(readonly first: Param, readonly out: number, readonly inFeatures: number, readonly site: Fp8Site) {}
+  constructor(readonly first: Param, readonly out: number, readonly inFeatures: number, readonly site: Fp8Site, readonly parts: readonly number[]) {}
+
+  /** The first row of each part. */
+  get partOffsets(): number[] {
+    return this.parts.map((_, i) => this.parts.slice(0, i).reduce((a, r) => a + r, 0));
+  }
 }
 
 /** Where a layer's GEMM sites are: its input x (E4M3), its output gradient dy (E5M2) and its weight. */
@@ -127,13 +164,17 @@ export class Fp8Context {
   private readonly forwardTable: MetaTable;
   private readonly backwardTable: MetaTable;
   private readonly weights: Fp8Weight[] = [];
-  /** Elements of the largest quantised input (E4M3 scratch) and output gradient (each E5M2 scratch). */
-  private xElems = 0;
-  private dyElems = 0;
+  private readonly blockwise: boolean;
+  /** Elements of the largest quantised input (E4M3 scratch) and output gradient (each E5M2 scratch), and (blockwise) of their factors. */
+  private readonly sizes = { x: 0, dy: 0, xScale: 0, dyScale: 0, dyTScale: 0 };
   private xScratch: Tensor | null = null;
   /** Q(dy) and Q(dyᵀ). */
   private dyScratch: Tensor | null = null;
   private dyTScratch: Tensor | null = null;
+  /** Blockwise: the factors of what the three scratch buffers hold. */
+  private xScale: Tensor | null = null;
+  private dyScale: Tensor | null = null;
+  private dyTScale: Tensor | null = null;
   /**
    * Whether the delayed recipe has amaxes to go by. Until the first optimizer update it has none
    * (every scale 1 would flush small gradients to zero), so the first step scales as `current`
@@ -142,37 +183,58 @@ export class Fp8Context {
   private calibrated = false;
 
   constructor(readonly backend: Backend, readonly recipe: Fp8Recipe, readonly store: ParamStore) {
-    const len = recipe.scaling === 'current' ? 1 : recipe.historyLen;
+    const len = recipe.scaling === 'delayed' ? recipe.historyLen : 1;
+    this.blockwise = recipe.scaling === 'blockwise';
     this.forwardTable = new MetaTable(backend, 'e4m3', len);
     this.backwardTable = new MetaTable(backend, 'e5m2', len);
   }
 
   /**
    * The sites of a linear layer whose weight is `out` × `inFeatures` starting at `first` (the
-   * parameters stored after it, for a joined projection), over up to `tokens` rows: its input
-   * [tokens, inFeatures] and output gradient [tokens, out] size the scratch.
+   * parameters stored after it, for a joined projection, whose row counts `parts` gives when the
+   * forward reads them apart), over up to `tokens` rows: its input [tokens, inFeatures] and output
+   * gradient [tokens, out] size the scratch.
    */
-  linear(first: Param, out: number, inFeatures: number, tokens: number): Fp8Linear {
-    const weight = new Fp8Weight(first, out, inFeatures, this.forwardTable.add());
+  linear(first: Param, out: number, inFeatures: number, tokens: number, parts: readonly number[] = [out]): Fp8Linear {
+    const weight = new Fp8Weight(first, out, inFeatures, this.forwardTable.add(), parts);
     this.weights.push(weight);
-    this.xElems = Math.max(this.xElems, tokens * inFeatures);
-    this.dyElems = Math.max(this.dyElems, tokens * out);
+    const z = this.sizes;
+    z.x = Math.max(z.x, tokens * inFeatures);
+    z.dy = Math.max(z.dy, tokens * out);
+    if (this.blockwise) {
+      // x is quantised as it is (forward) and transposed (backward) into the one E4M3 scratch.
+      z.xScale = Math.max(z.xScale, blockScaleElems(tokens, inFeatures, '1x128'), blockScaleElems(inFeatures, tokens, '1x128'));
+      z.dyScale = Math.max(z.dyScale, blockScaleElems(tokens, out, '1x128'));
+      z.dyTScale = Math.max(z.dyTScale, blockScaleElems(out, tokens, '1x128'));
+    }
     return { weight, x: this.forwardTable.add(), dy: this.backwardTable.add() };
   }
 
   /** Allocate the tables, the scratch and the FP8 weights (once every layer has declared its sites). */
   allocate(): void {
     const b = this.backend;
-    this.forwardTable.allocate();
-    this.backwardTable.allocate();
-    this.forwardTable.reset();
-    this.backwardTable.reset();
-    this.xScratch = b.alloc([this.xElems], 'fp8e4m3');
-    this.dyScratch = b.alloc([this.dyElems], 'fp8e5m2');
-    this.dyTScratch = b.alloc([this.dyElems], 'fp8e5m2');
+    if (!this.blockwise) {
+      this.forwardTable.allocate();
+      this.backwardTable.allocate();
+      this.forwardTable.reset();
+      this.backwardTable.reset();
+    }
+    const z = this.sizes;
+    this.xScratch = b.alloc([z.x], 'fp8e4m3');
+    this.dyScratch = b.alloc([z.dy], 'fp8e5m2');
+    this.dyTScratch = b.alloc([z.dy], 'fp8e5m2');
+    if (this.blockwise) {
+      this.xScale = b.alloc([z.xScale], 'f32');
+      this.dyScale = b.alloc([z.dyScale], 'f32');
+      this.dyTScale = b.alloc([z.dyTScale], 'f32');
+    }
     for (const w of this.weights) {
       w.q = b.alloc([w.out, w.inFeatures], 'fp8e4m3');
       w.qT = b.alloc([w.inFeatures, w.out], 'fp8e4m3');
+      if (this.blockwise) {
+        w.qScales = w.parts.map((rows) => b.alloc(blockScaleShape(rows, w.inFeatures, '128x128'), 'f32'));
+        w.qTScale = b.alloc(blockScaleShape(w.inFeatures, w.out, '128x128'), 'f32');
+      }
     }
   }
 
@@ -191,7 +253,7 @@ export class Fp8Context {
     this.weightsChanged(false);
   }
 
-  /** The meta tables (E4M3 then E5M2), what a checkpoint saves. */
+  /** The meta tables (E4M3 then E5M2), what a checkpoint saves (none under blockwise scaling, which keeps no state). */
   get tables(): { readonly name: string; readonly tensor: Tensor }[] {
     return [
       { name: 'fp8.e4m3', tensor: this.forwardTable.table },
@@ -201,7 +263,8 @@ export class Fp8Context {
 
   /**
    * The working copy changed: after an optimizer update (`updated`) the delayed recipe's scales
-   * move to their histories first; then the FP8 weights are written from the working copy.
+   * move to their histories first; then the FP8 weights are written from the working copy
+   * (blockwise: each part of W on a block grid of its own, then Wᵀ whole).
    */
   weightsChanged(updated: boolean): void {
     if (updated) this.calibrated = true;
@@ -211,84 +274,137 @@ export class Fp8Context {
         this.backend.run(fp8ScaleUpdate, { meta: table.table }, { sites: table.count, historyLen: table.historyLen, format: table.format, margin: this.recipe.margin });
       }
     }
+    const b = this.backend;
     for (const w of this.weights) {
-      this.quantizeInto(matrix(this.backend.view(w.first.compute, 0, [w.out, w.inFeatures]), w.out, w.inFeatures), w.site, w.q, w.qT);
+      const d = w.inFeatures;
+      const whole = matrix(b.view(w.first.compute, 0, [w.out, d]), w.out, d);
+      if (!this.blockwise) {
+        this.quantizeInto(whole, w.site, '128x128', { t: w.q, scaleInv: null }, { t: w.qT, scaleInv: null });
+        continue;
+      }
+      w.partOffsets.forEach((row, i) => {
+        const rows = w.parts[i]!;
+        const part = matrix(b.view(w.first.compute, row * d, [rows, d]), rows, d);
+        this.quantizeInto(part, w.site, '128x128', { t: b.view(w.q, row * d, [rows, d]), scaleInv: w.qScales[i]! }, null);
+      });
+      this.quantizeInto(whole, w.site, '128x128', null, { t: w.qT, scaleInv: w.qTScale });
     }
   }
 
-  /** Bytes of what `allocate` allocated: the meta tables, the scratch and the FP8 weights. */
+  /** Bytes of what `allocate` allocated: the meta tables, the scratch and the FP8 weights (with their factors). */
   get bytes(): number {
     const own = this.owned.reduce((n, t) => n + (t?.byteSize ?? 0), 0);
-    return this.weights.reduce((n, w) => n + w.q.byteSize + w.qT.byteSize, own);
+    return this.weights.reduce((n, w) => n + w.q.byteSize + w.qT.byteSize + w.qScales.reduce((a, t) => a + t.byteSize, 0) + (w.qTScale?.byteSize ?? 0), own);
   }
 
   /** The tables and the scratch. */
   private get owned(): (Tensor | null)[] {
-    return [this.forwardTable.table, this.backwardTable.table, this.xScratch, this.dyScratch, this.dyTScratch];
+    return [this.forwardTable.table, this.backwardTable.table, this.xScratch, this.dyScratch, this.dyTScratch, this.xScale, this.dyScale, this.dyTScale];
   }
 
   /** Free what `allocate` allocated. */
   destroy(): void {
     const b = this.backend;
     for (const t of this.owned) if (t) b.free(t);
-    for (const w of this.weights) {
-      if (w.q) b.free(w.q);
-      if (w.qT) b.free(w.qT);
-    }
+    for (const w of this.weights) for (const t of [w.q, w.qT, ...w.qScales, w.qTScale]) if (t) b.free(t);
+  }
+
+  /** A scratch buffer's first elements as an operand [rows, cols], with (blockwise) its factors' buffer's. */
+  private target(values: Tensor, scales: Tensor | null, rows: number, cols: number): Target {
+    const b = this.backend;
+    return { t: b.view(values, 0, [rows, cols]), scaleInv: scales ? b.view(scales, 0, blockScaleShape(rows, cols, '1x128')) : null };
+  }
+
+  /** What a quantisation into `target` gives a GEMM. */
+  private operand(target: Target, site: Fp8Site, block: Fp8Block): Quantized {
+    const format = site.table.format;
+    return target.scaleInv ? { t: target.t, scaleInv: target.scaleInv, blocks: block, format } : { t: target.t, scaleInv: site.scaleInv, blocks: 'tensor', format };
+  }
+
+  /** Part `i` of a weight's Q(W) (the whole of it with one part) as an operand. */
+  private weightPart(w: Fp8Weight, i: number): Quantized {
+    const row = w.partOffsets[i]!, rows = w.parts[i]!;
+    const t = this.backend.view(w.q, row * w.inFeatures, [rows, w.inFeatures]);
+    return this.operand({ t, scaleInv: this.blockwise ? w.qScales[i]! : null }, w.site, '128x128');
+  }
+
+  private whole(w: Fp8Weight): Quantized {
+    if (w.parts.length !== 1) throw new Error('fp8: a weight read in parts has no whole Q(W) (blockwise grids are per part)');
+    return this.weightPart(w, 0);
+  }
+
+  private weightT(w: Fp8Weight): Quantized {
+    return this.operand({ t: w.qT, scaleInv: w.qTScale }, w.site, '128x128');
   }
 
   /** Q(m) row-major [m.rows, m.cols] in the E4M3 scratch (an input's site). */
-  quantize(m: Matrix, site: Fp8Site): Tensor {
-    const out = this.backend.view(this.xScratch!, 0, [m.rows, m.cols]);
-    this.quantizeInto(m, site, out, null);
-    return out;
+  private quantizeInput(m: Matrix, site: Fp8Site): Quantized {
+    const target = this.target(this.xScratch!, this.xScale, m.rows, m.cols);
+    this.quantizeInto(m, site, '1x128', target, null);
+    return this.operand(target, site, '1x128');
   }
 
   /**
    * Q(m) row-major [m.rows, m.cols] into `q` and Q(mᵀ) [m.cols, m.rows] into `qT`, either null for
-   * a layout not wanted, from one read of m.
+   * a layout not wanted: per tensor from one read of m (quantize_fp8's layouts); blockwise one
+   * quantize_fp8_blockwise a layout, `block` blocks along each layout's rows.
    */
-  private quantizeInto(m: Matrix, site: Fp8Site, q: Tensor | null, qT: Tensor | null): void {
-    // The op reads its input row-major: a matrix held transposed is quantised the other way.
-    const [rows, cols] = m.transposed ? [m.cols, m.rows] : [m.rows, m.cols];
-    const [out, outT] = m.transposed ? [qT, q] : [q, qT];
-    const layout = out && outT ? 'both' : out ? 'rows' : 'cols';
+  private quantizeInto(m: Matrix, site: Fp8Site, block: Fp8Block, q: Target | null, qT: Target | null): void {
     const b = this.backend;
-    const none = b.view((out ?? outT)!, 0, [0]);
+    // The ops read their input row-major: a matrix held transposed is quantised the other way.
+    const [rows, cols] = m.transposed ? [m.cols, m.rows] : [m.rows, m.cols];
     const x = b.view(m.t, 0, [rows, cols]);
     const r = this.recipe;
-    const scaling = this.calibrated ? r.scaling : 'current';
-    b.run(quantizeFp8, { x, meta: site.meta, out: out ?? none, outT: outT ?? none }, quantizeFp8Attrs(rows, cols, site.table.format, scaling, site.table.historyLen, r.margin, layout));
+    const format = site.table.format;
+    if (this.blockwise) {
+      for (const [target, transposed] of [[q, false], [qT, true]] as const) {
+        if (!target) continue;
+        const attrs = quantizeFp8BlockwiseAttrs(rows, cols, format, block, transposed !== m.transposed, r.margin);
+        b.run(quantizeFp8Blockwise, { x, out: target.t, scaleInv: target.scaleInv! }, attrs);
+      }
+      return;
+    }
+    const [out, outT] = m.transposed ? [qT?.t, q?.t] : [q?.t, qT?.t];
+    const layout = out && outT ? 'both' : out ? 'rows' : 'cols';
+    const none = b.view((out ?? outT)!, 0, [0]);
+    const scaling = this.calibrated || r.scaling === 'current' ? (r.scaling as Fp8Scaling) : 'current';
+    b.run(quantizeFp8, { x, meta: site.meta, out: out ?? none, outT: outT ?? none }, quantizeFp8Attrs(rows, cols, format, scaling, site.table.historyLen, r.margin, layout));
   }
 
   /**
    * out [m, n] (+)= A · Bᵀ of two quantised operands A [m, k] and B [n, k], or with `residual`
    * out = residual + A · Bᵀ.
    */
-  gemm(a: Tensor, aSite: Fp8Site, b: Tensor, bSite: Fp8Site, out: Tensor, opts: { accumulate?: boolean; outF32?: boolean; residual?: Tensor } = {}): void {
-    const [m, k] = a.shape as [number, number];
-    const n = b.shape[0]!;
+  private gemm(a: Quantized, bq: Quantized, out: Tensor, opts: { accumulate?: boolean; outF32?: boolean; residual?: Tensor } = {}): void {
+    const [m, k] = a.t.shape as [number, number];
+    const n = bq.t.shape[0]!;
     const be = this.backend;
-    const args = { a, b, aScaleInv: aSite.scaleInv, bScaleInv: bSite.scaleInv };
+    const args = { a: a.t, b: bq.t, aScaleInv: a.scaleInv, bScaleInv: bq.scaleInv };
     const o = be.view(out, 0, [m, n]);
-    const fa = aSite.table.format, fb = bSite.table.format;
+    const attrs = matmulFp8Attrs(m, n, k, a.format, bq.format, { aBlocks: a.blocks, bBlocks: bq.blocks, accumulate: opts.accumulate ?? false, outF32: opts.outF32 ?? false });
     if (opts.residual) {
-      be.run(matmulFp8Add, { ...args, residual: be.view(opts.residual, 0, [m, n]), out: o }, { m, n, k, aFormat: fa, bFormat: fb, aBlocks: 'tensor', bBlocks: 'tensor' });
+      const { accumulate: _a, outF32: _o, ...addAttrs } = attrs;
+      be.run(matmulFp8Add, { ...args, residual: be.view(opts.residual, 0, [m, n]), out: o }, addAttrs);
     } else {
-      be.run(matmulFp8, { ...args, out: o }, matmulFp8Attrs(m, n, k, fa, fb, { accumulate: opts.accumulate ?? false, outF32: opts.outF32 ?? false }));
+      be.run(matmulFp8, { ...args, out: o }, attrs);
     }
   }
 
   /** y [rows, out] = x · Wᵀ (+ residual), x a [rows, in] matrix. */
   forward(l: Fp8Linear, x: Matrix, y: Tensor, residual?: Tensor): void {
-    const xq = this.quantize(x, l.x);
-    this.gemm(xq, l.x, l.weight.q, l.weight.site, y, residual ? { residual } : {});
+    this.gemm(this.quantizeInput(x, l.x), this.whole(l.weight), y, residual ? { residual } : {});
   }
 
   /** yᵀ [out, rows] = W · xᵀ: the output transposed, x a [rows, in] matrix. */
   forwardTransposed(l: Fp8Linear, x: Matrix, yT: Tensor): void {
-    const xq = this.quantize(x, l.x);
-    this.gemm(l.weight.q, l.weight.site, xq, l.x, yT);
+    const xq = this.quantizeInput(x, l.x);
+    this.gemm(this.whole(l.weight), xq, yT);
+  }
+
+  /** ys[i] [rows, parts[i]] = x · W_iᵀ for each part W_i of the weight, x [rows, in] quantised once. */
+  forwardParts(l: Fp8Linear, x: Matrix, ys: readonly Tensor[]): void {
+    const xq = this.quantizeInput(x, l.x);
+    ys.forEach((y, i) => this.gemm(xq, this.weightPart(l.weight, i), y));
   }
 
   /**
@@ -298,15 +414,15 @@ export class Fp8Context {
    * writes it that way round).
    */
   backward(l: Fp8Linear, x: Matrix, dy: Matrix, grad: Tensor, accumulate: boolean, dx: Matrix | null, addDx = false): void {
-    const b = this.backend;
-    const dyq = b.view(this.dyScratch!, 0, [dy.rows, dy.cols]);
-    const dyT = b.view(this.dyTScratch!, 0, [dy.cols, dy.rows]);
-    this.quantizeInto(dy, l.dy, dx ? dyq : null, dyT);
-    const xT = b.view(this.xScratch!, 0, [x.cols, x.rows]);
-    this.quantizeInto(x, l.x, null, xT);
-    this.gemm(dyT, l.dy, xT, l.x, grad, { accumulate, outF32: true });
+    const dyq = this.target(this.dyScratch!, this.dyScale, dy.rows, dy.cols);
+    const dyT = this.target(this.dyTScratch!, this.dyTScale, dy.cols, dy.rows);
+    this.quantizeInto(dy, l.dy, '1x128', dx ? dyq : null, dyT);
+    const xT = this.target(this.xScratch!, this.xScale, x.cols, x.rows);
+    this.quantizeInto(x, l.x, '1x128', null, xT);
+    this.gemm(this.operand(dyT, l.dy, '1x128'), this.operand(xT, l.x, '1x128'), grad, { accumulate, outF32: true });
     if (!dx) return;
-    if (dx.transposed) this.gemm(l.weight.qT, l.weight.site, dyq, l.dy, dx.t, { accumulate: addDx });
-    else this.gemm(dyq, l.dy, l.weight.qT, l.weight.site, dx.t, { accumulate: addDx });
+    const dyOp = this.operand(dyq, l.dy, '1x128');
+    if (dx.transposed) this.gemm(this.weightT(l.weight), dyOp, dx.t, { accumulate: addDx });
+    else this.gemm(dyOp, this.weightT(l.weight), dx.t, { accumulate: addDx });
   }
 }

@@ -103,7 +103,7 @@ export function probeCuda(): BackendProbe {
       multiprocessors: info.multiprocessors,
       bf16: info.bf16,
       fp8Training: info.fp8
-        ? `${FP8_SCALING_RECIPES.join(', ')} scaling on FP8 tensor cores (per-tensor scales; blockwise scaling is not implemented)`
+        ? `${FP8_SCALING_RECIPES.join(', ')} scaling on FP8 tensor cores (blockwise through cuBLASLt's block-scaled GEMM on sm 9.0 with cuBLASLt 12.9+, else a plain kernel)`
         : `no: sm ${info.sm}; FP8 tensor cores need sm 8.9 or newer`,
       ...build,
     },

@@ -17,6 +17,7 @@ import type { FloatDType } from '../tensor.js';
 import { fp8ScaleUpdate } from '../ops/fp8_scale_update.js';
 import { matmulFp8, matmulFp8Add } from '../ops/matmul_fp8.js';
 import { quantizeFp8 } from '../ops/quantize_fp8.js';
+import { quantizeFp8Blockwise } from '../ops/quantize_fp8_blockwise.js';
 import { type MemoryBreakdown, checkTrainingFits, withMemoryEstimate } from './memory.js';
 import type { StepParts } from './step.js';
 
@@ -89,7 +90,7 @@ export function activationSaving(t: TrainSection, objective: Pick<Objective, 'sp
   const skips = backend.skipsConditional === 'always' || (backend.skipsConditional === 'recorded' && recordsSteps(t, backend));
   return {
     recompute: t.recompute, logitChunks: t.logitChunks, packLossRows: t.lossRows === 'weighted' && objective.sparseLoss && skips,
-    ...(t.precision === 'fp8' ? { fp8: { ...t.fp8, historyLen: t.fp8.scaling === 'current' ? 1 : t.fp8.historyLen } } : {}),
+    ...(t.precision === 'fp8' ? { fp8: { ...t.fp8, historyLen: t.fp8.scaling === 'delayed' ? t.fp8.historyLen : 1 } } : {}),
   };
 }
 
@@ -120,7 +121,7 @@ export function requireFp8(backend: Backend): void {
 }
 
 /** The ops FP8 training runs besides the others. */
-const FP8_OPS = [quantizeFp8.name, matmulFp8.name, matmulFp8Add.name, fp8ScaleUpdate.name];
+const FP8_OPS = [quantizeFp8.name, quantizeFp8Blockwise.name, matmulFp8.name, matmulFp8Add.name, fp8ScaleUpdate.name];
 
 /** The objective a config section describes; `maskId` is the [MASK] id, checked by the caller. */
 export function createObjective(o: ObjectiveSection, seed: number, maskId: number): Objective {

@@ -189,7 +189,7 @@ export class Trainer {
       b.upload(dst, t.data);
     }
     const fp8 = this.model.fp8;
-    if (fp8) {
+    if (fp8 && fp8.tables.length > 0) {
       const tables: Record<string, Float32Array> = {};
       for (const { name } of fp8.tables) {
         const t = ck.optimizer[name];

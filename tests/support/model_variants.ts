@@ -13,5 +13,6 @@ export const MODEL_VARIANTS: readonly [label: string, overrides: Record<string, 
   ['logits in blocks', { 'model.seqLen': '48' }, { logitChunks: 2 }],
   ['loss rows packed', { 'model.seqLen': '48' }, { packLossRows: true }],
   ['FP8 blocks, delayed scaling', {}, { fp8: { scaling: 'delayed', historyLen: 4, margin: 0, keepFirst: 0, keepLast: 0 } }],
+  ['FP8 blockwise, grouped-query (q/k/v read in parts)', { 'model.nKvHeads': '2' }, { fp8: { scaling: 'blockwise', historyLen: 1, margin: 0, keepFirst: 0, keepLast: 0 } }],
   ['FP8 second block only, q/k/v biases, SwiGLU recomputed', { 'model.qkvBias': 'true' }, { recompute: 'swiglu', fp8: { scaling: 'current', historyLen: 1, margin: 1, keepFirst: 1, keepLast: 0 } }],
 ];

@@ -30,11 +30,11 @@ describe('train.precision fp8 (cpu)', () => {
   // step's loss by well under 1% of f32's on this model (measured: at most ~2e-3 over 12 to 30 steps of
   // either recipe and objective); FP8 weights left stale after the optimizer step, a lost
   // gradient or a wrong scale moves it by far more within a few steps. The runs must differ.
-  for (const [objective, scaling] of [['ar', 'delayed'], ['mdlm', 'current']] as const) {
+  for (const [objective, scaling] of [['ar', 'delayed'], ['mdlm', 'current'], ['ar', 'blockwise']] as const) {
     it(`${scaling} scaling learns and tracks f32 within 1% a step (${objective})`, async () => {
       const over = { 'objective.kind': objective };
-      const f32 = await runLosses(cfg(`f32-${objective}`, over), new CpuBackend());
-      const fp8 = await runLosses(cfg(`fp8-${objective}`, { ...over, 'train.precision': 'fp8', 'train.fp8.scaling': scaling }), new CpuBackend());
+      const f32 = await runLosses(cfg(`f32-${objective}-${scaling}`, over), new CpuBackend());
+      const fp8 = await runLosses(cfg(`fp8-${objective}-${scaling}`, { ...over, 'train.precision': 'fp8', 'train.fp8.scaling': scaling }), new CpuBackend());
       const rel = f32.map((l, i) => Math.abs(fp8[i]! - l) / l);
       expect(Math.max(...rel), rel.map((x) => x.toExponential(1)).join(' ')).toBeLessThan(1e-2);
       expect(Math.max(...rel)).toBeGreaterThan(0);
