@@ -169,7 +169,7 @@ export function benchCommand(): Command {
     .option('--seq-len <n>', "tokens per sequence (default: the preset's)", intOption('--seq-len', 2))
     .option('--steps <n>', 'timed optimizer steps', intOption('--steps', 1), 10)
     .option('--warmup <n>', 'untimed steps first (allocation, autotuning, compilation)', intOption('--warmup', 0), 3)
-    .option('--precision <p>', 'auto (bf16 on cuda), f32, bf16 or fp8 (FP8 GEMMs in the blocks, train.fp8 defaults; also runs the bf16 configuration for comparison)', choiceOption('--precision', PRECISIONS), 'auto')
+    .option('--precision <p>', 'auto (bf16 on cuda), f32, bf16, fp16 (cpu: f16 compute) or fp8 (FP8 GEMMs in the blocks, train.fp8 defaults; also runs the bf16 configuration for comparison)', choiceOption('--precision', PRECISIONS), 'auto')
     .option('--fp8-scaling <recipe>', `with --precision fp8, train.fp8.scaling: ${FP8_SCALING_RECIPES.join(' or ')}`, choiceOption('--fp8-scaling', FP8_SCALING_RECIPES), 'delayed')
     .option('--recompute <what>', `train.recompute: ${RECOMPUTE.join(' or ')}`, choiceOption('--recompute', RECOMPUTE), 'none')
     .option('--loss-rows <which>', `train.lossRows: ${LOSS_ROWS.join(' or ')} (default: the preset's)`, choiceOption('--loss-rows', LOSS_ROWS))
