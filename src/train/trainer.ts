@@ -162,10 +162,18 @@ export class Trainer {
     const fpt = flopsPerToken(m, m.seqLen, this.cfg.objective.kind);
     return [
       `model: ${(this.model.paramCount / 1e6).toFixed(2)}M parameters (d ${m.dModel}, ${m.nLayers} layers, ${m.nHeads} heads / ${m.nKvHeads} KV, SwiGLU ${m.ffnHidden}, seq ${m.seqLen}, vocab ${m.vocabSize})`,
-      `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; ${this.model.dtype} activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}`,
+      `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; ${this.model.dtype} activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}${this.fp8Summary()}`,
       `memory: about ${describeMemory(this.memory)}`,
       `objective: ${this.objective.name}; batch ${this.cfg.train.batchSize} × ${m.seqLen} × accum ${this.cfg.train.gradAccum}`,
     ].join('\n');
+  }
+
+  /** What describe() says of FP8: which blocks run their GEMMs in it, and how they are scaled. */
+  private fp8Summary(): string {
+    const t = this.cfg.train;
+    if (t.precision !== 'fp8') return '';
+    const n = this.cfg.model.nLayers;
+    return `; FP8 GEMMs in blocks ${t.fp8.keepFirst} to ${n - 1 - t.fp8.keepLast} of ${n} (${t.fp8.scaling} scaling${this.opts.backend.name === 'cuda' ? '' : ', emulated'})`;
   }
 
   private writeMetric(obj: object): void {
