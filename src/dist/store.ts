@@ -357,8 +357,13 @@ export class Store {
     hello.writeUInt32LE(MAGIC, 0);
     hello.writeUInt32LE(PROTOCOL, 4);
     hello.writeUInt32LE(o.worldSize, 8);
-    await store.request(Op.Hello, '', o.rank, hello, 0, 'joining');
-    await store.barrier('mdlm/rendezvous');
+    try {
+      await store.request(Op.Hello, '', o.rank, hello, 0, 'joining');
+      await store.barrier('mdlm/rendezvous');
+    } catch (e) {
+      store.destroy();
+      throw e;
+    }
     return store;
   }
 
