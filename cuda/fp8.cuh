@@ -93,6 +93,35 @@ __host__ __device__ __forceinline__ uint32_t quantize_fp8x2(float x0, float x1, 
 #endif
 }
 
+// The transposed quantisation's tile (quantize_fp8 and quantize_fp8_blockwise): kFp8TileRows rows
+// of x (one 128-byte line of the transposed output) by kFp8TileCols columns, held in shared memory
+// as four rows' codes of a column a 32-bit word; a row of words is padded by one, so that the
+// stores' reads do not conflict.
+constexpr int kFp8TileRows = 128;
+constexpr int kFp8TileCols = 64;
+constexpr int kFp8TileWords = kFp8TileRows / 4 + 1;
+
+// Stores the tile of x at (r0, c0) to out_t [cols, rows] (its rows c0.., columns r0..): 16 bytes
+// at a time with VEC_OUT (rows % 16 == 0, out_t on a 16-byte boundary) where the 16 lie within
+// rows, byte by byte elsewhere; columns of x past cols are not stored.
+template <bool VEC_OUT>
+__device__ __forceinline__ void store_fp8_tile(const uint32_t (&tile)[kFp8TileCols][kFp8TileWords], uint8_t* __restrict__ out_t, int64_t rows,
+                                               int64_t cols, int64_t r0, int64_t c0) {
+  constexpr int kChunks = kFp8TileCols * kFp8TileRows / 16;  // 16-byte pieces of out_t's rows in a tile
+  for (int q = threadIdx.x; q < kChunks; q += blockDim.x) {
+    const int tc = q / (kFp8TileRows / 16), tr = q % (kFp8TileRows / 16) * 16;
+    const int64_t c = c0 + tc, r = r0 + tr;
+    if (c >= cols) continue;
+    const uint32_t* words = &tile[tc][tr / 4];
+    uint8_t* dst = out_t + c * rows + r;
+    if (VEC_OUT && r + 16 <= rows) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
+    } else {
+      for (int b = 0; b < 16 && r + b < rows; b++) dst[b] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
+    }
+  }
+}
+
 // ---- host side ----
 
 // The format an attribute names ('e4m3' or 'e5m2').

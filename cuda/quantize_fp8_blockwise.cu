@@ -27,8 +27,8 @@ namespace {
 constexpr int kL = 128;            // a block's length
 constexpr int kThreads = 256;
 constexpr int kVec = 16;           // elements a thread quantises at once in the plain layout
-constexpr int kTileRows = 128;     // rows of x a transposed tile holds: one 128-byte line of out
-constexpr int kTileCols = 64;      // columns of x a transposed tile holds
+constexpr int kTileRows = kFp8TileRows;  // rows of x a transposed tile holds (cuda/fp8.cuh)
+constexpr int kTileCols = kFp8TileCols;  // columns of x a transposed tile holds
 constexpr int kBlocksPerSm = 8;    // the grid-strided passes' blocks an SM
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -140,11 +140,9 @@ __global__ void __launch_bounds__(kThreads) blockwise_quantize_kernel(const T* _
 template <typename T, Fp8 F, bool SQUARE, bool VEC_IN, bool VEC_OUT>
 __global__ void __launch_bounds__(kThreads) blockwise_quantize_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
                                                                                  int64_t cols, const float* __restrict__ scale_inv, int64_t ld) {
-  constexpr int kWords = kTileRows / 4 + 1;
   constexpr int kPatchCols = kTileCols / 4;
   constexpr int kPatches = kTileRows / 4 * kPatchCols;
-  constexpr int kChunks = kTileCols * kTileRows / 16;
-  __shared__ uint32_t tile[kTileCols][kWords];
+  __shared__ uint32_t tile[kFp8TileCols][kFp8TileWords];
   const int64_t tiles_c = (cols + kTileCols - 1) / kTileCols;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows * tiles_c;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
@@ -176,18 +174,7 @@ __global__ void __launch_bounds__(kThreads) blockwise_quantize_transposed_kernel
       for (int j = 0; j < 4; j++) tile[pc + j][pr / 4] = w[j];
     }
     __syncthreads();
-    for (int q = threadIdx.x; q < kChunks; q += blockDim.x) {
-      const int tc = q / (kTileRows / 16), tr = q % (kTileRows / 16) * 16;
-      const int64_t c = c0 + tc, r = r0 + tr;
-      if (c >= cols) continue;
-      const uint32_t* words = &tile[tc][tr / 4];
-      uint8_t* dst = out + c * rows + r;
-      if (VEC_OUT && r + 16 <= rows) {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(words[0], words[1], words[2], words[3]);
-      } else {
-        for (int b = 0; b < 16 && r + b < rows; b++) dst[b] = static_cast<uint8_t>(words[b / 4] >> (8 * (b % 4)));
-      }
-    }
+    store_fp8_tile<VEC_OUT>(tile, out, rows, cols, r0, c0);
     __syncthreads();  // the tile is rewritten by the next iteration
   }
 }

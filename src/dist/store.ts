@@ -14,6 +14,7 @@
  * the address. The store lives on rank 0's event loop: while rank 0 computes synchronously it does not
  * answer, so each client also gives up on its own shortly after the timeout.
  */
+import { configLeaves } from '../config/leaves.js';
 import { createHash } from 'node:crypto';
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { fail, MdlmError } from '../errors.js';
@@ -488,20 +489,10 @@ export function canonicalJson(value: unknown): string {
   );
 }
 
-/** Dotted path -> leaf (non-object value) of every field under `value`. */
-function leaves(value: unknown, path: string, out: Map<string, unknown>): Map<string, unknown> {
-  if (value !== null && typeof value === 'object' && !Array.isArray(value)) {
-    for (const [k, v] of Object.entries(value)) leaves(v, path ? `${path}.${k}` : k, out);
-  } else {
-    out.set(path, value);
-  }
-  return out;
-}
-
 /** The first `limit` dotted fields where `ours` differs from `theirs` (rank 0's), as "field x on rank 0, y here". */
 export function configDifferences(theirs: unknown, ours: unknown, limit = 5): string[] {
-  const a = leaves(theirs, '', new Map());
-  const b = leaves(ours, '', new Map());
+  const a = configLeaves(theirs);
+  const b = configLeaves(ours);
   const keys = [...new Set([...a.keys(), ...b.keys()])].sort();
   const out: string[] = [];
   for (const k of keys) {
