@@ -27,40 +27,17 @@ inline T __shfl_up_sync(unsigned, T v, int d) {
 #include <vector>
 
 #include "../../cuda/op.cc"  // the registry and OpCall accessors, as the addon builds them
+#include "fp8_check_io.h"
+
+const char* const fp8_check::kProgram = "fp8_blockwise_check";
 
 namespace {
 
 using mdlm::DType;
 
-struct HostScratch : mdlm::Scratch {
-  std::vector<std::vector<char>> blocks;
-  void* get(size_t bytes) override {
-    blocks.emplace_back(bytes + 256);
-    auto p = reinterpret_cast<uintptr_t>(blocks.back().data());
-    return reinterpret_cast<void*>((p + 255) / 256 * 256);
-  }
-};
-
-uint32_t read_hex() {
-  unsigned b = 0;
-  if (std::scanf("%x", &b) != 1) {
-    std::fprintf(stderr, "fp8_blockwise_check: input ends early\n");
-    std::exit(2);
-  }
-  return b;
-}
-
-// 16-byte aligned storage with room for an offset.
-template <typename T>
-struct Buffer {
-  std::vector<T> data;
-  size_t offset;
-  Buffer(size_t n, size_t off) : data(n + off + 16), offset(off) {}
-  T* ptr() {
-    auto p = reinterpret_cast<uintptr_t>(data.data());
-    return reinterpret_cast<T*>((p + 15) / 16 * 16) + offset;
-  }
-};
+using fp8_check::Buffer;
+using fp8_check::HostScratch;
+using fp8_check::read_hex;
 
 }  // namespace
 
