@@ -8,6 +8,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common.cuh"
 #include "convert.cuh"
 #include "op.h"
 
@@ -100,6 +101,22 @@ __host__ __device__ __forceinline__ uint32_t quantize_fp8x2(float x0, float x1, 
 constexpr int kFp8TileRows = 128;
 constexpr int kFp8TileCols = 64;
 constexpr int kFp8TileWords = kFp8TileRows / 4 + 1;
+
+// Row r's four values of x [rows, cols] from column c into v, 0 past the edges: one load with
+// VEC_IN (x's rows 4-element aligned) where all four lie within cols.
+template <typename T, bool VEC_IN>
+__device__ __forceinline__ void load_fp8_patch_row(const T* __restrict__ x, int64_t rows, int64_t cols, int64_t r, int64_t c, float (&v)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; j++) v[j] = 0.0f;
+  if (r >= rows) return;
+  const T* src = x + r * cols + c;
+  if (VEC_IN && c + 4 <= cols) {
+    load<T, 4>(src, v);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; j++) v[j] = c + j < cols ? load1(src + j) : 0.0f;
+  }
+}
 
 // Stores the tile of x at (r0, c0) to out_t [cols, rows] (its rows c0.., columns r0..): 16 bytes
 // at a time with VEC_OUT (rows % 16 == 0, out_t on a 16-byte boundary) where the 16 lie within

@@ -151,16 +151,8 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int64_t r = r0 + pr + i;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (r < rows) {
-          const T* src = x + r * cols + c;
-          if (VEC_IN && c + 4 <= cols) {
-            load<T, 4>(src, v);
-          } else {
-#pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = c + j < cols ? load1(src + j) : 0.0f;
-          }
-        }
+        float v[4];
+        load_fp8_patch_row<T, VEC_IN>(x, rows, cols, r, c, v);
         if constexpr (AMAX) m = fmaxf(m, fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
         const uint32_t lo = quantize_fp8x2<F>(v[0], v[1], scale), hi = quantize_fp8x2<F>(v[2], v[3], scale);
         row_codes[i] = lo | hi << 16;

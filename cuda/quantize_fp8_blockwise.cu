@@ -41,7 +41,7 @@ __device__ __forceinline__ float block_factor(float amax, int max_exp, int margi
 // 1x128 blocks of the plain layout: a warp per entry of scale_inv ([ceil(cols / 128), ld = round4(rows)]),
 // grid-strided; lane l takes elements 4l .. 4l + 3 of the block (one load with VEC).
 template <typename T, bool VEC>
-__global__ void __launch_bounds__(kThreads) blockwise_row_scales_kernel(const T* __restrict__ x, float* __restrict__ scale_inv, int64_t rows,
+__global__ void __launch_bounds__(kThreads) quantize_fp8_blockwise_row_scales_kernel(const T* __restrict__ x, float* __restrict__ scale_inv, int64_t rows,
                                                                         int64_t cols, int64_t ld, int max_exp, int margin) {
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) blockwise_row_scales_kernel(const T*
 // transposed (c0 / 128) · ld + r0 / 128. ld is scale_inv's row length; each strip writes the
 // padding of its row of scale_inv that lies past it.
 template <typename T, bool SQUARE, bool TRANSPOSE>
-__global__ void __launch_bounds__(kL) blockwise_strip_scales_kernel(const T* __restrict__ x, float* __restrict__ scale_inv, int64_t rows,
+__global__ void __launch_bounds__(kL) quantize_fp8_blockwise_strip_scales_kernel(const T* __restrict__ x, float* __restrict__ scale_inv, int64_t rows,
                                                                     int64_t cols, int64_t ld, int max_exp, int margin) {
   const int64_t strip_cols = ceil_div(cols, kL), strips = ceil_div(rows, kL) * strip_cols;
   for (int64_t t = blockIdx.x; t < strips; t += gridDim.x) {
@@ -108,7 +108,7 @@ __device__ __forceinline__ float scale_at(const float* scale_inv, int64_t r, int
 // The plain layout: out[i] = fp8(x[i] · its block's scale), grid-strided; with VEC (cols % 16 ==
 // 0, x and out on 16-byte boundaries) 16 elements at a time, one block's.
 template <typename T, Fp8 F, bool VEC, bool SQUARE>
-__global__ void __launch_bounds__(kThreads) blockwise_quantize_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
+__global__ void __launch_bounds__(kThreads) quantize_fp8_blockwise_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
                                                                       int64_t cols, const float* __restrict__ scale_inv, int64_t ld) {
   constexpr int N = VEC ? kVec : 1;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) blockwise_quantize_kernel(const T* _
 // word, and then store out's rows 16 bytes at a time (VEC_OUT: rows % 16 == 0 and out on a
 // 16-byte boundary). Cells past the edges take 0 and are not stored.
 template <typename T, Fp8 F, bool SQUARE, bool VEC_IN, bool VEC_OUT>
-__global__ void __launch_bounds__(kThreads) blockwise_quantize_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
+__global__ void __launch_bounds__(kThreads) quantize_fp8_blockwise_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t rows,
                                                                                  int64_t cols, const float* __restrict__ scale_inv, int64_t ld) {
   constexpr int kPatchCols = kTileCols / 4;
   constexpr int kPatches = kTileRows / 4 * kPatchCols;
@@ -157,16 +157,8 @@ __global__ void __launch_bounds__(kThreads) blockwise_quantize_transposed_kernel
 #pragma unroll
       for (int i = 0; i < 4; i++) {
         const int64_t r = r0 + pr + i;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (r < rows) {
-          const T* src = x + r * cols + c;
-          if (VEC_IN && c + 4 <= cols) {
-            load<T, 4>(src, v);
-          } else {
-#pragma unroll
-            for (int j = 0; j < 4; j++) v[j] = c + j < cols ? load1(src + j) : 0.0f;
-          }
-        }
+        float v[4];
+        load_fp8_patch_row<T, VEC_IN>(x, rows, cols, r, c, v);
 #pragma unroll
         for (int j = 0; j < 4; j++) w[j] |= quantize_fp8<F>(v[j], scale[j]) << (8 * i);
       }
@@ -209,15 +201,15 @@ MDLM_OP(quantize_fp8_blockwise) {
     // the factors
     if (!square && !transpose) {
       const bool vec = cols % 4 == 0 && aligned_to(xp, 4 * sizeof(T));
-      const auto kernel = vec ? blockwise_row_scales_kernel<T, true> : blockwise_row_scales_kernel<T, false>;
+      const auto kernel = vec ? quantize_fp8_blockwise_row_scales_kernel<T, true> : quantize_fp8_blockwise_row_scales_kernel<T, false>;
       check_cuda(launch_kernel(kernel, grid(ceil_div(cols, kL) * ld, kThreads / 32), kThreads, 0, call.stream, xp, scale_inv, rows, cols, ld, max_exp, margin),
-                 "blockwise_row_scales_kernel");
+                 "quantize_fp8_blockwise_row_scales_kernel");
     } else {
-      const auto kernel = !square ? blockwise_strip_scales_kernel<T, false, false>
-                          : transpose ? blockwise_strip_scales_kernel<T, true, true>
-                                      : blockwise_strip_scales_kernel<T, true, false>;
+      const auto kernel = !square ? quantize_fp8_blockwise_strip_scales_kernel<T, false, false>
+                          : transpose ? quantize_fp8_blockwise_strip_scales_kernel<T, true, true>
+                                      : quantize_fp8_blockwise_strip_scales_kernel<T, true, false>;
       check_cuda(launch_kernel(kernel, grid(ceil_div(rows, kL) * ceil_div(cols, kL), 1), kL, 0, call.stream, xp, scale_inv, rows, cols, ld, max_exp, margin),
-                 "blockwise_strip_scales_kernel");
+                 "quantize_fp8_blockwise_strip_scales_kernel");
     }
     // the codes
     with_fp8(format, [&](auto f) {
@@ -229,17 +221,17 @@ MDLM_OP(quantize_fp8_blockwise) {
           const int64_t tiles = ceil_div(rows, kTileRows) * ceil_div(cols, kTileCols);
           const bool vec_in = cols % 4 == 0 && aligned_to(xp, 4 * sizeof(T)), vec_out = rows % 16 == 0 && aligned16(out);
           const auto launch = [&](auto kernel) {
-            check_cuda(launch_kernel(kernel, grid(tiles, 1), kThreads, 0, call.stream, xp, out, rows, cols, factors, ld), "blockwise_quantize_transposed_kernel");
+            check_cuda(launch_kernel(kernel, grid(tiles, 1), kThreads, 0, call.stream, xp, out, rows, cols, factors, ld), "quantize_fp8_blockwise_transposed_kernel");
           };
-          if (vec_in && vec_out) launch(blockwise_quantize_transposed_kernel<T, F, SQ, true, true>);
-          else if (vec_in) launch(blockwise_quantize_transposed_kernel<T, F, SQ, true, false>);
-          else if (vec_out) launch(blockwise_quantize_transposed_kernel<T, F, SQ, false, true>);
-          else launch(blockwise_quantize_transposed_kernel<T, F, SQ, false, false>);
+          if (vec_in && vec_out) launch(quantize_fp8_blockwise_transposed_kernel<T, F, SQ, true, true>);
+          else if (vec_in) launch(quantize_fp8_blockwise_transposed_kernel<T, F, SQ, true, false>);
+          else if (vec_out) launch(quantize_fp8_blockwise_transposed_kernel<T, F, SQ, false, true>);
+          else launch(quantize_fp8_blockwise_transposed_kernel<T, F, SQ, false, false>);
         } else {
           const bool vec = cols % kVec == 0 && aligned16(xp) && aligned16(out);
-          const auto kernel = vec ? blockwise_quantize_kernel<T, F, true, SQ> : blockwise_quantize_kernel<T, F, false, SQ>;
+          const auto kernel = vec ? quantize_fp8_blockwise_kernel<T, F, true, SQ> : quantize_fp8_blockwise_kernel<T, F, false, SQ>;
           check_cuda(launch_kernel(kernel, grid(rows * cols / (vec ? kVec : 1), kThreads), kThreads, 0, call.stream, xp, out, rows, cols, factors, ld),
-                     "blockwise_quantize_kernel");
+                     "quantize_fp8_blockwise_kernel");
         }
       };
       if (square) run(std::true_type{});

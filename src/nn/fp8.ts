@@ -145,11 +145,11 @@ export class Fp8Weight {
   qScales: Tensor[] = [];
   qTScale: Tensor | null = null;
 
-  constructor(readonly first: Param, readonly out: number, readonly inFeatures: number, readonly site: Fp8Site, readonly parts: readonly number[]) {}
-
   /** The first row of each part. */
-  get partOffsets(): number[] {
-    return this.parts.map((_, i) => this.parts.slice(0, i).reduce((a, r) => a + r, 0));
+  readonly partOffsets: readonly number[];
+
+  constructor(readonly first: Param, readonly out: number, readonly inFeatures: number, readonly site: Fp8Site, readonly parts: readonly number[]) {
+    this.partOffsets = parts.map((_, i) => parts.slice(0, i).reduce((a, r) => a + r, 0));
   }
 }
 

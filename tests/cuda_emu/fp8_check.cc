@@ -18,13 +18,6 @@
 //       tests/cuda_emu/fp8_check.cc -L/usr/local/cuda/lib64 -lcudart -o /tmp/fp8_check
 #include "warp_emu.h"
 
-// reduce.cuh's block scan (which the kernels here do not call) names __shfl_up_sync.
-template <typename T>
-inline T __shfl_up_sync(unsigned, T v, int d) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  return emu::shfl(v, lane >= d ? lane - d : lane);
-}
-
 #include "../../cuda/quantize_fp8.cu"
 #include "../../cuda/fp8_scale_update.cu"
 

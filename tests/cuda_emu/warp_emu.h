@@ -60,6 +60,11 @@ template <typename T>
 inline T __shfl_xor_sync(unsigned, T v, int m) { return emu::shfl_xor(v, m); }
 template <typename T>
 inline T __shfl_sync(unsigned, T v, int s) { return emu::shfl(v, s); }
+template <typename T>
+inline T __shfl_up_sync(unsigned, T v, int d) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  return emu::shfl(v, lane >= d ? lane - d : lane);
+}
 inline int __reduce_min_sync(unsigned, int v) { return emu::reduce_min(v); }
 inline int __reduce_max_sync(unsigned, int v) { return emu::reduce_max(v); }
 inline int __any_sync(unsigned, int p) { return emu::any(p); }
