@@ -21,6 +21,7 @@ import { embeddingBackward } from '../src/ops/embedding.js';
 import { gradNorm } from '../src/ops/grad_norm.js';
 import { OPS } from '../src/ops/index.js';
 import { matmul, matmulAttrs } from '../src/ops/matmul.js';
+import { matmulFp8, matmulFp8Attrs } from '../src/ops/matmul_fp8.js';
 import { matmulSwiglu, matmulSwigluBackward } from '../src/ops/matmul_swiglu.js';
 import { type MatmulRopeAttrs, matmulRope } from '../src/ops/matmul_rope.js';
 import { samplePositions } from '../src/ops/rope.js';
@@ -561,6 +562,26 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     matmul.reference({ a: Float64Array.from(host.subarray(1, 1 + m * k), r), b: Float64Array.from(host.subarray(1 + m * k), r), out: ref }, attrs);
     expect(relativeError((await b.download(mo)) as Float32Array, ref, false)).toBeLessThanOrEqual(matmul.tolerance.bf16!);
     [base, mat, mo].forEach((t) => b.free(t));
+  });
+
+  it("runs matmul_fp8 on FP8 tensor cores with per-tensor factors at 4-byte offsets (a meta record's scaleInv)", async () => {
+    const b = await cuda();
+    const rng = new PhiloxStream(13, RngPurpose.harness);
+    const attrs = matmulFp8Attrs(64, 48, 64, 'e4m3', 'e4m3');
+    const x = matmulFp8.sample(rng, attrs);
+    const a = b.alloc([64, 64], 'fp8e4m3'), w = b.alloc([48, 64], 'fp8e4m3'), out = b.alloc([64, 48], 'bf16');
+    const meta = b.alloc([40], 'f32');
+    const host = new Float32Array(40).fill(7);
+    host[17] = x.aScaleInv![0]!;
+    host[22] = x.bScaleInv![0]!;
+    b.upload(a, Float32Array.from(x.a!));
+    b.upload(w, Float32Array.from(x.b!));
+    b.upload(meta, host);
+    b.run(matmulFp8, { a, b: w, aScaleInv: b.view(meta, 17, [1]), bScaleInv: b.view(meta, 22, [1]), out }, attrs);
+    const want = new Float64Array(64 * 48);
+    matmulFp8.reference({ ...x, out: want }, attrs);
+    expect(relativeError((await b.download(out)) as Float32Array, want, false)).toBeLessThanOrEqual(matmulFp8.tolerance.bf16!);
+    [a, w, out, meta].forEach((t) => b.free(t));
   });
 
   it('runs cross_entropy_fused at GPT-2 vocabularies (1024 threads a row, vectors with a head and a tail) within tolerance', async () => {

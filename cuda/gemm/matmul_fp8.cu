@@ -126,6 +126,20 @@ struct Fp8Operands {
   void* out;
 };
 
+// cuBLASLt's FP8 GEMM refuses scale factors off 16-byte boundaries, and a per-tensor factor sits at
+// any 4-byte offset of its meta record: such a factor is copied (in stream order) into one of two
+// aligned slots here first, a for our a, b for our b.
+__device__ __align__(16) float g_scale_slots[8];
+
+const void* aligned_scale(const OpCall& call, const void* p, Blocks blocks, int slot) {
+  if (blocks != Blocks::tensor || lt_alignment(p) >= 16) return p;
+  static float* slots = nullptr;
+  if (!slots) check_cuda(cudaGetSymbolAddress(reinterpret_cast<void**>(&slots), g_scale_slots), "matmul_fp8: scale slots");
+  float* to = slots + 4 * slot;
+  check_cuda(cudaMemcpyAsync(to, p, sizeof(float), cudaMemcpyDeviceToDevice, call.stream), "matmul_fp8: align a scale factor");
+  return to;
+}
+
 LtPlan make_plan(const OpCall& call, const Fp8PlanKey& key, const Fp8Operands& x, bool accumulate, const void* residual) {
   LtPlan p;
   const bool fp8_cores = call.device && call.device->major * 10 + call.device->minor >= 89;
@@ -173,7 +187,9 @@ LtPlan make_plan(const OpCall& call, const Fp8PlanKey& key, const Fp8Operands& x
 // out (+)= the product, or with `residual` out = residual + the product.
 void run_fp8_gemm(const OpCall& call, const void* residual) {
   const Arg& out = call.arg("out"_arg);
-  const Fp8Operands x{call.arg("a"_arg).ptr, call.arg("b"_arg).ptr, call.arg("aScaleInv"_arg).ptr, call.arg("bScaleInv"_arg).ptr, out.ptr};
+  const Blocks a_blocks = blocks_attr(call, "aBlocks"_attr), b_blocks = blocks_attr(call, "bBlocks"_attr);
+  const Fp8Operands x{call.arg("a"_arg).ptr, call.arg("b"_arg).ptr, aligned_scale(call, call.arg("aScaleInv"_arg).ptr, a_blocks, 0),
+                      aligned_scale(call, call.arg("bScaleInv"_arg).ptr, b_blocks, 1), out.ptr};
   // The TypeScript side has checked the dtypes: out in the compute dtype or (outF32) f32, the
   // residual in out's.
   const DType out_dtype = residual ? float_dtype_of(call, {"out"_arg, "residual"_arg}) : call.float_dtype("out"_arg, {DType::f32, DType::bf16});
@@ -181,8 +197,8 @@ void run_fp8_gemm(const OpCall& call, const void* residual) {
   const void* c = residual ? residual : out.ptr;  // GEMM's C: read when beta = 1
   const Fp8PlanKey key{fp8_format(call, "aFormat"_attr),
                        fp8_format(call, "bFormat"_attr),
-                       blocks_attr(call, "aBlocks"_attr),
-                       blocks_attr(call, "bBlocks"_attr),
+                       a_blocks,
+                       b_blocks,
                        out_dtype,
                        call.i64("m"_attr),
                        call.i64("n"_attr),
