@@ -4,6 +4,7 @@
 // counts gives the row totals and, when the row drew no mask, which thread holds the fallback's
 // j-th non-padding position. With `empirical` each thread then rescales the weights of its own
 // masked positions by real / masked (f32 division and product, as the reference rounds them).
+// Draws are keyed by the global row (row_offset + b) of a global batch of total_rows rows.
 #include "common.cuh"
 #include "philox.cuh"
 
@@ -18,7 +19,7 @@ struct MaskParams {
   int32_t* noised;
   int32_t* mask;
   float* weights;
-  uint32_t batch, seq_len, step, rank;
+  uint32_t batch, seq_len, step, rank, row_offset, total_rows;
   uint2 key;
   int32_t mask_id;
   bool empirical;
@@ -51,7 +52,7 @@ __device__ uint2 block_inclusive_scan(uint2 v) {
 
 __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams p) {
   const uint32_t b = blockIdx.x;
-  const uint32_t len = p.seq_len, row = b * len;
+  const uint32_t len = p.seq_len, row = b * len, draw_row = (p.row_offset + b) * len;
   const uint32_t chunk = (len + kMaskThreads - 1) / kMaskThreads;
   const uint32_t lo = min(threadIdx.x * chunk, len), hi = min(lo + chunk, len);
   const float prob = p.mask_prob[b], weight = p.loss_weight[b];
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams
     bool m = false;
     if (token >= 0) {
       real++;
-      m = uniform01(mask_draw(p, row + i)) < prob;
+      m = uniform01(mask_draw(p, draw_row + i)) < prob;
     }
     masked += m;
     emit(p, row + i, token, m, weight);
@@ -72,7 +73,7 @@ __global__ void __launch_bounds__(kMaskThreads) diffusion_mask_kernel(MaskParams
   __syncthreads();
   const bool fallback = total.y == 0 && total.x != 0;
   if (fallback) {
-    const uint32_t j = mask_draw(p, p.batch * len + b) % total.x;
+    const uint32_t j = mask_draw(p, p.total_rows * len + p.row_offset + b) % total.x;
     uint32_t seen = inclusive.x - real;
     if (j >= seen && j < seen + real) {
       for (uint32_t i = lo; i < hi; i++) {
@@ -108,6 +109,8 @@ MDLM_OP(diffusion_mask) {
       static_cast<uint32_t>(call.i64("seqLen"_attr)),
       static_cast<uint32_t>(call.i64("step"_attr)),
       static_cast<uint32_t>(call.i64("rank"_attr)),
+      static_cast<uint32_t>(call.i64("rowOffset"_attr)),
+      static_cast<uint32_t>(call.i64("totalRows"_attr)),
       seed_key(call.i64("seed"_attr)),
       call.i32("maskId"_attr),
       call.flag("empirical"_attr),

@@ -1,10 +1,11 @@
 // diffusion_mask: one workgroup per sequence; each thread owns a contiguous chunk of positions.
 // A workgroup scan of (non-padding, masked) counts per chunk gives the row totals and, when the
 // row drew no mask, which thread holds the fallback's j-th non-padding position. With EMPIRICAL
-// each thread then rescales the weights of its own masked positions by real / masked.
+// each thread then rescales the weights of its own masked positions by real / masked. Draws are
+// keyed by the global row (rowOffset + b) of a global batch of totalRows rows.
 //!import lib/philox
 
-struct Params { batch: u32, seqLen: u32, step: u32, rank: u32, purpose: u32, keyLo: u32, keyHi: u32, maskId: i32 }
+struct Params { batch: u32, seqLen: u32, step: u32, rank: u32, purpose: u32, keyLo: u32, keyHi: u32, maskId: i32, rowOffset: u32, totalRows: u32 }
 
 override EMPIRICAL: bool = false;
 
@@ -35,6 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   let inBatch = b < params.batch;
   let len = params.seqLen;
   let row = b * len;
+  let drawRow = (params.rowOffset + b) * len;
   let chunk = (len + WG - 1u) / WG;
   let lo = min(lid * chunk, len);
   let hi = select(lo, min(lo + chunk, len), inBatch);
@@ -51,7 +53,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
     var m = false;
     if (token >= 0) {
       real++;
-      m = uniform01(draw(row + i)) < p;
+      m = uniform01(draw(drawRow + i)) < p;
     }
     masked += u32(m);
     emit(row + i, token, m, w);
@@ -69,7 +71,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   let total = counts[WG - 1u];
   let fallback = total.y == 0u && total.x > 0u;
   if (fallback) {
-    let j = draw(params.batch * len + b) % total.x;
+    let j = draw(params.totalRows * len + params.rowOffset + b) % total.x;
     let before = counts[lid].x - real;
     if (j >= before && j < before + real) {
       var seen = before;

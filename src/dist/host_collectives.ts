@@ -10,10 +10,11 @@
  * ranks that disagree on it fail together with a message naming both lengths. Floats travel in the
  * host's byte order (little-endian on every machine mdlm runs on).
  */
+import type { Backend } from '../backend/backend.js';
 import { MdlmError } from '../errors.js';
+import type { Tensor } from '../tensor.js';
+import { type Collectives, type ReduceOp, allReduceOnHost } from './collectives.js';
 import type { Store } from './store.js';
-
-export type ReduceOp = 'sum' | 'max';
 
 /** 16 MiB of f32: the largest piece one message carries. */
 export const DEFAULT_CHUNK_ELEMENTS = 4 << 20;
@@ -59,7 +60,7 @@ function chunkCount(length: number, chunk: number): number {
   return Math.max(1, Math.ceil(length / chunk));
 }
 
-export class HostGroup {
+export class HostGroup implements Collectives {
   private seq = 0;
 
   constructor(
@@ -134,6 +135,11 @@ export class HostGroup {
         chunk.set((await this.read(outKey, `${what}, chunk ${c}: waiting for the result from rank 0`)).data);
       }
     }
+  }
+
+  /** allReduce of a device tensor: downloaded, reduced here, uploaded (allReduceOnHost). */
+  allReduceTensor(backend: Backend, t: Tensor, op: ReduceOp = 'sum'): Promise<void> {
+    return allReduceOnHost(this, backend, t, op);
   }
 
   /** Copies rank `root`'s `data` into every rank's `data` (all ranks pass arrays of one length). */

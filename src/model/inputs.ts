@@ -23,7 +23,9 @@ export interface InputMasking {
   /** The Philox key of the draws. */
   readonly seed: number;
   readonly step: number;
-  readonly rank: number;
+  /** The batch's rows are rows rowOffset.. of a global batch of totalRows (diffusion_mask keys its draws by the global row). */
+  readonly rowOffset: number;
+  readonly totalRows: number;
 }
 
 /** Rows every batch gives (host arrays of batch·seqLen entries). */
@@ -105,7 +107,8 @@ export class ModelInputs {
     b.run(
       diffusionMask,
       { tokens: b.view(this.targets, 0, shape), maskProb: this.maskProb, lossWeight: this.lossWeight, noised: b.view(this.ids, 0, shape), mask: this.mask, weights: b.view(this.weights, 0, shape) },
-      { batch: B, seqLen: T, seed: m.seed, step: m.step, rank: m.rank, maskId: m.maskId, empirical: m.empirical },
+      // The rank word stays 0: keyed by the global row, the masks are the same whatever the world size.
+      { batch: B, seqLen: T, rowOffset: m.rowOffset, totalRows: m.totalRows, seed: m.seed, step: m.step, rank: 0, maskId: m.maskId, empirical: m.empirical },
     );
     // The kernel copies padding (−1) through; the embedding needs a real id there.
     for (let i = 0; i < targets.length;) {

@@ -21,7 +21,7 @@
  */
 import type { LlamaModel } from '../model/llama.js';
 import { PhiloxStream, RngPurpose, uniformInt } from '../rng/philox.js';
-import type { Objective, TokenBatch } from './objective.js';
+import { type BatchShard, type Objective, type TokenBatch, wholeBatch } from './objective.js';
 import { type Schedule, type ScheduleName, makeSchedule } from './schedules.js';
 
 export type Weighting = 'elbo' | 'empirical';
@@ -94,20 +94,26 @@ export class MdlmObjective implements Objective {
 
   /**
    * Hand the model the batch for `step` with its noise: per row a noise level, its mask
-   * probability and loss weight, which the model draws the masks from. `fixedT` (evaluation):
-   * every row at that noise level, ELBO weights, no truncation.
+   * probability and loss weight, which the model draws the masks from. The batch is `shard` of a
+   * global batch: the noise levels and lengths are drawn for the whole global batch (rank 0's
+   * streams) and this batch takes its rows', and the masks are keyed by global row, so the split
+   * of the global batch over ranks changes no draw. `fixedT` (evaluation): every row at that
+   * noise level, ELBO weights, no truncation.
    */
-  async prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number, fixedT?: number): Promise<void> {
+  async prepare(model: LlamaModel, batch: TokenBatch, step: number, shard: BatchShard = wholeBatch(batch), fixedT?: number): Promise<void> {
     const B = batch.batchSize;
     const T = batch.seqLen;
+    const { first, total } = shard;
+    if (first < 0 || first + B > total) throw new Error(`MdlmObjective.prepare: rows ${first}..${first + B - 1} are not within a global batch of ${total}`);
+    const mine = <A extends Float64Array | Int32Array>(all: A): A => all.subarray(first, first + B) as A;
     const training = fixedT === undefined;
-    const rows = training ? truncateRows(batch, this.keptLengths(B, T, step, rank)) : batch;
-    const t = training ? this.noiseLevels(B, step, rank) : new Float64Array(B).fill(fixedT);
+    const rows = training ? truncateRows(batch, mine(this.keptLengths(total, T, step, 0))) : batch;
+    const t = training ? mine(this.noiseLevels(total, step, 0)) : new Float64Array(B).fill(fixedT);
     const empirical = training && this.opts.weighting === 'empirical';
     const masking = {
       maskProb: Float32Array.from(t, (x) => this.schedule.maskProb(x)),
       lossWeight: Float32Array.from(t, (x) => (empirical ? 1 : this.schedule.weight(x))),
-      maskId: this.opts.maskId, empirical, seed: this.opts.seed, step, rank,
+      maskId: this.opts.maskId, empirical, seed: this.opts.seed, step, rowOffset: first, totalRows: total,
     };
     // The clean tokens are the targets; a truncated tail (−1) is padding.
     model.setBatch({ targets: rows.tokens, segIds: rows.segIds, positions: batch.positions, masking }, this.causal);

@@ -20,14 +20,31 @@ export interface TokenBatch {
   readonly positions: Int32Array;
 }
 
+/**
+ * Which rows of a global batch a batch holds: rows [first, first + batchSize) of `total`. Under
+ * data parallelism rank r of W holds first = r·B of total = W·B; one process holds them all. An
+ * objective keys its random draws by the global row, so W ranks of B rows draw what one process of
+ * W·B rows draws.
+ */
+export interface BatchShard {
+  readonly first: number;
+  readonly total: number;
+}
+
+/** The shard of a batch that is the whole global batch. */
+export function wholeBatch(batch: Pick<TokenBatch, 'batchSize'>): BatchShard {
+  return { first: 0, total: batch.batchSize };
+}
+
 export interface Objective {
   readonly name: 'ar' | 'mdlm';
   readonly causal: boolean;
   /** Whether only some rows carry a loss (masked diffusion: the masked tokens), so packing them pays (train.lossRows). */
   readonly sparseLoss: boolean;
   /**
-   * Hand the model the batch for `step` (noise keyed by seed, step and rank). Async so that an
-   * objective may read from the device; neither does (both only hand over host arrays).
+   * Hand the model the batch for `step` (noise keyed by seed, step and global row), which is
+   * `shard` of a global batch (default: all of it). Async so that an objective may read from the
+   * device; neither does (both only hand over host arrays).
    */
-  prepare(model: LlamaModel, batch: TokenBatch, step: number, rank: number): Promise<void>;
+  prepare(model: LlamaModel, batch: TokenBatch, step: number, shard?: BatchShard): Promise<void>;
 }

@@ -7,12 +7,14 @@
  *         [tMin, tMax]), with ELBO weights whatever the training weighting, masks drawn from a
  *         fixed eval stream — exp of it bounds the perplexity from above.
  */
+import { type Collectives, SOLO, sumOverRanks } from '../dist/collectives.js';
 import type { LoaderMode } from '../data/loader.js';
 import { evalBatchCount, evalBatches } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { LlamaModel } from '../model/llama.js';
 import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective, TokenBatch } from '../objectives/objective.js';
+import { shardOf } from './step.js';
 import { EventLoopTurns } from './turns.js';
 
 export interface EvaluateOptions {
@@ -25,6 +27,12 @@ export interface EvaluateOptions {
   readonly onBatch?: (done: number, total: number) => void;
   /** Aborted: stop between batches, rejecting with the signal's reason. */
   readonly signal?: AbortSignal;
+  /**
+   * The data-parallel ranks (default: this process alone): each evaluates its rows of every
+   * global batch (batchSize a rank) and the loss and token sums are added over the ranks, so every
+   * rank gets what one process of batchSize · worldSize rows gets.
+   */
+  readonly group?: Collectives;
 }
 
 export interface Evaluation {
@@ -46,7 +54,10 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
   if (model.rows !== opts.batchSize * opts.seqLen) {
     throw new Error(`evaluateModel: the model holds ${model.rows} rows, the batches ${opts.batchSize}·${opts.seqLen}`);
   }
-  const count = evalBatchCount(source, opts);
+  const group = opts.group ?? SOLO;
+  const place = { rank: group.rank, worldSize: group.worldSize };
+  const shard = shardOf(group, opts);
+  const count = evalBatchCount(source, { ...opts, ...place });
   const levels = objective instanceof MdlmObjective ? objective.evalNoiseLevels() : [undefined];
   let lossSum = 0;
   let tokens = 0;
@@ -54,12 +65,12 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
   let done = 0;
   const pause = new EventLoopTurns();
   opts.onBatch?.(0, count);
-  for (const batch of evalBatches(source, { ...opts, maxBatches: count })) {
+  for (const batch of evalBatches(source, { ...opts, ...place, maxBatches: count })) {
     await pause.maybe();
     opts.signal?.throwIfAborted();
     for (const t of levels) {
-      if (objective instanceof MdlmObjective) await objective.prepare(model, batch, EVAL_STEP_BASE + pass, 0, t);
-      else await objective.prepare(model, batch, 0, 0);
+      if (objective instanceof MdlmObjective) await objective.prepare(model, batch, EVAL_STEP_BASE + pass, shard, t);
+      else await objective.prepare(model, batch, 0, shard);
       model.forward();
       lossSum += (await model.loss()) * model.rows;
       tokens += scoredTokens(objective, batch);
@@ -67,6 +78,7 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
     }
     opts.onBatch?.(++done, count);
   }
+  [lossSum, tokens] = (await sumOverRanks(group, [lossSum, tokens])) as [number, number];
   const loss = lossSum / tokens;
   return { loss, ppl: Math.exp(loss), tokens: tokens / levels.length, batches: count, noiseLevels: levels.length };
 }

@@ -31,7 +31,7 @@ function batch(tokens = Int32Array.from({ length: B * T }, (_, i) => (i * 29 + 5
 async function noised(obj: MdlmObjective, b: TokenBatch, step: number, fixedT?: number) {
   const backend = new CpuBackend();
   const model = new LlamaModel(backend, cfg.model, B, 7);
-  await obj.prepare(model, b, step, 0, fixedT);
+  await obj.prepare(model, b, step, undefined, fixedT);
   const { ids, weights } = await model.downloadInputs();
   model.forward();
   const losses = await model.tokenLosses();
@@ -105,7 +105,7 @@ describe('mdlm random-length truncation (varilen)', () => {
     const b = batch();
     const backend = new CpuBackend();
     const model = new LlamaModel(backend, cfg.model, B, 7);
-    await obj.prepare(model, b, 9, 0);
+    await obj.prepare(model, b, 9);
     const { ids, weights } = await model.downloadInputs();
     model.forward();
     const losses = await model.tokenLosses();

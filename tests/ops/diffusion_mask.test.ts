@@ -21,7 +21,7 @@ interface Inputs {
 }
 
 function attrsFor(batch: number, seqLen: number, over: Partial<DiffusionMaskAttrs> = {}): DiffusionMaskAttrs {
-  return { batch, seqLen, seed: 42, step: 3, rank: 0, maskId: MASK, empirical: false, ...over };
+  return { batch, seqLen, rowOffset: 0, totalRows: batch, seed: 42, step: 3, rank: 0, maskId: MASK, empirical: false, ...over };
 }
 
 /** Tokens 0..seqLen-1 per row with `pad(b, i)` positions set to -1. */
@@ -109,6 +109,23 @@ describe.each(backends)('diffusion_mask on %s', (_, get) => {
     expect((await run(backend, { ...attrs, seed: 43 }, x)).mask).not.toEqual(base);
     expect((await run(backend, { ...attrs, rank: 1 }, x)).mask).not.toEqual(base);
   });
+
+  it('rows of a global batch masked apart (data-parallel ranks) get the masks of the whole batch masked at once', async () => {
+    // Rows 1 and 3 draw no mask (maskProb 0): the fallback's draw is keyed by the global row too.
+    const probs = [0.3, 0, 0.7, 0, 0.5, 0.2];
+    const whole = attrsFor(6, 200, { empirical: true });
+    const x = inputs(6, 200, probs, (b, i) => (i + b) % 9 === 0);
+    const backend = await get();
+    const want = await run(backend, whole, x);
+    for (const [first, rows] of [[0, 2], [2, 2], [4, 2], [1, 3]] as const) {
+      const part = { tokens: x.tokens.slice(first * 200, (first + rows) * 200), maskProb: x.maskProb.slice(first, first + rows), lossWeight: x.lossWeight.slice(first, first + rows) };
+      const got = await run(backend, attrsFor(rows, 200, { rowOffset: first, totalRows: 6, empirical: true }), part);
+      for (const k of ['noised', 'mask', 'weights'] as const) expect(got[k], `${k} of rows ${first}..${first + rows - 1}`).toEqual(want[k]!.slice(first * 200, (first + rows) * 200));
+    }
+    // Keyed by the row's place in the batch: the same rows as a batch of their own draw other masks.
+    const alone = await run(backend, attrsFor(2, 200, { empirical: true }), { tokens: x.tokens.slice(400, 800), maskProb: x.maskProb.slice(2, 4), lossWeight: x.lossWeight.slice(2, 4) });
+    expect(alone.mask).not.toEqual(want.mask!.slice(400, 800));
+  });
 });
 
 describe('diffusion_mask across backends', () => {
@@ -138,7 +155,9 @@ describe('diffusion_mask errors', () => {
     ['seed', { seed: -3 }],
     ['step', { step: 0.5 }],
     ['seqLen', { seqLen: 0 }],
-    ['batch', { batch: 2 ** 16, seqLen: 2 ** 16 }],
+    ['totalRows', { batch: 2 ** 16, seqLen: 2 ** 16, totalRows: 2 ** 16 }],
+    ['totalRows', { rowOffset: 1 }],
+    ['rowOffset', { rowOffset: -1 }],
   ])('rejects a bad %s', (name, bad) => {
     const call = () => diffusionMask.validate!({ ...attrsFor(2, 8), ...bad });
     expect(call).toThrow(MdlmError);

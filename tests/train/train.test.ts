@@ -161,7 +161,7 @@ describe('training', () => {
     for (let step = 0; step < 3; step++) {
       let loss = 0;
       for (let micro = 0; micro < 2; micro++) {
-        await t.objective.prepare(t.model, loader.next(), step * 2 + micro, 0);
+        await t.objective.prepare(t.model, loader.next(), step * 2 + micro);
         t.model.forwardBackward(micro === 0);
         loss += (await t.model.loss()) / 2;
       }
@@ -205,7 +205,7 @@ describe('training', () => {
       const t = await trainer(cfg, backend, { maxSteps: 1 });
       const data = await openRunData(cfg, () => {});
       const loader = (await import('../../src/data/loader.js')).createLoader(data.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
-      await t.objective.prepare(t.model, loader.next(), 0, 0);
+      await t.objective.prepare(t.model, loader.next(), 0);
       const { ids, weights } = await t.model.downloadInputs();
       t.model.forward();
       results.push({ ids, weights, loss: await t.model.loss() });
