@@ -1,4 +1,8 @@
-/** `mdlm train`: resolve the config, open the data, build the trainer on the chosen backend, run. */
+/**
+ * `mdlm train`: resolve the config, join the job when the process is one of several ranks (the
+ * torchrun or SLURM environment, src/dist), open the data, build the trainer on the chosen backend,
+ * run. `--nproc-per-node N` starts N such ranks on this host instead (src/cli/launch.ts).
+ */
 import { Command } from 'commander';
 import { SingleBar } from 'cli-progress';
 import type { InitFrom } from '../checkpoint/init_from.js';
@@ -6,14 +10,18 @@ import { configFields } from '../config/load.js';
 import { resolveRunConfig } from '../config/run.js';
 import type { TrainConfig } from '../config/schema.js';
 import type { Tokenizer } from '../data/tokenizer.js';
+import { DEFAULT_DIST_TIMEOUT_S, type World, joinWorld } from '../dist/world.js';
+import { distEnv } from '../dist/env.js';
 import { fail } from '../errors.js';
 import type { Backend } from '../backend/backend.js';
 import { WebGpuBackend } from '../backend/webgpu/webgpu.js';
 import { createBackend, isSoftwareAdapter, parseBackendChoice } from '../runtime/backends.js';
 import { parallelFiller } from '../runtime/parallel_init.js';
-import { openRunData } from '../train/data.js';
-import { type ResumeMode, type RunDir, openRunDir } from '../train/run_dir.js';
-import { type StepMetrics, Trainer } from '../train/trainer.js';
+import { type RunData, openRunData } from '../train/data.js';
+import type { ResumeMode, RunDir } from '../train/run_dir.js';
+import { type StepMetrics, Trainer, openRunDirOnRanks } from '../train/trainer.js';
+import { exitWithLauncher, launchWorkers } from './launch.js';
+import { intOption } from './options.js';
 
 /** Shortcut flags for the most used fields; every field also has its dotted --section.field flag. */
 const SHORTCUTS: Record<string, string> = {
@@ -102,6 +110,44 @@ interface TrainFlags {
   overwrite?: boolean;
   initFrom?: string;
   fields?: boolean;
+  nprocPerNode?: number;
+  distTimeout: number;
+}
+
+/** The launcher's own flags, dropped from the arguments it hands its workers. */
+function workerArgs(args: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === '--nproc-per-node') i++;
+    else if (!args[i]!.startsWith('--nproc-per-node=')) out.push(args[i]!);
+  }
+  return out;
+}
+
+/** How long preparing the data on rank 0 may take while the other ranks wait for it. */
+const DATA_WAIT_MS = 24 * 3600 * 1000;
+
+/**
+ * The run's data on every rank: rank 0 opens it first (preparing <out>/data when needed) while the
+ * others wait, then they open what it prepared (a filesystem every rank sees).
+ */
+async function openRunDataOnRanks(config: TrainConfig, log: (line: string) => void, world: World): Promise<RunData> {
+  const store = world.store;
+  if (!store) return openRunData(config, log);
+  const key = 'mdlm/data';
+  if (world.env.rank === 0) {
+    try {
+      const data = await openRunData(config, log);
+      await store.set(key, Buffer.from('ok'), world.env.worldSize - 1);
+      return data;
+    } catch (e) {
+      await store.set(key, Buffer.from(e instanceof Error ? e.message : String(e)), world.env.worldSize - 1);
+      throw e;
+    }
+  }
+  const outcome = (await store.get(key, "waiting for rank 0 to open the run's data", DATA_WAIT_MS)).toString();
+  if (outcome !== 'ok') fail('BAD_CONFIG', `rank ${world.env.rank}: rank 0 could not open the run's data: ${outcome}`);
+  return openRunData(config, log);
 }
 
 export function trainCommand(): Command {
@@ -113,6 +159,8 @@ export function trainCommand(): Command {
     .option('--overwrite', 'start a new run in an --out that holds an earlier one, deleting its checkpoints and metrics first (without it, such an --out is refused)')
     .option('--init-from <dir>', "initialise parameters from a Hugging Face / mdlm checkpoint directory, or a run's --out (its newest checkpoint)")
     .option('--fields', 'list every config field (usable as --section.field VALUE) and exit')
+    .option('--nproc-per-node <n>', 'start N worker processes on this host, the ranks of one data-parallel run (see the README: Launching)', intOption('--nproc-per-node', 1))
+    .option('--dist-timeout <seconds>', 'several ranks: how long a rank waits for the others (a collective, rank 0\'s checkpoint) before it fails', intOption('--dist-timeout', 1), DEFAULT_DIST_TIMEOUT_S)
     .addHelpText(
       'after',
       [
@@ -124,6 +172,10 @@ export function trainCommand(): Command {
         'one run at a time per --out (its .lock); leftovers of interrupted saves are removed at the start.',
         'Ctrl-C (SIGINT) or SIGTERM: the step finishes, a checkpoint is saved, exit 130 (SIGINT) or 143 (SIGTERM);',
         'a second signal quits at once. Errors exit 1.',
+        '',
+        'Several ranks (data parallel): --nproc-per-node N on one host; across hosts, every process started with',
+        "torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) or by srun joins its job.",
+        'The global batch is train.batchSize × ranks (× train.gradAccum); rank 0 logs, writes metrics and checkpoints.',
       ].join('\n'),
     )
     .allowUnknownOption(true)
@@ -135,7 +187,15 @@ export function trainCommand(): Command {
       }
       const resume = parseResume(o.resume);
       const overrides = parseFieldFlags(cmd.args);
-      const log = (line: string): void => console.error(line);
+      const env = distEnv();
+      if (o.nprocPerNode !== undefined) {
+        if (env.worldSize > 1) fail('BAD_ARGUMENT', `--nproc-per-node starts a job of its own, but this process is already rank ${env.rank} of ${env.worldSize} (${env.launcher === 'slurm' ? 'SLURM' : 'RANK and WORLD_SIZE are set'}); drop the flag`);
+        process.exitCode = await launchWorkers({ nproc: o.nprocPerNode, script: process.argv[1]!, args: workerArgs(process.argv.slice(2)), log: (line) => console.error(line) });
+        return;
+      }
+      if (env.worldSize > 1) exitWithLauncher(env.rank);
+      // Rank 0 speaks for the job; the others print only their errors.
+      const log = env.rank === 0 ? (line: string): void => console.error(line) : (): void => {};
       let preset = o.preset;
       let backend: Backend | undefined;
       if (preset === undefined && o.config === undefined) {
@@ -145,13 +205,20 @@ export function trainCommand(): Command {
         log(`no --preset or --config: using preset '${preset}' for ${backend.name} (${backend.description}); pass --preset to choose`);
       }
       let runDir: RunDir | undefined;
+      let world: World | undefined;
       try {
         const { config, tokenizer, init } = await resolveRunConfig({ ...(preset !== undefined ? { preset } : {}), ...(o.config ? { file: o.config } : {}), overrides, ...(o.initFrom !== undefined ? { initFrom: o.initFrom } : {}), log });
+        // Every rank of the job meets the others and checks that they all run this config.
+        world = await joinWorld({ env, config, timeoutMs: o.distTimeout * 1000 });
         // The run directory before anything slow: a wrong --out fails in a second, not after data preparation.
-        runDir = openRunDir(config.out, { resume, overwrite: o.overwrite ?? false, log });
+        runDir = await openRunDirOnRanks(config.out, { resume, overwrite: o.overwrite ?? false, log }, world.group);
         backend ??= await createBackend(config.backend);
-        await train(config, backend, runDir, tokenizer, init, log);
+        await train(config, backend, runDir, tokenizer, init, log, world);
+        await world.close();
+        world = undefined;
       } finally {
+        // A rank that fails leaves at once: the others' waits fail, naming it.
+        world?.destroy();
         runDir?.release();
         backend?.destroy();
       }
@@ -159,16 +226,18 @@ export function trainCommand(): Command {
 }
 
 /** The run itself: data, trainer, progress, signals; sets the exit code of a run a signal stopped. */
-async function train(config: TrainConfig, backend: Backend, runDir: RunDir, tokenizer: Tokenizer, init: InitFrom | undefined, log: (line: string) => void): Promise<void> {
-  const data = await openRunData(config, log);
-  const bar = process.stderr.isTTY ? new SingleBar({ format: 'step {value}/{total} |{bar}| {status}', hideCursor: true }) : null;
+async function train(config: TrainConfig, backend: Backend, runDir: RunDir, tokenizer: Tokenizer, init: InitFrom | undefined, log: (line: string) => void, world: World): Promise<void> {
+  const data = await openRunDataOnRanks(config, log, world);
+  const lead = world.env.rank === 0;
+  const bar = lead && process.stderr.isTTY ? new SingleBar({ format: 'step {value}/{total} |{bar}| {status}', hideCursor: true }) : null;
   const started = performance.now();
   let first = -1;
   let evalLogged = 0;
   const stop = stopOnSignals(log);
   const trainer = new Trainer({
-    config, backend, train: data.train, val: data.val, tokenizer, resume: runDir.resumeFrom !== null, runDir, log, signal: stop.signal, fill: parallelFiller(),
+    config, backend, train: data.train, val: data.val, tokenizer, resume: runDir.resumeFrom !== null, runDir, log, signal: stop.signal, fill: parallelFiller(), group: world.group,
     onStep: (m: StepMetrics) => {
+      if (!lead) return;
       if (first < 0) first = m.step - 1;
       const rate = (m.step - first) / ((performance.now() - started) / 1000);
       const eta = fmtEta((config.train.steps - m.step) / rate);
@@ -177,6 +246,7 @@ async function train(config: TrainConfig, backend: Backend, runDir: RunDir, toke
       else if (m.step % config.train.logEvery === 0 || m.step === config.train.steps) log(`step ${m.step}/${config.train.steps} loss ${fields.loss} lr ${fields.lr} ${fields.tps} tok/s ETA ${eta}`);
     },
     onEval: ({ step, done, total }) => {
+      if (!lead) return;
       if (bar) bar.update(step, { status: `evaluating: batch ${done}/${total}` });
       else if (done === 0 || (done < total && performance.now() - evalLogged > 10_000)) {
         log(done === 0 ? `step ${step}: evaluating on ${total} validation batches` : `step ${step}: evaluated ${done}/${total} batches`);
@@ -192,7 +262,8 @@ async function train(config: TrainConfig, backend: Backend, runDir: RunDir, toke
     const result = await trainer.run();
     bar?.stop();
     if (result.interrupted) {
-      const name = stop.signal.reason as StopSignal;
+      // A rank the signal did not reach stopped with the others (their vote): as after Ctrl-C.
+      const name = (stop.signal.aborted ? stop.signal.reason : 'SIGINT') as StopSignal;
       log(`stopped by ${name} at step ${result.step}${result.checkpoint ? `; ${result.checkpoint} is saved: continue with --resume` : ''}`);
       process.exitCode = SIGNAL_EXIT[name];
     } else if (result.lastEval) {

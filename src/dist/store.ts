@@ -138,25 +138,27 @@ class StoreServer {
   private accept(socket: Socket): void {
     this.sockets.add(socket);
     socket.setNoDelay(true);
+    // The peer's address as connected (a closed socket no longer has one).
+    const peer = socket.remoteAddress ?? '?';
     const framer = new Framer(
       (f) => this.handle(socket, parseRequest(f)),
       (why) => {
         socket.destroy();
-        this.lost(socket, `sent ${why}`);
+        this.lost(socket, peer, `sent ${why}`);
       },
     );
     socket.on('data', (c: Buffer) => framer.push(c));
     socket.on('error', () => {});
     socket.on('close', () => {
       this.sockets.delete(socket);
-      if (!this.gone.has(socket)) this.lost(socket, 'disconnected without closing the store (it exited or crashed)');
+      if (!this.gone.has(socket)) this.lost(socket, peer, 'disconnected without closing the store (it exited or crashed)');
     });
   }
 
-  private lost(socket: Socket, what: string): void {
+  private lost(socket: Socket, peer: string, what: string): void {
     const rank = this.ranks.get(socket);
     if (rank === undefined || this.broken !== undefined) return;
-    this.broken = `rank ${rank} (${socket.remoteAddress ?? '?'}) ${what}`;
+    this.broken = `rank ${rank} (${peer}) ${what}`;
     for (const ws of this.getters.values()) for (const w of ws) this.reply(w, Status.Error, this.broken);
     for (const b of this.barriers.values()) for (const w of b.waiters) this.reply(w, Status.Error, this.broken);
     this.getters.clear();

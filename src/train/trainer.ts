@@ -13,14 +13,24 @@
  * in a row, or a run whose every step was skipped, stop it with nothing new saved. Under
  * train.precision fp16 a non-finite step is a gradient overflow instead: the loss scale backs off
  * (src/train/loss_scale.ts) and the run goes on.
+ *
+ * Data parallelism (`group`, src/dist): each rank trains on its rows of every global batch of
+ * train.batchSize × worldSize rows (× gradAccum), its noise drawn as one process of the global
+ * batch draws it, and the gradients are summed over the ranks once a step (optimizerStep), so every
+ * rank applies the same update and keeps the same weights. Every decision is the same on every rank:
+ * the loss is the global batch's, a non-finite step is seen by all, and a stop (a signal on any
+ * rank) is a vote after each step and after each evaluation. Evaluation runs on every rank over its
+ * rows and sums over the ranks. Rank 0 alone writes metrics.jsonl and the checkpoints (the other
+ * ranks wait for its checkpoint to be written), and every rank resumes from the same checkpoint.
  */
 import { appendFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Backend } from '../backend/backend.js';
-import { latestCheckpoint, loadCheckpoint, saveCheckpoint } from '../checkpoint/checkpoint.js';
+import { latestCheckpoint, loadCheckpoint, saveCheckpoint, stepDirName } from '../checkpoint/checkpoint.js';
 import { type InitFrom, initParams } from '../checkpoint/init_from.js';
 import { flopsPerToken } from '../config/model-size.js';
 import type { TrainConfig } from '../config/schema.js';
+import { type Collectives, SOLO, sumOverRanks } from '../dist/collectives.js';
 import { type BatchLoader, type LoaderState, createLoader, evalBatchCount } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
@@ -33,7 +43,7 @@ import { learningRate } from '../optim/lr.js';
 import { withFileErrors } from '../runtime/files.js';
 import { evaluateModel } from './evaluate.js';
 import { type MemoryBreakdown, describeMemory } from './memory.js';
-import { METRICS_FILE, type ResumeMode, type RunDir, openRunDir } from './run_dir.js';
+import { METRICS_FILE, type ResumeMode, type RunDir, type RunDirOptions, openRunDir } from './run_dir.js';
 import { resumeConflicts } from './resume.js';
 import { type LossScaleChange, LossScaler } from './loss_scale.js';
 import { setUpRun } from './setup.js';
@@ -53,7 +63,7 @@ export interface TrainerOptions {
   readonly resume: ResumeMode;
   /** A new run replaces an earlier run's checkpoints and metrics in config.out (else it refuses them). */
   readonly overwrite?: boolean;
-  /** config.out already taken over by the caller (openRunDir); run() takes it over itself otherwise. */
+  /** config.out already taken over by the caller (openRunDirOnRanks); run() takes it over itself otherwise. */
   readonly runDir?: RunDir;
   /** Stop after this many steps of this invocation (for tests; the schedule still spans train.steps). */
   readonly maxSteps?: number;
@@ -65,6 +75,8 @@ export interface TrainerOptions {
   readonly signal?: AbortSignal;
   /** Evaluation progress: the step, batches done and their total. */
   readonly onEval?: (p: EvalProgress) => void;
+  /** The data-parallel ranks this trainer is one of (default: this process alone). */
+  readonly group?: Collectives;
 }
 
 export interface EvalProgress {
@@ -105,6 +117,8 @@ interface SavedTrainerState {
   loader: LoaderState;
   tokens: number;
   seed: number;
+  /** The ranks the run had (absent: saved by one process). */
+  worldSize?: number;
   [key: string]: unknown;
 }
 
@@ -123,10 +137,17 @@ export class Trainer {
   private readonly memory: MemoryBreakdown;
   /** Dynamic loss scaling (train.precision fp16), else null. */
   private readonly lossScaler: LossScaler | null;
+  readonly group: Collectives;
 
   constructor(private readonly opts: TrainerOptions) {
     const cfg = opts.config;
     this.cfg = cfg;
+    const group = opts.group ?? SOLO;
+    this.group = group;
+    const place = { rank: group.rank, worldSize: group.worldSize };
+    if (group.worldSize > 1 && cfg.train.precision === 'fp8') {
+      fail('BAD_CONFIG', `train.precision fp8 runs in one process: its scaling state (amax histories) is per process and not yet reduced over ${group.worldSize} ranks; use train.precision bf16 (or auto) with several ranks`);
+    }
     const tok = opts.tokenizer;
     if (cfg.model.vocabSize < tok.vocabSize) {
       fail('BAD_CONFIG', `model.vocabSize ${cfg.model.vocabSize} is smaller than the ${tok.name} tokenizer's ${tok.vocabSize} ids; raise it (e.g. to ${Math.ceil(tok.vocabSize / 64) * 64})`);
@@ -134,13 +155,13 @@ export class Trainer {
     const maskId = this.maskId();
     // Every run evaluates at its end: a validation split too small for one batch fails now, not
     // after the training it would cost.
-    if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize });
+    if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, ...place });
     const run = setUpRun(cfg, opts.backend, { maskId, ...(opts.fill ? { fill: opts.fill } : {}) });
     this.objective = run.objective;
     this.memory = run.memory;
     this.model = run.model;
     this.optimizer = run.optimizer;
-    this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode });
+    this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode, ...place });
     this.batches = new Lookahead(() => this.loader.next(), () => this.loader.state());
     this.metricsPath = join(cfg.out, METRICS_FILE);
     this.lossScaler = cfg.train.precision === 'fp16' ? new LossScaler(cfg.train.fp16) : null;
@@ -164,7 +185,7 @@ export class Trainer {
       `model: ${(this.model.paramCount / 1e6).toFixed(2)}M parameters (d ${m.dModel}, ${m.nLayers} layers, ${m.nHeads} heads / ${m.nKvHeads} KV, SwiGLU ${m.ffnHidden}, seq ${m.seqLen}, vocab ${m.vocabSize})`,
       `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; ${this.model.dtype} activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}${this.fp8Summary()}`,
       `memory: about ${describeMemory(this.memory)}`,
-      `objective: ${this.objective.name}; batch ${this.cfg.train.batchSize} × ${m.seqLen} × accum ${this.cfg.train.gradAccum}`,
+      `objective: ${this.objective.name}; batch ${this.cfg.train.batchSize} × ${m.seqLen} × accum ${this.cfg.train.gradAccum}${this.group.worldSize > 1 ? ` × ${this.group.worldSize} ranks` : ''}`,
     ].join('\n');
   }
 
@@ -176,7 +197,9 @@ export class Trainer {
     return `; FP8 GEMMs in blocks ${t.fp8.keepFirst} to ${n - 1 - t.fp8.keepLast} of ${n} (${t.fp8.scaling} scaling${this.opts.backend.name === 'cuda' ? '' : ', emulated'})`;
   }
 
+  /** A row of metrics.jsonl (rank 0's: the others' rows would be the same). */
   private writeMetric(obj: object): void {
+    if (this.group.rank !== 0) return;
     withFileErrors({ path: this.metricsPath, action: 'append to', flag: '--out' }, () => appendFileSync(this.metricsPath, `${JSON.stringify(obj)}\n`));
   }
 
@@ -185,7 +208,7 @@ export class Trainer {
     if (!latest) return false;
     const ck = loadCheckpoint(latest.dir, { model: this.cfg.model });
     const state = ck.trainerState as SavedTrainerState;
-    const conflicts = resumeConflicts(state.config, this.cfg);
+    const conflicts = resumeConflicts(state.config, this.resumedBatch(state, latest.dir));
     if (conflicts.length > 0) {
       fail('BAD_CONFIG', `${latest.dir} was saved by a run with other settings (${conflicts.join('; ')}); resume with the saved values (as --field value flags), or start a new run (--overwrite or another --out)`);
     }
@@ -220,16 +243,42 @@ export class Trainer {
     return true;
   }
 
+  /**
+   * This run's config as the resume check compares it: a run may resume on another number of
+   * ranks when its global batch (train.batchSize × ranks) is the checkpoint's, and then takes the
+   * checkpoint's train.batchSize for the check (every draw is keyed by the global batch's rows and
+   * the data cursor counts global batches, so the run goes on as it would have). Another global
+   * batch is refused.
+   */
+  private resumedBatch(state: SavedTrainerState, dir: string): TrainConfig {
+    const savedRanks = state.worldSize ?? 1;
+    const ranks = this.group.worldSize;
+    if (savedRanks === ranks) return this.cfg;
+    const savedBatch = (state.config as { train?: { batchSize?: unknown } } | undefined)?.train?.batchSize;
+    const batch = this.cfg.train.batchSize;
+    if (typeof savedBatch !== 'number' || savedBatch * savedRanks !== batch * ranks) {
+      const global = Number(savedBatch) * savedRanks;
+      const fits = Number.isInteger(global / ranks) ? `train.batchSize ${global / ranks} on ${ranks} rank(s), or ` : '';
+      fail('BAD_CONFIG', `${dir} was saved by ${savedRanks} rank(s) of train.batchSize ${String(savedBatch)}, a global batch of ${global} rows; this run has ${ranks} rank(s) of ${batch} (${batch * ranks} rows). Resume with the same global batch (${fits}train.batchSize ${String(savedBatch)} on ${savedRanks} rank(s)), or start a new run (--overwrite or another --out)`);
+    }
+    return { ...this.cfg, train: { ...this.cfg.train, batchSize: savedBatch } };
+  }
+
   /** Initialise parameters from an --init-from checkpoint (src/checkpoint/init_from.ts), whose model the config took. */
   initFrom(init: InitFrom): void {
     this.model.loadParams(initParams(init, this.cfg.model, this.opts.log), init.dir);
     this.opts.log(`initialised parameters from ${init.dir}`);
   }
 
+  /**
+   * Write a checkpoint of the current state and return its directory. Rank 0 writes it; every rank
+   * queues the deferred update alike (flush), so the ranks stay in step.
+   */
   async save(): Promise<string> {
     const b = this.opts.backend;
     this.optimizer.flush();
     await b.sync();
+    if (this.group.rank !== 0) return join(this.cfg.out, stepDirName(this.step));
     const values = (await b.download(this.model.store.value)) as Float32Array;
     const tensors: Record<string, Float32Array> = {};
     for (const p of this.model.store.list) tensors[p.name] = values.slice(p.offset, p.offset + p.value.size);
@@ -239,6 +288,7 @@ export class Trainer {
     for (const { name, tensor } of this.model.fp8?.tables ?? []) fp8[name] = (await b.download(tensor)) as Float32Array;
     const trainerState: SavedTrainerState = {
       step: this.step, loader: this.batches.state(), tokens: this.tokens, seed: this.cfg.train.seed, config: this.cfg,
+      ...(this.group.worldSize > 1 ? { worldSize: this.group.worldSize } : {}),
       ...(this.lossScaler ? { lossScale: this.lossScaler.save() } : {}),
     };
     return saveCheckpoint(
@@ -260,17 +310,20 @@ export class Trainer {
     const cfg = this.cfg;
     const step = this.step;
     const onEval = this.opts.onEval;
+    // Over several ranks a signal stops the run at the vote after the evaluation, not within it:
+    // every rank runs the evaluation's collectives to their end.
+    const signal = this.group.worldSize === 1 ? this.opts.signal : undefined;
     const e = await evaluateModel(this.model, this.objective, val, {
-      seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, maxBatches: cfg.train.evalBatches,
+      seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, maxBatches: cfg.train.evalBatches, group: this.group,
       ...(onEval ? { onBatch: (done: number, total: number) => onEval({ step, done, total }) } : {}),
-      ...(this.opts.signal ? { signal: this.opts.signal } : {}),
+      ...(signal ? { signal } : {}),
     });
     return { step, val_loss: e.loss, val_ppl: e.ppl, val_tokens: e.tokens };
   }
 
   /** Take over config.out (unless the caller did: runDir), resume if asked, and train to train.steps (or maxSteps more). */
   async run(): Promise<TrainResult> {
-    const runDir = this.opts.runDir ?? openRunDir(this.cfg.out, { resume: this.opts.resume, overwrite: this.opts.overwrite ?? false, log: this.opts.log });
+    const runDir = this.opts.runDir ?? (await openRunDirOnRanks(this.cfg.out, { resume: this.opts.resume, overwrite: this.opts.overwrite ?? false, log: this.opts.log }, this.group));
     try {
       if (runDir.resumeFrom) await this.restore(runDir.resumeFrom);
       return await this.train();
@@ -285,8 +338,13 @@ export class Trainer {
     const first = this.step;
     const end = Math.min(t.steps, this.opts.maxSteps === undefined ? Infinity : this.step + this.opts.maxSteps);
     const losses: number[] = [];
-    const tokensPerStep = t.batchSize * cfg.model.seqLen * t.gradAccum;
+    const tokensPerStep = t.batchSize * cfg.model.seqLen * t.gradAccum * this.group.worldSize;
     const aborted = (): boolean => this.opts.signal?.aborted ?? false;
+    // Alone, the signal is read wherever it matters; over several ranks, at the votes every rank
+    // takes together (after each step and each evaluation), so that all stop at the same step.
+    const alone = this.group.worldSize === 1;
+    let voted = false;
+    const stopping = (): boolean => (alone ? aborted() : voted);
     const turns = new EventLoopTurns();
     let lastEval: EvalMetrics | undefined;
     let checkpoint: string | undefined;
@@ -294,13 +352,15 @@ export class Trainer {
     const schedule = { lr: t.lr, minLr: t.minLr, warmupSteps: t.warmupSteps, totalSteps: t.steps, decay: t.decay, wsdDecayFraction: t.wsdDecayFraction };
     const scaler = this.lossScaler;
     this.applyLossScale();
-    if (aborted()) return { step: this.step, losses, lastEval, checkpoint, interrupted: true };
+    if (!alone) voted = await this.voteToStop();
+    if (stopping()) return { step: this.step, losses, lastEval, checkpoint, interrupted: true };
     if (this.step >= end) this.opts.log(`step ${this.step} already reaches train.steps ${t.steps}: nothing to train (raise train.steps to go on)`);
     while (this.step < end) {
       const started = performance.now();
       const lr = learningRate(schedule, this.step);
       // Under loss scaling a non-finite step is an overflow the scaler answers, never an error.
-      const { loss, gradNorm, finite } = await optimizerStep(this, this.batches, this.step, t.gradAccum, lr, scaler ? 'skip' : t.nonFinite);
+      const { loss, gradNorm, finite, stop } = await optimizerStep(this, this.batches, this.step, t.gradAccum, lr, scaler ? 'skip' : t.nonFinite, aborted);
+      voted = stop;
       const scale = scaler?.scale;
       this.step++;
       this.tokens += tokensPerStep;
@@ -315,15 +375,18 @@ export class Trainer {
       await turns.maybe();
       const last = this.step === end;
       skipped = finite || scaler ? 0 : skipped + 1;
-      if (skipped > 0) this.checkSkipped(skipped, this.step - first, last || aborted());
+      if (skipped > 0) this.checkSkipped(skipped, this.step - first, last || stopping());
       let saved = false;
       // An overflowed step changed nothing but the loss scale: a checkpoint of it is as good as any.
-      if ((t.saveEvery > 0 && this.step % t.saveEvery === 0 && (finite || scaler)) || last || aborted()) {
-        checkpoint = (await this.saveOrRetry(last || aborted())) ?? checkpoint;
+      if ((t.saveEvery > 0 && this.step % t.saveEvery === 0 && (finite || scaler)) || last || stopping()) {
+        checkpoint = (await this.saveOrRetry(last || stopping())) ?? checkpoint;
         saved = true;
       }
-      if (!aborted() && ((t.evalEvery > 0 && this.step % t.evalEvery === 0) || last)) lastEval = (await this.evaluateAndLog()) ?? lastEval;
-      if (aborted()) {
+      if (!stopping() && ((t.evalEvery > 0 && this.step % t.evalEvery === 0) || last)) {
+        lastEval = (await this.evaluateAndLog()) ?? lastEval;
+        if (!alone) voted = await this.voteToStop();
+      }
+      if (stopping()) {
         if (!saved) checkpoint = (await this.saveOrRetry(true)) ?? checkpoint;
         return { step: this.step, losses, lastEval, checkpoint, interrupted: true };
       }
@@ -331,13 +394,20 @@ export class Trainer {
     return { step: this.step, losses, lastEval, checkpoint, interrupted: false };
   }
 
+  /** Whether a signal reached any rank: every rank votes and learns the result. */
+  private async voteToStop(): Promise<boolean> {
+    const [votes] = await sumOverRanks(this.group, [this.opts.signal?.aborted ? 1 : 0]);
+    return votes! > 0;
+  }
+
   /**
-   * The loss scale on the device: the loss gradient's (with 1/gradAccum, so accumulated gradients
-   * are of the mean loss) and grad_norm's 1/scale; 1 without loss scaling.
+   * The loss scale on the device: the loss gradient's (with 1/(gradAccum · worldSize), so the
+   * gradients accumulated and summed over the ranks are of the global batch's mean loss) and
+   * grad_norm's 1/scale; 1 without loss scaling.
    */
   private applyLossScale(): void {
     const scale = this.lossScaler?.scale ?? 1;
-    this.model.setLossScale(scale / this.cfg.train.gradAccum);
+    this.model.setLossScale(scale / (this.cfg.train.gradAccum * this.group.worldSize));
     if (this.lossScaler) this.optimizer.setLossScale(scale);
   }
 
@@ -370,24 +440,36 @@ export class Trainer {
   /**
    * Save, and log it. A filesystem failure (IO_ERROR) of a periodic save is logged and the run
    * goes on, to try again at the next interval; a second one in a row, or one of the `final`
-   * save, stops the run, naming the newest checkpoint left.
+   * save, stops the run, naming the newest checkpoint left. Over several ranks the others wait for
+   * rank 0's checkpoint and learn whether it was written, so every rank takes the same way.
    */
   private async saveOrRetry(final: boolean): Promise<string | undefined> {
+    let dir: string | undefined;
+    let error: unknown;
     try {
-      const dir = await this.save();
+      dir = await this.save();
+    } catch (e) {
+      error = e;
+    }
+    if (this.group.worldSize > 1) {
+      const written = Float32Array.of(error === undefined ? 1 : 0);
+      await this.group.broadcast(written, 0);
+      if (written[0] === 0 && error === undefined) error = new MdlmError('IO_ERROR', `rank 0 could not save step ${this.step} (its log says why)`);
+    }
+    if (error === undefined) {
       this.failedSaves = 0;
       this.opts.log(`saved ${dir}`);
       return dir;
-    } catch (e) {
-      if (!(e instanceof MdlmError) || e.code !== 'IO_ERROR') throw e;
-      this.failedSaves++;
-      if (final || this.failedSaves > 1) {
-        const kept = latestCheckpoint(this.cfg.out);
-        throw new MdlmError('IO_ERROR', `${e.message}. The run stopped at step ${this.step} without saving it; ${kept ? `${kept.dir} is the newest checkpoint (continue from it with --resume)` : 'no checkpoint was saved'}`);
-      }
-      this.opts.log(`could not save step ${this.step}, training goes on and tries again at the next save: ${e.message}`);
-      return undefined;
     }
+    const e = error;
+    if (!(e instanceof MdlmError) || e.code !== 'IO_ERROR') throw e;
+    this.failedSaves++;
+    if (final || this.failedSaves > 1) {
+      const kept = latestCheckpoint(this.cfg.out);
+      throw new MdlmError('IO_ERROR', `${e.message}. The run stopped at step ${this.step} without saving it; ${kept ? `${kept.dir} is the newest checkpoint (continue from it with --resume)` : 'no checkpoint was saved'}`);
+    }
+    this.opts.log(`could not save step ${this.step}, training goes on and tries again at the next save: ${e.message}`);
+    return undefined;
   }
 
   /**
@@ -408,4 +490,31 @@ export class Trainer {
     this.optimizer.destroy();
     this.model.destroy();
   }
+}
+
+/**
+ * config.out taken over by the ranks of `group` for one run: rank 0 takes it over (openRunDir: the
+ * lock, leftovers, the resume decision, --overwrite) and tells the others which checkpoint to
+ * continue from, which every rank reads from the same directory (a filesystem all ranks see). When
+ * rank 0 fails, every rank fails.
+ */
+export async function openRunDirOnRanks(out: string, opts: RunDirOptions, group: Collectives): Promise<RunDir> {
+  if (group.worldSize === 1) return openRunDir(out, opts);
+  let dir: RunDir | undefined;
+  let failure: unknown;
+  if (group.rank === 0) {
+    try {
+      dir = openRunDir(out, opts);
+    } catch (e) {
+      failure = e;
+    }
+  }
+  // The step to resume at (−1: a new run, −2: rank 0 failed), as f64 bytes.
+  const decision = Float64Array.of(failure !== undefined ? -2 : (dir?.resumeFrom?.step ?? -1));
+  await group.broadcast(new Float32Array(decision.buffer), 0);
+  if (failure !== undefined) throw failure;
+  if (dir) return dir;
+  const step = decision[0]!;
+  if (step === -2) fail('BAD_ARGUMENT', `rank ${group.rank}: rank 0 could not take over ${out} for the run (its error says why)`);
+  return { path: out, resumeFrom: step < 0 ? null : { dir: join(out, stepDirName(step)), step }, release: () => {} };
 }
