@@ -215,10 +215,11 @@ export function trainCommand(): Command {
         backend ??= await createBackend(config.backend);
         await train(config, backend, runDir, tokenizer, init, log, world);
         await world.close();
-        world = undefined;
+      } catch (e) {
+        // A rank that fails leaves at once: the others' waits fail, naming it and why.
+        world?.destroy(e instanceof Error ? e.message : String(e));
+        throw e;
       } finally {
-        // A rank that fails leaves at once: the others' waits fail, naming it.
-        world?.destroy();
         runDir?.release();
         backend?.destroy();
       }

@@ -124,14 +124,14 @@ export class HostGroup implements Collectives {
       if (this.rank === 0) {
         const parts = await this.gather(inKey, data.length, chunk, `${what}, chunk ${c}`);
         if (typeof parts === 'string') {
-          await this.store.set(outKey, errorPiece(parts), this.worldSize - 1);
+          await this.store.set(outKey, errorPiece(parts), this.worldSize - 1, `${what}, chunk ${c}: sending the disagreement`);
           this.fail(what, parts);
         }
         const sum = HostGroup.reduce(parts, op);
-        if (this.worldSize > 1) await this.store.set(outKey, piece(data.length, sum), this.worldSize - 1);
+        if (this.worldSize > 1) await this.store.set(outKey, piece(data.length, sum), this.worldSize - 1, `${what}, chunk ${c}: sending the result`);
         chunk.set(sum);
       } else {
-        await this.store.set(inKey(this.rank), piece(data.length, chunk), 1);
+        await this.store.set(inKey(this.rank), piece(data.length, chunk), 1, `${what}, chunk ${c}: sending this rank's data`);
         chunk.set((await this.read(outKey, `${what}, chunk ${c}: waiting for the result from rank 0`)).data);
       }
     }
@@ -151,7 +151,7 @@ export class HostGroup implements Collectives {
       const chunk = data.subarray(c * C, Math.min(data.length, (c + 1) * C));
       const key = `${id}/${c}`;
       if (this.rank === root) {
-        if (this.worldSize > 1) await this.store.set(key, piece(data.length, chunk), this.worldSize - 1);
+        if (this.worldSize > 1) await this.store.set(key, piece(data.length, chunk), this.worldSize - 1, `${what}, chunk ${c}: sending this rank's data`);
       } else {
         const p = await this.read(key, `${what}, chunk ${c}: waiting for rank ${root}'s data`);
         if (p.total !== data.length) this.fail(what, `rank ${root} sends ${p.total} elements, this rank expects ${data.length}`);
@@ -171,7 +171,7 @@ export class HostGroup implements Collectives {
     for (let c = 0; c < chunkCount(n, C); c++) {
       const a = c * C;
       const b = Math.min(n, a + C);
-      if (this.worldSize > 1) await this.store.set(`${id}/${c}/${this.rank}`, piece(n, data.subarray(a, b)), this.worldSize - 1);
+      if (this.worldSize > 1) await this.store.set(`${id}/${c}/${this.rank}`, piece(n, data.subarray(a, b)), this.worldSize - 1, `${what}, chunk ${c}: sending this rank's data`);
       for (let r = 0; r < this.worldSize; r++) {
         if (r === this.rank) continue;
         const p = await this.read(`${id}/${c}/${r}`, `${what}, chunk ${c}: waiting for rank ${r}'s data`);
@@ -207,7 +207,7 @@ export class HostGroup implements Collectives {
       if (this.rank === 0) {
         const parts = await this.gather(inKey, data.length, chunk, `${what}, chunk ${c}`);
         if (typeof parts === 'string') {
-          for (let r = 1; r < W; r++) await this.store.set(toKey(r), errorPiece(parts), 1);
+          for (let r = 1; r < W; r++) await this.store.set(toKey(r), errorPiece(parts), 1, `${what}, chunk ${c}: sending the disagreement`);
           this.fail(what, parts);
         }
         const sum = HostGroup.reduce(parts, op);
@@ -218,10 +218,10 @@ export class HostGroup implements Collectives {
           const hi = Math.max(lo, Math.min(b, s.end));
           const part = sum.subarray(lo - a, hi - a);
           if (r === 0) out.set(part, lo - s.start);
-          else await this.store.set(toKey(r), piece(data.length, part), 1);
+          else await this.store.set(toKey(r), piece(data.length, part), 1, `${what}, chunk ${c}: sending rank ${r}'s shard`);
         }
       } else {
-        await this.store.set(inKey(this.rank), piece(data.length, chunk), 1);
+        await this.store.set(inKey(this.rank), piece(data.length, chunk), 1, `${what}, chunk ${c}: sending this rank's data`);
         if (reads(this.rank)) {
           const p = await this.read(toKey(this.rank), `${what}, chunk ${c}: waiting for this rank's shard from rank 0`);
           out.set(p.data, Math.max(a, mine.start) - mine.start);

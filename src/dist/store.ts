@@ -6,11 +6,13 @@
  * Wire format, little-endian, every frame length-prefixed:
  * - request:  u32 length | u8 op | u32 id | u32 timeout ms | u32 arg | u16 key length | key (UTF-8) | payload
  * - response: u32 length | u32 id | u8 status | payload (status 0: the value; else a UTF-8 message)
- * A client may have several requests in flight; responses name the request by id.
+ * A client may have several requests in flight; responses name the request by id. Id 0 (no
+ * request's) is the store telling every client that the job failed, and why.
  *
  * Faults: a wait (get, barrier) that outlasts its timeout fails naming the key or the ranks that did
  * not arrive; a rank whose connection drops without saying goodbye (it exited or crashed) fails every
- * wait of every rank at once, naming it; a client that loses rank 0's store fails its waits, naming
+ * wait of every rank at once, naming it, and a rank that leaves after a failure of its own
+ * (destroy with a reason) fails them with its reason; a client that loses rank 0's store fails its waits, naming
  * the address. The store lives on rank 0's event loop: while rank 0 computes synchronously it does not
  * answer, so each client also gives up on its own shortly after the timeout.
  */
@@ -26,6 +28,8 @@ const enum Op {
   Add = 4,
   Barrier = 5,
   Bye = 6,
+  /** A rank leaves after a failure; the payload says why (UTF-8). */
+  Fail = 7,
 }
 
 const enum Status {
@@ -86,6 +90,18 @@ function frame(head: Buffer, payload: Uint8Array | undefined): Buffer {
   return out;
 }
 
+function requestFrame(op: Op, id: number, key: string, arg: number, payload: Uint8Array | undefined, timeoutMs: number): Buffer {
+  const k = Buffer.from(key);
+  const head = Buffer.allocUnsafe(15 + k.length);
+  head.writeUInt8(op, 0);
+  head.writeUInt32LE(id, 1);
+  head.writeUInt32LE(timeoutMs, 5);
+  head.writeUInt32LE(arg, 9);
+  head.writeUInt16LE(k.length, 13);
+  k.copy(head, 15);
+  return frame(head, payload);
+}
+
 function response(id: number, status: Status, payload: Uint8Array): Buffer {
   const head = Buffer.allocUnsafe(5);
   head.writeUInt32LE(id, 0);
@@ -128,6 +144,8 @@ class StoreServer {
   private readonly ranks = new Map<Socket, number>();
   private readonly gone = new Set<Socket>();
   private readonly sockets = new Set<Socket>();
+  /** Each connection's peer address as it connected (a closed socket no longer has one). */
+  private readonly peers = new Map<Socket, string>();
   /** Set once a rank drops without goodbye: every wait fails with it. */
   private broken: string | undefined;
 
@@ -138,31 +156,41 @@ class StoreServer {
   private accept(socket: Socket): void {
     this.sockets.add(socket);
     socket.setNoDelay(true);
-    // The peer's address as connected (a closed socket no longer has one).
-    const peer = socket.remoteAddress ?? '?';
+    this.peers.set(socket, socket.remoteAddress ?? '?');
     const framer = new Framer(
       (f) => this.handle(socket, parseRequest(f)),
       (why) => {
         socket.destroy();
-        this.lost(socket, peer, `sent ${why}`);
+        this.lost(socket, `sent ${why}`);
       },
     );
     socket.on('data', (c: Buffer) => framer.push(c));
     socket.on('error', () => {});
     socket.on('close', () => {
       this.sockets.delete(socket);
-      if (!this.gone.has(socket)) this.lost(socket, peer, 'disconnected without closing the store (it exited or crashed)');
+      if (!this.gone.has(socket)) this.lost(socket, 'disconnected without closing the store (it exited or crashed)');
     });
   }
 
-  private lost(socket: Socket, peer: string, what: string): void {
+  private lost(socket: Socket, what: string): void {
     const rank = this.ranks.get(socket);
-    if (rank === undefined || this.broken !== undefined) return;
-    this.broken = `rank ${rank} (${peer}) ${what}`;
+    if (rank === undefined) return;
+    this.fail(`rank ${rank} (${this.peers.get(socket)}) ${what}`);
+  }
+
+  /**
+   * Fails every wait of every rank, now and from now on, with `why` (the first failure wins), and
+   * tells every client (id 0), so that what a rank sends next fails with `why` too, not with the
+   * loss of the store when rank 0 then leaves.
+   */
+  fail(why: string): void {
+    if (this.broken !== undefined) return;
+    this.broken = why;
     for (const ws of this.getters.values()) for (const w of ws) this.reply(w, Status.Error, this.broken);
     for (const b of this.barriers.values()) for (const w of b.waiters) this.reply(w, Status.Error, this.broken);
     this.getters.clear();
     this.barriers.clear();
+    for (const s of this.sockets) if (!s.destroyed && !this.gone.has(s)) s.write(response(0, Status.Error, Buffer.from(why)));
   }
 
   private reply(w: Waiter, status: Status, payload: Uint8Array | string): void {
@@ -182,6 +210,10 @@ class StoreServer {
     if (r.op === Op.Bye) {
       this.gone.add(socket);
       return this.reply(now, Status.Ok, new Uint8Array(0));
+    }
+    if (r.op === Op.Fail) {
+      this.gone.add(socket);
+      return this.lost(socket, `failed: ${r.payload.toString('utf8')}`);
     }
     // After a rank's loss, values already set are still served; waits that would block fail at once.
     if (this.broken !== undefined && (r.op === Op.Barrier || (r.op === Op.Get && !this.values.has(r.key)))) return this.reply(now, Status.Error, this.broken);
@@ -289,6 +321,8 @@ export class Store {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private lostWith: string | undefined;
+  /** The job's failure as the store told it: every request from then on fails with it. */
+  private brokenWith: string | undefined;
 
   private constructor(
     private readonly socket: Socket,
@@ -302,6 +336,7 @@ export class Store {
     const framer = new Framer(
       (f) => {
         const id = f.readUInt32LE(0);
+        if (id === 0) return this.broke(f.toString('utf8', 5));
         const p = this.pending.get(id);
         if (!p) return;
         this.pending.delete(id);
@@ -323,6 +358,16 @@ export class Store {
         p.reject(this.error(p.what, `lost the store hosted by rank 0 (${this.lostWith})`));
       }
     });
+  }
+
+  /** The store said the job failed: every request in flight, and every later one, fails with its reason. */
+  private broke(why: string): void {
+    this.brokenWith ??= why;
+    for (const [id, p] of this.pending) {
+      if (p.timer) clearTimeout(p.timer);
+      this.pending.delete(id);
+      p.reject(this.error(p.what, why));
+    }
   }
 
   /** The port rank 0's store listens on (the chosen one when it was asked for port 0). */
@@ -371,16 +416,9 @@ export class Store {
   }
 
   private request(op: Op, key: string, arg: number, payload: Uint8Array | undefined, timeoutMs: number, what: string): Promise<Buffer> {
+    if (this.brokenWith !== undefined) return Promise.reject(this.error(what, this.brokenWith));
     if (this.lostWith !== undefined) return Promise.reject(this.error(what, `lost the store hosted by rank 0 (${this.lostWith})`));
     const id = this.nextId++;
-    const k = Buffer.from(key);
-    const head = Buffer.allocUnsafe(15 + k.length);
-    head.writeUInt8(op, 0);
-    head.writeUInt32LE(id, 1);
-    head.writeUInt32LE(timeoutMs, 5);
-    head.writeUInt32LE(arg, 9);
-    head.writeUInt16LE(k.length, 13);
-    k.copy(head, 15);
     return new Promise((resolve, reject) => {
       // The store answers a timed-out wait itself; this guard covers a store that does not answer at all.
       const guard = timeoutMs > 0 ? timeoutMs + ANSWER_GRACE_MS : this.timeoutMs + ANSWER_GRACE_MS;
@@ -389,16 +427,16 @@ export class Store {
         reject(this.error(what, `no answer from the store within ${guard} ms (rank 0 busy, hung or unreachable)`));
       }, guard);
       this.pending.set(id, { what, resolve, reject, timer });
-      this.socket.write(frame(head, payload));
+      this.socket.write(requestFrame(op, id, key, arg, payload, timeoutMs));
     });
   }
 
   /**
    * Sets `key` to a copy of `value`. `readers` > 0 drops the value after that many gets (data meant
-   * for known ranks); 0 keeps it.
+   * for known ranks); 0 keeps it. `what` names the call in errors.
    */
-  async set(key: string, value: Uint8Array, readers = 0): Promise<void> {
-    await this.request(Op.Set, key, readers, value, 0, `setting ${JSON.stringify(key)}`);
+  async set(key: string, value: Uint8Array, readers = 0, what = `setting ${JSON.stringify(key)}`): Promise<void> {
+    await this.request(Op.Set, key, readers, value, 0, what);
   }
 
   /** The value of `key`, waiting until some rank sets it; `what` names the wait in errors. */
@@ -458,10 +496,23 @@ export class Store {
     }
   }
 
-  /** Drops the connection at once, without goodbye (other ranks see this rank as failed); stops the store on rank 0. */
-  destroy(): void {
-    this.socket.destroy();
-    this.host?.server.close();
+  /**
+   * Leaves at once, without goodbye: the other ranks' waits fail, naming this rank, with `reason`
+   * (this rank's failure) when given; stops the store on rank 0.
+   */
+  destroy(reason?: string): void {
+    if (this.host) {
+      if (reason !== undefined) this.host.fail(`rank 0 (the store's host) failed: ${reason}`);
+      this.socket.destroy();
+      this.host.server.close();
+      return;
+    }
+    if (reason === undefined || this.lostWith !== undefined) {
+      this.socket.destroy();
+      return;
+    }
+    // The reason goes out before the connection closes (end: the frame, then the close).
+    this.socket.end(requestFrame(Op.Fail, this.nextId++, '', 0, Buffer.from(reason), 0));
   }
 }
 

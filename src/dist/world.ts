@@ -18,8 +18,8 @@ export interface World {
   readonly store: Store | undefined;
   /** Leaves the job with the others (every rank calls it after a run that ended well). */
   close(): Promise<void>;
-  /** Leaves at once, without goodbye: the other ranks' waits fail, naming this rank. */
-  destroy(): void;
+  /** Leaves at once, without goodbye: the other ranks' waits fail, naming this rank and `reason` (its failure). */
+  destroy(reason?: string): void;
 }
 
 export interface JoinOptions {
@@ -42,5 +42,5 @@ export async function joinWorld(o: JoinOptions): Promise<World> {
     store.destroy();
     throw e;
   }
-  return { env, group: new HostGroup(store), store, close: () => store.close(), destroy: () => store.destroy() };
+  return { env, group: new HostGroup(store), store, close: () => store.close(), destroy: (reason) => store.destroy(reason) };
 }

@@ -85,10 +85,15 @@ describe('host collectives between 3 processes', () => {
 
   it('times out a wait for a rank that hangs, naming the rank and the data', async () => {
     const exits = await runRanks(worker, { ...base, scenario: 'hang', timeoutMs: 800 }, [0, 1, 2]);
+    const timedOut = 'timed out after 800 ms: no rank set "mdlm/c0/0"';
     for (const e of exits.slice(0, 2)) {
       expect(e.code).toBe(1);
-      expect(e.stderr).toMatch(new RegExp(`^rank ${e.rank}, store tcp://\\S+, broadcast #0 from rank 2 \\(4 elements\\), chunk 0: waiting for rank 2's data: timed out after 800 ms: no rank set "mdlm/c0/0"`));
+      expect(e.stderr).toMatch(new RegExp(`^rank ${e.rank}, store tcp://\\S+, broadcast #0 from rank 2 \\(4 elements\\), chunk 0: waiting for rank 2's data: `));
     }
+    expect(exits[0]!.stderr).toContain(`waiting for rank 2's data: ${timedOut}`);
+    // Rank 1's own wait times out, unless rank 0's came first: rank 0 then leaves with its reason,
+    // which fails rank 1's wait with it.
+    expect(exits[1]!.stderr.includes(`waiting for rank 2's data: ${timedOut}`) || exits[1]!.stderr.includes(`rank 0 (the store's host) failed: rank 0, store`) && exits[1]!.stderr.includes(timedOut)).toBe(true);
   });
 
   it('fails the others at once when a rank dies, naming it', async () => {
@@ -101,6 +106,15 @@ describe('host collectives between 3 processes', () => {
     }
     // Well inside the 30 s timeout: the store sees the connection drop.
     expect(Date.now() - t0).toBeLessThan(15_000);
+  });
+
+  it('fails the others at once with the reason of a rank that fails, naming it', async () => {
+    for (const odd of [2, 0]) {
+      const exits = await runRanks(worker, { ...base, scenario: 'fail', timeoutMs: 30_000, odd }, [0, 1, 2]);
+      expect(exits.map((e) => e.code)).toEqual([1, 1, 1]);
+      const who = odd === 0 ? "rank 0 \\(the store's host\\)" : 'rank 2 \\(\\S+\\)';
+      for (const e of exits.filter((x) => x.rank !== odd)) expect(e.stderr).toMatch(new RegExp(`^rank ${e.rank}, store \\S+, allReduce #0 .*: ${who} failed: out of disk space \\(the test says so\\)`));
+    }
   });
 });
 

@@ -72,3 +72,52 @@ export async function runRanks(worker: string, base: Omit<WorkerSpec, 'rank' | '
   if (first >= 0) for (const r of ranks.filter((r) => r !== 0)) exits.push(startRank(worker, { ...base, rank: r, port: first }, () => {}));
   return Promise.all(exits);
 }
+
+/** A process of the CLI as it ended: its exit code or signal, its stderr, and when it ended. */
+export interface CliExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+  readonly stderr: string;
+  readonly endedAt: number;
+}
+
+export interface CliProcess {
+  readonly pid: number;
+  /** The stderr written so far. */
+  stderr(): string;
+  kill(signal: NodeJS.Signals): void;
+  readonly exit: Promise<CliExit>;
+}
+
+/**
+ * Starts `bin/mdlm.js ...args` with `env` added to this process's environment (torchrun's
+ * variables make it a rank); `onStderr` sees its stderr so far after each piece. It is killed after
+ * `limitMs`.
+ */
+export function startCli(args: readonly string[], env: Readonly<Record<string, string>> = {}, onStderr: (all: string, p: CliProcess) => void = () => {}, limitMs = 90_000): CliProcess {
+  const child = spawn(process.execPath, [join(ROOT, 'bin/mdlm.js'), ...args], { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  const killer = setTimeout(() => child.kill('SIGKILL'), limitMs);
+  const p: CliProcess = {
+    pid: child.pid!,
+    stderr: () => stderr,
+    kill: (signal) => void child.kill(signal),
+    exit: new Promise((resolve) => {
+      child.on('close', (code, signal) => {
+        clearTimeout(killer);
+        resolve({ code, signal, stderr, endedAt: Date.now() });
+      });
+    }),
+  };
+  child.stdout.resume();
+  child.stderr.setEncoding('utf8').on('data', (c: string) => {
+    stderr += c;
+    onStderr(stderr, p);
+  });
+  return p;
+}
+
+/** torchrun's variables for rank `rank` of `worldSize` ranks on this host, the store on `port`. */
+export function rankEnv(rank: number, worldSize: number, port: number): Record<string, string> {
+  return { RANK: String(rank), WORLD_SIZE: String(worldSize), LOCAL_RANK: String(rank), LOCAL_WORLD_SIZE: String(worldSize), MASTER_ADDR: '127.0.0.1', MASTER_PORT: String(port) };
+}

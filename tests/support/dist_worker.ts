@@ -17,7 +17,9 @@ export type Scenario =
   /** Ranks other than `odd` wait in a broadcast from `odd`, which sleeps three timeouts instead. */
   | 'hang'
   /** Rank `odd` exits after joining; the others start an all-reduce. */
-  | 'die';
+  | 'die'
+  /** Rank `odd` throws after joining (and leaves with the error's message); the others start an all-reduce. */
+  | 'fail';
 
 export interface WorkerSpec {
   readonly scenario: Scenario;
@@ -57,6 +59,17 @@ async function main(spec: WorkerSpec): Promise<void> {
     addr: '127.0.0.1', port: spec.port, rank: spec.rank, worldSize: spec.worldSize, timeoutMs: spec.timeoutMs,
     onListening: (port) => process.stdout.write(`port ${port}\n`),
   });
+  try {
+    await scenario(spec, store);
+  } catch (e) {
+    // Leaving with the reason, as mdlm train does: the others' waits fail with it.
+    store.destroy(e instanceof Error ? e.message : String(e));
+    throw e;
+  }
+  await store.close();
+}
+
+async function scenario(spec: WorkerSpec, store: Store): Promise<void> {
   const group = new HostGroup(store, spec.chunkElements);
   switch (spec.scenario) {
     case 'collectives': {
@@ -85,13 +98,16 @@ async function main(spec: WorkerSpec): Promise<void> {
       else await group.broadcast(new Float32Array(4), spec.odd);
       break;
     }
-    case 'die': {
-      if (spec.rank === spec.odd) process.exit(3);
+    case 'die':
+    case 'fail': {
+      if (spec.rank === spec.odd) {
+        if (spec.scenario === 'die') process.exit(3);
+        throw new Error('out of disk space (the test says so)');
+      }
       await group.allReduce(new Float32Array(spec.length), 'sum');
       break;
     }
   }
-  await store.close();
 }
 
 // Run as a rank only when started as one: the tests import rankInput() from here too.
