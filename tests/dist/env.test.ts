@@ -1,5 +1,6 @@
 /** A process's place in a job from torchrun's or SLURM's environment, and the errors that name the variable at fault. */
 import { describe, expect, it } from 'vitest';
+import { formatWorld } from '../../src/cli/probe.js';
 import { distEnv, expandNodelist, expandTasksPerNode } from '../../src/dist/env.js';
 
 describe('distEnv', () => {
@@ -65,5 +66,13 @@ describe('SLURM lists', () => {
     expect(expandTasksPerNode('2(x3),1')).toEqual([2, 2, 2, 1]);
     expect(expandTasksPerNode('4')).toEqual([4]);
     expect(() => expandTasksPerNode('2(3)')).toThrow('"2(3)" is not "N" or "N(xM)"');
+  });
+});
+
+describe("mdlm probe's world line", () => {
+  it('names the rank, world size, launcher and store, or what is wrong with the variables', () => {
+    expect(formatWorld({})).toBe('world   one process (no RANK and WORLD_SIZE, no SLURM task)');
+    expect(formatWorld({ RANK: '1', WORLD_SIZE: '4', LOCAL_RANK: '1', LOCAL_WORLD_SIZE: '2', MASTER_ADDR: 'n0' })).toBe("world   rank 1 of 4 (torchrun; local rank 1 of 2), rank 0's store at n0:29500");
+    expect(formatWorld({ RANK: '4', WORLD_SIZE: '4', MASTER_ADDR: 'n0' })).toBe('world   RANK=4 is not below WORLD_SIZE=4');
   });
 });
