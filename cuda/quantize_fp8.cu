@@ -1,14 +1,16 @@
 // quantize_fp8: fp8(x · scale) per tensor into out (x's layout, 'rows'), outT (transposed,
 // 'cols') or both from one read of x ('both'), and the site's meta record [amax history, scale,
-// scaleInv] updated, as src/ops/quantize_fp8.ts (cuda/fp8.cuh's arithmetic, bit for bit). Everything stays on the device, on the call's stream (a CUDA graph
-// may capture it):
-// - current scaling: an amax pass over x, then a one-block kernel that sets scale and scaleInv
-//   from it and raises history[0], then the quantisation pass with that scale;
-// - delayed scaling: the quantisation pass with the scale in meta, reducing amax as it goes, then
-//   the one-block kernel raising history[0].
-// amax = max |x| with NaN ignored (fmaxf drops a NaN operand; an infinity counts): each block of a
-// pass writes its maximum to a scratch slot and the one-block kernel takes the maximum of those,
-// the same bits in any order.
+// scaleInv] updated, as src/ops/quantize_fp8.ts (cuda/fp8.cuh's arithmetic, bit for bit).
+// Everything stays on the device, on the call's stream (a CUDA graph may capture it):
+// - current scaling: an amax pass over x, each block's maximum into a scratch slot; then the
+//   quantisation pass, each of whose blocks takes the maximum of the slots and the scale from it
+//   (block 0 also writes scale and scaleInv to meta and raises history[0]);
+// - delayed scaling: the quantisation pass alone, with the scale in meta, each block raising
+//   history[0] to its own maximum (a compare-and-swap loop) as it ends.
+// amax = max |x| with NaN ignored (fmaxf drops a NaN operand; an infinity counts): the same bits
+// in any order. Under current scaling a block may read meta's scale while block 0 writes it: the
+// old scale is read only where the amax gives none (zero or not finite), and block 0 then writes
+// that same value back.
 // The plain layout moves 16 elements a thread an access (one 16-byte store of codes); the
 // transposed one goes through shared memory in tiles of 128 rows by 64 columns, read and written
 // in whole lines of x and of outT; 'both' takes the tiled kernel, which also stores each row's
@@ -34,6 +36,65 @@ __device__ __forceinline__ void block_amax(float v, float* partials) {
   v = block_combine<true>(v);
   if (threadIdx.x == 0) partials[blockIdx.x] = v;
 }
+
+// *slot = max(*slot, m) (m where *slot is NaN), atomically against the other blocks.
+__device__ __forceinline__ void raise_amax(float* slot, float m) {
+  auto* word = reinterpret_cast<unsigned int*>(slot);
+  unsigned int seen = *word;
+  for (;;) {
+    const float old = __uint_as_float(seen);
+    if (!(m > old || old != old)) return;
+    const unsigned int was = atomicCAS(word, seen, __float_as_uint(m));
+    if (was == seen) return;
+    seen = was;
+  }
+}
+
+// How a quantisation pass scales and what it records in the site's meta record.
+enum class Pass { delayed, current };
+
+// The pass's scale, read or made by every block as it starts: delayed, meta's; current, from the
+// maximum of the amax pass's `count` slots (block 0 writing it, its inverse and history[0]).
+template <Pass P>
+__device__ __forceinline__ float pass_scale(float* meta, int history_len, const float* partials, int count, int max_exp, int margin) {
+  if constexpr (P == Pass::delayed) {
+    return meta[history_len];
+  } else {
+    __shared__ float shared_scale;
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
+    m = block_combine<true>(m);
+    if (threadIdx.x == 0) {
+      const float scale = pow2_scale(m, max_exp, margin, meta[history_len]);
+      shared_scale = scale;
+      if (blockIdx.x == 0) {
+        meta[history_len] = scale;
+        meta[history_len + 1] = inverse_pow2(scale);
+        if (m > meta[0] || meta[0] != meta[0]) meta[0] = m;
+      }
+    }
+    __syncthreads();
+    return shared_scale;
+  }
+}
+
+// The end of a pass: delayed, history[0] raised to the block's max |x| (the threads' m).
+template <Pass P>
+__device__ __forceinline__ void pass_end(float m, float* meta) {
+  if constexpr (P == Pass::delayed) {
+    m = block_combine<true>(m);
+    if (threadIdx.x == 0) raise_amax(meta, m);
+  }
+}
+
+// What every quantisation kernel takes besides its operands.
+struct PassArgs {
+  float* meta;
+  int history_len;
+  const float* partials;  // current: the amax pass's slots
+  int count;
+  int max_exp, margin;
+};
 
 // x[i, i + N) as floats: 16-byte loads when N > 1 (x + i on a 16-byte boundary).
 template <typename T, int N>
@@ -79,27 +140,11 @@ __global__ void __launch_bounds__(kThreads) fp8_amax_kernel(const T* __restrict_
   block_amax(m, partials);
 }
 
-// amax = max of partials[0, count); with `current`, meta[h] = pow2Scale(amax) and meta[h + 1] its
-// inverse; then meta[0] = max(meta[0], amax) (amax where meta[0] is NaN). One block.
-__global__ void __launch_bounds__(kThreads) fp8_meta_kernel(const float* __restrict__ partials, int count, float* __restrict__ meta, int history_len,
-                                                            int max_exp, int margin, bool current) {
-  float m = 0.0f;
-  for (int i = threadIdx.x; i < count; i += blockDim.x) m = fmaxf(m, partials[i]);
-  m = block_combine<true>(m);
-  if (threadIdx.x != 0) return;
-  if (current) {
-    const float scale = pow2_scale(m, max_exp, margin, meta[history_len]);
-    meta[history_len] = scale;
-    meta[history_len + 1] = inverse_pow2(scale);
-  }
-  if (m > meta[0] || meta[0] != meta[0]) meta[0] = m;
-}
-
-// The plain layout: out[i] = fp8(x[i] · scale); with AMAX each block's max |x| into partials.
-template <typename T, Fp8 F, int VEC, bool AMAX>
-__global__ void __launch_bounds__(kThreads) quantize_fp8_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t n,
-                                                                const float* __restrict__ scale_p, float* __restrict__ partials) {
-  const float scale = *scale_p;
+// The plain layout: out[i] = fp8(x[i] · scale).
+template <typename T, Fp8 F, int VEC, Pass P>
+__global__ void __launch_bounds__(kThreads) quantize_fp8_kernel(const T* __restrict__ x, uint8_t* __restrict__ out, int64_t n, PassArgs pa) {
+  constexpr bool AMAX = P == Pass::delayed;
+  const float scale = pass_scale<P>(pa.meta, pa.history_len, pa.partials, pa.count, pa.max_exp, pa.margin);
   float m = 0.0f;
   for_each_run<T, VEC>(x, n, [&](int64_t i, const auto& v) {
     constexpr int N = std::extent_v<std::remove_reference_t<decltype(v)>>;
@@ -119,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_kernel(const T* __restr
       *reinterpret_cast<uint4*>(out + i) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   });
-  if constexpr (AMAX) block_amax(m, partials);
+  pass_end<P>(m, pa.meta);
 }
 
 // The transposed layout: out_t[c, r] = fp8(x[r, c] · scale), out_t [cols, rows]; with out (not
@@ -130,14 +175,15 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_kernel(const T* __restr
 // == 0 and out on a 4-byte boundary); then they store out_t's rows 16 bytes at a time (VEC_OUT:
 // rows % 16 == 0 and out_t on a 16-byte boundary). The word stride of a tile row (kTileRows / 4 +
 // 1) keeps the reads conflict-free. Cells past the edges take 0 and are not stored.
-template <typename T, Fp8 F, bool VEC_IN, bool VEC_OUT, bool AMAX>
+template <typename T, Fp8 F, bool VEC_IN, bool VEC_OUT, Pass P>
 __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const T* __restrict__ x, uint8_t* __restrict__ out_t,
                                                                            uint8_t* __restrict__ out, bool out_words, int64_t rows, int64_t cols,
-                                                                           const float* __restrict__ scale_p, float* __restrict__ partials) {
+                                                                           PassArgs pa) {
+  constexpr bool AMAX = P == Pass::delayed;
   constexpr int kPatchCols = kTileCols / 4;
   constexpr int kPatches = kTileRows / 4 * kPatchCols;
   __shared__ uint32_t tile[kFp8TileCols][kFp8TileWords];
-  const float scale = *scale_p;
+  const float scale = pass_scale<P>(pa.meta, pa.history_len, pa.partials, pa.count, pa.max_exp, pa.margin);
   const int64_t tiles_c = (cols + kTileCols - 1) / kTileCols;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows * tiles_c;
   float m = 0.0f;
@@ -181,7 +227,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp8_transposed_kernel(const
     store_fp8_tile<VEC_OUT>(tile, out_t, rows, cols, r0, c0);
     __syncthreads();  // the tile is rewritten by the next iteration
   }
-  if constexpr (AMAX) block_amax(m, partials);
+  pass_end<P>(m, pa.meta);
 }
 
 bool aligned_to(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
@@ -211,13 +257,7 @@ MDLM_OP(quantize_fp8) {
     return static_cast<unsigned>(std::max<int64_t>(1, std::min(most_blocks, (thread_items + kThreads - 1) / kThreads)));
   };
   auto* partials = static_cast<float*>(call.scratch->get(sizeof(float) * most_blocks));
-  const float* scale = meta + history_len;
-  const auto meta_pass = [&](unsigned count) {
-    check_cuda(launch_kernel(fp8_meta_kernel, 1, kThreads, 0, call.stream, static_cast<const float*>(partials), static_cast<int>(count), meta, history_len,
-                             fp8_max_exp(format), margin, current),
-               "fp8_meta_kernel");
-  };
-  unsigned quantize_blocks = 0;
+  PassArgs pa{meta, history_len, partials, 0, fp8_max_exp(format), margin};
   with_float_type(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto* xp = static_cast<const T*>(x.ptr);
@@ -225,36 +265,33 @@ MDLM_OP(quantize_fp8) {
       const unsigned blocks = grid(aligned16(xp) ? n / kVec : n);
       const auto kernel = aligned16(xp) ? fp8_amax_kernel<T, kVec> : fp8_amax_kernel<T, 1>;
       check_cuda(launch_kernel(kernel, blocks, kThreads, 0, call.stream, xp, n, partials), "fp8_amax_kernel");
-      meta_pass(blocks);
+      pa.count = static_cast<int>(blocks);
     }
     with_fp8(format, [&](auto f) {
       constexpr Fp8 F = decltype(f)::value;
-      const auto run = [&](auto amax) {
-        constexpr bool AMAX = decltype(amax)::value;
+      const auto run = [&](auto pass) {
+        constexpr Pass P = decltype(pass)::value;
         if (layout != "rows") {
           const int64_t tiles = (rows + kTileRows - 1) / kTileRows * ((cols + kTileCols - 1) / kTileCols);
-          quantize_blocks = grid(tiles * kThreads);
+          const unsigned blocks = grid(tiles * kThreads);
           const bool vec_in = cols % 4 == 0 && aligned_to(xp, 4 * sizeof(T)), vec_out = rows % 16 == 0 && aligned16(out_t);
           uint8_t* plain = layout == "both" ? out : nullptr;
           const bool out_words = plain != nullptr && cols % 4 == 0 && aligned_to(plain, 4);
           const auto launch = [&](auto kernel) {
-            check_cuda(launch_kernel(kernel, quantize_blocks, kThreads, 0, call.stream, xp, out_t, plain, out_words, rows, cols, scale, partials),
-                       "quantize_fp8_transposed_kernel");
+            check_cuda(launch_kernel(kernel, blocks, kThreads, 0, call.stream, xp, out_t, plain, out_words, rows, cols, pa), "quantize_fp8_transposed_kernel");
           };
-          if (vec_in && vec_out) launch(quantize_fp8_transposed_kernel<T, F, true, true, AMAX>);
-          else if (vec_in) launch(quantize_fp8_transposed_kernel<T, F, true, false, AMAX>);
-          else if (vec_out) launch(quantize_fp8_transposed_kernel<T, F, false, true, AMAX>);
-          else launch(quantize_fp8_transposed_kernel<T, F, false, false, AMAX>);
+          if (vec_in && vec_out) launch(quantize_fp8_transposed_kernel<T, F, true, true, P>);
+          else if (vec_in) launch(quantize_fp8_transposed_kernel<T, F, true, false, P>);
+          else if (vec_out) launch(quantize_fp8_transposed_kernel<T, F, false, true, P>);
+          else launch(quantize_fp8_transposed_kernel<T, F, false, false, P>);
         } else {
           const bool vec = aligned16(xp) && aligned16(out);
-          quantize_blocks = grid(vec ? n / kVec : n);
-          const auto kernel = vec ? quantize_fp8_kernel<T, F, kVec, AMAX> : quantize_fp8_kernel<T, F, 1, AMAX>;
-          check_cuda(launch_kernel(kernel, quantize_blocks, kThreads, 0, call.stream, xp, out, n, scale, partials), "quantize_fp8_kernel");
+          const auto kernel = vec ? quantize_fp8_kernel<T, F, kVec, P> : quantize_fp8_kernel<T, F, 1, P>;
+          check_cuda(launch_kernel(kernel, grid(vec ? n / kVec : n), kThreads, 0, call.stream, xp, out, n, pa), "quantize_fp8_kernel");
         }
       };
-      if (current) run(std::false_type{});
-      else run(std::true_type{});
+      if (current) run(std::integral_constant<Pass, Pass::current>{});
+      else run(std::integral_constant<Pass, Pass::delayed>{});
     });
   });
-  if (!current) meta_pass(quantize_blocks);
 }

@@ -88,5 +88,16 @@ inline float __uint_as_float(uint32_t u) {
   std::memcpy(&f, &u, 4);
   return f;
 }
+inline uint32_t __float_as_uint(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+// Threads switch only at collectives and barriers, so a read-modify-write is atomic as written.
+inline unsigned int atomicCAS(unsigned int* address, unsigned int compare, unsigned int value) {
+  const unsigned int old = *address;
+  if (old == compare) *address = value;
+  return old;
+}
 using std::max;
 using std::min;
