@@ -111,10 +111,10 @@ export async function optimizerStep(
 /**
  * optimizerStep's work without its read-back: the micro-batches queued, the gradients summed over
  * the ranks (one all-reduce of the flat gradient buffer a step, after the last micro-batch; none
- * alone), the gradient norm queued, and AdamW deferred: the next step's first pass queues it before its forward, inside its recording
- * (one graph a step on CUDA); whatever reads the parameters before then calls `optimizer.flush()`
- * first (the Trainer does). The first pass also queues the update deferred by the step before, if
- * any.
+ * alone), the gradient norm queued, and AdamW deferred: the next step's first pass queues it
+ * before its forward, inside its recording (one graph a step on CUDA); whatever reads the
+ * parameters before then calls `optimizer.flush()` first (the Trainer does). The first pass also
+ * queues the update deferred by the step before, if any.
  * Returns the loss of the micro-batches before the last (read before the next overwrites it; 0
  * with one), as a share of the step's mean; the last one's is in the model's loss buffer.
  */
