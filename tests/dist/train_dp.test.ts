@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, launchWorkers } from '../../src/cli/launch.js';
 import { type CliExit, startCli, rankEnv } from '../support/dist_spawn.js';
 import { tinyRunRoot } from '../support/train.js';
+import { hasWebGpu } from '../support/webgpu.js';
 
 let root: string;
 let dataDir: string;
@@ -95,6 +96,12 @@ describe('data-parallel mdlm train on the CPU', () => {
     await run(args('ar-one-b8', { objective: 'ar', 'train.batchSize': 8 }));
     await run([...args('ar-two-b4', { objective: 'ar', 'train.batchSize': 4 }), '--nproc-per-node', '2']);
     expectSameRun('ar-one-b8', 'ar-two-b4');
+  });
+
+  it.runIf(hasWebGpu)('the same on WebGPU, whose gradients go through the host to be summed', async () => {
+    await run(args('gpu-one-b4', { backend: 'webgpu', steps: 5, 'train.batchSize': 4 }));
+    await run([...args('gpu-two-b2', { backend: 'webgpu', steps: 5, 'train.batchSize': 2 }), '--nproc-per-node', '2']);
+    expectSameRun('gpu-one-b4', 'gpu-two-b2');
   });
 
   it('ranks started with different configs refuse to start, naming the field', async () => {
