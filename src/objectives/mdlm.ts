@@ -15,14 +15,20 @@
  * masked and sits in its own attention segment, so the prefix is trained exactly as a sequence of
  * length ℓ. MegaDLMs truncates a whole micro-batch at once because that shortens its tensors;
  * with fixed shapes nothing is gained that way, so each row draws on its own (same per-sequence
- * distribution). Draws are Philox-keyed by (seed, step, rank, truncation), like every other draw.
+ * distribution). Draws are Philox-keyed by (seed, step, truncation), over the global batch.
  *
  * Evaluation (a fixed t) always uses the ELBO weight and no truncation: it reports the bound.
+ *
+ * Supervised fine-tuning (a batch with a loss mask: chat data), LLaDA-style: the tokens outside
+ * the mask (the prompt) are never masked and carry no loss; the tokens in it (the reply, and the
+ * EOS padding after it) are masked with probability 1 − α(t) and carry the loss with the same
+ * weighting, scaled per row to its mean over those tokens (src/objectives/sft.ts). No truncation.
  */
 import type { LlamaModel } from '../model/llama.js';
 import { PhiloxStream, RngPurpose, uniformInt } from '../rng/philox.js';
 import { type BatchShard, type Objective, type TokenBatch, wholeBatch } from './objective.js';
 import { type Schedule, type ScheduleName, makeSchedule } from './schedules.js';
+import { rowWeights, scoredRowTokens } from './sft.js';
 
 export type Weighting = 'elbo' | 'empirical';
 
@@ -107,17 +113,33 @@ export class MdlmObjective implements Objective {
     if (first < 0 || first + B > total) throw new Error(`MdlmObjective.prepare: rows ${first}..${first + B - 1} are not within a global batch of ${total}`);
     const mine = <A extends Float64Array | Int32Array>(all: A): A => all.subarray(first, first + B) as A;
     const training = fixedT === undefined;
-    const rows = training ? truncateRows(batch, mine(this.keptLengths(total, T, step, 0))) : batch;
+    const sft = batch.lossMask ? fineTuningRows(batch, batch.lossMask) : undefined;
+    const rows = sft ?? (training ? truncateRows(batch, mine(this.keptLengths(total, T, step, 0))) : batch);
     const t = training ? mine(this.noiseLevels(total, step, 0)) : new Float64Array(B).fill(fixedT);
     const empirical = training && this.opts.weighting === 'empirical';
+    const scale = sft?.rowWeights;
     const masking = {
       maskProb: Float32Array.from(t, (x) => this.schedule.maskProb(x)),
-      lossWeight: Float32Array.from(t, (x) => (empirical ? 1 : this.schedule.weight(x))),
+      lossWeight: Float32Array.from(t, (x, b) => (empirical ? 1 : this.schedule.weight(x)) * (scale ? scale[b]! : 1)),
       maskId: this.opts.maskId, empirical, seed: this.opts.seed, step, rowOffset: first, totalRows: total,
     };
-    // The clean tokens are the targets; a truncated tail (−1) is padding.
-    model.setBatch({ targets: rows.tokens, segIds: rows.segIds, positions: batch.positions, masking }, this.causal);
+    // The clean tokens are the targets; a truncated tail (−1) is padding, a fine-tuning prompt (−1) stays visible.
+    model.setBatch({ targets: rows.tokens, segIds: rows.segIds, positions: batch.positions, masking, ...(sft ? { visible: batch.tokens } : {}) }, this.causal);
   }
+
+  scoredTokens(batch: TokenBatch): number {
+    const mask = batch.lossMask;
+    return mask ? scoredRowTokens(batch.batchSize, batch.seqLen, (i) => mask[i] === 1) : batch.tokens.length;
+  }
+}
+
+/** Fine-tuning rows as the noising sees them: tokens outside the loss mask −1 (never masked), and each row's weight. */
+function fineTuningRows(batch: TokenBatch, lossMask: Uint8Array): NoisingRows & { rowWeights: Float32Array } {
+  return {
+    tokens: batch.tokens.map((id, i) => (lossMask[i] ? id : -1)),
+    segIds: batch.segIds,
+    rowWeights: rowWeights(batch.batchSize, batch.seqLen, (i) => lossMask[i] === 1),
+  };
 }
 
 /** Rows cut to their kept lengths: the tail becomes padding (−1) in a segment of its own. */
