@@ -7,6 +7,7 @@ import { Command } from 'commander';
 import { MdlmError } from '../errors.js';
 import { fileError, isSystemError, syscallAction } from '../runtime/files.js';
 import { benchCommand } from './bench.js';
+import { chatCommand } from './chat.js';
 import { dataCommand } from './data.js';
 import { evalCommand } from './eval.js';
 import { probeCommand } from './probe.js';
@@ -28,6 +29,7 @@ export function buildCli(): Command {
     .exitOverride();
   program.addCommand(trainCommand());
   program.addCommand(sampleCommand());
+  program.addCommand(chatCommand());
   program.addCommand(evalCommand());
   program.addCommand(dataCommand());
   program.addCommand(probeCommand());

@@ -34,8 +34,9 @@ interface SampleFlags {
   remasking?: Remasking;
 }
 
-const AR_FLAGS = [['maxNewTokens', '--max-new-tokens'], ['topK', '--top-k'], ['topP', '--top-p'], ['ignoreEos', '--ignore-eos']] as const;
-const DIFFUSION_FLAGS = [['length', '--length'], ['steps', '--steps'], ['blockLength', '--block-length'], ['remasking', '--remasking']] as const;
+/** Flags of one kind of checkpoint only, refused for the other (mdlm chat shares them). */
+export const AR_FLAGS = [['maxNewTokens', '--max-new-tokens'], ['topK', '--top-k'], ['topP', '--top-p'], ['ignoreEos', '--ignore-eos']] as const;
+export const DIFFUSION_FLAGS = [['length', '--length'], ['steps', '--steps'], ['blockLength', '--block-length'], ['remasking', '--remasking']] as const;
 
 export function sampleCommand(): Command {
   return new Command('sample')
@@ -165,7 +166,7 @@ function planDiffusion(m: OpenedModel, tokenizer: Tokenizer, o: SampleFlags): Sa
   };
 }
 
-function untilEos(ids: number[], eos: number): number[] {
+export function untilEos(ids: number[], eos: number): number[] {
   const at = ids.indexOf(eos);
   return at < 0 ? ids : ids.slice(0, at);
 }

@@ -13,6 +13,8 @@
  *                        (src/config/vocab.ts): byte 264, gpt2 50304
  *   objective.maskTokenId = the tokenizer's [MASK] (added as the next free id where it has none:
  *                        byte 257, gpt2 50257); unused under ar, where it is model.vocabSize − 1
+ *   sft.pack           = true for ar, false for mdlm
+ *   sft.padding        = none for ar, eos for mdlm
  *
  * The tokenizer is the built-in one `data.tokenizer` names, or the one `trainConfigSchema` is given
  * (what `mdlm train` loaded for the data: a tokenizer.json, a prepared dataset's).
@@ -28,6 +30,9 @@ export const SCHEDULES = ['linear', 'cosine', 'polynomial', 'loglinear'] as cons
 export const OBJECTIVES = ['ar', 'mdlm'] as const;
 export const WEIGHTINGS = ['elbo', 'empirical'] as const;
 export const DATA_MODES = ['window', 'packed'] as const;
+export const DATA_FORMATS = ['tokens', 'chat'] as const;
+export type DataFormat = (typeof DATA_FORMATS)[number];
+export const SFT_PADDING = ['eos', 'none'] as const;
 export const LR_DECAYS = ['cosine', 'wsd', 'constant'] as const;
 export const BACKENDS = ['auto', 'cpu', 'webgpu', 'cuda'] as const;
 export const NON_FINITE = ['stop', 'skip'] as const;
@@ -69,7 +74,8 @@ export const ObjectiveSchema = z.strictObject({
 export const DataSchema = z.strictObject({
   path: z.string().min(1).optional().describe('Training data: a text file, a token shard directory or a Megatron .bin/.idx prefix. Default: the built-in Brown corpus.'),
   tokenizer: z.string().min(1).default('byte').describe('Tokenizer: byte, gpt2, or a path to a Hugging Face tokenizer.json.'),
-  mode: z.enum(DATA_MODES).default('packed').describe('window: random windows of model.seqLen tokens; packed: documents packed back to back, separated by EOS.'),
+  mode: z.enum(DATA_MODES).default('packed').describe('Token data: window: random windows of model.seqLen tokens; packed: documents packed back to back, separated by EOS. (Chat data is laid out by sft.*.)'),
+  format: z.enum(DATA_FORMATS).default('tokens').describe("tokens: every token is trained on (pretraining). chat: conversations (prepared by mdlm data prepare --format chat, or JSON Lines of {\"messages\": [...]} or {\"prompt\", \"response\"} objects prepared into <out>/data with data.tokenizer's chat template or the built-in one), whole conversations a row, the loss on the assistant's tokens only: supervised fine-tuning, laid out by sft.*."),
   valFraction: z.number().min(0).max(0.5).default(0.01).describe('Probability that a document goes to validation when text is prepared; in a small corpus more documents move over until validation holds the minimum of docs/DATA_FORMAT.md.'),
 });
 
@@ -115,6 +121,11 @@ export const TrainSchema = z.strictObject({
   lossRows: z.enum(LOSS_ROWS).default('weighted').describe('The rows the LM head and the loss run over in training. weighted: under masked diffusion on the CPU, on WebGPU, or on CUDA with graphs (train.cudaGraphs), only the rows that carry a loss (the masked tokens, about half), packed to the front, in logit blocks (train.logitChunks, at least 8 here) of which those past the last such row are skipped; on CUDA without graphs every row, as packing could skip nothing there. all: every row, as autoregressive training always does. The loss is the same either way; the gradients equal up to f32 rounding.'),
 });
 
+export const SftSchema = z.strictObject({
+  pack: z.boolean().optional().describe('Chat data: several whole conversations a row, each its own attention document (true), or one a row (false). A conversation longer than model.seqLen keeps its first model.seqLen tokens. Default: true for ar, false for mdlm (LLaDA).'),
+  padding: z.enum(SFT_PADDING).optional().describe("Chat data: what fills a row after its last conversation. eos: EOS tokens that continue that conversation's reply and are in the loss (under mdlm masked like the reply, so the model learns where a reply ends: LLaDA); none: padding outside attention and the loss. Default: eos for mdlm, none for ar."),
+});
+
 type Issue = { path: (string | number)[]; message: string };
 
 /** The raw (input) schema: strict objects with defaults, before derived defaults and cross-field checks. */
@@ -123,6 +134,7 @@ export const RawConfigSchema = z.strictObject({
   objective: ObjectiveSchema.prefault({}).describe('Training objective and its noise process.'),
   data: DataSchema.prefault({}).describe('Training data and tokenizer.'),
   train: TrainSchema.prefault({}).describe('Optimisation, schedule, evaluation and checkpointing.'),
+  sft: SftSchema.prefault({}).describe('Supervised fine-tuning on chat data (data.format chat): how conversations fill the rows.'),
   backend: z.enum(BACKENDS).default('auto').describe('Compute backend: auto (probe: cuda, then a GPU WebGPU adapter, then cpu; a software adapter such as lavapipe is passed over for the cpu), cpu, webgpu or cuda.'),
   out: z.string().min(1).default('runs/mdlm').describe('Output directory for checkpoints and logs.'),
 });
@@ -152,7 +164,8 @@ function finish(raw: Raw, issues: Issue[], tokenizer: TokenizerShape | undefined
     ...raw.objective,
     maskTokenId: raw.objective.maskTokenId ?? needs?.maskId ?? vocabSize - 1,
   };
-  const cfg = { ...raw, model, objective };
+  const sft = { pack: raw.sft.pack ?? raw.objective.kind === 'ar', padding: raw.sft.padding ?? (raw.objective.kind === 'mdlm' ? 'eos' : 'none') };
+  const cfg = { ...raw, model, objective, sft };
 
   const m = model;
   if (m.dModel % m.nHeads !== 0) {
@@ -224,3 +237,4 @@ export type ObjectiveConfig = TrainConfig['objective'];
 export type ObjectiveSection = z.output<typeof ObjectiveSchema>;
 export type DataConfig = TrainConfig['data'];
 export type TrainSection = TrainConfig['train'];
+export type SftConfig = TrainConfig['sft'];

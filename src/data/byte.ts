@@ -1,5 +1,5 @@
 /** Byte-level tokenizer: ids 0..255 are UTF-8 bytes, then EOS (256), MASK (257), PAD (258). */
-import type { Tokenizer } from './tokenizer_core.js';
+import type { SpecialTokenText, Tokenizer } from './tokenizer_core.js';
 import { BUILTIN_TOKENIZERS, HF_TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, tokenizerConfigJson } from './tokenizer_core.js';
 import { BYTE_CHARS, byteLevelTokenizerJson } from './tokenizer_json.js';
 
@@ -14,11 +14,18 @@ export class ByteTokenizer implements Tokenizer {
   readonly eosId = BYTE_EOS;
   readonly maskId = BYTE_MASK;
   readonly padId = BYTE_PAD;
+  readonly specialTokens: Readonly<SpecialTokenText> = { eos_token: SPECIAL_TEXT[BYTE_EOS]!, mask_token: SPECIAL_TEXT[BYTE_MASK]!, pad_token: SPECIAL_TEXT[BYTE_PAD]! };
   private readonly enc = new TextEncoder();
   private readonly dec = new TextDecoder('utf-8', { fatal: false });
 
+  private constructor(readonly chatTemplate?: string) {}
+
   static create(): ByteTokenizer {
     return new ByteTokenizer();
+  }
+
+  withChatTemplate(template: string): ByteTokenizer {
+    return new ByteTokenizer(template);
   }
 
   encode(text: string): number[] {
@@ -56,7 +63,7 @@ export class ByteTokenizer implements Tokenizer {
     const special = [BYTE_EOS, BYTE_MASK, BYTE_PAD].map((id) => ({ id, content: SPECIAL_TEXT[id]! }));
     return {
       [HF_TOKENIZER_FILE]: byteLevelTokenizerJson(vocab, [], special),
-      [TOKENIZER_CONFIG_FILE]: tokenizerConfigJson({ eos: SPECIAL_TEXT[BYTE_EOS]!, mask: SPECIAL_TEXT[BYTE_MASK]!, pad: SPECIAL_TEXT[BYTE_PAD]! }, 'byte'),
+      [TOKENIZER_CONFIG_FILE]: tokenizerConfigJson({ eos: SPECIAL_TEXT[BYTE_EOS]!, mask: SPECIAL_TEXT[BYTE_MASK]!, pad: SPECIAL_TEXT[BYTE_PAD]! }, 'byte', this.chatTemplate),
     };
   }
 }

@@ -6,7 +6,7 @@
  */
 import { Tiktoken } from 'js-tiktoken/lite';
 import gpt2Ranks from 'js-tiktoken/ranks/gpt2';
-import type { Tokenizer } from './tokenizer_core.js';
+import type { SpecialTokenText, Tokenizer } from './tokenizer_core.js';
 import { BUILTIN_TOKENIZERS, HF_TOKENIZER_FILE, MASK_TOKEN, TOKENIZER_CONFIG_FILE, tokenizerConfigJson } from './tokenizer_core.js';
 import { byteLevelString, byteLevelTokenizerJson } from './tokenizer_json.js';
 
@@ -20,12 +20,15 @@ export class Gpt2Tokenizer implements Tokenizer {
   readonly eosId = GPT2_EOS;
   readonly maskId?: number;
   readonly padId = undefined;
+  readonly specialTokens: Readonly<SpecialTokenText>;
   private readonly enc: Tiktoken;
 
-  constructor(withMask: boolean) {
-    this.enc = new Tiktoken(gpt2Ranks, withMask ? { [MASK_TOKEN]: GPT2_MASK } : {});
+  /** `enc`: another instance's ranks with the same special tokens (parsing them takes ~0.1 s). */
+  constructor(withMask: boolean, readonly chatTemplate?: string, enc?: Tiktoken) {
+    this.enc = enc ?? new Tiktoken(gpt2Ranks, withMask ? { [MASK_TOKEN]: GPT2_MASK } : {});
     this.vocabSize = BUILTIN_TOKENIZERS.gpt2.vocabSize + (withMask ? 1 : 0);
     if (withMask) this.maskId = GPT2_MASK;
+    this.specialTokens = { eos_token: EOS_TEXT, bos_token: EOS_TEXT, ...(withMask ? { mask_token: MASK_TOKEN } : {}) };
   }
 
   /** Special-token strings in the text (e.g. a literal "<|endoftext|>") are encoded as plain text. */
@@ -38,7 +41,13 @@ export class Gpt2Tokenizer implements Tokenizer {
   }
 
   withMaskToken(): Gpt2Tokenizer {
-    return this.maskId !== undefined ? this : createGpt2Tokenizer(true);
+    if (this.maskId !== undefined) return this;
+    const masked = createGpt2Tokenizer(true);
+    return this.chatTemplate === undefined ? masked : masked.withChatTemplate(this.chatTemplate);
+  }
+
+  withChatTemplate(template: string): Gpt2Tokenizer {
+    return new Gpt2Tokenizer(this.maskId !== undefined, template, this.enc);
   }
 
   /** GPT-2's own tokenizer.json (byte-level BPE, the merges rebuilt from the ranks), [MASK] added where this has it. */
@@ -48,7 +57,7 @@ export class Gpt2Tokenizer implements Tokenizer {
     const { vocab, merges } = gpt2Bpe();
     return {
       [HF_TOKENIZER_FILE]: byteLevelTokenizerJson(vocab, merges, special),
-      [TOKENIZER_CONFIG_FILE]: tokenizerConfigJson({ eos: EOS_TEXT, bos: EOS_TEXT, ...(this.maskId !== undefined ? { mask: MASK_TOKEN } : {}) }, 'gpt2'),
+      [TOKENIZER_CONFIG_FILE]: tokenizerConfigJson({ eos: EOS_TEXT, bos: EOS_TEXT, ...(this.maskId !== undefined ? { mask: MASK_TOKEN } : {}) }, 'gpt2', this.chatTemplate),
     };
   }
 }

@@ -9,7 +9,7 @@
  */
 import { Tokenizer as HfCore } from '@huggingface/tokenizers';
 import { fail } from '../errors.js';
-import type { Tokenizer } from './tokenizer_core.js';
+import type { SpecialTokenText, Tokenizer } from './tokenizer_core.js';
 import { HF_TOKENIZER_FILE, MASK_TOKEN, TOKENIZER_CONFIG_FILE } from './tokenizer_core.js';
 
 const MASK_CANDIDATES = ['<|mask|>', '[MASK]', '<mask>', '<|MASK|>'];
@@ -60,6 +60,8 @@ export class HfTokenizer implements Tokenizer {
   readonly unkId?: number;
   /** Tokens mdlm appended because the tokenizer lacked them. */
   readonly added: string[];
+  readonly chatTemplate?: string;
+  readonly specialTokens: Readonly<SpecialTokenText>;
   private readonly core: HfCore;
   private readonly json: Record<string, unknown>;
   private readonly config: Record<string, unknown>;
@@ -78,6 +80,14 @@ export class HfTokenizer implements Tokenizer {
     if (ids.pad !== undefined) this.padId = ids.pad;
     if (ids.unk !== undefined) this.unkId = ids.unk;
     this.added = added;
+    const template = chatTemplateOf(config.chat_template, opts.source ?? 'tokenizer_config.json');
+    if (template !== undefined) this.chatTemplate = template;
+    const special: SpecialTokenText = {};
+    for (const key of ['bos_token', 'eos_token', 'unk_token', 'pad_token', 'mask_token'] as const) {
+      const text = tokenContent(config[key]);
+      if (text !== undefined) special[key] = text;
+    }
+    this.specialTokens = special;
   }
 
   static fromJson(input: unknown, opts: HfOptions = {}): HfTokenizer {
@@ -126,6 +136,10 @@ export class HfTokenizer implements Tokenizer {
     return HfTokenizer.fromJson(this.json, { ...this.opts, config: this.config, added: this.added, withMask: true });
   }
 
+  withChatTemplate(template: string): HfTokenizer {
+    return HfTokenizer.fromJson(this.json, { ...this.opts, config: { ...this.config, chat_template: template }, added: this.added });
+  }
+
   encode(text: string): number[] {
     const enc = this.core.encode(text, { add_special_tokens: false });
     const ids = enc.ids;
@@ -153,6 +167,20 @@ export class HfTokenizer implements Tokenizer {
     delete config.mdlm_tokenizer;
     return { [HF_TOKENIZER_FILE]: JSON.stringify(this.json), [TOKENIZER_CONFIG_FILE]: JSON.stringify(config, null, 2) + '\n' };
   }
+}
+
+/**
+ * A tokenizer_config.json's chat_template: a string, or transformers' list of named templates
+ * ({name, template}), of which the one named "default" is the chat template.
+ */
+function chatTemplateOf(value: unknown, source: string): string | undefined {
+  if (value === undefined || value === null) return undefined;
+  if (typeof value === 'string') return value;
+  if (Array.isArray(value)) {
+    const named = value.find((t: unknown) => t !== null && typeof t === 'object' && (t as { name?: unknown }).name === 'default') as { template?: unknown } | undefined;
+    if (typeof named?.template === 'string') return named.template;
+  }
+  return fail('BAD_FILE', `${source}: chat_template is neither a string nor a list of named templates with one named "default"`);
 }
 
 function build(json: Record<string, unknown>, config: Record<string, unknown>, source: string): HfCore {

@@ -11,6 +11,8 @@ export * from './split.js';
 export * from './text.js';
 export * from './loader.js';
 export * from './dataset.js';
+export * from './chat.js';
+export * from './conversations.js';
 
 import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';

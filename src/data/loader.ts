@@ -15,9 +15,15 @@
  * mode 'packed': the row is cut from the concatenated EOS-terminated documents; segIds count the
  * documents within the row (0, 1, …; a document's EOS belongs to it), positions restart at 0 at
  * each document start, and targets that would cross into the next document are −1.
+ *
+ * `conversations` (chat data, supervised fine-tuning): rows of whole conversations instead of
+ * windows (src/data/conversations.ts), fixed once; the n rows take the windows' place in the
+ * permutation (no phase), and each batch carries the loss mask.
  */
+import type { DataFormat } from '../config/schema.js';
 import { fail } from '../errors.js';
 import { PhiloxStream, RngPurpose, uniformInt } from '../rng/philox.js';
+import { ConversationPlan, type ConversationRows } from './conversations.js';
 import type { TokenSource } from './source.js';
 
 export type LoaderMode = 'window' | 'packed';
@@ -29,6 +35,8 @@ export interface LoaderOptions {
   rank?: number;
   worldSize?: number;
   mode?: LoaderMode;
+  /** Chat data: rows of whole conversations laid out so (mode is then not used). */
+  conversations?: ConversationRows;
 }
 
 export interface LoaderState {
@@ -50,6 +58,8 @@ export interface Batch {
   positions: Int32Array;
   /** Token offset in the source of each row's first token. */
   starts: Float64Array;
+  /** Conversation rows: [B·T] 1 where the token is in the loss (the assistant's), else 0. */
+  lossMask?: Uint8Array;
   /** The cursor this batch was drawn at (epoch, global batch index). */
   cursor: LoaderState;
 }
@@ -63,6 +73,13 @@ interface Geometry {
   T: number;
   n: number;
   slack: number;
+}
+
+/** Windows of token data, or the rows of a conversation plan (no slack: no phase). */
+function layout(source: TokenSource, seqLen: number, conversations: ConversationRows | undefined): { geo: Geometry; plan: ConversationPlan | undefined } {
+  if (!conversations) return { geo: geometry(source, seqLen), plan: undefined };
+  const plan = new ConversationPlan(source, seqLen, conversations);
+  return { geo: { T: seqLen, n: plan.rows, slack: 0 }, plan };
 }
 
 function geometry(source: TokenSource, seqLen: number): Geometry {
@@ -150,9 +167,11 @@ export class BatchLoader implements Iterable<Batch> {
   readonly rank: number;
   readonly worldSize: number;
   readonly mode: LoaderMode;
-  /** Windows per epoch, and global batches per epoch. */
+  /** Windows (conversation rows) per epoch, and global batches per epoch. */
   readonly windows: number;
   readonly batchesPerEpoch: number;
+  /** Chat data: the rows of whole conversations. */
+  readonly conversations: ConversationPlan | undefined;
   private readonly geo: Geometry;
   private cursor: LoaderState = { epoch: 0, index: 0 };
   private planEpoch = -1;
@@ -169,12 +188,13 @@ export class BatchLoader implements Iterable<Batch> {
     this.rank = checkInt('rank', opts.rank ?? 0, 0);
     if (this.rank >= this.worldSize) fail('BAD_ARGUMENT', `loader rank ${this.rank} must be below worldSize ${this.worldSize}`);
     this.mode = checkMode(source, opts.mode ?? 'window');
-    this.geo = geometry(source, this.seqLen);
+    ({ geo: this.geo, plan: this.conversations } = layout(source, this.seqLen, opts.conversations));
     this.windows = this.geo.n;
     const global = this.batchSize * this.worldSize;
     this.batchesPerEpoch = Math.floor(this.geo.n / global);
     if (this.batchesPerEpoch === 0) {
-      fail('BAD_ARGUMENT', `${source.path}: ${source.length} tokens make ${this.geo.n} windows of ${this.seqLen + 1} tokens, fewer than one global batch (train.batchSize ${this.batchSize} × world size ${this.worldSize} = ${global}); lower --train.batchSize or --model.seqLen, or give more data`);
+      const rows = this.conversations ? `${this.geo.n} rows of conversations` : `${this.geo.n} windows of ${this.seqLen + 1} tokens`;
+      fail('BAD_ARGUMENT', `${source.path}: ${source.length} tokens make ${rows}, fewer than one global batch (train.batchSize ${this.batchSize} × world size ${this.worldSize} = ${global}); lower --train.batchSize or --model.seqLen, or give more data`);
     }
     this.buf = new Int32Array(this.seqLen + 1);
   }
@@ -217,15 +237,26 @@ export class BatchLoader implements Iterable<Batch> {
     this.plan(cursor.epoch);
     const B = this.batchSize, T = this.seqLen;
     const base = cursor.index * B * this.worldSize + this.rank * B;
+    this.cursor.index++;
+    if (this.conversations) return conversationBatch(this.conversations, this.perm.subarray(base, base + B), cursor);
     const starts = new Float64Array(B);
     for (let b = 0; b < B; b++) starts[b] = this.phase + this.perm[base + b]! * T;
-    this.cursor.index++;
     return fillBatch(this.source, this.mode, T, starts, cursor, this.buf);
   }
 
   *[Symbol.iterator](): Iterator<Batch> {
     for (;;) yield this.next();
   }
+}
+
+/** A batch of conversation rows. */
+function conversationBatch(plan: ConversationPlan, rows: ArrayLike<number>, cursor: LoaderState): Batch {
+  return { batchSize: rows.length, seqLen: plan.seqLen, ...plan.fill(rows), cursor };
+}
+
+/** A run's row layout: chat data (data.format chat) in rows of whole conversations laid out by sft.*; token data in windows. */
+export function conversationRows(cfg: { readonly data: { readonly format: DataFormat }; readonly sft: ConversationRows }): { conversations?: ConversationRows } {
+  return cfg.data.format === 'chat' ? { conversations: cfg.sft } : {};
 }
 
 export function createLoader(source: TokenSource, opts: LoaderOptions): BatchLoader {
@@ -238,6 +269,8 @@ export interface EvalOptions {
   rank?: number;
   worldSize?: number;
   mode?: LoaderMode;
+  /** Chat data: rows of whole conversations laid out so. */
+  conversations?: ConversationRows;
   /** At most this many global batches (default: all full batches). */
   maxBatches?: number;
 }
@@ -247,18 +280,19 @@ export function evalBatchCount(source: TokenSource, opts: EvalOptions): number {
   const T = checkInt('seqLen', opts.seqLen, 1);
   const B = checkInt('batchSize', opts.batchSize, 1);
   const W = checkInt('worldSize', opts.worldSize ?? 1, 1);
-  const n = source.length > T ? Math.floor((source.length - 1) / T) : 0;
+  const n = opts.conversations ? new ConversationPlan(source, T, opts.conversations).rows : source.length > T ? Math.floor((source.length - 1) / T) : 0;
   const count = Math.floor(n / (B * W));
   if (count === 0) {
-    fail('BAD_ARGUMENT', `${source.path}: ${source.length} validation tokens make ${n} windows of ${T + 1}, fewer than one eval batch (${B} rows × world size ${W}); lower --train.batchSize or --model.seqLen, or train on data prepared with more validation tokens (mdlm data prepare --val-tokens N)`);
+    const rows = opts.conversations ? `${n} rows of conversations` : `${n} windows of ${T + 1}`;
+    fail('BAD_ARGUMENT', `${source.path}: ${source.length} validation tokens make ${rows}, fewer than one eval batch (${B} rows × world size ${W}); lower --train.batchSize or --model.seqLen, or train on data prepared with more validation tokens (mdlm data prepare --val-tokens N)`);
   }
   return opts.maxBatches === undefined ? count : Math.min(count, checkInt('maxBatches', opts.maxBatches, 1));
 }
 
 /**
  * A fixed, finite sequence of validation batches: non-overlapping windows from the start of the
- * source, in order (window k starts at token kT), split across ranks like training batches. No
- * randomness, so every eval sees the same tokens.
+ * source, in order (window k starts at token kT), or the conversation rows in order, split across
+ * ranks like training batches. No randomness, so every eval sees the same tokens.
  */
 export function* evalBatches(source: TokenSource, opts: EvalOptions): Generator<Batch> {
   const count = evalBatchCount(source, opts);
@@ -267,7 +301,12 @@ export function* evalBatches(source: TokenSource, opts: EvalOptions): Generator<
   if (rank >= W) fail('BAD_ARGUMENT', `eval rank ${rank} must be below worldSize ${W}`);
   const mode = checkMode(source, opts.mode ?? 'window');
   const buf = new Int32Array(T + 1);
+  const plan = opts.conversations && new ConversationPlan(source, T, opts.conversations);
   for (let g = 0; g < count; g++) {
+    if (plan) {
+      yield conversationBatch(plan, Array.from({ length: B }, (_, b) => g * B * W + rank * B + b), { epoch: 0, index: g });
+      continue;
+    }
     const starts = new Float64Array(B);
     for (let b = 0; b < B; b++) starts[b] = (g * B * W + rank * B + b) * T;
     yield fillBatch(source, mode, T, starts, { epoch: 0, index: g }, buf);

@@ -57,6 +57,7 @@ export class MegatronDataset implements TokenSource {
   /** Sequence index where each document starts (D entries, the last = S). */
   readonly documentIndices: Float64Array;
   readonly documentStarts: Float64Array;
+  readonly lossMask = undefined;
   private fd: number | undefined;
   private readonly width: number;
   private readonly code: number;

@@ -10,26 +10,41 @@
  *  32  docs      u64 number of documents
  *  40  reserved  zero up to byte 64
  *
- * The writer streams tokens through a fixed buffer into a temporary file, fsyncs and renames it,
- * so a shard that exists is whole. The reader validates the header, the size and (as it reads)
- * every token id; files up to `eagerBytes` are read at once, bigger ones by range.
+ * Version 2 (chat data, `mdlm data prepare --format chat`) follows the tokens with a flags byte per
+ * token: bit 0 (TOKEN_IN_LOSS) the token is one the loss is on (the assistant's), bit 1
+ * (TOKEN_STARTS_DOCUMENT) it is the first token of a document, so documents are known without
+ * relying on EOS (a chat template may put EOS inside a conversation). A document's EOS is in the
+ * loss when the document's last token is. Shards without flags are written as version 1, as before.
+ *
+ * The writer streams tokens through a fixed buffer into a temporary file (flags into a second one,
+ * appended at the end), fsyncs and renames it, so a shard that exists is whole. The reader
+ * validates the header, the size and (as it reads) every token id and flags byte; files up to
+ * `eagerBytes` are read at once, bigger ones by range.
  */
-import { closeSync, fstatSync, openSync, readSync } from 'node:fs';
+import { closeSync, createReadStream, fstatSync, openSync, readSync } from 'node:fs';
 import { open, rename, rm, type FileHandle } from 'node:fs/promises';
 import { dirname, basename, join } from 'node:path';
 import { fail } from '../errors.js';
 import { asFileError } from '../runtime/files.js';
-import type { TokenSource } from './source.js';
+import type { LossMaskReader, TokenSource } from './source.js';
 
 export const SHARD_MAGIC = 'MDLMTOK\0';
+/** The version of shards without flags; version 2 adds them. */
 export const SHARD_VERSION = 1;
+export const SHARD_FLAGS_VERSION = 2;
 export const SHARD_HEADER_BYTES = 64;
+/** Flags byte bit: the token is in the loss (the assistant's). */
+export const TOKEN_IN_LOSS = 1;
+/** Flags byte bit: the token starts a document. */
+export const TOKEN_STARTS_DOCUMENT = 2;
+const FLAG_BITS = TOKEN_IN_LOSS | TOKEN_STARTS_DOCUMENT;
 export type ShardDType = 'uint16' | 'uint32';
 const DTYPE_CODE: Record<ShardDType, number> = { uint16: 1, uint32: 2 };
 const CODE_DTYPE: Record<number, ShardDType> = { 1: 'uint16', 2: 'uint32' };
 const WIDTH: Record<ShardDType, number> = { uint16: 2, uint32: 4 };
 
 export interface ShardHeader {
+  /** 1: tokens; 2: tokens and a flags byte per token. */
   version: number;
   dtype: ShardDType;
   count: number;
@@ -38,11 +53,11 @@ export interface ShardHeader {
   documents: number;
 }
 
-export function encodeShardHeader(h: Omit<ShardHeader, 'version'>): Uint8Array {
+export function encodeShardHeader(h: Omit<ShardHeader, 'version'> & { version?: number }): Uint8Array {
   const buf = new Uint8Array(SHARD_HEADER_BYTES);
   const dv = new DataView(buf.buffer);
   for (let i = 0; i < 8; i++) buf[i] = SHARD_MAGIC.charCodeAt(i);
-  dv.setUint32(8, SHARD_VERSION, true);
+  dv.setUint32(8, h.version ?? SHARD_VERSION, true);
   dv.setUint32(12, DTYPE_CODE[h.dtype], true);
   dv.setBigUint64(16, BigInt(h.count), true);
   dv.setUint32(24, h.vocabSize, true);
@@ -63,8 +78,8 @@ export function decodeShardHeader(path: string, buf: Uint8Array, fileBytes?: num
   }
   const dv = new DataView(buf.buffer, buf.byteOffset, SHARD_HEADER_BYTES);
   const version = dv.getUint32(8, true);
-  if (version !== SHARD_VERSION) {
-    fail('BAD_FILE', `${path}: shard format version ${version}, this mdlm reads version ${SHARD_VERSION}; re-create it with "mdlm data prepare" or upgrade mdlm`);
+  if (version !== SHARD_VERSION && version !== SHARD_FLAGS_VERSION) {
+    fail('BAD_FILE', `${path}: shard format version ${version}, this mdlm reads versions ${SHARD_VERSION} and ${SHARD_FLAGS_VERSION}; re-create it with "mdlm data prepare" or upgrade mdlm`);
   }
   const code = dv.getUint32(12, true);
   const dtype = CODE_DTYPE[code];
@@ -77,9 +92,10 @@ export function decodeShardHeader(path: string, buf: Uint8Array, fileBytes?: num
     fail('BAD_FILE', `${path}: header has vocab size ${vocabSize} and EOS id ${eosId}; EOS must be below the vocab size — the file is corrupt`);
   }
   if (fileBytes !== undefined) {
-    const want = SHARD_HEADER_BYTES + count * WIDTH[dtype];
+    const flags = version === SHARD_FLAGS_VERSION;
+    const want = SHARD_HEADER_BYTES + count * (WIDTH[dtype] + (flags ? 1 : 0));
     if (fileBytes !== want) {
-      fail('BAD_FILE', `${path}: header says ${count} ${dtype} tokens (${want} bytes with the header) but the file has ${fileBytes} bytes; it is truncated or was written by an interrupted job — re-run "mdlm data prepare"`);
+      fail('BAD_FILE', `${path}: header says ${count} ${dtype} tokens${flags ? ' and their flags' : ''} (${want} bytes with the header) but the file has ${fileBytes} bytes; it is truncated or was written by an interrupted job — re-run "mdlm data prepare"`);
     }
   }
   return { version, dtype, count, vocabSize, eosId, documents };
@@ -92,6 +108,8 @@ export interface ShardWriterOptions {
   dtype?: ShardDType;
   /** Tokens buffered before a write (default 1 << 20). */
   bufferTokens?: number;
+  /** Each document comes with its loss mask (chat data): a version 2 shard with a flags byte per token. */
+  lossMask?: boolean;
 }
 
 export interface ShardSummary {
@@ -102,25 +120,33 @@ export interface ShardSummary {
   bytes: number;
 }
 
-/** Streams documents into a shard. `close()` makes it appear atomically; `abort()` leaves nothing. */
+/**
+ * Streams documents into a shard. `close()` makes it appear atomically; `abort()` leaves nothing.
+ * With `lossMask`, each document's flags go to a second temporary file, appended to the tokens by
+ * `close()`.
+ */
 export class ShardWriter {
   readonly path: string;
   readonly dtype: ShardDType;
   readonly vocabSize: number;
   readonly eosId: number;
+  readonly lossMask: boolean;
   private readonly tmp: string;
   private fh: FileHandle | undefined;
   private readonly buf: Uint16Array | Uint32Array;
   private fill = 0;
   private pos = SHARD_HEADER_BYTES;
+  private readonly flags: FlagFile | undefined;
   private tokens = 0;
   private docs = 0;
   private done = false;
 
-  private constructor(path: string, tmp: string, fh: FileHandle, opts: ShardWriterOptions) {
+  private constructor(path: string, tmp: string, fh: FileHandle, flags: FlagFile | undefined, opts: ShardWriterOptions) {
     this.path = path;
     this.tmp = tmp;
     this.fh = fh;
+    this.flags = flags;
+    this.lossMask = flags !== undefined;
     this.vocabSize = opts.vocabSize;
     this.eosId = opts.eosId;
     this.dtype = opts.dtype ?? (opts.vocabSize <= 65536 ? 'uint16' : 'uint32');
@@ -132,16 +158,21 @@ export class ShardWriter {
     if (!Number.isInteger(opts.vocabSize) || opts.vocabSize < 1 || opts.vocabSize > 2 ** 32) fail('BAD_ARGUMENT', `shard vocab size must be an integer in [1, 2^32], got ${opts.vocabSize}`);
     if (!Number.isInteger(opts.eosId) || opts.eosId < 0 || opts.eosId >= opts.vocabSize) fail('BAD_ARGUMENT', `shard EOS id ${opts.eosId} must be in [0, vocab size ${opts.vocabSize})`);
     if (opts.dtype === 'uint16' && opts.vocabSize > 65536) fail('BAD_ARGUMENT', `vocab size ${opts.vocabSize} does not fit uint16 tokens; use dtype uint32`);
-    const tmp = join(dirname(path), `.${basename(path)}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`);
-    let fh: FileHandle;
+    const tmp = tempName(path, '');
+    const fh = await openTemp(tmp, path);
+    let flags: FlagFile | undefined;
     try {
-      fh = await open(tmp, 'w');
+      if (opts.lossMask) {
+        const flagsTmp = tempName(path, '.flags');
+        flags = new FlagFile(flagsTmp, await openTemp(flagsTmp, path), opts.bufferTokens ?? 1 << 20);
+      }
+      await fh.write(new Uint8Array(SHARD_HEADER_BYTES), 0, SHARD_HEADER_BYTES, 0);
     } catch (e) {
-      throw asFileError(e, { path: dirname(path), action: 'write in the directory', flag: '--out' });
+      await fh.close().catch(() => undefined);
+      await rm(tmp, { force: true });
+      throw e;
     }
-    const w = new ShardWriter(path, tmp, fh, opts);
-    await fh.write(new Uint8Array(SHARD_HEADER_BYTES), 0, SHARD_HEADER_BYTES, 0);
-    return w;
+    return new ShardWriter(path, tmp, fh, flags, opts);
   }
 
   get tokenCount(): number {
@@ -151,8 +182,12 @@ export class ShardWriter {
     return this.docs;
   }
 
-  /** Append one document and its EOS. Ids are checked against the vocab size. */
-  async writeDocument(ids: ArrayLike<number>): Promise<void> {
+  /**
+   * Append one document and its EOS. Ids are checked against the vocab size. A shard with a loss
+   * mask takes the document's (1: in the loss, 0: not, one per id); its EOS is in the loss when
+   * the document's last token is.
+   */
+  async writeDocument(ids: ArrayLike<number>, lossMask?: ArrayLike<number>): Promise<void> {
     if (this.done) fail('BAD_ARGUMENT', `${this.path}: shard writer already closed`);
     const n = ids.length;
     for (let i = 0; i < n; i++) {
@@ -160,6 +195,16 @@ export class ShardWriter {
       if (!(id >= 0 && id < this.vocabSize && Number.isInteger(id))) {
         fail('BAD_ARGUMENT', `${this.path}: document ${this.docs}, token ${i}: id ${id} is outside [0, ${this.vocabSize}); the tokenizer and the shard's vocab size disagree`);
       }
+    }
+    if ((lossMask !== undefined) !== this.lossMask) {
+      fail('BAD_ARGUMENT', `${this.path}: ${this.lossMask ? 'a shard with a loss mask needs one for every document' : 'a document with a loss mask, written to a shard created without lossMask'}`);
+    }
+    if (lossMask && lossMask.length !== n) fail('BAD_ARGUMENT', `${this.path}: document ${this.docs} has ${n} tokens but a loss mask of ${lossMask.length}`);
+    if (lossMask && this.flags) {
+      const flags = new Uint8Array(n + 1);
+      for (let i = 0; i <= n; i++) flags[i] = (i < n ? lossMask[i]! : n > 0 ? lossMask[n - 1]! : 0) ? TOKEN_IN_LOSS : 0;
+      flags[0]! |= TOKEN_STARTS_DOCUMENT;
+      await this.flags.write(flags);
     }
     for (let i = 0; i <= n; i++) {
       this.buf[this.fill++] = i < n ? ids[i]! : this.eosId;
@@ -181,7 +226,7 @@ export class ShardWriter {
     this.fill = 0;
   }
 
-  /** Write the header, fsync, rename into place. An empty shard is refused. */
+  /** Write the header (and the flags after the tokens), fsync, rename into place. An empty shard is refused. */
   async close(): Promise<ShardSummary> {
     if (this.done) fail('BAD_ARGUMENT', `${this.path}: shard writer already closed`);
     if (this.tokens === 0) {
@@ -190,7 +235,10 @@ export class ShardWriter {
     }
     try {
       await this.flush();
-      const header = encodeShardHeader({ dtype: this.dtype, count: this.tokens, vocabSize: this.vocabSize, eosId: this.eosId, documents: this.docs });
+      if (this.flags) this.pos = await this.flags.appendTo(this.fh!, this.pos);
+      const header = encodeShardHeader({
+        version: this.flags ? SHARD_FLAGS_VERSION : SHARD_VERSION, dtype: this.dtype, count: this.tokens, vocabSize: this.vocabSize, eosId: this.eosId, documents: this.docs,
+      });
       await this.fh!.write(header, 0, header.length, 0);
       await this.fh!.sync();
       await this.fh!.close();
@@ -211,7 +259,71 @@ export class ShardWriter {
       await this.fh.close().catch(() => undefined);
       this.fh = undefined;
     }
+    await this.flags?.discard();
     await rm(this.tmp, { force: true });
+  }
+}
+
+/** A temporary file's name beside `path`. */
+function tempName(path: string, suffix: string): string {
+  return join(dirname(path), `.${basename(path)}${suffix}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 8)}`);
+}
+
+async function openTemp(tmp: string, path: string): Promise<FileHandle> {
+  try {
+    return await open(tmp, 'w');
+  } catch (e) {
+    throw asFileError(e, { path: dirname(path), action: 'write in the directory', flag: '--out' });
+  }
+}
+
+/** The flags bytes of a shard being written, in a temporary file of their own until the tokens are complete. */
+class FlagFile {
+  private readonly buf: Uint8Array;
+  private fill = 0;
+  private pos = 0;
+  private fh: FileHandle | undefined;
+
+  constructor(private readonly path: string, fh: FileHandle, bufferBytes: number) {
+    this.fh = fh;
+    this.buf = new Uint8Array(bufferBytes);
+  }
+
+  async write(flags: Uint8Array): Promise<void> {
+    for (let i = 0; i < flags.length;) {
+      const n = Math.min(flags.length - i, this.buf.length - this.fill);
+      this.buf.set(flags.subarray(i, i + n), this.fill);
+      this.fill += n;
+      i += n;
+      if (this.fill === this.buf.length) await this.flush();
+    }
+  }
+
+  private async flush(): Promise<void> {
+    if (this.fill === 0 || !this.fh) return;
+    await this.fh.write(this.buf, 0, this.fill, this.pos);
+    this.pos += this.fill;
+    this.fill = 0;
+  }
+
+  /** Copy the flags to `out` at byte `at`, then delete this file; returns the end offset. */
+  async appendTo(out: FileHandle, at: number): Promise<number> {
+    await this.flush();
+    await this.fh?.close();
+    this.fh = undefined;
+    let end = at;
+    for await (const chunk of createReadStream(this.path) as AsyncIterable<Buffer>) {
+      await out.write(chunk, 0, chunk.length, end);
+      end += chunk.length;
+    }
+    await rm(this.path, { force: true });
+    return end;
+  }
+
+  async discard(): Promise<void> {
+    if (this.fh) await this.fh.close().catch(() => undefined);
+    this.fh = undefined;
+    await rm(this.path, { force: true });
   }
 }
 
@@ -229,11 +341,12 @@ async function syncDir(dir: string): Promise<void> {
   }
 }
 
-/** Write whole documents to a shard in one call (tests, small data). */
-export async function writeShard(path: string, docs: Iterable<ArrayLike<number>>, opts: ShardWriterOptions): Promise<ShardSummary> {
+/** Write whole documents (and with `lossMask`, their `masks`) to a shard in one call (tests, small data). */
+export async function writeShard(path: string, docs: Iterable<ArrayLike<number>>, opts: ShardWriterOptions, masks?: readonly ArrayLike<number>[]): Promise<ShardSummary> {
   const w = await ShardWriter.create(path, opts);
   try {
-    for (const d of docs) await w.writeDocument(d);
+    let i = 0;
+    for (const d of docs) await w.writeDocument(d, masks?.[i++]);
   } catch (e) {
     await w.abort();
     throw e;
@@ -250,18 +363,22 @@ export interface OpenShardOptions {
 export class TokenShard implements TokenSource {
   readonly path: string;
   readonly header: ShardHeader;
-  readonly documentStarts = undefined;
+  /** Version 2: where documents start (from the flags); version 1: undefined (documents end at EOS). */
+  readonly documentStarts: Float64Array | undefined;
+  readonly lossMask: LossMaskReader | undefined;
   private fd: number | undefined;
   private readonly data: Uint16Array | Uint32Array | undefined;
   private readonly width: number;
   private scratch = new Uint8Array(0);
 
-  private constructor(path: string, header: ShardHeader, fd: number | undefined, data: Uint16Array | Uint32Array | undefined) {
+  private constructor(path: string, header: ShardHeader, fd: number | undefined, data: Uint16Array | Uint32Array | undefined, flags: ShardFlags | undefined) {
     this.path = path;
     this.header = header;
     this.fd = fd;
     this.data = data;
     this.width = WIDTH[header.dtype];
+    this.documentStarts = flags?.starts;
+    this.lossMask = flags && { read: (start, count, out) => this.readLossMask(flags, start, count, out) };
   }
 
   get length(): number {
@@ -293,14 +410,15 @@ export class TokenShard implements TokenSource {
         fail('BAD_FILE', `${path}: the shard holds no tokens; re-run "mdlm data prepare" on non-empty input`);
       }
       const eager = size <= (opts.eagerBytes ?? 512 * 2 ** 20);
-      if (!eager) return new TokenShard(path, header, fd, undefined);
+      const flags = header.version === SHARD_FLAGS_VERSION ? readFlags(fd, path, header, eager) : undefined;
+      if (!eager) return new TokenShard(path, header, fd, undefined, flags);
       const bytes = new Uint8Array(header.count * WIDTH[header.dtype]);
       readFully(fd, bytes, SHARD_HEADER_BYTES, path);
       closeSync(fd);
       const data = header.dtype === 'uint16' ? new Uint16Array(bytes.buffer) : new Uint32Array(bytes.buffer);
       if (!littleEndian()) byteSwap(bytes, WIDTH[header.dtype]);
       checkIds(path, data, 0, header.vocabSize);
-      return new TokenShard(path, header, undefined, data);
+      return new TokenShard(path, header, undefined, data, flags);
     } catch (e) {
       try {
         closeSync(fd);
@@ -309,6 +427,21 @@ export class TokenShard implements TokenSource {
       }
       throw e;
     }
+  }
+
+  /** Loss bits of tokens [start, start + count): from memory, or read by range. */
+  private readLossMask(flags: ShardFlags, start: number, count: number, out: Uint8Array = new Uint8Array(count)): Uint8Array {
+    if (!(start >= 0 && count >= 0 && start + count <= this.header.count)) {
+      throw new RangeError(`${this.path}: loss mask read [${start}, ${start + count}) outside [0, ${this.header.count})`);
+    }
+    let bytes = flags.bytes?.subarray(start, start + count);
+    if (!bytes) {
+      if (this.fd === undefined) throw new Error(`${this.path}: shard is closed`);
+      bytes = new Uint8Array(count);
+      readFully(this.fd, bytes, flagsOffset(this.header) + start, this.path);
+    }
+    for (let i = 0; i < count; i++) out[i] = bytes[i]! & TOKEN_IN_LOSS;
+    return out;
   }
 
   read(start: number, count: number, out: Int32Array = new Int32Array(count)): Int32Array {
@@ -344,6 +477,42 @@ export class TokenShard implements TokenSource {
 
 export function openShard(path: string, opts?: OpenShardOptions): TokenShard {
   return TokenShard.open(path, opts);
+}
+
+/** The flags of a version 2 shard: all of them (read eagerly), and where its documents start. */
+interface ShardFlags {
+  readonly bytes: Uint8Array | undefined;
+  readonly starts: Float64Array;
+}
+
+function flagsOffset(h: ShardHeader): number {
+  return SHARD_HEADER_BYTES + h.count * WIDTH[h.dtype];
+}
+
+/** Read (eagerly: keep) a version 2 shard's flags, check every byte, and find the document starts. */
+function readFlags(fd: number, path: string, h: ShardHeader, keep: boolean): ShardFlags {
+  const starts = new Float64Array(h.documents);
+  let found = 0;
+  const chunk = 1 << 20;
+  const bytes = keep ? new Uint8Array(h.count) : undefined;
+  const scratch = keep ? undefined : new Uint8Array(Math.min(chunk, h.count));
+  for (let base = 0; base < h.count; base += chunk) {
+    const n = Math.min(chunk, h.count - base);
+    const buf = bytes ? bytes.subarray(base, base + n) : scratch!.subarray(0, n);
+    readFully(fd, buf, flagsOffset(h) + base, path);
+    for (let i = 0; i < n; i++) {
+      const f = buf[i]!;
+      if ((f & ~FLAG_BITS) !== 0) fail('BAD_FILE', `${path}: token ${base + i} has flags 0x${f.toString(16)}, which has bits other than ${FLAG_BITS}; the shard is corrupt — re-run "mdlm data prepare"`);
+      if ((f & TOKEN_STARTS_DOCUMENT) === 0) {
+        if (base + i === 0) fail('BAD_FILE', `${path}: the first token does not start a document; the shard is corrupt — re-run "mdlm data prepare"`);
+        continue;
+      }
+      if (found === h.documents) fail('BAD_FILE', `${path}: more document starts than the ${h.documents} documents of the header; the shard is corrupt — re-run "mdlm data prepare"`);
+      starts[found++] = base + i;
+    }
+  }
+  if (found !== h.documents) fail('BAD_FILE', `${path}: ${found} document starts but the header says ${h.documents} documents; the shard is corrupt — re-run "mdlm data prepare"`);
+  return { bytes, starts };
 }
 
 function checkIds(path: string, a: ArrayLike<number>, base: number, vocab: number): void {

@@ -13,16 +13,39 @@ export interface TokenSource {
    * documents without an EOS, e.g. Megatron). Undefined: documents are found through `eosId`.
    */
   readonly documentStarts: Float64Array | undefined;
+  /** Chat data: which tokens are in the loss (the assistant's). Undefined: every token is (pretraining data). */
+  readonly lossMask: LossMaskReader | undefined;
   /** Copy tokens [start, start + count) into `out` (allocated when absent). */
   read(start: number, count: number, out?: Int32Array): Int32Array;
   close(): void;
 }
 
-/** Tokens held in memory (text tokenised on the fly by `mdlm eval`, tests); documents EOS-terminated. */
-export class ArrayTokenSource implements TokenSource {
-  readonly documentStarts = undefined;
+/** The loss mask of chat data: 1 where a token is in the loss (the assistant's), else 0. */
+export interface LossMaskReader {
+  /** The mask of tokens [start, start + count), into `out` (allocated when absent). */
+  read(start: number, count: number, out?: Uint8Array): Uint8Array;
+}
 
-  constructor(readonly path: string, private readonly tokens: Int32Array, readonly vocabSize: number, readonly eosId: number) {}
+/**
+ * Tokens held in memory (text tokenised on the fly by `mdlm eval`, tests); documents EOS-terminated,
+ * or starting at `documentStarts`; with a `mask`, chat data.
+ */
+export class ArrayTokenSource implements TokenSource {
+  readonly lossMask: LossMaskReader | undefined;
+
+  constructor(
+    readonly path: string, private readonly tokens: Int32Array, readonly vocabSize: number, readonly eosId: number,
+    mask?: Uint8Array, readonly documentStarts: Float64Array | undefined = undefined,
+  ) {
+    if (mask && mask.length !== tokens.length) throw new RangeError(`${path}: ${tokens.length} tokens but a loss mask of ${mask.length}`);
+    this.lossMask = mask && {
+      read: (start, count, out = new Uint8Array(count)) => {
+        if (!(start >= 0 && count >= 0 && start + count <= mask.length)) throw new RangeError(`${path}: loss mask read [${start}, ${start + count}) outside [0, ${mask.length})`);
+        out.set(mask.subarray(start, start + count));
+        return out;
+      },
+    };
+  }
 
   get length(): number {
     return this.tokens.length;

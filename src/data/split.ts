@@ -77,8 +77,8 @@ export class SplitWriter {
     return this.count;
   }
 
-  /** Append one non-empty document (its EOS is added). */
-  async add(ids: ArrayLike<number>): Promise<void> {
+  /** Append one non-empty document (its EOS is added), with its loss mask where the shards have one. */
+  async add(ids: ArrayLike<number>, lossMask?: ArrayLike<number>): Promise<void> {
     const i = this.count;
     const draw = splitDraw(this.split.seed, i);
     const toVal = draw / 2 ** 32 < this.split.valFraction;
@@ -92,10 +92,10 @@ export class SplitWriter {
     this.count++;
     if (toVal) {
       if (!this.lastVal || before(this.lastVal, doc)) this.lastVal = doc;
-      await this.val.writeDocument(ids);
+      await this.val.writeDocument(ids, lossMask);
     } else {
       this.offer(doc);
-      await this.train.writeDocument(ids);
+      await this.train.writeDocument(ids, lossMask);
     }
   }
 
@@ -155,8 +155,9 @@ export class SplitWriter {
           const side = this.inVal[i]! as 0 | 1;
           const n = this.lengths[i]!;
           const ids = from[side]!.read(at[side], n - 1);
+          const mask = from[side]!.lossMask?.read(at[side], n - 1);
           at[side] += n;
-          await ((side === 1) !== moves.has(i) ? val : train).writeDocument(ids);
+          await ((side === 1) !== moves.has(i) ? val : train).writeDocument(ids, mask);
         }
         return { train: await train.close(), val: await val.close() };
       } catch (e) {

@@ -182,6 +182,28 @@ function parseObject(line: string): Record<string, unknown> | undefined {
   }
 }
 
+/** The JSON object on line `lineNo` of a JSON Lines file, or an error naming the file and line. */
+function jsonObject(path: string, lineNo: number, line: string): Record<string, unknown> {
+  const obj = parseObject(line);
+  if (obj) return obj;
+  let why = 'not a JSON object';
+  try {
+    JSON.parse(line);
+  } catch (e) {
+    why = `not valid JSON (${(e as Error).message})`;
+  }
+  return fail('BAD_FILE', `${path}:${lineNo}: ${why}; each line of a JSON Lines file must be one JSON object`);
+}
+
+/** The objects of a JSON Lines file with their line numbers (1-based), blank lines skipped; `onBytes` receives the bytes read. */
+export async function* jsonLines(path: string, onBytes?: (n: number) => void): AsyncGenerator<{ line: number; value: Record<string, unknown> }> {
+  let lineNo = 0;
+  for await (const line of lines(path, onBytes)) {
+    lineNo++;
+    if (line.trim() !== '') yield { line: lineNo, value: jsonObject(path, lineNo, line) };
+  }
+}
+
 /**
  * Documents of one input file, streamed: the `field` of each JSON Lines object, or the blank-line
  * separated paragraphs of plain text (lines joined with \n). `onBytes` receives the bytes read.
@@ -201,16 +223,7 @@ export async function* readDocuments(path: string, field = 'text', onBytes?: (n:
     }
     if (format === 'jsonl') {
       if (line.trim() === '') continue;
-      const obj = parseObject(line);
-      if (!obj) {
-        let why = 'not a JSON object';
-        try {
-          JSON.parse(line);
-        } catch (e) {
-          why = `not valid JSON (${(e as Error).message})`;
-        }
-        fail('BAD_FILE', `${path}:${lineNo}: ${why}; each line of a JSON Lines file must be one JSON object`);
-      }
+      const obj = jsonObject(path, lineNo, line);
       const v = obj[field];
       if (typeof v !== 'string') {
         const keys = Object.keys(obj).slice(0, 8).join(', ');

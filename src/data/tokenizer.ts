@@ -3,7 +3,9 @@
  *
  * `loadTokenizer(spec)` takes `byte`, `gpt2`, a path to a `tokenizer.json`, or a directory that
  * holds a `tokenizer.json` and/or a `tokenizer_config.json` (what `files()` writes: standard
- * Hugging Face files, whose `mdlm_tokenizer` key names mdlm's built-in byte and gpt2 tokenizers).
+ * Hugging Face files, whose `mdlm_tokenizer` key names mdlm's built-in byte and gpt2 tokenizers),
+ * and the chat template of a `chat_template.jinja` beside them (as newer transformers save it)
+ * where the config has none.
  * The per-kind modules (byte.ts, gpt2.ts, hf.ts), tokenizer_core.ts, tokenizer_json.ts and
  * tokenizer_files.ts are browser-safe; only this loader touches the file system.
  */
@@ -37,13 +39,19 @@ export async function loadTokenizer(spec: string): Promise<Tokenizer> {
     if (!existsSync(config) && !existsSync(json)) {
       fail('NOT_FOUND', `directory ${spec} holds no tokenizer: expected ${HF_TOKENIZER_FILE} (written by a checkpoint, "mdlm data prepare" or Hugging Face)`);
     }
-    return tokenizerFromParts(existsSync(config) ? (readJson(config) as Record<string, unknown>) : undefined, () => (existsSync(json) ? readJson(json) : undefined), spec);
+    const parsed = existsSync(config) ? (readJson(config) as Record<string, unknown>) : undefined;
+    const templateFile = join(spec, CHAT_TEMPLATE_FILE);
+    const withTemplate = parsed && parsed.chat_template === undefined && existsSync(templateFile) ? { ...parsed, chat_template: readFileSync(templateFile, 'utf8') } : parsed;
+    return tokenizerFromParts(withTemplate, () => (existsSync(json) ? readJson(json) : undefined), spec);
   }
   // A tokenizer.json named directly runs as given (through @huggingface/tokenizers), with the
   // tokenizer_config.json beside it for its special tokens.
   const sibling = join(spec, '..', TOKENIZER_CONFIG_FILE);
   return loadHfFile(spec, existsSync(sibling) ? sibling : undefined);
 }
+
+/** The chat template file transformers writes beside tokenizer_config.json. */
+export const CHAT_TEMPLATE_FILE = 'chat_template.jinja';
 
 async function loadHfFile(path: string, configPath: string | undefined): Promise<Tokenizer> {
   const json = readJson(path);

@@ -20,6 +20,12 @@ export interface Tokenizer {
   decode(ids: ArrayLike<number>): string;
   /** This tokenizer with a [MASK] special token as id `vocabSize` (the next free id); itself when it has one. */
   withMaskToken(): Tokenizer;
+  /** The chat template (Jinja) of its tokenizer_config.json, where it has one (src/data/chat.ts renders it). */
+  readonly chatTemplate?: string;
+  /** This tokenizer with `template` as its chat template, which files() saves in tokenizer_config.json. */
+  withChatTemplate(template: string): Tokenizer;
+  /** The text of its special tokens by their tokenizer_config.json keys, which chat templates read (`{{ eos_token }}`). */
+  readonly specialTokens: Readonly<SpecialTokenText>;
   /**
    * Files to write into a checkpoint (or data) directory: a standard Hugging Face
    * `tokenizer.json` and `tokenizer_config.json` (tokenizer_class, the special tokens, the mask
@@ -51,6 +57,9 @@ export const HF_TOKENIZER_FILE = 'tokenizer.json';
 /** The mask token mdlm adds to a tokenizer that has none. */
 export const MASK_TOKEN = '[MASK]';
 
+/** Special tokens' text by tokenizer_config.json key. */
+export type SpecialTokenText = Partial<Record<'bos_token' | 'eos_token' | 'unk_token' | 'pad_token' | 'mask_token', string>>;
+
 /** The special tokens of a tokenizer_config.json, by their text. */
 export interface SpecialTokens {
   eos: string;
@@ -62,10 +71,11 @@ export interface SpecialTokens {
 
 /**
  * A standard tokenizer_config.json for a tokenizer.json: transformers' `AutoTokenizer` reads
- * `tokenizer_class` and the special tokens from it. `builtin` names the mdlm tokenizer that wrote
- * it (`mdlm_tokenizer`), so mdlm reloads its own faster implementation with the same ids.
+ * `tokenizer_class`, the special tokens and the chat template from it. `builtin` names the mdlm
+ * tokenizer that wrote it (`mdlm_tokenizer`), so mdlm reloads its own faster implementation with
+ * the same ids.
  */
-export function tokenizerConfigJson(special: SpecialTokens, builtin?: 'byte' | 'gpt2'): string {
+export function tokenizerConfigJson(special: SpecialTokens, builtin?: 'byte' | 'gpt2', chatTemplate?: string): string {
   const cfg: Record<string, unknown> = { tokenizer_class: 'PreTrainedTokenizerFast' };
   if (builtin) cfg.mdlm_tokenizer = builtin;
   cfg.eos_token = special.eos;
@@ -74,5 +84,6 @@ export function tokenizerConfigJson(special: SpecialTokens, builtin?: 'byte' | '
   if (special.pad !== undefined) cfg.pad_token = special.pad;
   if (special.unk !== undefined) cfg.unk_token = special.unk;
   cfg.clean_up_tokenization_spaces = false;
+  if (chatTemplate !== undefined) cfg.chat_template = chatTemplate;
   return JSON.stringify(cfg, null, 2) + '\n';
 }

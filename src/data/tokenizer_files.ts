@@ -9,16 +9,18 @@ import { HF_TOKENIZER_FILE, TOKENIZER_CONFIG_FILE, type Tokenizer } from './toke
 /**
  * The tokenizer a tokenizer_config.json (parsed, if any) and a tokenizer.json (read only when
  * needed) describe. A config with `mdlm_tokenizer` names a built-in (byte, gpt2) whose own
- * implementation runs, with the [MASK] when the config names a mask token; anything else is the
- * tokenizer.json through @huggingface/tokenizers.
+ * implementation runs, with the [MASK] when the config names a mask token and the config's chat
+ * template; anything else is the tokenizer.json through @huggingface/tokenizers.
  */
 export async function tokenizerFromParts(config: Record<string, unknown> | undefined, tokenizerJson: () => unknown, source: string): Promise<Tokenizer> {
   const builtin = config?.mdlm_tokenizer;
   if (builtin === 'byte' || builtin === 'gpt2') {
     const base = builtin === 'byte' ? (await import('./byte.js')).ByteTokenizer.create() : (await import('./gpt2.js')).createGpt2Tokenizer();
-    const tok = config!.mask_token !== undefined && config!.mask_token !== null ? base.withMaskToken() : base;
-    checkRecordedIds(`${source}/${TOKENIZER_CONFIG_FILE}`, config!, tok);
-    return tok;
+    const masked = config!.mask_token !== undefined && config!.mask_token !== null ? base.withMaskToken() : base;
+    checkRecordedIds(`${source}/${TOKENIZER_CONFIG_FILE}`, config!, masked);
+    const template = config!.chat_template;
+    if (template !== undefined && typeof template !== 'string') fail('BAD_FILE', `${source}/${TOKENIZER_CONFIG_FILE}: chat_template is a ${typeof template}, not the text of a Jinja template`);
+    return template === undefined ? masked : masked.withChatTemplate(template);
   }
   if (builtin !== undefined) fail('BAD_FILE', `${source}/${TOKENIZER_CONFIG_FILE}: unknown mdlm_tokenizer "${String(builtin)}" (expected "byte" or "gpt2")`);
   const json = tokenizerJson();

@@ -46,6 +46,11 @@ export interface GivenBatch extends BatchRows {
 /** A batch whose input ids and loss weights the model draws from its targets (masked diffusion). */
 export interface MaskedBatch extends BatchRows {
   readonly masking: InputMasking;
+  /**
+   * The ids the model reads where a target is negative (never masked, out of the loss): the
+   * prompt under supervised fine-tuning. Default: the mask id there (padding).
+   */
+  readonly visible?: Int32Array;
   readonly inputs?: undefined;
   readonly weights?: undefined;
 }
@@ -89,18 +94,19 @@ export class ModelInputs {
     b.upload(this.targets, batch.targets);
     b.upload(this.segIds, batch.segIds);
     b.upload(this.positions, batch.positions);
-    if (batch.masking) return this.draw(batch.masking, batch.targets);
+    if (batch.masking) return this.draw(batch.masking, batch.targets, batch.visible);
     b.upload(this.ids, batch.inputs);
     b.upload(this.weights, batch.weights ?? (this.ones ??= new Float32Array(n).fill(1)));
   }
 
-  /** ids and weights from the targets under `m`; padding (a negative target) reads as the mask id. */
-  private draw(m: InputMasking, targets: Int32Array): void {
+  /** ids and weights from the targets under `m`; where a target is negative the id is `visible`'s, else the mask id. */
+  private draw(m: InputMasking, targets: Int32Array, visible: Int32Array | undefined): void {
     const b = this.arena.backend;
     const B = this.batch, T = this.seqLen;
     for (const [name, arr] of [['maskProb', m.maskProb], ['lossWeight', m.lossWeight]] as const) {
       if (arr.length !== B) fail('BAD_SHAPE', `model batch: masking's '${name}' has ${arr.length} entries, expected one per row (${B})`);
     }
+    if (visible && visible.length !== B * T) fail('BAD_SHAPE', `model batch: 'visible' has ${visible.length} entries, expected batch·seqLen = ${B * T}`);
     b.upload(this.maskProb, m.maskProb);
     b.upload(this.lossWeight, m.lossWeight);
     const shape = [B, T];
@@ -110,7 +116,7 @@ export class ModelInputs {
       // The rank word stays 0: keyed by the global row, the masks are the same whatever the world size.
       { batch: B, seqLen: T, rowOffset: m.rowOffset, totalRows: m.totalRows, seed: m.seed, step: m.step, rank: 0, maskId: m.maskId, empirical: m.empirical },
     );
-    // The kernel copies padding (−1) through; the embedding needs a real id there.
+    // The kernel copies a negative target (−1) through; the embedding needs a real id there.
     for (let i = 0; i < targets.length;) {
       if (targets[i]! >= 0) {
         i++;
@@ -118,7 +124,7 @@ export class ModelInputs {
       }
       let end = i + 1;
       while (end < targets.length && targets[end]! < 0) end++;
-      b.upload(b.view(this.ids, i, [end - i]), new Int32Array(end - i).fill(m.maskId));
+      b.upload(b.view(this.ids, i, [end - i]), visible ? visible.slice(i, end) : new Int32Array(end - i).fill(m.maskId));
       i = end;
     }
   }

@@ -3,6 +3,10 @@
  * targets, documents, positions, and the input ids and loss weights or the noise they are drawn
  * from), handed over through model.setBatch with whether attention is causal. Both objectives
  * share every kernel; only these differ.
+ *
+ * Supervised fine-tuning (a batch with a loss mask, src/objectives/sft.ts) is a mode of each
+ * objective, not an objective of its own: the loss is on the masked-in tokens only, as the mean
+ * over the rows of each row's mean.
  */
 import type { LlamaModel } from '../model/llama.js';
 
@@ -18,6 +22,11 @@ export interface TokenBatch {
   readonly segIds: Int32Array;
   /** [batch·seqLen] position within its document. */
   readonly positions: Int32Array;
+  /**
+   * Chat data (supervised fine-tuning): [batch·seqLen] 1 where the token is in the loss (the
+   * assistant's), else 0. Absent: every token is (pretraining).
+   */
+  readonly lossMask?: Uint8Array;
 }
 
 /**
@@ -47,4 +56,6 @@ export interface Objective {
    * device; neither does (both only hand over host arrays).
    */
   prepare(model: LlamaModel, batch: TokenBatch, step: number, shard?: BatchShard): Promise<void>;
+  /** The number of tokens the batch's loss (model.loss() · rows) is a sum over, for evaluation's mean. */
+  scoredTokens(batch: TokenBatch): number;
 }

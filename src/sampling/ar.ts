@@ -33,6 +33,8 @@ export interface ArSampleOptions {
   seed: number;
   /** Called with each new id as soon as it is chosen (streaming output). */
   onToken?: (id: number) => void;
+  /** Stop once this says the ids generated so far are complete (e.g. they end a chat turn). */
+  stop?: (generated: readonly number[]) => boolean;
 }
 
 const WHERE = 'sampleAr';
@@ -78,7 +80,7 @@ export async function sampleAr(opts: ArSampleOptions): Promise<number[]> {
     all.push(id);
     out.push(id);
     onToken?.(id);
-    if (stopAtEos && id === eosId) break;
+    if ((stopAtEos && id === eosId) || opts.stop?.(out)) break;
   }
   return out;
 }

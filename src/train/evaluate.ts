@@ -6,14 +6,17 @@
  *   mdlm: the ELBO per token at the objective's fixed noise levels (midpoints of equal slices of
  *         [tMin, tMax]), with ELBO weights whatever the training weighting, masks drawn from a
  *         fixed eval stream — exp of it bounds the perplexity from above.
+ *   chat data (conversations): either, over the assistant's tokens only, as the mean over the
+ *         rows of each row's mean (src/objectives/sft.ts), the training loss's definition.
  */
 import { type Collectives, SOLO, sumOverRanks } from '../dist/collectives.js';
+import type { ConversationRows } from '../data/conversations.js';
 import type { LoaderMode } from '../data/loader.js';
 import { evalBatchCount, evalBatches } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { LlamaModel } from '../model/llama.js';
 import { MdlmObjective } from '../objectives/mdlm.js';
-import type { Objective, TokenBatch } from '../objectives/objective.js';
+import type { Objective } from '../objectives/objective.js';
 import { shardOf } from './step.js';
 import { EventLoopTurns } from './turns.js';
 
@@ -21,6 +24,8 @@ export interface EvaluateOptions {
   readonly seqLen: number;
   readonly batchSize: number;
   readonly mode: LoaderMode;
+  /** Chat data: rows of whole conversations laid out so (the loss on the assistant's tokens). */
+  readonly conversations?: ConversationRows;
   /** At most this many batches (default: every full batch of the source). */
   readonly maxBatches?: number;
   /** Called before the first batch and after each, with the batches done and their total. */
@@ -40,7 +45,7 @@ export interface Evaluation {
   readonly loss: number;
   /** exp(loss): the perplexity (ar) or its ELBO bound (mdlm). */
   readonly ppl: number;
-  /** Tokens scored (ar: positions with a next token; mdlm: every token). */
+  /** Tokens scored (ar: positions with a next token; mdlm: every token; chat data: seqLen a row with tokens in the loss). */
   readonly tokens: number;
   readonly batches: number;
   /** Noise levels per batch (1 for ar). */
@@ -73,7 +78,7 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
       else await objective.prepare(model, batch, 0, shard);
       model.forward();
       lossSum += (await model.loss()) * model.rows;
-      tokens += scoredTokens(objective, batch);
+      tokens += objective.scoredTokens(batch);
       pass++;
     }
     opts.onBatch?.(++done, count);
@@ -81,11 +86,4 @@ export async function evaluateModel(model: LlamaModel, objective: Objective, sou
   [lossSum, tokens] = (await sumOverRanks(group, [lossSum, tokens])) as [number, number];
   const loss = lossSum / tokens;
   return { loss, ppl: Math.exp(loss), tokens: tokens / levels.length, batches: count, noiseLevels: levels.length };
-}
-
-function scoredTokens(objective: Objective, batch: TokenBatch): number {
-  if (objective.name === 'mdlm') return batch.tokens.length;
-  let n = 0;
-  for (const t of batch.targets) if (t >= 0) n++;
-  return n;
 }

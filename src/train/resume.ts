@@ -1,13 +1,14 @@
 /**
  * What a resumed run must share with the run that saved the checkpoint: the objective (the mask id,
  * the noise schedule and weighting decide what the model learns), the seed (the data order and the
- * masks), the batch shape and the data's tokenizer. Other fields (steps, the learning-rate
- * schedule, eval and save intervals) may change on resume.
+ * masks), the batch shape, the data's tokenizer and format, and how conversations fill the rows
+ * (sft). Other fields (steps, the learning-rate schedule, eval and save intervals) may change on
+ * resume.
  */
 import { configLeaves } from '../config/leaves.js';
 import type { TrainConfig } from '../config/schema.js';
 
-const KEPT_ON_RESUME = ['objective', 'train.seed', 'train.batchSize', 'train.gradAccum', 'data.tokenizer'] as const;
+const KEPT_ON_RESUME = ['objective', 'train.seed', 'train.batchSize', 'train.gradAccum', 'data.tokenizer', 'data.format', 'sft'] as const;
 
 function at(cfg: unknown, path: string): unknown {
   return path.split('.').reduce<unknown>((v, k) => (v !== null && typeof v === 'object' ? (v as Record<string, unknown>)[k] : undefined), cfg);

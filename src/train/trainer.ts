@@ -31,7 +31,7 @@ import { type InitFrom, initParams } from '../checkpoint/init_from.js';
 import { flopsPerToken } from '../config/model-size.js';
 import type { TrainConfig } from '../config/schema.js';
 import { type Collectives, SOLO, sumOverRanks } from '../dist/collectives.js';
-import { type BatchLoader, type LoaderState, createLoader, evalBatchCount } from '../data/loader.js';
+import { type BatchLoader, type LoaderState, conversationRows, createLoader, evalBatchCount } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
 import { MdlmError, fail } from '../errors.js';
@@ -155,13 +155,13 @@ export class Trainer {
     const maskId = this.maskId();
     // Every run evaluates at its end: a validation split too small for one batch fails now, not
     // after the training it would cost.
-    if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, ...place });
+    if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, ...conversationRows(cfg), ...place });
     const run = setUpRun(cfg, opts.backend, { maskId, ...(opts.fill ? { fill: opts.fill } : {}) });
     this.objective = run.objective;
     this.memory = run.memory;
     this.model = run.model;
     this.optimizer = run.optimizer;
-    this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode, ...place });
+    this.loader = createLoader(opts.train, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, seed: cfg.train.seed, mode: cfg.data.mode, ...conversationRows(cfg), ...place });
     this.batches = new Lookahead(() => this.loader.next(), () => this.loader.state());
     this.metricsPath = join(cfg.out, METRICS_FILE);
     this.lossScaler = cfg.train.precision === 'fp16' ? new LossScaler(cfg.train.fp16) : null;
@@ -314,7 +314,7 @@ export class Trainer {
     // every rank runs the evaluation's collectives to their end.
     const signal = this.group.worldSize === 1 ? this.opts.signal : undefined;
     const e = await evaluateModel(this.model, this.objective, val, {
-      seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, maxBatches: cfg.train.evalBatches, group: this.group,
+      seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, mode: cfg.data.mode, ...conversationRows(cfg), maxBatches: cfg.train.evalBatches, group: this.group,
       ...(onEval ? { onBatch: (done: number, total: number) => onEval({ step, done, total }) } : {}),
       ...(signal ? { signal } : {}),
     });
