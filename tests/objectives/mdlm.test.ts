@@ -133,3 +133,25 @@ describe('mdlm random-length truncation (varilen)', () => {
     model.destroy();
   });
 });
+
+describe('mdlm over data-parallel ranks', () => {
+  it('a shard of the global batch gets the ids and weights of its rows in the whole batch: noise levels, truncation and masks', async () => {
+    const obj = objective({ varilenProb: 0.7, weighting: 'empirical', antithetic: true });
+    const b = batch();
+    const inputs = async (rows: TokenBatch, shard?: { first: number; total: number }): Promise<{ ids: Int32Array; weights: Float32Array }> => {
+      const model = new LlamaModel(new CpuBackend(), cfg.model, rows.batchSize, 7);
+      await obj.prepare(model, rows, 11, shard);
+      const got = await model.downloadInputs();
+      model.destroy();
+      return { ids: got.ids, weights: got.weights };
+    };
+    const whole = await inputs(b);
+    for (const [first, rows] of [[0, 1], [1, 1], [2, 1], [1, 2]] as const) {
+      const cut = <A extends Int32Array>(a: A): A => a.slice(first * T, (first + rows) * T) as A;
+      const part: TokenBatch = { batchSize: rows, seqLen: T, tokens: cut(b.tokens), targets: cut(b.targets), segIds: cut(b.segIds), positions: cut(b.positions) };
+      const got = await inputs(part, { first, total: B });
+      expect(got.ids, `rows ${first}..${first + rows - 1}`).toEqual(cut(whole.ids));
+      expect(got.weights).toEqual(whole.weights.slice(first * T, (first + rows) * T));
+    }
+  });
+});
