@@ -233,6 +233,24 @@ describe('trainingMemory', () => {
     expect(trainingMemory(cfg.model, cfg.train.batchSize, 'bf16').total / 2 ** 30).toBeGreaterThan(48.96 - 0.2);
   });
 
+  it('keeps llama-124m (16 × 1024) and llama-1.3b (8 × 2048) in FP8 within their bf16 budgets: the FP8 blocks keep Q(xᵀ) of the norm outputs and the SwiGLU product instead of the bf16 tensors', () => {
+    const fp8 = { scaling: 'delayed', historyLen: 16, margin: 0, keepFirst: 0, keepLast: 0 } as const;
+    for (const [preset, batch] of [['llama-124m', 16], ['llama-1.3b', 8]] as const) {
+      const cfg = resolveConfig({ preset });
+      const saving = { recompute: cfg.train.recompute, logitChunks: cfg.train.logitChunks };
+      const bf16 = trainingMemory(cfg.model, batch, 'bf16', saving);
+      const inFp8 = trainingMemory(cfg.model, batch, 'bf16', { ...saving, fp8 });
+      const { dModel: d, ffnHidden: F, nLayers: L } = cfg.model;
+      const tokens = batch * cfg.model.seqLen;
+      // Per block and token the two norm outputs (2 · d in bf16) and the product (F in bf16) are
+      // not kept: one shared set of the norm outputs and the product's gradient dh (F in bf16) are
+      // scratch instead, and their FP8 transposes (2 · d + F bytes a block and token) are kept.
+      expect(bf16.activations - inFp8.activations).toBe((L - 1) * tokens * 2 * (2 * d + F));
+      expect(inFp8.fp8).toBeGreaterThanOrEqual(L * tokens * (2 * d + F));
+      expect(inFp8.total).toBeLessThan(bf16.total);
+    }
+  });
+
   it('charges llama-1.3b in bf16 18 bytes a parameter (f32 weights, gradients, two moments; bf16 copy) within the padding', () => {
     const cfg = resolveConfig({ preset: 'llama-1.3b' });
     const est = trainingMemory(cfg.model, 8, 'bf16');

@@ -15,7 +15,7 @@ import { reduce } from '../ops/reduce.js';
 import type { FloatDType, Tensor } from '../tensor.js';
 import { Arena } from '../nn/arena.js';
 import { AttentionScratch } from '../nn/attention.js';
-import { BlockScratch, DecoderBlock } from '../nn/block.js';
+import { BlockScratch, DecoderBlock, fp8KeepsInputs } from '../nn/block.js';
 import { Embedding } from '../nn/embedding.js';
 import { Fp8Context, type Fp8Recipe } from '../nn/fp8.js';
 import { Linear } from '../nn/linear.js';
@@ -24,7 +24,7 @@ import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import { type ModelBatch, ModelInputs } from './inputs.js';
 import type { ModelConfig } from '../config/schema.js';
-import { type ActivationSaving, logitChunksOf, logitRows } from './saving.js';
+import { type ActivationSaving, type Fp8Blocks, logitChunksOf, logitRows } from './saving.js';
 
 /** Work a pass queues first, before its forward (forwardBackward); `key` tells its recordings from the pass's others. */
 export interface PassPrelude {
@@ -127,10 +127,12 @@ export class LlamaModel {
       recomputeSwiglu: opts.recompute === 'swiglu', deterministic: opts.deterministic ?? false,
     };
     this.embed = new Embedding(this.store, 'embed', cfg.vocabSize, cfg.dModel, std);
-    const blockScratch = new BlockScratch(this.arena, N, cfg.dModel);
+    const fp8Blocks = opts.fp8 ? LlamaModel.fp8Range(opts.fp8, cfg.nLayers) : null;
+    const blockScratch = new BlockScratch(this.arena, N, cfg.dModel, fp8Blocks ? fp8KeepsInputs(dims) : undefined);
     const attnScratch = new AttentionScratch(this.arena, dims);
     const mlpScratch = new MlpScratch(this.arena, N, cfg.dModel, cfg.ffnHidden, opts.fp8 !== undefined);
-    this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd));
+    const inFp8 = (i: number): boolean => fp8Blocks !== null && i >= fp8Blocks.from && i < fp8Blocks.to;
+    this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd, inFp8(i)));
     this.finalNorm = new RMSNorm(this.store, 'final_norm', cfg.dModel, cfg.normEps);
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
@@ -173,15 +175,21 @@ export class LlamaModel {
     b.upload(this.dLoss, new Float32Array(N).fill(1 / N));
     this.store.materialize(seed, opts.fill);
     // After materialize: the layers see from the parameters' offsets which of them are joined.
-    this.fp8 = opts.fp8 ? this.useFp8(opts.fp8.keepFirst, cfg.nLayers - opts.fp8.keepLast, opts.fp8, opts.fill !== null) : null;
+    this.fp8 = opts.fp8 && fp8Blocks ? this.useFp8(fp8Blocks.from, fp8Blocks.to, opts.fp8, opts.fill !== null) : null;
   }
 
   /**
    * FP8 for blocks [from, to): their sites and FP8 weights, written now when the parameters have
    * values (`initialised`) and whenever the working copy is from then on (ParamStore.onWorkingCopy).
    */
+  /** The FP8 blocks [from, to): all but fp8.keepFirst at the start and fp8.keepLast at the end. */
+  private static fp8Range(fp8: Fp8Blocks, nLayers: number): { from: number; to: number } {
+    const from = fp8.keepFirst, to = nLayers - fp8.keepLast;
+    if (!(from >= 0 && from < to && to <= nLayers)) fail('BAD_CONFIG', `train.fp8: blocks ${from} to ${to - 1} of ${nLayers} leave none in FP8`);
+    return { from, to };
+  }
+
   private useFp8(from: number, to: number, recipe: Fp8Recipe, initialised: boolean): Fp8Context {
-    if (!(from >= 0 && from < to && to <= this.blocks.length)) fail('BAD_CONFIG', `train.fp8: blocks ${from} to ${to - 1} of ${this.blocks.length} leave none in FP8`);
     const ctx = new Fp8Context(this.backend, recipe, this.store);
     for (let i = from; i < to; i++) this.blocks[i]!.useFp8(ctx);
     ctx.allocate();

@@ -162,18 +162,27 @@ export class SelfAttention {
   get fused(): boolean {
     const s = this.s;
     const q = s.heads * s.headDim, kv = s.kvHeads * s.headDim, d = this.q.inFeatures;
-    return !s.qkvBias && !s.qkNorm && q % PARAM_ALIGN === 0 && kv % PARAM_ALIGN === 0 &&
-      this.k.weight.offset === this.q.weight.offset + q * d && this.v.weight.offset === this.k.weight.offset + kv * d;
+    return SelfAttention.fuses(s) && this.k.weight.offset === this.q.weight.offset + q * d && this.v.weight.offset === this.k.weight.offset + kv * d;
+  }
+
+  /**
+   * Whether an attention layer of this shape is `fused`: the store lays the weights of q, k and v
+   * back to back (declared in that order, with no padding when each part is a multiple of PARAM_ALIGN).
+   */
+  static fuses(s: AttentionShape): boolean {
+    return !s.qkvBias && !s.qkNorm && (s.heads * s.headDim) % PARAM_ALIGN === 0 && (s.kvHeads * s.headDim) % PARAM_ALIGN === 0;
   }
 
   /**
    * Run the projections' GEMMs in FP8 from now on: fused, q, k and v as one joined weight read by
-   * three GEMMs from one quantised input; else each projection on its own.
+   * three GEMMs from one quantised input, which (`saveInput`) the layer keeps as Q(xᵀ) for its
+   * backward, which then takes no x; else each projection on its own.
    */
-  useFp8(ctx: Fp8Context): void {
+  useFp8(ctx: Fp8Context, saveInput: boolean): void {
     const rows = this.s.batch * this.s.seqLen;
     const s = this.s, q = s.heads * s.headDim, kv = s.kvHeads * s.headDim;
-    if (this.fused) this.fp8 = { ctx, qkv: ctx.linear(this.q.weight, this.qkvWidth, this.q.inFeatures, rows, [q, kv, kv]) };
+    if (saveInput && !this.fused) throw new Error('attention: only the fused projection keeps its FP8 input');
+    if (this.fused) this.fp8 = { ctx, qkv: ctx.linear(this.q.weight, this.qkvWidth, this.q.inFeatures, rows, [q, kv, kv], saveInput) };
     else for (const l of [this.q, this.k, this.v]) l.useFp8(ctx, rows);
     this.o.useFp8(ctx, rows);
   }
@@ -268,7 +277,7 @@ export class SelfAttention {
       // dWqkv [(H + 2G)·D, d] (+)= dqkvᵀ · x;  dx [rows, d] = dqkv · Wqkv
       const accumulate = this.q.weight.store.accumulates(this.q.weight, this.k.weight, this.v.weight);
       if (this.fp8) {
-        this.fp8.ctx.backward(this.fp8.qkv, matrix(x, rows, d), matrix(sc.qkv, rows, width), this.wqkv(b, this.q.weight.grad), accumulate, matrix(dx, rows, d));
+        this.fp8.ctx.backward(this.fp8.qkv, this.fp8.qkv.saved ? null : matrix(x, rows, d), matrix(sc.qkv, rows, width), this.wqkv(b, this.q.weight.grad), accumulate, matrix(dx, rows, d));
         return;
       }
       b.run(matmul, { a: dqkv, b: as3d(b, x), out: this.wqkv(b, this.q.weight.grad) }, matmulAttrs(1, width, d, rows, true, false, { accumulate, outF32: true }));

@@ -10,7 +10,7 @@ import type { Tensor } from '../tensor.js';
 import type { Arena } from './arena.js';
 import type { Fp8Context } from './fp8.js';
 import { type AttentionScratch, type AttentionShape, type KvCache, SelfAttention } from './attention.js';
-import { type MlpScratch, SwiGluMlp } from './mlp.js';
+import { type MlpScratch, SwiGluMlp, gateUpJoined } from './mlp.js';
 import type { ParamStore } from './params.js';
 import { RMSNorm } from './rmsnorm.js';
 
@@ -18,10 +18,24 @@ import { RMSNorm } from './rmsnorm.js';
 export class BlockScratch {
   readonly dNorm: Tensor;
   readonly dMid: Tensor;
-  constructor(arena: Arena, rows: number, dModel: number) {
+  /** The norms' outputs of the FP8 blocks that keep them quantised instead (fp8KeepsInputs), if any. */
+  readonly n1: Tensor | null;
+  readonly n2: Tensor | null;
+  constructor(arena: Arena, rows: number, dModel: number, sharedNorms: { n1: boolean; n2: boolean } = { n1: false, n2: false }) {
     this.dNorm = arena.alloc([rows, dModel]);
     this.dMid = arena.alloc([rows, dModel]);
+    this.n1 = sharedNorms.n1 ? arena.alloc([rows, dModel]) : null;
+    this.n2 = sharedNorms.n2 ? arena.alloc([rows, dModel]) : null;
   }
+}
+
+/**
+ * Which inputs an FP8 block keeps as Q(xᵀ) for its backward rather than in the compute dtype
+ * (src/nn/fp8.ts): the first norm's output where q, k and v are fused, the second's and the
+ * SwiGLU product where gate and up are joined. A block keeps none of those otherwise.
+ */
+export function fp8KeepsInputs(d: BlockDims): { n1: boolean; n2: boolean } {
+  return { n1: SelfAttention.fuses(d), n2: gateUpJoined(d.dModel, d.ffnHidden) };
 }
 
 export interface BlockDims extends AttentionShape {
@@ -42,22 +56,30 @@ export class DecoderBlock {
   private readonly n2: Tensor;
   private readonly rstd2: Tensor;
   private readonly rows: number;
+  /** An FP8 block's inputs kept as Q(xᵀ) (fp8KeepsInputs); none for a block in the compute dtype. */
+  private readonly keeps: { n1: boolean; n2: boolean };
 
+  /** `fp8`: the block will run its linear layers in FP8 (useFp8). */
   constructor(
     store: ParamStore, arena: Arena, index: number, readonly d: BlockDims,
-    private readonly scratch: BlockScratch, attnScratch: AttentionScratch, mlpScratch: MlpScratch, std: number, outStd: number,
+    private readonly scratch: BlockScratch, attnScratch: AttentionScratch, mlpScratch: MlpScratch, std: number, outStd: number, fp8 = false,
   ) {
     const name = `layers.${index}`;
     this.rows = d.batch * d.seqLen;
     this.norm1 = new RMSNorm(store, `${name}.attn_norm`, d.dModel, d.normEps);
     this.attn = new SelfAttention(store, arena, `${name}.attn`, d.dModel, d, attnScratch, std, outStd);
     this.norm2 = new RMSNorm(store, `${name}.mlp_norm`, d.dModel, d.normEps);
-    this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd, d.recomputeSwiglu);
+    this.keeps = fp8 ? fp8KeepsInputs(d) : { n1: false, n2: false };
+    this.mlp = new SwiGluMlp(store, arena, `${name}.mlp`, d.dModel, d.ffnHidden, this.rows, mlpScratch, std, outStd, d.recomputeSwiglu, this.keeps.n2);
     const nd = [this.rows, d.dModel];
-    this.n1 = arena.alloc(nd);
+    const shared = (t: Tensor | null): Tensor => {
+      if (!t) throw new Error('block: the shared norm outputs were not allocated (BlockScratch sharedNorms)');
+      return t;
+    };
+    this.n1 = this.keeps.n1 ? shared(scratch.n1) : arena.alloc(nd);
     this.rstd1 = arena.alloc([this.rows], 'f32');
     this.mid = arena.alloc(nd);
-    this.n2 = arena.alloc(nd);
+    this.n2 = this.keeps.n2 ? shared(scratch.n2) : arena.alloc(nd);
     this.rstd2 = arena.alloc([this.rows], 'f32');
   }
 
@@ -87,8 +109,8 @@ export class DecoderBlock {
 
   /** Run the block's linear layers in FP8 from now on (src/nn/fp8.ts). */
   useFp8(ctx: Fp8Context): void {
-    this.attn.useFp8(ctx);
-    this.mlp.useFp8(ctx);
+    this.attn.useFp8(ctx, this.keeps.n1);
+    this.mlp.useFp8(ctx, this.keeps.n2);
   }
 
   /** On entry `dStream` holds d(out); on exit d(h). */

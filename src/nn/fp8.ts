@@ -12,7 +12,10 @@
  * way round. A tensor needed both ways is read once for both (quantize_fp8's 'both' layout): dy
  * for the backward's two GEMMs, and each weight, whose FP8 copies W and Wᵀ are written whenever
  * the working copy changes: after each optimizer update (with the delayed recipe's scale update
- * first) and after the masters are set.
+ * first) and after the masters are set. A layer whose input the model keeps for nothing but the
+ * weight gradient (a norm's output, the SwiGLU product) has Q(xᵀ) written by its forward beside
+ * Q(x) and kept for its backward (`saveInput`): one read of x instead of two, and 1 byte an
+ * element kept instead of the input's 2 (the model then keeps no copy of that input).
  *
  * Per-tensor scaling: each quantised tensor is a site with a meta record in one of two tables
  * (E4M3, E5M2). Blockwise scaling (the DeepSeek-V3 recipe) keeps no state: activations and
@@ -153,17 +156,29 @@ export class Fp8Weight {
   }
 }
 
-/** Where a layer's GEMM sites are: its input x (E4M3), its output gradient dy (E5M2) and its weight. */
+/** Q(xᵀ) [in, rows] of a layer's input as its forward quantised it, kept for its backward (with, blockwise, its factors). */
+class SavedInput {
+  t!: Tensor;
+  scaleInv: Tensor | null = null;
+  constructor(readonly inFeatures: number, readonly tokens: number) {}
+}
+
+/**
+ * Where a layer's GEMM sites are: its input x (E4M3), its output gradient dy (E5M2) and its
+ * weight; and, for a layer that keeps Q(xᵀ) from its forward, where it is kept.
+ */
 export interface Fp8Linear {
   readonly weight: Fp8Weight;
   readonly x: Fp8Site;
   readonly dy: Fp8Site;
+  readonly saved: SavedInput | null;
 }
 
 export class Fp8Context {
   private readonly forwardTable: MetaTable;
   private readonly backwardTable: MetaTable;
   private readonly weights: Fp8Weight[] = [];
+  private readonly saved: SavedInput[] = [];
   private readonly blockwise: boolean;
   /** Elements of the largest quantised input (E4M3 scratch) and output gradient (each E5M2 scratch), and (blockwise) of their factors. */
   private readonly sizes = { x: 0, dy: 0, xScale: 0, dyScale: 0, dyTScale: 0 };
@@ -193,9 +208,10 @@ export class Fp8Context {
    * The sites of a linear layer whose weight is `out` × `inFeatures` starting at `first` (the
    * parameters stored after it, for a joined projection, whose row counts `parts` gives when the
    * forward reads them apart), over up to `tokens` rows: its input [tokens, inFeatures] and output
-   * gradient [tokens, out] size the scratch.
+   * gradient [tokens, out] size the scratch. With `saveInput` the forward keeps Q(xᵀ) for the
+   * backward (the caller then keeps no copy of x for it, and passes none to `backward`).
    */
-  linear(first: Param, out: number, inFeatures: number, tokens: number, parts: readonly number[] = [out]): Fp8Linear {
+  linear(first: Param, out: number, inFeatures: number, tokens: number, parts: readonly number[] = [out], saveInput = false): Fp8Linear {
     const weight = new Fp8Weight(first, out, inFeatures, this.forwardTable.add(), parts);
     this.weights.push(weight);
     const z = this.sizes;
@@ -207,7 +223,9 @@ export class Fp8Context {
       z.dyScale = Math.max(z.dyScale, blockScaleElems(tokens, out, '1x128'));
       z.dyTScale = Math.max(z.dyTScale, blockScaleElems(out, tokens, '1x128'));
     }
-    return { weight, x: this.forwardTable.add(), dy: this.backwardTable.add() };
+    const saved = saveInput ? new SavedInput(inFeatures, tokens) : null;
+    if (saved) this.saved.push(saved);
+    return { weight, x: this.forwardTable.add(), dy: this.backwardTable.add(), saved };
   }
 
   /** Allocate the tables, the scratch and the FP8 weights (once every layer has declared its sites). */
@@ -227,6 +245,10 @@ export class Fp8Context {
       this.xScale = b.alloc([z.xScale], 'f32');
       this.dyScale = b.alloc([z.dyScale], 'f32');
       this.dyTScale = b.alloc([z.dyTScale], 'f32');
+    }
+    for (const s of this.saved) {
+      s.t = b.alloc([s.inFeatures, s.tokens], 'fp8e4m3');
+      if (this.blockwise) s.scaleInv = b.alloc(blockScaleShape(s.inFeatures, s.tokens, '1x128'), 'f32');
     }
     for (const w of this.weights) {
       w.q = b.alloc([w.out, w.inFeatures], 'fp8e4m3');
@@ -291,9 +313,9 @@ export class Fp8Context {
     }
   }
 
-  /** Bytes of what `allocate` allocated: the meta tables, the scratch and the FP8 weights (with their factors). */
+  /** Bytes of what `allocate` allocated: the meta tables, the scratch, the kept inputs and the FP8 weights (with their factors). */
   get bytes(): number {
-    const own = this.owned.reduce((n, t) => n + (t?.byteSize ?? 0), 0);
+    const own = [...this.owned, ...this.savedTensors].reduce((n, t) => n + (t?.byteSize ?? 0), 0);
     return this.weights.reduce((n, w) => n + w.q.byteSize + w.qT.byteSize + w.qScales.reduce((a, t) => a + t.byteSize, 0) + (w.qTScale?.byteSize ?? 0), own);
   }
 
@@ -302,10 +324,14 @@ export class Fp8Context {
     return [this.forwardTable.table, this.backwardTable.table, this.xScratch, this.dyScratch, this.dyTScratch, this.xScale, this.dyScale, this.dyTScale];
   }
 
+  private get savedTensors(): (Tensor | null)[] {
+    return this.saved.flatMap((s) => [s.t, s.scaleInv]);
+  }
+
   /** Free what `allocate` allocated. */
   destroy(): void {
     const b = this.backend;
-    for (const t of this.owned) if (t) b.free(t);
+    for (const t of [...this.owned, ...this.savedTensors]) if (t) b.free(t);
     for (const w of this.weights) for (const t of [w.q, w.qT, ...w.qScales, w.qTScale]) if (t) b.free(t);
   }
 
@@ -337,11 +363,17 @@ export class Fp8Context {
     return this.operand({ t: w.qT, scaleInv: w.qTScale }, w.site, '128x128');
   }
 
-  /** Q(m) row-major [m.rows, m.cols] in the E4M3 scratch (an input's site). */
-  private quantizeInput(m: Matrix, site: Fp8Site): Quantized {
-    const target = this.target(this.xScratch!, this.xScale, m.rows, m.cols);
-    this.quantizeInto(m, site, '1x128', target, null);
-    return this.operand(target, site, '1x128');
+  /** A layer's input x: Q(x) row-major [x.rows, x.cols] in the E4M3 scratch, and Q(xᵀ) where the layer keeps it. */
+  private quantizeInput(l: Fp8Linear, x: Matrix): Quantized {
+    const target = this.target(this.xScratch!, this.xScale, x.rows, x.cols);
+    this.quantizeInto(x, l.x, '1x128', target, l.saved ? this.savedTarget(l.saved, x) : null);
+    return this.operand(target, l.x, '1x128');
+  }
+
+  /** Where Q(xᵀ) of a layer's input x is kept: its first x.cols × x.rows elements (and their factors). */
+  private savedTarget(s: SavedInput, x: Matrix): Target {
+    const b = this.backend;
+    return { t: b.view(s.t, 0, [x.cols, x.rows]), scaleInv: s.scaleInv ? b.view(s.scaleInv, 0, blockScaleShape(x.cols, x.rows, '1x128')) : null };
   }
 
   /**
@@ -392,18 +424,18 @@ export class Fp8Context {
 
   /** y [rows, out] = x · Wᵀ (+ residual), x a [rows, in] matrix. */
   forward(l: Fp8Linear, x: Matrix, y: Tensor, residual?: Tensor): void {
-    this.gemm(this.quantizeInput(x, l.x), this.whole(l.weight), y, residual ? { residual } : {});
+    this.gemm(this.quantizeInput(l, x), this.whole(l.weight), y, residual ? { residual } : {});
   }
 
   /** yᵀ [out, rows] = W · xᵀ: the output transposed, x a [rows, in] matrix. */
   forwardTransposed(l: Fp8Linear, x: Matrix, yT: Tensor): void {
-    const xq = this.quantizeInput(x, l.x);
+    const xq = this.quantizeInput(l, x);
     this.gemm(this.whole(l.weight), xq, yT);
   }
 
   /** ys[i] [rows, parts[i]] = x · W_iᵀ for each part W_i of the weight, x [rows, in] quantised once. */
   forwardParts(l: Fp8Linear, x: Matrix, ys: readonly Tensor[]): void {
-    const xq = this.quantizeInput(x, l.x);
+    const xq = this.quantizeInput(l, x);
     ys.forEach((y, i) => this.gemm(xq, this.weightPart(l.weight, i), y));
   }
 
@@ -411,14 +443,20 @@ export class Fp8Context {
    * A linear layer's backward, dy quantised once (both layouts; dyᵀ only without dx): dW (+)= dyᵀ ·
    * x into the f32 gradient `grad` [out, in], then, with `dx`, dx = or (addDx) += dy · W; x [rows,
    * in] and dy [rows, out] matrices, dx a [rows, in] one (held transposed, [in, rows]: the GEMM
-   * writes it that way round).
+   * writes it that way round). x is null for a layer that kept Q(xᵀ) from its forward.
    */
-  backward(l: Fp8Linear, x: Matrix, dy: Matrix, grad: Tensor, accumulate: boolean, dx: Matrix | null, addDx = false): void {
+  backward(l: Fp8Linear, x: Matrix | null, dy: Matrix, grad: Tensor, accumulate: boolean, dx: Matrix | null, addDx = false): void {
     const dyq = this.target(this.dyScratch!, this.dyScale, dy.rows, dy.cols);
     const dyT = this.target(this.dyTScratch!, this.dyTScale, dy.cols, dy.rows);
     this.quantizeInto(dy, l.dy, '1x128', dx ? dyq : null, dyT);
-    const xT = this.target(this.xScratch!, this.xScale, x.cols, x.rows);
-    this.quantizeInto(x, l.x, '1x128', null, xT);
+    let xT: Target;
+    if (l.saved) {
+      xT = this.savedTarget(l.saved, matrix(l.saved.t, dy.rows, l.saved.inFeatures));
+    } else {
+      if (!x) throw new Error('fp8: a layer that keeps no Q(xᵀ) needs its input in backward');
+      xT = this.target(this.xScratch!, this.xScale, x.cols, x.rows);
+      this.quantizeInto(x, l.x, '1x128', null, xT);
+    }
     this.gemm(this.operand(dyT, l.dy, '1x128'), this.operand(xT, l.x, '1x128'), grad, { accumulate, outF32: true });
     if (!dx) return;
     const dyOp = this.operand(dyq, l.dy, '1x128');

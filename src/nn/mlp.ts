@@ -51,20 +51,22 @@ export class SwiGluMlp {
   readonly down: Linear;
   /** Gᵀ then Uᵀ: [2 · hidden · rows]. */
   private readonly gu: Tensor;
-  private readonly h: Tensor; // the product: its own buffer, or the first half of scratch.dGateUp when recomputed
+  private readonly h: Tensor; // the product: its own buffer, or the first half of scratch.dGateUp when recomputed or (FP8) kept as Q(hᵀ)
   /** FP8 (useFp8) with gate and up joined: the joined projection's sites and the down projection's. */
   private fp8: { readonly ctx: Fp8Context; readonly gateUp: Fp8Linear; readonly down: Fp8Linear } | null = null;
 
   constructor(
     store: ParamStore, arena: Arena, name: string, readonly dModel: number, readonly hidden: number, readonly rows: number,
-    private readonly scratch: MlpScratch, std: number, outStd: number, private readonly recompute = false,
+    private readonly scratch: MlpScratch, std: number, outStd: number, private readonly recompute = false, fp8KeepsInputs = false,
   ) {
     this.gate = new Linear(store, `${name}.w_gate`, dModel, hidden, std);
     this.up = new Linear(store, `${name}.w_up`, dModel, hidden, std);
     this.down = new Linear(store, `${name}.w_down`, hidden, dModel, outStd);
     this.gu = arena.alloc([2 * rows * hidden]);
-    // dGateUp is free in the forward pass, and in the backward pass until matmul_swiglu_backward (swiglu_backward, unjoined) writes it.
-    this.h = recompute ? scratch.dGateUp : arena.alloc([rows * hidden]);
+    // dGateUp is free in the forward pass, and in the backward pass until matmul_swiglu_backward
+    // (swiglu_backward, unjoined) writes it. An FP8 MLP that keeps Q(hᵀ) (useFp8) reads h in its forward only.
+    if (fp8KeepsInputs && !gateUpJoined(dModel, hidden)) throw new Error('mlp: only the joined layout keeps its FP8 inputs');
+    this.h = recompute || fp8KeepsInputs ? scratch.dGateUp : arena.alloc([rows * hidden]);
   }
 
   /**
@@ -77,9 +79,10 @@ export class SwiGluMlp {
 
   /**
    * Run the GEMMs in FP8 from now on: joined, the gate and up weights as one and the down
-   * projection through the transposed layout; else each Linear on its own.
+   * projection through the transposed layout, each keeping Q(xᵀ) of its input for its backward
+   * where the MLP was built to (`fp8KeepsInputs`); else each Linear on its own.
    */
-  useFp8(ctx: Fp8Context): void {
+  useFp8(ctx: Fp8Context, keepInputs: boolean): void {
     if (!this.joined) {
       for (const l of [this.gate, this.up, this.down]) l.useFp8(ctx, this.rows);
       return;
@@ -87,8 +90,8 @@ export class SwiGluMlp {
     if (!this.scratch.dHidden) throw new Error('mlp: FP8 needs the scratch built for FP8 (MlpScratch fp8)');
     this.fp8 = {
       ctx,
-      gateUp: ctx.linear(this.gate.weight, 2 * this.hidden, this.dModel, this.rows),
-      down: ctx.linear(this.down.weight, this.dModel, this.hidden, this.rows),
+      gateUp: ctx.linear(this.gate.weight, 2 * this.hidden, this.dModel, this.rows, undefined, keepInputs),
+      down: ctx.linear(this.down.weight, this.dModel, this.hidden, this.rows, undefined, keepInputs),
     };
   }
 
@@ -152,9 +155,9 @@ export class SwiGluMlp {
       this.up.backward(b, x, du, dx, 'add', R);
       return;
     }
+    if (this.fp8) return this.backwardFp8(b, this.fp8, x, dout, dx);
     const hT = this.recompute ? this.product(b, F, R) : b.view(this.h, 0, [F, R]);
     const store = this.down.weight.store;
-    if (this.fp8) return this.backwardFp8(b, this.fp8, x, hT, dout, dx);
     // dWdown [d, F] (+)= doutᵀ · (hᵀ)ᵀ
     b.run(matmul, { a: as3d(b, dout), b: as3d(b, hT), out: as3d(b, this.down.weight.grad) }, matmulAttrs(1, d, F, R, true, true, { accumulate: store.accumulates(this.down.weight), outF32: true }));
     // dhᵀ [F, rows] = Wdownᵀ · doutᵀ, then [dGᵀ; dUᵀ] from it and [Gᵀ; Uᵀ], in one op (dh never stored on Hopper)
@@ -167,20 +170,22 @@ export class SwiGluMlp {
   }
 
   /**
-   * The joined layout's backward in FP8: dWdown from Q(doutᵀ) and Q(hᵀ), and dhᵀ = Q(Wdownᵀ) ·
-   * Q(dout)ᵀ (into scratch.dHidden); [dGᵀ; dUᵀ] by swiglu_backward; dWgu and dx from them.
+   * The joined layout's backward in FP8: dWdown from Q(doutᵀ) and Q(hᵀ) (kept from the forward,
+   * or h kept or recomputed and quantised now), and dhᵀ = Q(Wdownᵀ) · Q(dout)ᵀ (into
+   * scratch.dHidden); [dGᵀ; dUᵀ] by swiglu_backward; dWgu and dx from them.
    */
-  private backwardFp8(b: Backend, f: NonNullable<SwiGluMlp['fp8']>, x: Tensor, hT: Tensor, dout: Tensor, dx: Tensor): void {
+  private backwardFp8(b: Backend, f: NonNullable<SwiGluMlp['fp8']>, x: Tensor, dout: Tensor, dx: Tensor): void {
     const sc = this.scratch;
     const F = this.hidden, d = this.dModel, R = this.rows;
     const { ctx, gateUp, down } = f;
     const store = this.down.weight.store;
+    const hT = down.saved ? null : matrix(this.recompute ? this.product(b, F, R) : b.view(this.h, 0, [F, R]), R, F, true);
     const dhT = b.view(sc.dHidden!, 0, [F, R]);
-    ctx.backward(down, matrix(hT, R, F, true), matrix(dout, R, d), b.view(this.down.weight.grad, 0, [d, F]), store.accumulates(this.down.weight), matrix(dhT, R, F, true));
+    ctx.backward(down, hT, matrix(dout, R, d), b.view(this.down.weight.grad, 0, [d, F]), store.accumulates(this.down.weight), matrix(dhT, R, F, true));
     const [g, u] = SwiGluMlp.halves(b, this.gu, F, R);
     const [dg, du] = SwiGluMlp.halves(b, sc.dGateUp, F, R);
     b.run(swigluBackward, { dout: dhT, gate: g, up: u, dgate: dg, dup: du }, { rows: F, hidden: R });
     const dgu = matrix(sc.dGateUp, R, 2 * F, true);
-    ctx.backward(gateUp, matrix(x, R, d), dgu, b.view(this.gate.weight.grad, 0, [2 * F, d]), store.accumulates(this.gate.weight, this.up.weight), matrix(dx, R, d));
+    ctx.backward(gateUp, gateUp.saved ? null : matrix(x, R, d), dgu, b.view(this.gate.weight.grad, 0, [2 * F, d]), store.accumulates(this.gate.weight, this.up.weight), matrix(dx, R, d));
   }
 }
