@@ -53,8 +53,10 @@ export interface StoreOptions {
   readonly port: number;
   readonly rank: number;
   readonly worldSize: number;
-  /** How long a wait (connecting, get, barrier) lasts before it fails. */
+  /** How long a wait (get, barrier) lasts before it fails. */
   readonly timeoutMs: number;
+  /** How long the rendezvous (connecting, then every rank's arrival) lasts; default timeoutMs. */
+  readonly rendezvousTimeoutMs?: number;
   /** Rank 0: called with the port once the store listens, before the rendezvous (a launcher that asked for port 0 hands it on). */
   readonly onListening?: (port: number) => void;
 }
@@ -398,7 +400,8 @@ export class Store {
     }
     const target = o.rank === 0 ? '127.0.0.1' : o.addr;
     const address = `tcp://${o.addr}:${port}`;
-    const socket = await connectWithRetry(target, port, o.timeoutMs, `rank ${o.rank} could not reach the store at ${address} (hosted by rank 0)`);
+    const rendezvous = o.rendezvousTimeoutMs ?? o.timeoutMs;
+    const socket = await connectWithRetry(target, port, rendezvous, `rank ${o.rank} could not reach the store at ${address} (hosted by rank 0)`);
     socket.setNoDelay(true);
     const store = new Store(socket, host, o.rank, o.worldSize, o.timeoutMs, address);
     const hello = Buffer.allocUnsafe(12);
@@ -407,7 +410,7 @@ export class Store {
     hello.writeUInt32LE(o.worldSize, 8);
     try {
       await store.request(Op.Hello, '', o.rank, hello, 0, 'joining');
-      await store.barrier('mdlm/rendezvous');
+      await store.barrier('mdlm/rendezvous', rendezvous);
     } catch (e) {
       store.destroy();
       throw e;

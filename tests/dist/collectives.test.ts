@@ -84,7 +84,8 @@ describe('host collectives between 3 processes', () => {
   });
 
   it('times out a wait for a rank that hangs, naming the rank and the data', async () => {
-    const exits = await runRanks(worker, { ...base, scenario: 'hang', timeoutMs: 800 }, [0, 1, 2]);
+    // The rendezvous has long enough for three processes started on a busy machine.
+    const exits = await runRanks(worker, { ...base, scenario: 'hang', timeoutMs: 800, rendezvousMs: 30_000 }, [0, 1, 2]);
     const timedOut = 'timed out after 800 ms: no rank set "mdlm/c0/0"';
     for (const e of exits.slice(0, 2)) {
       expect(e.code).toBe(1);

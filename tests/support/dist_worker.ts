@@ -27,6 +27,8 @@ export interface WorkerSpec {
   readonly worldSize: number;
   readonly port: number;
   readonly timeoutMs: number;
+  /** The rendezvous's timeout (default timeoutMs). */
+  readonly rendezvousMs?: number;
   readonly length: number;
   readonly chunkElements: number;
   readonly odd: number;
@@ -56,7 +58,7 @@ export function digest(a: Float32Array): string {
 
 async function main(spec: WorkerSpec): Promise<void> {
   const store = await Store.connect({
-    addr: '127.0.0.1', port: spec.port, rank: spec.rank, worldSize: spec.worldSize, timeoutMs: spec.timeoutMs,
+    addr: '127.0.0.1', port: spec.port, rank: spec.rank, worldSize: spec.worldSize, timeoutMs: spec.timeoutMs, ...(spec.rendezvousMs ? { rendezvousTimeoutMs: spec.rendezvousMs } : {}),
     onListening: (port) => process.stdout.write(`port ${port}\n`),
   });
   try {
