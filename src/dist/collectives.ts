@@ -22,6 +22,12 @@ export interface Collectives {
   broadcast(data: Float32Array, root?: number): Promise<void>;
   /** Every rank's `data` (all of one length), concatenated in rank order. */
   allGather(data: Float32Array): Promise<Float32Array>;
+  /**
+   * This rank's shard of the element-wise sum (or max) over the ranks of `data` (every rank's of one
+   * length): the elements [r·n/W, (r+1)·n/W) for a length n that W divides (else the first n mod W
+   * ranks one longer), the same bytes allReduce gives for them.
+   */
+  reduceScatter(data: Float32Array, op?: ReduceOp): Promise<Float32Array>;
   /** Waits until every rank has called barrier() as often as this one. */
   barrier(): Promise<void>;
 }
@@ -46,6 +52,8 @@ export const SOLO: Collectives = {
   broadcast: async () => {},
   /** The array itself: the concatenation of one array. */
   allGather: async (data) => data,
+  /** The array itself: the whole sum is the one rank's shard. */
+  reduceScatter: async (data) => data,
   barrier: async () => {},
 };
 

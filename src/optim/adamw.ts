@@ -11,6 +11,7 @@
  * reads the parameters, first in that pass's graph.
  */
 import type { Backend } from '../backend/backend.js';
+import { type FlatShard, wholeShard } from '../dist/zero.js';
 import type { PassPrelude } from '../model/llama.js';
 import type { Param, ParamStore } from '../nn/params.js';
 import { type AdamwAttrs, adamw, adamwCast, adamwSchedule } from '../ops/adamw.js';
@@ -24,6 +25,11 @@ export interface AdamWOptions {
   readonly weightDecay: number;
   /** Clip the global gradient norm to this; 0 disables clipping. */
   readonly gradClip: number;
+  /**
+   * The range of the flat buffers this optimizer updates and keeps moments for (train.zero 1: this
+   * rank's shard, src/dist/zero.ts); default the whole of them.
+   */
+  readonly shard?: FlatShard;
 }
 
 /** A contiguous range of the flat buffers that one adamw op updates. */
@@ -66,15 +72,30 @@ export function updateChunks(store: ParamStore, weightDecay: number): UpdateChun
   return chunks;
 }
 
+/** The parts of `chunks` inside `shard`, in their order. */
+export function chunksIn(chunks: readonly UpdateChunk[], shard: FlatShard): UpdateChunk[] {
+  const end = shard.offset + shard.size;
+  return chunks.flatMap((c) => {
+    const lo = Math.max(c.offset, shard.offset);
+    const hi = Math.min(c.offset + c.size, end);
+    return hi > lo ? [{ offset: lo, size: hi - lo, weightDecay: c.weightDecay }] : [];
+  });
+}
+
 export class AdamW {
+  /** The moments of the shard's elements (the whole buffer's unless opts.shard says otherwise). */
   readonly m: Tensor;
   readonly v: Tensor;
+  /** The range of the flat buffers this optimizer updates. */
+  readonly shard: FlatShard;
   /** [norm, clip scale] of the last step's gradient (grad_norm's out: unscaled by gradScale). */
   readonly normOut: Tensor;
   /** 1 / the loss scale the gradients carry (1 without loss scaling): grad_norm's gradScale. */
   readonly gradScale: Tensor;
   /** adamw's sched for the next update: [lr, lr / (1 − β1^step), 1 / √(1 − β2^step)]. */
   readonly schedule: Tensor;
+  /** The host copy of gradScale's value. */
+  private lossScale = 1;
   private readonly backend: Backend;
   /** The update's ops, a chunk each (updateChunks), with their views made once. */
   private readonly updates: readonly { op: typeof adamw; args: Record<string, Tensor>; attrs: AdamwAttrs }[];
@@ -84,9 +105,10 @@ export class AdamW {
   constructor(readonly store: ParamStore, readonly opts: AdamWOptions) {
     const b = store.backend;
     this.backend = b;
-    const n = store.value.size;
-    this.m = b.alloc([n], 'f32');
-    this.v = b.alloc([n], 'f32');
+    const shard = opts.shard ?? wholeShard(store.value.size);
+    this.shard = shard;
+    this.m = b.alloc([shard.size], 'f32');
+    this.v = b.alloc([shard.size], 'f32');
     b.zero(this.m);
     b.zero(this.v);
     this.normOut = b.alloc([2], 'f32');
@@ -95,18 +117,26 @@ export class AdamW {
     this.schedule = b.alloc([3], 'f32');
     const { beta1, beta2, eps } = opts;
     const work = store.workingCopy;
-    this.updates = updateChunks(store, opts.weightDecay).map(({ offset, size, weightDecay }) => {
-      const view = (t: Tensor): Tensor => b.view(t, offset, [size]);
-      const args = { param: view(store.value), grad: view(store.grad), m: view(this.m), v: view(this.v), clip: this.normOut, sched: this.schedule };
+    this.updates = chunksIn(updateChunks(store, opts.weightDecay), shard).map(({ offset, size, weightDecay }) => {
+      const view = (t: Tensor, from = offset): Tensor => b.view(t, from, [size]);
+      const moment = (t: Tensor): Tensor => view(t, offset - shard.offset);
+      const args = { param: view(store.value), grad: view(store.grad), m: moment(this.m), v: moment(this.v), clip: this.normOut, sched: this.schedule };
       const attrs = { n: size, beta1, beta2, eps, weightDecay };
       return work ? { op: adamwCast, args: { ...args, work: view(work) }, attrs } : { op: adamw, args, attrs };
     });
   }
 
-  /** Compute the gradient norm of the accumulated gradients (before `update`). */
+  /** Compute the gradient norm of the accumulated gradients of the shard (before `update`): the global one for the whole buffer. */
   measure(): void {
     const b = this.backend;
-    b.run(gradNorm, { x: this.store.grad, gradScale: this.gradScale, out: this.normOut }, { n: this.store.grad.size, maxNorm: this.opts.gradClip });
+    const { offset, size, total } = this.shard;
+    const x = size === total ? this.store.grad : b.view(this.store.grad, offset, [size]);
+    b.run(gradNorm, { x, gradScale: this.gradScale, out: this.normOut }, { n: size, maxNorm: this.opts.gradClip });
+  }
+
+  /** 1 / the loss scale the gradients carry (setLossScale). */
+  get gradScaleValue(): number {
+    return 1 / this.lossScale;
   }
 
   /**
@@ -114,6 +144,7 @@ export class AdamW {
    * the clipping and the update see them divided by it. A power of two, so the division is exact.
    */
   setLossScale(scale: number): void {
+    this.lossScale = scale;
     this.backend.upload(this.gradScale, Float32Array.of(1 / scale));
   }
 

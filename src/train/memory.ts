@@ -10,6 +10,7 @@ import { MdlmError, fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
 import { PlanBackend } from '../model/plan.js';
 import type { ActivationSaving } from '../model/saving.js';
+import { flatShard } from '../dist/zero.js';
 import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
 
@@ -28,19 +29,22 @@ export interface MemoryBreakdown {
 }
 
 /**
- * Bytes a training model and its AdamW hold on the device at `batch` sequences of m.seqLen: the
+ * Bytes a training model and its AdamW hold on the device at `batch` sequences of m.seqLen, per
+ * rank when the optimizer is sharded over `zeroRanks` ranks (train.zero 1: the AdamW moments of the
+ * largest shard; the weights, gradients and working copy stay whole on every rank): the
  * model and the optimizer built against an allocation plan (src/model/plan.ts), which allocates
  * nothing and computes no initial values, and their tensors summed. The backend's pool rounds each
  * buffer up to 256 bytes, and kernels keep some scratch of their own (CUDA: the arena and
  * cuBLASLt's workspace), so the device needs a little more.
  */
-export function trainingMemory(m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}): MemoryBreakdown {
+export function trainingMemory(m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}, zeroRanks = 1): MemoryBreakdown {
   const plan = new PlanBackend();
   const model = new LlamaModel(plan, m, batch, 0, { dtype, ...saving, fill: null });
   const store = model.store;
   const before = plan.allocatedBytes;
-  // The optimizer's sizes follow the parameters' layout alone, not its settings.
-  new AdamW(store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClip: 0 });
+  // The optimizer's sizes follow the parameters' layout alone, not its settings; sharded, rank 0's shard is the largest.
+  const shard = zeroRanks > 1 ? { shard: flatShard(store.value.size, zeroRanks, 0) } : {};
+  new AdamW(store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClip: 0, ...shard });
   const optimizer = plan.allocatedBytes - before;
   const weights = store.value.byteSize;
   const grads = store.grad.byteSize;
@@ -68,8 +72,8 @@ export function describeMemory(e: MemoryBreakdown): string {
 const ADVICE = 'lower train.batchSize (and raise train.gradAccum to keep the tokens per step), model.seqLen or the model size, or use train.precision bf16, train.recompute swiglu or train.logitChunks';
 
 /** The estimate for this run; an OUT_OF_MEMORY error now if the device is known to be too small. */
-export function checkTrainingFits(backend: Backend, m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}): MemoryBreakdown {
-  const est = trainingMemory(m, batch, dtype, saving);
+export function checkTrainingFits(backend: Backend, m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}, zeroRanks = 1): MemoryBreakdown {
+  const est = trainingMemory(m, batch, dtype, saving, zeroRanks);
   const have = backend.memoryBytes;
   if (have !== undefined && est.total + deviceReserve(have) > have) {
     fail('OUT_OF_MEMORY', `this run needs about ${describeMemory(est)}, plus ~${gib(deviceReserve(have))} for the runtime, but ${backend.description} has ${gib(have)}; ${ADVICE}`);

@@ -12,6 +12,7 @@ import type { ParamFiller } from '../nn/params.js';
 import { ArObjective } from '../objectives/ar.js';
 import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective } from '../objectives/objective.js';
+import { flatShard } from '../dist/zero.js';
 import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
 import { fp8ScaleUpdate } from '../ops/fp8_scale_update.js';
@@ -42,6 +43,13 @@ export interface SetupOptions {
   readonly fill?: ParamFiller;
   /** What the model runs its ops on, where that is not the backend itself (a profiler around it). */
   readonly runOn?: Backend;
+  /** This process's place among the data-parallel ranks (default: alone), whose shard of the optimizer it keeps under train.zero 1. */
+  readonly place?: { readonly rank: number; readonly worldSize: number };
+}
+
+/** The ranks the optimizer state is sharded over: the data-parallel ranks under train.zero 1, else 1. */
+export function zeroRanks(t: Pick<TrainSection, 'zero'>, worldSize: number): number {
+  return t.zero >= 1 ? worldSize : 1;
 }
 
 /** The compute dtype, the objective, the recording and the activation saving of `cfg` on `backend`. */
@@ -59,7 +67,9 @@ export function planRun(cfg: TrainConfig, backend: Backend, maskId: number): Run
 export function setUpRun(cfg: TrainConfig, backend: Backend, opts: SetupOptions): TrainingRun {
   const t = cfg.train;
   const plan = planRun(cfg, backend, opts.maskId);
-  const memory = checkTrainingFits(backend, cfg.model, t.batchSize, plan.dtype, plan.saving);
+  const place = opts.place ?? { rank: 0, worldSize: 1 };
+  const shardedOver = zeroRanks(t, place.worldSize);
+  const memory = checkTrainingFits(backend, cfg.model, t.batchSize, plan.dtype, plan.saving, shardedOver);
   backend.configureKernels?.({ gemmAutotune: t.deterministic ? 0 : t.gemmAutotune });
   const model = withMemoryEstimate(memory, () => new LlamaModel(opts.runOn ?? backend, cfg.model, t.batchSize, t.seed, {
     dtype: plan.dtype, record: plan.record, deterministic: t.deterministic, ...plan.saving, ...(opts.fill ? { fill: opts.fill } : {}),
@@ -67,6 +77,7 @@ export function setUpRun(cfg: TrainConfig, backend: Backend, opts: SetupOptions)
   try {
     const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, {
       beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip,
+      ...(shardedOver > 1 ? { shard: flatShard(model.store.value.size, shardedOver, place.rank) } : {}),
     }));
     return { ...plan, memory, model, optimizer };
   } catch (e) {

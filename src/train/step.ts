@@ -6,6 +6,7 @@
  */
 import type { TrainConfig } from '../config/schema.js';
 import { type Collectives, SOLO, sumOverRanks } from '../dist/collectives.js';
+import { allGatherParams, globalNorm, reduceScatterGrads } from '../dist/zero.js';
 import { MdlmError } from '../errors.js';
 import type { LlamaModel } from '../model/llama.js';
 import type { BatchShard, Objective, TokenBatch } from '../objectives/objective.js';
@@ -111,7 +112,8 @@ export async function optimizerStep(
 /**
  * optimizerStep's work without its read-back: the micro-batches queued, the gradients summed over
  * the ranks (one all-reduce of the flat gradient buffer a step, after the last micro-batch; none
- * alone), the gradient norm queued, and AdamW deferred: the next step's first pass queues it
+ * alone; under a sharded optimizer a reduce-scatter, the update of this rank's shard and an
+ * all-gather of the weights, not deferred), the gradient norm queued, and AdamW deferred: the next step's first pass queues it
  * before its forward, inside its recording (one graph a step on CUDA); whatever reads the
  * parameters before then calls `optimizer.flush()` first (the Trainer does). The first pass also
  * queues the update deferred by the step before, if any.
@@ -129,6 +131,16 @@ export async function queueStep(parts: StepParts, batches: Lookahead<unknown>, s
     model.forwardBackward(micro === 0, micro === 0 ? optimizer.takeDeferred() : undefined);
     batches.prefetch();
     if (micro < gradAccum - 1) loss += (await model.loss()) / gradAccum;
+  }
+  const { shard } = optimizer;
+  if (shard.size < shard.total) {
+    // train.zero 1 (src/dist/zero.ts): the update runs now, as the weights are gathered after it.
+    await reduceScatterGrads(group, model.store, shard);
+    optimizer.measure();
+    await globalNorm(group, model.backend, optimizer.normOut, optimizer.opts.gradClip, optimizer.gradScaleValue);
+    optimizer.update(lr, step + 1);
+    await allGatherParams(group, model.store, shard);
+    return loss;
   }
   if (group.worldSize > 1) await group.allReduceTensor(model.backend, optimizer.store.grad);
   optimizer.measure();

@@ -31,6 +31,7 @@ import { type InitFrom, initParams } from '../checkpoint/init_from.js';
 import { flopsPerToken } from '../config/model-size.js';
 import type { TrainConfig } from '../config/schema.js';
 import { type Collectives, SOLO, sumOverRanks } from '../dist/collectives.js';
+import { allGatherShards } from '../dist/zero.js';
 import { type BatchLoader, type LoaderState, conversationRows, createLoader, evalBatchCount } from '../data/loader.js';
 import type { TokenSource } from '../data/source.js';
 import type { Tokenizer } from '../data/tokenizer.js';
@@ -41,6 +42,7 @@ import type { Objective } from '../objectives/objective.js';
 import type { AdamW } from '../optim/adamw.js';
 import { learningRate } from '../optim/lr.js';
 import { withFileErrors } from '../runtime/files.js';
+import type { Tensor } from '../tensor.js';
 import { evaluateModel } from './evaluate.js';
 import { type MemoryBreakdown, describeMemory } from './memory.js';
 import { METRICS_FILE, type ResumeMode, type RunDir, type RunDirOptions, openRunDir } from './run_dir.js';
@@ -156,7 +158,7 @@ export class Trainer {
     // Every run evaluates at its end: a validation split too small for one batch fails now, not
     // after the training it would cost.
     if (opts.val) evalBatchCount(opts.val, { seqLen: cfg.model.seqLen, batchSize: cfg.train.batchSize, ...conversationRows(cfg), ...place });
-    const run = setUpRun(cfg, opts.backend, { maskId, ...(opts.fill ? { fill: opts.fill } : {}) });
+    const run = setUpRun(cfg, opts.backend, { maskId, place, ...(opts.fill ? { fill: opts.fill } : {}) });
     this.objective = run.objective;
     this.memory = run.memory;
     this.model = run.model;
@@ -184,7 +186,7 @@ export class Trainer {
     return [
       `model: ${(this.model.paramCount / 1e6).toFixed(2)}M parameters (d ${m.dModel}, ${m.nLayers} layers, ${m.nHeads} heads / ${m.nKvHeads} KV, SwiGLU ${m.ffnHidden}, seq ${m.seqLen}, vocab ${m.vocabSize})`,
       `compute: ${(fpt / 1e6).toFixed(1)} MFLOP per token; ${this.model.dtype} activations ${(this.model.activationBytes / 2 ** 20).toFixed(1)} MiB on ${this.opts.backend.description}${this.fp8Summary()}`,
-      `memory: about ${describeMemory(this.memory)}`,
+      `memory: about ${describeMemory(this.memory)}${this.optimizer.shard.size < this.optimizer.shard.total ? ` a rank (train.zero 1: the AdamW state sharded over ${this.group.worldSize} ranks)` : ''}`,
       `objective: ${this.objective.name}; batch ${this.cfg.train.batchSize} × ${m.seqLen} × accum ${this.cfg.train.gradAccum}${this.group.worldSize > 1 ? ` × ${this.group.worldSize} ranks` : ''}`,
     ].join('\n');
   }
@@ -214,10 +216,12 @@ export class Trainer {
     }
     this.model.loadParams(ck.tensors, latest.dir);
     const b = this.opts.backend;
+    // The moments are saved whole: this rank takes its shard's range of them (any train.zero, any number of ranks).
+    const { offset, size, total } = this.optimizer.shard;
     for (const [name, dst] of [['m', this.optimizer.m], ['v', this.optimizer.v]] as const) {
       const t = ck.optimizer[name];
-      if (!t || !(t.data instanceof Float32Array) || t.data.length !== dst.size) fail('BAD_FILE', `${latest.dir}: optimizer state '${name}' is missing or has the wrong size`);
-      b.upload(dst, t.data);
+      if (!t || !(t.data instanceof Float32Array) || t.data.length !== total) fail('BAD_FILE', `${latest.dir}: optimizer state '${name}' is missing or has the wrong size`);
+      b.upload(dst, t.data.subarray(offset, offset + size));
     }
     const fp8 = this.model.fp8;
     if (fp8 && fp8.tables.length > 0) {
@@ -278,12 +282,17 @@ export class Trainer {
     const b = this.opts.backend;
     this.optimizer.flush();
     await b.sync();
+    // Sharded moments (train.zero 1) are gathered whole, every rank taking part, so the checkpoint
+    // is the one an unsharded run writes and resumes on any number of ranks and any train.zero.
+    const { shard } = this.optimizer;
+    const whole = async (t: Tensor): Promise<Float32Array> =>
+      shard.size < shard.total ? allGatherShards(this.group, b, t, shard) : ((await b.download(t)) as Float32Array);
+    const m = await whole(this.optimizer.m);
+    const v = await whole(this.optimizer.v);
     if (this.group.rank !== 0) return join(this.cfg.out, stepDirName(this.step));
     const values = (await b.download(this.model.store.value)) as Float32Array;
     const tensors: Record<string, Float32Array> = {};
     for (const p of this.model.store.list) tensors[p.name] = values.slice(p.offset, p.offset + p.value.size);
-    const m = (await b.download(this.optimizer.m)) as Float32Array;
-    const v = (await b.download(this.optimizer.v)) as Float32Array;
     const fp8: Record<string, Float32Array> = {};
     for (const { name, tensor } of this.model.fp8?.tables ?? []) fp8[name] = (await b.download(tensor)) as Float32Array;
     const trainerState: SavedTrainerState = {

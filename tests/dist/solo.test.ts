@@ -16,7 +16,7 @@ function gatherOnly(rank: number, others: readonly Float32Array[]): Collectives 
     throw new Error('not this collective');
   };
   return {
-    rank, worldSize: others.length, allReduce: refuse, allReduceTensor: refuse, broadcast: refuse, barrier: refuse,
+    rank, worldSize: others.length, allReduce: refuse, allReduceTensor: refuse, broadcast: refuse, reduceScatter: refuse, barrier: refuse,
     allGather: async (mine) => {
       const all = new Float32Array(mine.length * others.length);
       others.forEach((o, r) => all.set(r === rank ? mine : o, r * mine.length));
@@ -71,13 +71,13 @@ describe('the trainer alone', () => {
   });
   afterAll(() => remove());
 
-  it('calls no collective in a world of one: training, evaluation and checkpoints go as without one', async () => {
-    const config = tinyConfig(root, dataDir, 'solo', { 'train.steps': '4', 'train.saveEvery': '2', 'train.evalEvery': '2', 'train.evalBatches': '1' });
+  it.each(['0', '1'])('calls no collective in a world of one: training, evaluation and checkpoints go as without one (train.zero %s)', async (zero) => {
+    const config = tinyConfig(root, dataDir, `solo-${zero}`, { 'train.steps': '4', 'train.saveEvery': '2', 'train.evalEvery': '2', 'train.evalBatches': '1', 'train.zero': zero });
     const data = await openRunData(config, () => {});
     const refuse = async (): Promise<never> => {
       throw new Error('a collective in a world of one');
     };
-    const alone: Collectives = { rank: 0, worldSize: 1, allReduce: refuse, allReduceTensor: refuse, broadcast: refuse, allGather: refuse, barrier: refuse };
+    const alone: Collectives = { rank: 0, worldSize: 1, allReduce: refuse, allReduceTensor: refuse, broadcast: refuse, allGather: refuse, reduceScatter: refuse, barrier: refuse };
     const t = new Trainer({ config, backend: new CpuBackend(), train: data.train, val: data.val, tokenizer: data.tokenizer, resume: false, log: () => {}, group: alone });
     const result = await t.run();
     t.destroy();

@@ -1,0 +1,114 @@
+/**
+ * The distributed optimizer (train.zero 1, src/dist/zero.ts) between real processes: `mdlm train`
+ * over the compiled dist/ (build it first) on the CPU backend, a tiny model on the Brown corpus,
+ * against plain data parallelism (train.zero 0) on as many ranks; checkpoints of sharded moments
+ * resumed on another number of ranks and another train.zero.
+ */
+import { cpSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type CliExit, startCli } from '../support/dist_spawn.js';
+import { tinyRunRoot } from '../support/train.js';
+
+let root: string;
+let dataDir: string;
+let remove = (): void => {};
+
+beforeAll(async () => {
+  ({ root, dataDir, remove } = await tinyRunRoot('mdlm-zero-'));
+});
+afterAll(() => remove());
+
+function args(out: string, extra: Record<string, string | number>): string[] {
+  const fields: Record<string, string | number> = {
+    preset: 'nano', backend: 'cpu', 'data.path': dataDir, steps: 20,
+    'model.dModel': 32, 'model.nLayers': 2, 'model.nHeads': 2, 'model.ffnHidden': 64, 'model.seqLen': 32,
+    'train.warmupSteps': 5, 'train.evalEvery': 0, 'train.saveEvery': 0, 'train.evalBatches': 2, 'train.logEvery': 1,
+    'train.batchSize': 2,
+    ...extra,
+    out: join(root, out),
+  };
+  return ['train', ...Object.entries(fields).flatMap(([k, v]) => [`--${k}`, String(v)])];
+}
+
+const ranks = (n: number): string[] => ['--nproc-per-node', String(n)];
+
+async function run(argv: readonly string[]): Promise<CliExit> {
+  const e = await startCli(argv).exit;
+  expect(e.code, e.stderr).toBe(0);
+  return e;
+}
+
+interface Row {
+  step: number;
+  loss?: number;
+  grad_norm?: number;
+  val_loss?: number;
+}
+
+function metrics(out: string): Row[] {
+  return readFileSync(join(root, out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Row);
+}
+const losses = (out: string): number[] => metrics(out).filter((r) => r.loss !== undefined).map((r) => r.loss!);
+const gradNorms = (out: string): number[] => metrics(out).filter((r) => r.grad_norm !== undefined).map((r) => r.grad_norm!);
+const valLoss = (out: string): number => metrics(out).find((r) => r.val_loss !== undefined)!.val_loss!;
+
+function relative(a: readonly number[], b: readonly number[]): number[] {
+  expect(b.length).toBe(a.length);
+  return a.map((x, i) => Math.abs(b[i]! - x) / x);
+}
+
+describe('train.zero 1 on the CPU', () => {
+  it('without clipping, 2 and 3 ranks give the bits of plain data parallelism on as many ranks', async () => {
+    // The summed gradients are the all-reduce's bytes and AdamW runs elementwise, so with a clip
+    // coefficient of 1 every weight, loss and evaluation is the same bits; the reported norm is
+    // summed from the shards' norms (not one reduction), so equal to f32 rounding only.
+    for (const n of [2, 3]) {
+      const plain = `noclip-${n}-zero0`;
+      const zero = `noclip-${n}-zero1`;
+      await run([...args(plain, { 'train.gradClip': 0 }), ...ranks(n)]);
+      const e = await run([...args(zero, { 'train.gradClip': 0, 'train.zero': 1 }), ...ranks(n)]);
+      expect(e.stderr).toContain(`a rank (train.zero 1: the AdamW state sharded over ${n} ranks)`);
+      expect(losses(zero)).toEqual(losses(plain));
+      expect(valLoss(zero)).toBe(valLoss(plain));
+      expect(Math.max(...relative(gradNorms(plain), gradNorms(zero)))).toBeLessThan(1e-5);
+    }
+  });
+
+  it('with clipping, 2 ranks give the losses of plain data parallelism within 1e-6 a step', async () => {
+    // The clip coefficient comes from the norm summed over the shards: a last bit off from the
+    // all-reduced gradient's, so the updates and then the losses drift by f32 roundings.
+    await run([...args('clip-zero0', { 'train.gradClip': 0.5 }), ...ranks(2)]);
+    await run([...args('clip-zero1', { 'train.gradClip': 0.5, 'train.zero': 1 }), ...ranks(2)]);
+    const rel = relative(losses('clip-zero0'), losses('clip-zero1'));
+    expect(Math.max(...rel), rel.map((r) => r.toExponential(1)).join(' ')).toBeLessThan(1e-6);
+    // Clipping was active: the norms exceed the threshold.
+    expect(gradNorms('clip-zero0').some((g) => g > 0.5)).toBe(true);
+  });
+});
+
+describe('checkpoints of train.zero 1', () => {
+  it('a 2-rank run stopped by Ctrl-C resumes with the losses of an uninterrupted run: on 2 ranks (zero 1 and zero 0) and on 1 with the same global batch', async () => {
+    const two = (out: string, zero: number): string[] => [...args(out, { 'train.zero': zero, 'train.gradClip': 0 }), ...ranks(2)];
+    await run(two('whole', 1));
+    const stopped = await startCli(two('stopped', 1), {}, (all, p) => {
+      if (/^step 3\//m.test(all) && !all.includes('passing it on')) p.kill('SIGINT');
+    }).exit;
+    expect(stopped.code, stopped.stderr).toBe(130);
+    const at = Number(/stopped by SIGINT at step (\d+)/.exec(stopped.stderr)![1]);
+    expect(at).toBeLessThan(20);
+    for (const copy of ['stopped-zero0', 'stopped-one']) cpSync(join(root, 'stopped'), join(root, copy), { recursive: true });
+
+    // The moments were gathered whole into the checkpoint: each rank takes its shard back.
+    await run([...two('stopped', 1), '--resume']);
+    expect(losses('stopped')).toEqual(losses('whole'));
+    // Unsharded on the same ranks: the same bits (no clipping, so the updates are the same).
+    await run([...two('stopped-zero0', 0), '--resume']);
+    expect(losses('stopped-zero0')).toEqual(losses('whole'));
+    // One process of batch 4: its gradients are summed in another order, so within f32 roundings.
+    await run([...args('stopped-one', { 'train.batchSize': 4, 'train.gradClip': 0 }), '--resume']);
+    const rel = relative(losses('whole'), losses('stopped-one'));
+    expect(rel.slice(0, at).every((r) => r === 0)).toBe(true);
+    expect(Math.max(...rel)).toBeLessThan(1e-6);
+  });
+});
