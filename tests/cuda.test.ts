@@ -564,6 +564,12 @@ describe.runIf(hasCuda)('cuda specifics', () => {
     [base, mat, mo].forEach((t) => b.free(t));
   });
 
+  it('refuses to move to another GPU (useDevice) once the device is in use', async () => {
+    const b = await cuda();
+    b.free(b.alloc([1], 'f32'));
+    expect(() => loadCudaAddon().addon!.useDevice(0)).toThrow(/in use already/);
+  });
+
   it("runs matmul_fp8 on FP8 tensor cores with per-tensor factors at 4-byte offsets (a meta record's scaleInv)", async () => {
     const b = await cuda();
     const rng = new PhiloxStream(13, RngPurpose.harness);

@@ -202,8 +202,25 @@ Napi::Value Sync(const Napi::CallbackInfo& info) {
   });
 }
 
+// useDevice(index): the GPU this process runs on from now on, index modulo the visible count (a
+// rank's LOCAL_RANK; several ranks share a GPU when there are fewer). Before the first use only:
+// the device state (streams, cuBLASLt, memory) lives on the GPU current when it is made.
+Napi::Value UseDevice(const Napi::CallbackInfo& info) {
+  return guarded(info, [&]() -> Napi::Value {
+    if (info.Env().GetInstanceData<Device>()) throw std::runtime_error("useDevice: the device is in use already; choose it before the first allocation");
+    if (info.Length() < 1 || !info[0].IsNumber()) throw Napi::TypeError::New(info.Env(), "useDevice(index): expected a number");
+    const int index = info[0].As<Napi::Number>().Int32Value();
+    int count = 0;
+    check_cuda(cudaGetDeviceCount(&count), "useDevice: cudaGetDeviceCount");
+    if (index < 0 || count <= 0) throw std::runtime_error("useDevice: no device " + std::to_string(index) + " among " + std::to_string(count));
+    check_cuda(cudaSetDevice(index % count), "useDevice: cudaSetDevice");
+    return Napi::Number::New(info.Env(), index % count);
+  });
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("probe", Napi::Function::New(env, Probe, "probe"));
+  exports.Set("useDevice", Napi::Function::New(env, UseDevice, "useDevice"));
   exports.Set("configure", Napi::Function::New(env, Configure, "configure"));
   exports.Set("malloc", Napi::Function::New(env, Malloc, "malloc"));
   exports.Set("free", Napi::Function::New(env, Free, "free"));

@@ -200,7 +200,7 @@ export function trainCommand(): Command {
       let backend: Backend | undefined;
       if (preset === undefined && o.config === undefined) {
         // No model chosen: size the default to the device, so `mdlm train` finishes in minutes anywhere.
-        backend = await createBackend(parseBackendChoice(overrides.backend ?? 'auto'));
+        backend = await createBackend(parseBackendChoice(overrides.backend ?? 'auto'), log, { localRank: env.localRank });
         preset = defaultPreset(backend);
         log(`no --preset or --config: using preset '${preset}' for ${backend.name} (${backend.description}); pass --preset to choose`);
       }
@@ -212,7 +212,7 @@ export function trainCommand(): Command {
         world = await joinWorld({ env, config, timeoutMs: o.distTimeout * 1000 });
         // The run directory before anything slow: a wrong --out fails in a second, not after data preparation.
         runDir = await openRunDirOnRanks(config.out, { resume, overwrite: o.overwrite ?? false, log }, world.group);
-        backend ??= await createBackend(config.backend);
+        backend ??= await createBackend(config.backend, log, { localRank: env.localRank });
         await train(config, backend, runDir, tokenizer, init, log, world);
         await world.close();
       } catch (e) {

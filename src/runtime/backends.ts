@@ -148,11 +148,15 @@ export function parseBackendChoice(s: string): BackendChoice {
 }
 
 /** A backend by name, or the one 'auto' picks; `log` receives the line saying why auto passed one over. */
-export async function createBackend(choice: BackendChoice, log: (line: string) => void = (line) => console.error(line)): Promise<Backend> {
+/**
+ * `localRank`: the process's rank on its node (a job's LOCAL_RANK): CUDA runs it on visible GPU
+ * localRank modulo their count, so a node's ranks take a GPU each (and share them when fewer).
+ */
+export async function createBackend(choice: BackendChoice, log: (line: string) => void = (line) => console.error(line), opts: { localRank?: number } = {}): Promise<Backend> {
   if (choice === 'auto') {
     const auto = await chooseAutoBackend((name) => (name === 'webgpu' ? probeWebGpu() : probeCuda()));
     if (auto.note) log(auto.note);
-    return createBackend(auto.name);
+    return createBackend(auto.name, log, opts);
   }
   if (choice === 'cpu') return new CpuBackend();
   if (choice === 'webgpu') {
@@ -163,5 +167,7 @@ export async function createBackend(choice: BackendChoice, log: (line: string) =
   }
   const probe = probeCuda();
   if (!probe.available) fail('BACKEND_UNAVAILABLE', `backend cuda is unavailable: ${probe.reason}. Use --backend webgpu or cpu, or run 'mdlm probe'`);
-  return new CudaBackend(loadCudaAddon().addon!);
+  const addon = loadCudaAddon().addon!;
+  if (opts.localRank !== undefined && opts.localRank > 0) addon.useDevice(opts.localRank);
+  return new CudaBackend(addon);
 }

@@ -78,6 +78,7 @@ export function simulatedCudaAddon(): CudaAddon & { readonly skippedBodies: () =
     skippedBodies: () => skipped,
     runSettings: () => runSettings,
     probe: () => info,
+    useDevice: () => 0, // one simulated GPU: every index is it
     configure(s) {
       if (!Number.isInteger(s.gemmAutotune) || s.gemmAutotune < 0 || s.gemmAutotune > 64) throw addonError('BAD_ARGUMENT', `configure: gemmAutotune is ${s.gemmAutotune}`);
       settings = { ...s };

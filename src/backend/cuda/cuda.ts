@@ -59,6 +59,8 @@ export const MOST_GEMM_CANDIDATES = 64;
 /** The native module cuda/build/Release/mdlm_cuda.node. */
 export interface CudaAddon {
   probe(): CudaProbeInfo;
+  /** Run on visible GPU `index` modulo their count (before the first allocation); returns the GPU chosen. */
+  useDevice(index: number): number;
   /** The kernel settings of every call from here on. */
   configure(settings: CudaKernelSettings): void;
   malloc(bytes: number): bigint;
