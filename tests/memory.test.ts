@@ -98,6 +98,44 @@ describe('trainingMemory', () => {
     expect(Buffer.from(r.grad.buffer).equals(Buffer.from(a.grad.buffer))).toBe(true);
   });
 
+  it('train.recompute full: the activations of one block instead of every block, and the same loss and gradient bits (forwardBackward, and forward() then backward())', async () => {
+    const variants: Record<string, string>[] = [{}, { 'model.qkNorm': 'true', 'model.nKvHeads': '2', 'model.nLayers': '3' }, { 'model.qkvBias': 'true', 'model.tieEmbeddings': 'false' }];
+    for (const over of variants) {
+      const cfg = smallModel(over);
+      const batch = 2, N = batch * cfg.model.seqLen, L = cfg.model.nLayers;
+      for (const dtype of ['f32', 'bf16'] as const) {
+        const kept = trainingMemory(cfg.model, batch, dtype);
+        const full = trainingMemory(cfg.model, batch, dtype, { recompute: 'full' });
+        // A block's own activations: what one more layer adds to the estimate.
+        const oneMore = trainingMemory({ ...cfg.model, nLayers: L + 1 }, batch, dtype);
+        const stream = N * cfg.model.dModel * (dtype === 'f32' ? 4 : 2);
+        const perBlock = oneMore.activations - kept.activations - stream;
+        expect(perBlock).toBeGreaterThan(0);
+        expect(kept.activations - full.activations).toBe((L - 1) * perBlock);
+        expect([full.weights, full.grads, full.optimizer]).toEqual([kept.weights, kept.grads, kept.optimizer]);
+      }
+      const run = async (recompute: Recompute, fused: boolean) => {
+        const b = new CpuBackend();
+        const m = new LlamaModel(b, cfg.model, batch, 5, { recompute });
+        m.setBatch(tokenBatch(N, cfg.model.seqLen), true);
+        if (fused) m.forwardBackward();
+        else {
+          m.forward();
+          m.backward();
+        }
+        const out = { loss: await m.loss(), grad: (await b.download(m.store.grad)) as Float32Array };
+        m.destroy();
+        return out;
+      };
+      for (const fused of [true, false]) {
+        const [a, r] = [await run('none', fused), await run('full', fused)];
+        expect(r.loss).toBe(a.loss);
+        expect(a.grad.some((x) => x !== 0)).toBe(true);
+        expect(Buffer.from(r.grad.buffer).equals(Buffer.from(a.grad.buffer))).toBe(true);
+      }
+    }
+  });
+
   const backends: [string, () => Promise<Backend>][] = [['cpu', async () => new CpuBackend()]];
   if (hasWebGpu) backends.push(['webgpu', async () => (await webgpuBackend())!]);
   for (const [bname, get] of backends) it(`train.logitChunks (${bname}): one block of logits held; the same losses, and gradients equal to rounding, by forwardBackward and by forward() then backward()`, async () => {

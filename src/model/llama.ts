@@ -24,7 +24,7 @@ import { type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import { type ModelBatch, ModelInputs } from './inputs.js';
 import type { ModelConfig } from '../config/schema.js';
-import { type ActivationSaving, type Fp8Blocks, logitChunksOf, logitRows } from './saving.js';
+import { type ActivationSaving, type Fp8Blocks, SharedBlockActivations, logitChunksOf, logitRows } from './saving.js';
 
 /** Work a pass queues first, before its forward (forwardBackward); `key` tells its recordings from the pass's others. */
 export interface PassPrelude {
@@ -79,6 +79,8 @@ export class LlamaModel {
   private readonly dStream: Tensor;
   private readonly zeros: Tensor;
   private causal = true;
+  /** train.recompute full: the blocks share their activations, and the backward runs each block's forward again first. */
+  private readonly recomputeBlocks: boolean;
   readonly dtype: FloatDType;
   private recordSteps: boolean;
   /** forward + backward recorded per (attention kind, overwriteGrads), and those run once unrecorded. */
@@ -132,7 +134,10 @@ export class LlamaModel {
     const attnScratch = new AttentionScratch(this.arena, dims);
     const mlpScratch = new MlpScratch(this.arena, N, cfg.dModel, cfg.ffnHidden, opts.fp8 !== undefined);
     const inFp8 = (i: number): boolean => fp8Blocks !== null && i >= fp8Blocks.from && i < fp8Blocks.to;
-    this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd, inFp8(i)));
+    // train.recompute full: the blocks share one set of activations (SharedBlockActivations).
+    const shared = opts.recompute === 'full' ? new SharedBlockActivations(this.arena) : null;
+    this.recomputeBlocks = shared !== null;
+    this.blocks = Array.from({ length: cfg.nLayers }, (_, i) => new DecoderBlock(this.store, shared?.arenaFor(i) ?? this.arena, i, dims, blockScratch, attnScratch, mlpScratch, std, outStd, inFp8(i)));
     this.finalNorm = new RMSNorm(this.store, 'final_norm', cfg.dModel, cfg.normEps);
     this.head = cfg.tieEmbeddings
       ? Linear.sharing(this.embed.table, cfg.dModel, cfg.vocabSize)
@@ -327,7 +332,13 @@ export class LlamaModel {
     const N = this.rows;
     const cfg = this.cfg;
     this.finalNorm.backward(b, this.dNormed, this.streams[cfg.nLayers]!, this.rstdFinal, this.zeros, this.dStream, N);
-    for (let i = cfg.nLayers - 1; i >= 0; i--) this.blocks[i]!.backward(b, this.streams[i]!, this.dStream, this.inputs.segIds, this.inputs.positions, this.causal);
+    for (let i = cfg.nLayers - 1; i >= 0; i--) {
+      const blk = this.blocks[i]!;
+      // Shared activations hold the last block's, from the forward; each other block's forward runs
+      // again from its kept input (rewriting its output, the next block's input, with the same bits).
+      if (this.recomputeBlocks && i < cfg.nLayers - 1) blk.forward(b, this.streams[i]!, this.streams[i + 1]!, this.inputs.segIds, this.inputs.positions, this.causal);
+      blk.backward(b, this.streams[i]!, this.dStream, this.inputs.segIds, this.inputs.positions, this.causal);
+    }
     this.embed.backward(b, this.inputs.ids, this.dStream, N);
   }
 

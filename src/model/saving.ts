@@ -3,7 +3,9 @@
  * loss run in: train.recompute, train.logitChunks and train.lossRows as the model takes them.
  */
 import type { Recompute } from '../config/schema.js';
+import { Arena } from '../nn/arena.js';
 import type { Fp8Recipe } from '../nn/fp8.js';
+import type { DType, Shape, Tensor } from '../tensor.js';
 
 /** The FP8 blocks of a model (train.precision fp8, train.fp8): the recipe, and the blocks at either end that keep the compute dtype. */
 export interface Fp8Blocks extends Fp8Recipe {
@@ -44,4 +46,51 @@ export function logitChunksOf(saving: ActivationSaving): number {
  */
 export function logitRows(tokens: number, chunks: number): number {
   return chunks <= 1 ? tokens : Math.min(tokens, Math.ceil(tokens / chunks / 64) * 64);
+}
+
+/**
+ * One set of activation tensors for all the decoder blocks (train.recompute full): the first
+ * block's allocations are made in `arena` and remembered, and every later block asks for the same
+ * shapes in the same order and gets those tensors back. The model then keeps only the blocks'
+ * inputs (its residual streams) and runs each block's forward again just before its backward.
+ */
+export class SharedBlockActivations {
+  private readonly tensors: Tensor[] = [];
+
+  constructor(private readonly arena: Arena) {}
+
+  /** The arena block `index` allocates its activations from. */
+  arenaFor(index: number): Arena {
+    return index === 0 ? new Remembering(this.arena, this.tensors) : new Replaying(this.arena, this.tensors, index);
+  }
+}
+
+/** Allocates in the model's arena (which counts the bytes) and remembers each tensor. */
+class Remembering extends Arena {
+  constructor(private readonly inner: Arena, private readonly log: Tensor[]) {
+    super(inner.backend, inner.floatDtype);
+  }
+
+  override alloc(shape: Shape, dtype: DType = this.floatDtype): Tensor {
+    const t = this.inner.alloc(shape, dtype);
+    this.log.push(t);
+    return t;
+  }
+}
+
+/** Hands back the first block's tensors in order, each checked against what is asked for. */
+class Replaying extends Arena {
+  private next = 0;
+
+  constructor(inner: Arena, private readonly log: readonly Tensor[], private readonly block: number) {
+    super(inner.backend, inner.floatDtype);
+  }
+
+  override alloc(shape: Shape, dtype: DType = this.floatDtype): Tensor {
+    const t = this.log[this.next++];
+    if (!t || t.dtype !== dtype || t.shape.join(',') !== shape.join(',')) {
+      throw new Error(`SharedBlockActivations: block ${this.block} asks for [${shape.join(', ')}] ${dtype} as its tensor ${this.next - 1}, which block 0 allocated as ${t ? `[${t.shape.join(', ')}] ${t.dtype}` : 'nothing'}`);
+    }
+    return t;
+  }
 }

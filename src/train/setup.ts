@@ -54,6 +54,9 @@ export function zeroRanks(t: Pick<TrainSection, 'zero'>, worldSize: number): num
 
 /** The compute dtype, the objective, the recording and the activation saving of `cfg` on `backend`. */
 export function planRun(cfg: TrainConfig, backend: Backend, maskId: number): RunPlan {
+  if (cfg.train.recompute === 'full' && cfg.train.precision === 'fp8') {
+    fail('BAD_CONFIG', 'train.recompute full runs each block\'s forward twice a step, which would record every FP8 amax twice; use train.recompute swiglu (or none) with train.precision fp8');
+  }
   const dtype = computeDtype(cfg.train.precision, backend);
   const objective = createObjective(cfg.objective, cfg.train.seed, maskId);
   return { dtype, objective, record: recordsSteps(cfg.train, backend), saving: activationSaving(cfg.train, objective, backend) };

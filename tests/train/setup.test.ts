@@ -103,3 +103,18 @@ describe('the checkpoint', () => {
     expect(loadModel(checkpoint!).config?.train).toMatchObject({ deterministic: true, gemmAutotune: 3 });
   });
 });
+
+describe('train.recompute full', () => {
+  it('trains a step as the others do, and is refused with train.precision fp8, saying why', async () => {
+    await oneStep(small({ 'train.recompute': 'full' }));
+    const cfg = small({ 'train.recompute': 'full', 'train.precision': 'fp8' });
+    let message = '';
+    try {
+      setUpRun(cfg, new CpuBackend(), { maskId: cfg.objective.maskTokenId });
+    } catch (e) {
+      expect((e as MdlmError).code).toBe('BAD_CONFIG');
+      message = (e as MdlmError).message;
+    }
+    expect(message).toContain('train.recompute full runs each block\'s forward twice a step, which would record every FP8 amax twice');
+  });
+});
