@@ -133,7 +133,9 @@ export class ChatSession {
    */
   async reply(messages: readonly ChatMessage[], onText: (text: string) => void): Promise<string> {
     const context = this.m.loaded.model.seqLen;
-    const room = this.m.objective === 'ar' ? 1 : Math.min(this.o.length ?? 64, context - 1);
+    // Room for at least one token of the reply, or for the whole of an mdlm --length.
+    const room = this.m.objective === 'mdlm' ? (this.o.length ?? 1) : 1;
+    if (room >= context) fail('BAD_ARGUMENT', `--length ${room} leaves no room for the conversation in the model's context of ${context} tokens; lower it`);
     const prompt = this.promptWithin(messages, context - room);
     const seed = this.o.seed + this.replies++;
     const out = new ReplyText(this.tokenizer, this.template.turnEnd, onText);

@@ -1,0 +1,129 @@
+/**
+ * Pretrain -> supervised fine-tuning -> chat, as a user runs them, on a task the test makes:
+ * reversing a three-letter word, asked as a conversation ("abc=" -> "cba", through a Jinja chat
+ * template). A tiny model pretrained briefly on words, then fine-tuned from that checkpoint on the
+ * conversations, answers held-out words (letter triples it never saw) exactly, for ar and for
+ * mdlm; `mdlm chat --prompt` prints the answer.
+ *
+ * The sizes are the smallest at which both objectives get there with room to spare on the CPU:
+ * the fine-tuning loss sits on a plateau (the middle letter) before it falls to ~0, at about step
+ * 120 of 200 (ar) and 450 of 1000 (mdlm, whose loss sees a quarter of the reply tokens a step
+ * that ar's does) over the seeds tried.
+ */
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CpuBackend } from '../src/backend/cpu/cpu.js';
+import { ChatSession } from '../src/cli/chat.js';
+import { openModel, requireTokenizer } from '../src/cli/model.js';
+import { resolveRunConfig } from '../src/config/run.js';
+import { ChatTemplate } from '../src/data/chat.js';
+import { prepareData } from '../src/data/prepare.js';
+import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
+import { openRunData } from '../src/train/data.js';
+import { Trainer } from '../src/train/trainer.js';
+import { mdlm } from './support/cli.js';
+
+const LETTERS = 'abcdefghij';
+/** The user's word then "=", the assistant's reply then EOS. */
+const TEMPLATE = "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}={% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}";
+const reverse = (w: string) => [...w].reverse().join('');
+
+let root: string;
+const held: string[] = [];
+
+beforeAll(async () => {
+  root = mkdtempSync(join(tmpdir(), 'mdlm-sft-'));
+  const rng = new PhiloxStream(7, RngPurpose.dataOrder);
+  const word = () => Array.from({ length: 3 }, () => LETTERS[Math.floor(rng.uniform() * LETTERS.length)]).join('');
+  const heldOut = new Set<string>();
+  while (heldOut.size < 50) heldOut.add(word());
+  held.push(...heldOut);
+  const train: string[] = [];
+  while (train.length < 600) {
+    const w = word();
+    if (!heldOut.has(w)) train.push(w);
+  }
+  writeFileSync(join(root, 'reverse.jsonl'), train.map((w) => JSON.stringify({ prompt: w, response: reverse(w) })).join('\n') + '\n');
+  writeFileSync(join(root, 'words.txt'), Array.from({ length: 200 }, () => Array.from({ length: 12 }, word).join(' ')).join('\n\n') + '\n');
+  const tok = join(root, 'tokenizer');
+  mkdirSync(tok);
+  writeFileSync(join(tok, 'tokenizer_config.json'), JSON.stringify({ mdlm_tokenizer: 'byte', eos_token: '<|endoftext|>', mask_token: '[MASK]', chat_template: TEMPLATE }));
+  await prepareData({ input: join(root, 'words.txt'), tokenizer: 'byte', out: join(root, 'words'), valFraction: 0.05, seed: 1 });
+  const prep = mdlm('data', 'prepare', '--format', 'chat', '--input', join(root, 'reverse.jsonl'), '--tokenizer', tok, '--out', join(root, 'chat'), '--val-fraction', '0.2', '--val-tokens', '1200', '--seed', '1', '--no-progress');
+  expect(prep.stderr).toBe('');
+  expect(prep.stdout).toMatch(/chat template: tokenizer; \d+ of \d+ tokens are the assistant's/);
+  expect(prep.code).toBe(0);
+}, 120_000);
+
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+/** Train one run as `mdlm train` resolves it (with --init-from where given). */
+async function train(overrides: Record<string, string>, initFrom?: string): Promise<void> {
+  const { config, tokenizer, init } = await resolveRunConfig({ preset: 'nano', overrides, ...(initFrom ? { initFrom } : {}), log: () => {} });
+  const data = await openRunData(config, () => {});
+  const t = new Trainer({ config, backend: new CpuBackend(), train: data.train, val: data.val, tokenizer, resume: false, log: () => {} });
+  try {
+    if (init) t.initFrom(init);
+    await t.run();
+  } finally {
+    t.destroy();
+  }
+}
+
+const RUNS = {
+  ar: { batch: '16', lr: '1e-2', seqLen: '32', steps: '200' },
+  mdlm: { batch: '32', lr: '5e-3', seqLen: '10', steps: '1000' },
+} as const;
+
+describe('pretrain, fine-tune, chat', () => {
+  for (const objective of ['ar', 'mdlm'] as const) {
+    it(`${objective}: fine-tuned from a briefly pretrained checkpoint, it reverses at least 90% of 50 held-out words exactly`, async () => {
+      const r = RUNS[objective];
+      const model = {
+        'objective.kind': objective, 'model.dModel': '32', 'model.nLayers': '1', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.initStd': '0.08',
+        'train.evalEvery': '0', 'train.evalBatches': '1', 'train.saveEvery': '0', backend: 'cpu',
+      };
+      const pre = join(root, `pre-${objective}`);
+      await train({ ...model, 'model.seqLen': '32', 'train.batchSize': '16', 'train.steps': '15', 'train.warmupSteps': '5', 'data.path': join(root, 'words'), out: pre });
+      const sft = join(root, `sft-${objective}`);
+      await train({
+        ...model, 'model.seqLen': r.seqLen, 'train.batchSize': r.batch, 'train.lr': r.lr, 'train.minLr': String(Number(r.lr) / 10), 'train.steps': r.steps, 'train.warmupSteps': '10',
+        'data.path': join(root, 'chat'), 'data.format': 'chat', out: sft,
+      }, pre);
+
+      // The held-out words through mdlm chat's own session: template, greedy sampling, the end of the reply.
+      const m = await openModel(sft, undefined);
+      const tok = requireTokenizer(m, 'chat');
+      expect(tok.chatTemplate).toBe(TEMPLATE);
+      const session = new ChatSession(new CpuBackend(), m, tok, new ChatTemplate(TEMPLATE, tok, sft), { seed: 0 });
+      const wrong: string[] = [];
+      for (const w of held) {
+        const reply = await session.reply([{ role: 'user', content: w }], () => {});
+        if (reply !== reverse(w)) wrong.push(`${w} -> ${reply}`);
+      }
+      session.destroy();
+      expect(wrong.length, wrong.join(', ')).toBeLessThanOrEqual(5);
+
+      const asked = held.find((w) => !wrong.some((x) => x.startsWith(w)))!;
+      const chat = mdlm('chat', '--checkpoint', sft, '--prompt', asked, '--backend', 'cpu');
+      expect(chat.stderr).toBe('');
+      expect(chat.stdout).toBe(`${reverse(asked)}\n`);
+      expect(chat.code).toBe(0);
+    }, 300_000);
+  }
+
+  it('mdlm chat reads turns line by line (/reset forgets them) and refuses flags of the other kind', () => {
+    const run = join(root, 'sft-ar');
+    const piped = spawnSync(process.execPath, ['bin/mdlm.js', 'chat', '--checkpoint', run, '--backend', 'cpu'], { input: 'abc\n/reset\n\ndef\n', encoding: 'utf8', timeout: 120_000 });
+    expect(piped.stderr).toBe('');
+    expect(piped.status).toBe(0);
+    const once = (w: string) => mdlm('chat', '--checkpoint', run, '--prompt', w, '--backend', 'cpu').stdout.trim();
+    expect(piped.stdout.split('\n')).toEqual([once('abc'), '(conversation reset)', once('def'), '']);
+    const wrongKind = mdlm('chat', '--checkpoint', run, '--prompt', 'abc', '--length', '8', '--backend', 'cpu');
+    expect(wrongKind.code).toBe(1);
+    expect(wrongKind.stderr).toMatch(/--length applies to mdlm \(diffusion\) checkpoints/);
+  }, 120_000);
+});
