@@ -4,7 +4,7 @@ import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import type { Backend } from '../src/backend/backend.js';
 import { CudaBackend } from '../src/backend/cuda/cuda.js';
 import { MdlmError } from '../src/errors.js';
-import { checkTrainingFits, trainingMemory, withMemoryEstimate } from '../src/train/memory.js';
+import { checkTrainingFits, deviceReserve, trainingMemory, withMemoryEstimate } from '../src/train/memory.js';
 import { activationSaving, recordsSteps } from '../src/train/setup.js';
 import { expectMdlmError } from './support/contracts.js';
 import { MODEL_VARIANTS } from './support/model_variants.js';
@@ -269,6 +269,32 @@ describe('trainingMemory', () => {
     // logits would leave less than 0.2 GiB of margin.
     expect(est.total / 2 ** 30).toBeLessThan(48.96);
     expect(trainingMemory(cfg.model, cfg.train.batchSize, 'bf16').total / 2 ** 30).toBeGreaterThan(48.96 - 0.2);
+  });
+
+  it('fits the llama-3b preset (every block recomputed) at 4 × 2048 in bf16 on one 80 GB GPU, with the device reserve', () => {
+    const cfg = resolveConfig({ preset: 'llama-3b' });
+    expect(cfg.model).toMatchObject({ dModel: 3072, nLayers: 28, nHeads: 24, nKvHeads: 8, ffnHidden: 8192, vocabSize: 50304 });
+    expect(paramCount(cfg.model)).toBeGreaterThan(2.9e9);
+    expect(paramCount(cfg.model)).toBeLessThan(3.1e9);
+    expect([cfg.train.batchSize, cfg.model.seqLen, cfg.train.recompute]).toEqual([4, 2048, 'full']);
+    const est = trainingMemory(cfg.model, 4, 'bf16', { recompute: cfg.train.recompute, logitChunks: cfg.train.logitChunks });
+    const device = 80e9;
+    // 53.3 GiB: 44 GiB of f32 weights, gradients and AdamW state, 5.5 of bf16 working copy, 3.4 of activations.
+    expect(est.total + deviceReserve(device)).toBeLessThan(device - 15 * 2 ** 30);
+    expect(trainingMemory(cfg.model, 4, 'bf16').activations).toBeGreaterThan(5 * est.activations);
+  });
+
+  it('a 7B model (Llama-2 shapes, 1 × 4096, every block recomputed) under train.zero 1 over 8 ranks: an eighth of the AdamW state a rank, fitting an H100', () => {
+    const cfg = resolveConfig({ preset: 'llama-1.3b', overrides: { 'model.dModel': '4096', 'model.nLayers': '32', 'model.nHeads': '32', 'model.ffnHidden': '11008', 'model.seqLen': '4096', 'model.tieEmbeddings': 'false' } });
+    const saving = { recompute: 'full', logitChunks: 4 } as const;
+    const one = trainingMemory(cfg.model, 1, 'bf16', saving);
+    const rank = trainingMemory(cfg.model, 1, 'bf16', saving, 8);
+    expect(rank.optimizer).toBeLessThan(one.optimizer / 8 + 2 ** 20);
+    // 72.7 GiB a rank (117.6 unsharded): the f32 weights and gradients stay whole on every rank
+    // under train.zero 1, so it fits an H100's 79.6 GiB (with the reserve) but not 80e9 bytes.
+    const h100 = 81559 * 2 ** 20;
+    expect(rank.total + deviceReserve(h100)).toBeLessThan(h100);
+    expect(one.total).toBeGreaterThan(h100);
   });
 
   it('keeps llama-124m (16 × 1024) and llama-1.3b (8 × 2048) in FP8 within their bf16 budgets: the FP8 blocks keep Q(xᵀ) of the norm outputs and the SwiGLU product instead of the bf16 tensors', () => {

@@ -8,6 +8,7 @@
  *   small      10.7M    d 384,  6 layers,  6 heads, SwiGLU 1024, seq 256,  byte tokenizer (= schema defaults)
  *   llama-124m 123.6M   d 768, 12 layers, 12 heads, SwiGLU 2048, seq 1024, gpt2, vocab 50304
  *   llama-1.3b 1.32B    d 2048, 24 layers, 16 heads, SwiGLU 5504, seq 2048, gpt2, vocab 50304
+ *   llama-3b   2.97B    d 3072, 28 layers, 24 heads / 8 KV, SwiGLU 8192, seq 2048, gpt2, vocab 50304 (Llama-3.2-3B's shapes)
  *
  * No preset sets model.vocabSize: it follows the data's tokenizer (src/config/vocab.ts), 264 for
  * byte and 50304 for gpt2, whatever preset the tokenizer is used with.
@@ -47,6 +48,12 @@ export const PRESETS = {
     // Logits in two blocks: at this micro-batch in bf16 the run holds less than PyTorch's peak, and
     // it is faster than recomputing the SwiGLU product instead.
     train: { steps: 100000, batchSize: 8, gradAccum: 8, lr: 3e-4, minLr: 3e-5, warmupSteps: 2000, evalEvery: 1000, saveEvery: 2000, logitChunks: 2 },
+  },
+  'llama-3b': {
+    model: { dModel: 3072, nLayers: 28, nHeads: 24, nKvHeads: 8, ffnHidden: 8192, seqLen: 2048 },
+    data: { tokenizer: 'gpt2' },
+    // Every block recomputed: what makes 4 × 2048 fit on one 80 GB GPU with the f32 master weights and AdamW state.
+    train: { steps: 100000, batchSize: 4, gradAccum: 16, lr: 3e-4, minLr: 3e-5, warmupSteps: 2000, evalEvery: 1000, saveEvery: 2000, recompute: 'full' },
   },
 } satisfies Record<string, Preset>;
 
