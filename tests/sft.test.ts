@@ -11,7 +11,7 @@
  * that ar's does) over the seeds tried.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -114,6 +114,14 @@ describe('pretrain, fine-tune, chat', () => {
       expect(chat.code).toBe(0);
     }, 300_000);
   }
+
+  it('mdlm eval on the chat data gives the fine-tuning run\'s val_loss', () => {
+    const run = join(root, 'sft-ar');
+    const logged = readFileSync(join(run, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { val_loss?: number }).at(-1)!.val_loss!;
+    const e = mdlm('eval', '--model', run, '--data', join(root, 'chat'), '--backend', 'cpu', '--json');
+    expect(e.code).toBe(0);
+    expect((JSON.parse(e.stdout) as { loss: number }).loss).toBeCloseTo(logged, 6);
+  }, 120_000);
 
   it('mdlm chat reads turns line by line (/reset forgets them) and refuses flags of the other kind', () => {
     const run = join(root, 'sft-ar');

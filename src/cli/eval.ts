@@ -8,8 +8,8 @@ import { existsSync, statSync } from 'node:fs';
 import { Command } from 'commander';
 import type { Backend } from '../backend/backend.js';
 import { writeSafetensors } from '../checkpoint/safetensors.js';
-import { ObjectiveSchema } from '../config/schema.js';
-import { evalBatchCount, isMegatronDataset, isPreparedDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
+import { ObjectiveSchema, TrainConfigSchema } from '../config/schema.js';
+import { ConversationPlan, evalBatchCount, isMegatronDataset, isPreparedDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
 import type { TokenSource } from '../data/source.js';
 import { fail } from '../errors.js';
 import { modelLogits } from '../model/logits.js';
@@ -141,7 +141,9 @@ async function evaluate(backend: Backend, m: OpenedModel, kind: ObjectiveKind, s
   const run = m.loaded.config;
   const seqLen = o.seqLen ?? m.loaded.model.seqLen;
   if (seqLen > m.loaded.model.seqLen) fail('BAD_ARGUMENT', `--seq-len ${seqLen} exceeds the model's context of ${m.loaded.model.seqLen}`);
-  const windows = Math.floor((source.length - 1) / seqLen);
+  // Chat data as the fine-tuning run evaluated it: rows of whole conversations, the loss on the assistant's tokens.
+  const rows = source.lossMask ? { conversations: run?.sft ?? TrainConfigSchema.parse({ objective: { kind } }).sft } : {};
+  const windows = rows.conversations ? new ConversationPlan(source, seqLen, rows.conversations).rows : Math.floor((source.length - 1) / seqLen);
   if (windows < 1) fail('BAD_ARGUMENT', `${source.path} holds ${source.length} tokens, fewer than one row of --seq-len ${seqLen} + 1; lower --seq-len or give more data`);
   const batchSize = Math.min(o.batchSize ?? run?.train.batchSize ?? 8, windows);
   const canPack = source.eosId !== undefined || source.documentStarts !== undefined;
@@ -151,13 +153,13 @@ async function evaluate(backend: Backend, m: OpenedModel, kind: ObjectiveKind, s
   const objective = createObjective(section, run?.train.seed ?? 0, m.maskId);
   const model = buildModel(backend, m, batchSize, seqLen);
   try {
-    const available = evalBatchCount(source, { seqLen, batchSize });
+    const available = evalBatchCount(source, { seqLen, batchSize, ...rows });
     // As many batches as the trainer's eval of this run, unless --batches says otherwise.
     const limit = o.batches ?? run?.train.evalBatches ?? 'all';
     const count = limit === 'all' ? available : Math.min(limit, available);
     const why = o.batches !== undefined ? '--batches' : limit === 'all' ? 'no run config' : "the run's train.evalBatches, as the trainer's eval";
-    log(`data: ${source.path}: ${source.length} tokens; batches of ${batchSize} × ${seqLen} (${mode}); ${count} of ${available} batches (${why}; --batches all or a number changes it)`);
-    return await evaluateModel(model, objective, source, { seqLen, batchSize, mode, maxBatches: count });
+    log(`data: ${source.path}: ${source.length} tokens; batches of ${batchSize} × ${seqLen} (${rows.conversations ? 'conversations' : mode}); ${count} of ${available} batches (${why}; --batches all or a number changes it)`);
+    return await evaluateModel(model, objective, source, { seqLen, batchSize, mode, ...rows, maxBatches: count });
   } finally {
     model.destroy();
   }
