@@ -27,7 +27,7 @@ import { type OpenedModel, buildModel, openModel, requireTokenizer } from './mod
 import { choiceOption, intOption, numberOption } from './options.js';
 import { AR_FLAGS, DIFFUSION_FLAGS, TextStream, untilEos } from './sample.js';
 
-interface ChatFlags {
+type ChatFlags = {
   checkpoint: string;
   prompt?: string;
   system?: string;
@@ -38,12 +38,11 @@ interface ChatFlags {
   maxNewTokens?: number;
   topK?: number;
   topP?: number;
-  ignoreEos?: boolean;
   length?: number;
   steps?: number;
   blockLength?: number;
   remasking?: Remasking;
-}
+};
 
 export function chatCommand(): Command {
   return new Command('chat')
@@ -66,8 +65,9 @@ export function chatCommand(): Command {
       const m = await openModel(o.checkpoint, o.tokenizer);
       const tokenizer = requireTokenizer(m, 'chat');
       const wrong = m.objective === 'ar' ? DIFFUSION_FLAGS : AR_FLAGS;
+      const given: Partial<Record<string, unknown>> = o;
       for (const [key, flag] of wrong) {
-        if (o[key] !== undefined) fail('BAD_ARGUMENT', `${flag} applies to ${m.objective === 'ar' ? 'mdlm (diffusion)' : 'ar'} checkpoints; ${m.loaded.dir} is an ${m.objective} model`);
+        if (given[key] !== undefined) fail('BAD_ARGUMENT', `${flag} applies to ${m.objective === 'ar' ? 'mdlm (diffusion)' : 'ar'} checkpoints; ${m.loaded.dir} is an ${m.objective} model`);
       }
       if (tokenizer.chatTemplate === undefined) console.error(`note: ${m.loaded.dir} has no chat template (it was not fine-tuned on chat data); using the built-in one`);
       const template = chatTemplateFor(tokenizer, `${m.loaded.dir}/tokenizer_config.json`);

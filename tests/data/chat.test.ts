@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFil
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { resolveConfig } from '../../src/config/load.js';
 import { BUILTIN_CHAT_TEMPLATE, ChatTemplate } from '../../src/data/chat.js';
 import { openPreparedData } from '../../src/data/dataset.js';
 import { createLoader, evalBatches } from '../../src/data/loader.js';
@@ -16,6 +17,7 @@ import { SHARD_HEADER_BYTES, openShard, writeShard } from '../../src/data/shard.
 import { ArrayTokenSource } from '../../src/data/source.js';
 import { loadTokenizer } from '../../src/data/tokenizer.js';
 import type { Tokenizer } from '../../src/data/tokenizer_core.js';
+import { openRunData } from '../../src/train/data.js';
 
 const tmp = () => mkdtempSync(join(tmpdir(), 'mdlm-chat-'));
 const EOS_TEXT = '<|endoftext|>';
@@ -161,6 +163,21 @@ describe('chat data', () => {
     });
     expect(existsSync(join(dir, 'o2')) || existsSync(join(dir, 'o3'))).toBe(false);
     await expect(prepareData({ format: 'chat', tokenizer: 'byte', out: join(dir, 'o4') })).rejects.toMatchObject({ code: 'BAD_ARGUMENT', message: expect.stringMatching(/chat data needs an input/) });
+  });
+});
+
+describe('a run\'s data format', () => {
+  it('chat data trains under data.format chat only, token data under tokens only, each refusal naming the fix', async () => {
+    const dir = tmp();
+    const chat = join(dir, 'chat');
+    await prepareData({ input: jsonl(dir, 'c.jsonl', rows), format: 'chat', tokenizer: 'byte', out: chat, valFraction: 0.3 });
+    const text = join(dir, 'text');
+    writeFileSync(join(dir, 't.txt'), 'one document\n\nanother one\n');
+    await prepareData({ input: join(dir, 't.txt'), tokenizer: 'byte', out: text });
+    const data = (path: string, format: string) => openRunData(resolveConfig({ overrides: { 'data.path': path, 'data.format': format, out: join(dir, 'run') } }), () => {});
+    expect((await data(chat, 'chat')).train.lossMask).toBeDefined();
+    await expect(data(chat, 'tokens')).rejects.toMatchObject({ code: 'BAD_CONFIG', message: expect.stringMatching(/holds chat data .* set --data\.format chat/) });
+    await expect(data(text, 'chat')).rejects.toMatchObject({ code: 'BAD_CONFIG', message: expect.stringMatching(/holds token data but data\.format is chat; prepare the conversations with "mdlm data prepare --format chat"/) });
   });
 });
 
