@@ -3,44 +3,19 @@
  * buffer (src/nn/params.ts): each rank owns a contiguous range of it, its shard, and keeps the
  * AdamW moments of that range only. A step reduce-scatters the gradients (each rank receives the
  * sum over the ranks of its shard), measures the global gradient norm from the shards' norms,
- * updates its shard, and all-gathers the updated f32 weights, so every rank's weights (and their
- * working copy) are whole again for the next forward.
+ * updates its shard, and all-gathers what the layers read (the working copy under a narrower
+ * compute dtype, whose f32 masters each rank keeps for its shard only; under f32 the masters).
  *
- * The shards are multiples of PARAM_ALIGN elements long, so each starts on a binding boundary:
- * every rank's is `stride` long in the padded layout the collectives move (worldSize · stride
- * elements, zeros past the flat buffer's end), the last ranks' cut short by that end.
+ * The shards (src/nn/params.ts flatShard) are multiples of PARAM_ALIGN elements long, so each
+ * starts on a binding boundary: every rank's is `stride` long in the padded layout the collectives
+ * move (worldSize · stride elements, zeros past the flat buffer's end).
  * This module imports no Node built-ins, as collectives.ts.
  */
 import type { Backend } from '../backend/backend.js';
-import { MdlmError } from '../errors.js';
-import { PARAM_ALIGN, type ParamStore } from '../nn/params.js';
+import type { FlatShard, ParamStore } from '../nn/params.js';
 import { clipScale } from '../ops/grad_norm.js';
 import type { Tensor } from '../tensor.js';
 import { type Collectives, sumOverRanks } from './collectives.js';
-
-/** A rank's range [offset, offset + size) of a flat buffer of `total` elements; `stride`: every rank's padded shard length. */
-export interface FlatShard {
-  readonly offset: number;
-  readonly size: number;
-  readonly stride: number;
-  readonly total: number;
-}
-
-/** Rank `rank`'s shard of a flat buffer of `total` elements (a multiple of PARAM_ALIGN) over `worldSize` ranks. */
-export function flatShard(total: number, worldSize: number, rank: number): FlatShard {
-  const stride = Math.ceil(total / (PARAM_ALIGN * worldSize)) * PARAM_ALIGN;
-  const offset = Math.min(total, rank * stride);
-  const size = Math.min(total, offset + stride) - offset;
-  if (size === 0) {
-    throw new MdlmError('BAD_CONFIG', `train.zero: the model's ${total} flat parameter elements leave rank ${rank} of ${worldSize} no shard of ${PARAM_ALIGN}-element blocks; use train.zero 0 or fewer ranks`);
-  }
-  return { offset, size, stride, total };
-}
-
-/** The whole buffer as one rank's shard (train.zero 0, or one process). */
-export function wholeShard(total: number): FlatShard {
-  return { offset: 0, size: total, stride: total, total };
-}
 
 /**
  * Each rank's shard of the gradients summed over the ranks, written over that range of
@@ -68,10 +43,20 @@ export async function globalNorm(group: Collectives, backend: Backend, normOut: 
   backend.upload(normOut, Float32Array.of(norm, gradScale * clipScale(norm, maxNorm)));
 }
 
-/** Every rank's shard of the f32 weights, gathered into every rank's whole buffer (and its working copy re-derived from it). */
+/**
+ * What the layers read, whole again on every rank after each rank updated its shard: the working
+ * copy (bf16, fp16), each rank's shard of it gathered (its f32 masters stay sharded,
+ * ParamStore.masterShard), or under f32 the masters themselves, the layers' weights.
+ */
 export async function allGatherParams(group: Collectives, store: ParamStore, shard: FlatShard): Promise<void> {
-  const all = await allGatherShards(group, store.backend, store.backend.view(store.value, shard.offset, [shard.size]), shard);
-  store.upload(all);
+  const b = store.backend;
+  const work = store.workingCopy;
+  if (!work) {
+    store.upload(await allGatherShards(group, b, b.view(store.value, shard.offset, [shard.size]), shard));
+    return;
+  }
+  // Float tensors travel as f32 on the host: the working copy's values exactly, uploaded back unchanged.
+  b.upload(work, await allGatherShards(group, b, b.view(work, shard.offset, [shard.size]), shard));
 }
 
 /** The whole flat buffer of which every rank holds its shard in `part` (a tensor of shard.size f32 elements), on every rank. */

@@ -20,7 +20,7 @@ import { Embedding } from '../nn/embedding.js';
 import { Fp8Context, type Fp8Recipe } from '../nn/fp8.js';
 import { Linear } from '../nn/linear.js';
 import { MlpScratch } from '../nn/mlp.js';
-import { type ParamFiller, ParamStore } from '../nn/params.js';
+import { type MasterRanks, type ParamFiller, ParamStore } from '../nn/params.js';
 import { RMSNorm } from '../nn/rmsnorm.js';
 import { type ModelBatch, ModelInputs } from './inputs.js';
 import type { ModelConfig } from '../config/schema.js';
@@ -102,10 +102,11 @@ export class LlamaModel {
    * last such row are skipped where the backend can decide that on the device (CUDA graphs).
    * `fp8`: the blocks between fp8.keepFirst and fp8.keepLast run their linear layers' GEMMs in
    * FP8 (src/nn/fp8.ts).
+   * `masterRanks`: the f32 masters are sharded over these ranks (train.zero 1; ParamStore).
    */
   constructor(
     readonly backend: Backend, readonly cfg: ModelConfig, readonly batch: number, seed: number,
-    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller | null; deterministic?: boolean } & ActivationSaving = {},
+    opts: { dtype?: FloatDType; record?: boolean; fill?: ParamFiller | null; deterministic?: boolean; masterRanks?: MasterRanks } & ActivationSaving = {},
   ) {
     validateModel(cfg);
     const dtype = opts.dtype ?? 'f32';
@@ -119,7 +120,7 @@ export class LlamaModel {
     const N = batch * T;
     const headDim = cfg.dModel / cfg.nHeads;
     this.rows = N;
-    this.store = new ParamStore(b, dtype);
+    this.store = new ParamStore(b, dtype, opts.masterRanks ?? null);
     this.arena = new Arena(b, dtype);
     const std = cfg.initStd;
     const outStd = std / Math.sqrt(2 * cfg.nLayers);
@@ -410,10 +411,10 @@ export class LlamaModel {
 
   /** Upload every parameter from host arrays by mdlm name (a checkpoint's tensors). */
   loadParams(tensors: Readonly<Record<string, Float32Array>>, source: string): void {
-    const host = new Float32Array(this.store.value.size);
+    const host = new Float32Array(this.store.size);
     for (const p of this.store.list) {
       const t = tensors[p.name];
-      if (!t || t.length !== p.value.size) fail('BAD_FILE', `${source}: parameter '${p.name}' is missing or has ${t?.length ?? 0} values, expected ${p.value.size}`);
+      if (!t || t.length !== p.grad.size) fail('BAD_FILE', `${source}: parameter '${p.name}' is missing or has ${t?.length ?? 0} values, expected ${p.grad.size}`);
       host.set(t, p.offset);
     }
     this.store.upload(host);

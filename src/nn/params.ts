@@ -7,6 +7,9 @@
  * Views start on 64-element (256-byte) boundaries, as WebGPU storage bindings require. Decayed
  * parameters come first and the rest (norms) after, so AdamW runs on two ranges without a mask
  * and the global gradient norm is one reduction over the whole gradient buffer.
+ * Under the distributed optimizer (train.zero 1) with a narrower compute dtype, each rank keeps the
+ * f32 masters of its shard of the flat buffer only (`masterShard`); the working copy and the
+ * gradients stay whole.
  */
 import type { Backend } from '../backend/backend.js';
 import { fail } from '../errors.js';
@@ -42,8 +45,40 @@ export interface Param extends ParamSpec {
 export interface ParamRange {
   readonly offset: number;
   readonly size: number;
-  readonly value: Tensor;
-  readonly grad: Tensor;
+}
+
+/** A rank's range [offset, offset + size) of a flat buffer of `total` elements; `stride`: every rank's padded shard length. */
+export interface FlatShard {
+  readonly offset: number;
+  readonly size: number;
+  readonly stride: number;
+  readonly total: number;
+}
+
+/**
+ * Rank `rank`'s shard of a flat buffer of `total` elements (a multiple of PARAM_ALIGN) over
+ * `worldSize` ranks: contiguous, in rank order, each `stride` long (a multiple of PARAM_ALIGN, so
+ * every shard starts on a binding boundary), the last ones cut short by the buffer's end.
+ */
+export function flatShard(total: number, worldSize: number, rank: number): FlatShard {
+  const stride = Math.ceil(total / (PARAM_ALIGN * worldSize)) * PARAM_ALIGN;
+  const offset = Math.min(total, rank * stride);
+  const size = Math.min(total, offset + stride) - offset;
+  if (size === 0) {
+    fail('BAD_CONFIG', `train.zero: the model's ${total} flat parameter elements leave rank ${rank} of ${worldSize} no shard of ${PARAM_ALIGN}-element blocks; use train.zero 0 or fewer ranks`);
+  }
+  return { offset, size, stride, total };
+}
+
+/** The whole buffer as one rank's shard (train.zero 0, or one process). */
+export function wholeShard(total: number): FlatShard {
+  return { offset: 0, size: total, stride: total, total };
+}
+
+/** A rank among the ranks the f32 masters are sharded over. */
+export interface MasterRanks {
+  readonly worldSize: number;
+  readonly rank: number;
 }
 
 export class ParamStore {
@@ -53,12 +88,18 @@ export class ParamStore {
   private flatGrad: Tensor | null = null;
   private flatCompute: Tensor | null = null;
   private ranges: { decay: ParamRange; noDecay: ParamRange } | null = null;
+  private shard: FlatShard | null = null;
   /** What runs after the working copy is written (onWorkingCopy). */
   private readonly copyListeners: ((updated: boolean) => void)[] = [];
   /** The parameters whose gradient the current overwriting pass has written (beginGradients). */
   private written: Set<Param> | null = null;
 
-  constructor(readonly backend: Backend, readonly computeDtype: FloatDType = 'f32') {}
+  /**
+   * `masterRanks`: the f32 masters are sharded over these ranks, this process keeping its shard's
+   * (train.zero 1), where the layers read a working copy (a compute dtype other than f32); under
+   * f32 the masters are what the layers read, and stay whole.
+   */
+  constructor(readonly backend: Backend, readonly computeDtype: FloatDType = 'f32', private readonly masterRanks: MasterRanks | null = null) {}
 
   /** Declare a parameter; its tensors exist after `materialize`. */
   declare(name: string, shape: Shape, init: ParamInit, decay: boolean): Param {
@@ -88,21 +129,30 @@ export class ParamStore {
     }
     size = Math.max(size, PARAM_ALIGN);
     const b = this.backend;
-    const value = b.alloc([size], 'f32');
+    const ranks = this.computeDtype === 'f32' ? null : this.masterRanks;
+    const shard = ranks ? flatShard(size, ranks.worldSize, ranks.rank) : wholeShard(size);
+    this.shard = shard;
+    const sharded = shard.size < size;
+    const value = b.alloc([shard.size], 'f32');
     const grad = b.alloc([size], 'f32');
     this.flatValue = value;
     this.flatGrad = grad;
     const work = this.computeDtype === 'f32' ? value : b.alloc([size], this.computeDtype);
     if (work !== value) this.flatCompute = work;
-    const range = (offset: number, n: number): ParamRange => ({
-      offset, size: n, value: b.view(value, offset, [n]), grad: b.view(grad, offset, [n]),
-    });
-    this.ranges = { decay: range(0, Math.max(decayEnd, 0)), noDecay: range(decayEnd, size - decayEnd) };
+    this.ranges = { decay: { offset: 0, size: Math.max(decayEnd, 0) }, noDecay: { offset: decayEnd, size: size - decayEnd } };
     const jobs: InitJob[] = [];
     this.params = this.specs.map((spec, index) => {
       const offset = offsets.get(spec)!;
       const p = spec as Param;
-      Object.assign(p, { offset, store: this, value: b.view(value, offset, spec.shape), grad: b.view(grad, offset, spec.shape), compute: b.view(work, offset, spec.shape) });
+      Object.assign(p, { offset, store: this, grad: b.view(grad, offset, spec.shape), compute: b.view(work, offset, spec.shape) });
+      if (!sharded) p.value = b.view(value, offset, spec.shape);
+      else {
+        Object.defineProperty(p, 'value', {
+          get: () => {
+            throw new Error(`ParamStore: '${spec.name}' has no master view: the f32 masters are sharded (train.zero 1), this rank holding [${shard.offset}, ${shard.offset + shard.size}) of the flat buffer (masterShard)`);
+          },
+        });
+      }
       jobs.push({ offset, n: numel(spec.shape), init: spec.init, index });
       return p;
     });
@@ -110,17 +160,42 @@ export class ParamStore {
     this.zeroGrads();
   }
 
-  /** Set every master value from a host array in the flat layout (and the working copy from it). */
+  /**
+   * Set every master value from a host array of the whole flat layout (and the working copy from
+   * it). Sharded masters take their shard's range; the whole working copy is cast on the device
+   * from the host values staged in the gradient buffer (which holds nothing between steps),
+   * which is zeroed after.
+   */
   upload(host: Float32Array): void {
-    this.backend.upload(this.value, host);
-    this.refreshCompute();
+    const shard = this.masterShard;
+    if (shard.size === shard.total) {
+      this.backend.upload(this.value, host);
+      this.refreshCompute();
+      return;
+    }
+    this.backend.upload(this.value, host.subarray(shard.offset, shard.offset + shard.size));
+    this.backend.upload(this.grad, host);
+    this.castToWorkingCopy(this.grad);
+    this.zeroGrads();
   }
 
   /** Re-derive the working copy from the masters (a no-op under f32, where they are one buffer). */
   refreshCompute(): void {
+    const shard = this.masterShard;
+    if (shard.size < shard.total) throw new Error('ParamStore.refreshCompute: the masters are sharded; upload whole values, or gather the working copy');
+    this.castToWorkingCopy(this.value);
+  }
+
+  private castToWorkingCopy(from: Tensor): void {
     const work = this.flatCompute;
-    if (work) this.backend.run(cast, { x: this.value, out: work }, { n: work.size, from: 'f32', to: this.computeDtype });
+    if (work) this.backend.run(cast, { x: from, out: work }, { n: work.size, from: 'f32', to: this.computeDtype });
     this.workingCopyWritten(false);
+  }
+
+  /** The range of the flat buffer whose f32 masters this store keeps (`value`): the whole of it unless sharded (train.zero 1). */
+  get masterShard(): FlatShard {
+    if (!this.shard) throw new Error('ParamStore: not materialized');
+    return this.shard;
   }
 
   /**
@@ -147,9 +222,15 @@ export class ParamStore {
     return this.flatCompute;
   }
 
+  /** The f32 masters: of the whole flat buffer, or of masterShard's range only. */
   get value(): Tensor {
     if (!this.flatValue) throw new Error('ParamStore: not materialized');
     return this.flatValue;
+  }
+
+  /** Elements in the flat buffers (padding included). */
+  get size(): number {
+    return this.grad.size;
   }
 
   get grad(): Tensor {

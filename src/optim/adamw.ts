@@ -11,9 +11,8 @@
  * reads the parameters, first in that pass's graph.
  */
 import type { Backend } from '../backend/backend.js';
-import { type FlatShard, wholeShard } from '../dist/zero.js';
 import type { PassPrelude } from '../model/llama.js';
-import type { Param, ParamStore } from '../nn/params.js';
+import { type FlatShard, type Param, type ParamStore, wholeShard } from '../nn/params.js';
 import { type AdamwAttrs, adamw, adamwCast, adamwSchedule } from '../ops/adamw.js';
 import { gradNorm } from '../ops/grad_norm.js';
 import type { Tensor } from '../tensor.js';
@@ -27,7 +26,8 @@ export interface AdamWOptions {
   readonly gradClip: number;
   /**
    * The range of the flat buffers this optimizer updates and keeps moments for (train.zero 1: this
-   * rank's shard, src/dist/zero.ts); default the whole of them.
+   * rank's shard, src/dist/zero.ts; the store's masterShard where it keeps only that shard's
+   * masters); default the whole of them.
    */
   readonly shard?: FlatShard;
 }
@@ -105,8 +105,13 @@ export class AdamW {
   constructor(readonly store: ParamStore, readonly opts: AdamWOptions) {
     const b = store.backend;
     this.backend = b;
-    const shard = opts.shard ?? wholeShard(store.value.size);
+    const shard = opts.shard ?? wholeShard(store.size);
     this.shard = shard;
+    // Sharded masters (ParamStore.masterShard) are this shard's: their buffer starts at its offset.
+    const masters = store.masterShard;
+    if (masters.size < masters.total && (masters.offset !== shard.offset || masters.size !== shard.size)) {
+      throw new Error(`AdamW: the store keeps the masters of [${masters.offset}, ${masters.offset + masters.size}), the optimizer's shard is [${shard.offset}, ${shard.offset + shard.size})`);
+    }
     this.m = b.alloc([shard.size], 'f32');
     this.v = b.alloc([shard.size], 'f32');
     b.zero(this.m);
@@ -120,7 +125,7 @@ export class AdamW {
     this.updates = chunksIn(updateChunks(store, opts.weightDecay), shard).map(({ offset, size, weightDecay }) => {
       const view = (t: Tensor, from = offset): Tensor => b.view(t, from, [size]);
       const moment = (t: Tensor): Tensor => view(t, offset - shard.offset);
-      const args = { param: view(store.value), grad: view(store.grad), m: moment(this.m), v: moment(this.v), clip: this.normOut, sched: this.schedule };
+      const args = { param: view(store.value, offset - masters.offset), grad: view(store.grad), m: moment(this.m), v: moment(this.v), clip: this.normOut, sched: this.schedule };
       const attrs = { n: size, beta1, beta2, eps, weightDecay };
       return work ? { op: adamwCast, args: { ...args, work: view(work) }, attrs } : { op: adamw, args, attrs };
     });

@@ -10,7 +10,7 @@ import { MdlmError, fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
 import { PlanBackend } from '../model/plan.js';
 import type { ActivationSaving } from '../model/saving.js';
-import { flatShard } from '../dist/zero.js';
+import { flatShard } from '../nn/params.js';
 import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
 
@@ -31,7 +31,8 @@ export interface MemoryBreakdown {
 /**
  * Bytes a training model and its AdamW hold on the device at `batch` sequences of m.seqLen, per
  * rank when the optimizer is sharded over `zeroRanks` ranks (train.zero 1: the AdamW moments of the
- * largest shard; the weights, gradients and working copy stay whole on every rank): the
+ * largest shard, and its f32 masters under a narrower compute dtype; the gradients and the working
+ * copy stay whole on every rank): the
  * model and the optimizer built against an allocation plan (src/model/plan.ts), which allocates
  * nothing and computes no initial values, and their tensors summed. The backend's pool rounds each
  * buffer up to 256 bytes, and kernels keep some scratch of their own (CUDA: the arena and
@@ -39,11 +40,12 @@ export interface MemoryBreakdown {
  */
 export function trainingMemory(m: ModelConfig, batch: number, dtype: FloatDType, saving: ActivationSaving = {}, zeroRanks = 1): MemoryBreakdown {
   const plan = new PlanBackend();
-  const model = new LlamaModel(plan, m, batch, 0, { dtype, ...saving, fill: null });
+  // Sharded, rank 0's shard is the largest.
+  const model = new LlamaModel(plan, m, batch, 0, { dtype, ...saving, fill: null, ...(zeroRanks > 1 ? { masterRanks: { worldSize: zeroRanks, rank: 0 } } : {}) });
   const store = model.store;
   const before = plan.allocatedBytes;
-  // The optimizer's sizes follow the parameters' layout alone, not its settings; sharded, rank 0's shard is the largest.
-  const shard = zeroRanks > 1 ? { shard: flatShard(store.value.size, zeroRanks, 0) } : {};
+  // The optimizer's sizes follow the parameters' layout alone, not its settings.
+  const shard = zeroRanks > 1 ? { shard: flatShard(store.size, zeroRanks, 0) } : {};
   new AdamW(store, { beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, gradClip: 0, ...shard });
   const optimizer = plan.allocatedBytes - before;
   const weights = store.value.byteSize;

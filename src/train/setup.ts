@@ -8,11 +8,10 @@ import type { ObjectiveSection, PRECISIONS, TrainConfig, TrainSection } from '..
 import { fail } from '../errors.js';
 import { LlamaModel } from '../model/llama.js';
 import type { ActivationSaving } from '../model/saving.js';
-import type { ParamFiller } from '../nn/params.js';
+import { type ParamFiller, flatShard } from '../nn/params.js';
 import { ArObjective } from '../objectives/ar.js';
 import { MdlmObjective } from '../objectives/mdlm.js';
 import type { Objective } from '../objectives/objective.js';
-import { flatShard } from '../dist/zero.js';
 import { AdamW } from '../optim/adamw.js';
 import type { FloatDType } from '../tensor.js';
 import { fp8ScaleUpdate } from '../ops/fp8_scale_update.js';
@@ -76,11 +75,12 @@ export function setUpRun(cfg: TrainConfig, backend: Backend, opts: SetupOptions)
   backend.configureKernels?.({ gemmAutotune: t.deterministic ? 0 : t.gemmAutotune });
   const model = withMemoryEstimate(memory, () => new LlamaModel(opts.runOn ?? backend, cfg.model, t.batchSize, t.seed, {
     dtype: plan.dtype, record: plan.record, deterministic: t.deterministic, ...plan.saving, ...(opts.fill ? { fill: opts.fill } : {}),
+    ...(shardedOver > 1 ? { masterRanks: { worldSize: shardedOver, rank: place.rank } } : {}),
   }));
   try {
     const optimizer = withMemoryEstimate(memory, () => new AdamW(model.store, {
       beta1: t.beta1, beta2: t.beta2, eps: t.adamEps, weightDecay: t.weightDecay, gradClip: t.gradClip,
-      ...(shardedOver > 1 ? { shard: flatShard(model.store.value.size, shardedOver, place.rank) } : {}),
+      ...(shardedOver > 1 ? { shard: flatShard(model.store.size, shardedOver, place.rank) } : {}),
     }));
     return { ...plan, memory, model, optimizer };
   } catch (e) {

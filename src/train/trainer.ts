@@ -282,17 +282,19 @@ export class Trainer {
     const b = this.opts.backend;
     this.optimizer.flush();
     await b.sync();
-    // Sharded moments (train.zero 1) are gathered whole, every rank taking part, so the checkpoint
+    // Sharded moments and masters (train.zero 1) are gathered whole, every rank taking part, so the checkpoint
     // is the one an unsharded run writes and resumes on any number of ranks and any train.zero.
     const { shard } = this.optimizer;
     const whole = async (t: Tensor): Promise<Float32Array> =>
       shard.size < shard.total ? allGatherShards(this.group, b, t, shard) : ((await b.download(t)) as Float32Array);
     const m = await whole(this.optimizer.m);
     const v = await whole(this.optimizer.v);
+    const store = this.model.store;
+    const values = store.masterShard.size < store.size ? await allGatherShards(this.group, b, store.value, store.masterShard) : undefined;
     if (this.group.rank !== 0) return join(this.cfg.out, stepDirName(this.step));
-    const values = (await b.download(this.model.store.value)) as Float32Array;
+    const masters = values ?? ((await b.download(store.value)) as Float32Array);
     const tensors: Record<string, Float32Array> = {};
-    for (const p of this.model.store.list) tensors[p.name] = values.slice(p.offset, p.offset + p.value.size);
+    for (const p of store.list) tensors[p.name] = masters.slice(p.offset, p.offset + p.grad.size);
     const fp8: Record<string, Float32Array> = {};
     for (const { name, tensor } of this.model.fp8?.tables ?? []) fp8[name] = (await b.download(tensor)) as Float32Array;
     const trainerState: SavedTrainerState = {

@@ -3,9 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { resolveConfig } from '../../src/config/load.js';
 import { SOLO } from '../../src/dist/collectives.js';
-import { flatShard, globalNorm } from '../../src/dist/zero.js';
+import { globalNorm } from '../../src/dist/zero.js';
 import { LlamaModel } from '../../src/model/llama.js';
-import { PARAM_ALIGN } from '../../src/nn/params.js';
+import { PARAM_ALIGN, flatShard } from '../../src/nn/params.js';
 import { AdamW, chunksIn, updateChunks } from '../../src/optim/adamw.js';
 import { trainingMemory } from '../../src/train/memory.js';
 
@@ -76,20 +76,42 @@ describe('AdamW over a shard', () => {
 
 describe('the per-rank memory estimate under train.zero 1', () => {
   for (const dtype of ['f32', 'bf16'] as const) {
-    it(`counts rank 0's shard of the AdamW moments (the largest), as a sharded AdamW allocates: ${dtype}`, () => {
-      const b = new CpuBackend();
-      const model = new LlamaModel(b, cfg.model, 3, 1, { dtype });
-      const total = model.store.value.size;
+    it(`counts rank 0's shard (the largest) of the AdamW moments${dtype === 'bf16' ? ' and of the f32 masters' : ''}, as a sharded model and AdamW allocate: ${dtype}`, () => {
       for (const W of [2, 4]) {
-        const opt = new AdamW(model.store, { ...opts, shard: flatShard(total, W, 0) });
+        const b = new CpuBackend();
+        const model = new LlamaModel(b, cfg.model, 3, 1, { dtype, masterRanks: { worldSize: W, rank: 0 } });
+        const total = model.store.size;
+        const shard = flatShard(total, W, 0);
+        const opt = new AdamW(model.store, { ...opts, shard });
         const est = trainingMemory(cfg.model, 3, dtype, {}, W);
         const plain = trainingMemory(cfg.model, 3, dtype);
         expect(est.optimizer).toBe([opt.m, opt.v, opt.normOut, opt.schedule, opt.gradScale].reduce((n, t) => n + t.byteSize, 0));
-        expect(plain.optimizer - est.optimizer).toBe(8 * (total - flatShard(total, W, 0).size));
-        // The weights, their gradients and the working copy stay whole on every rank.
-        expect([est.weights, est.grads, est.workingCopy, est.activations]).toEqual([plain.weights, plain.grads, plain.workingCopy, plain.activations]);
-        expect(est.total).toBe(plain.total - (plain.optimizer - est.optimizer));
+        expect(est.weights).toBe(model.store.value.byteSize);
+        expect(est.activations).toBe(model.activationBytes);
+        expect(plain.optimizer - est.optimizer).toBe(8 * (total - shard.size));
+        // Under f32 the masters are the layers' weights and stay whole; under bf16 the working copy is.
+        expect(plain.weights - est.weights).toBe(dtype === 'f32' ? 0 : 4 * (total - shard.size));
+        expect(model.store.masterShard).toEqual(dtype === 'f32' ? { offset: 0, size: total, stride: total, total } : shard);
+        // The gradients, the working copy and the activations stay whole on every rank.
+        expect([est.grads, est.workingCopy, est.activations]).toEqual([plain.grads, plain.workingCopy, plain.activations]);
+        model.destroy();
       }
     });
   }
+
+  it('sharded masters: each rank keeps its range of the initial values, the working copy whole, the gradients zero; a parameter has no master view', async () => {
+    const b = new CpuBackend();
+    const whole = new LlamaModel(b, cfg.model, 2, 7, { dtype: 'bf16' });
+    const all = (await b.download(whole.store.value)) as Float32Array;
+    const work = (await b.download(whole.store.workingCopy!)) as Float32Array;
+    for (const rank of [0, 1, 2]) {
+      const m = new LlamaModel(b, cfg.model, 2, 7, { dtype: 'bf16', masterRanks: { worldSize: 3, rank } });
+      const { offset, size } = m.store.masterShard;
+      expect(Array.from((await b.download(m.store.value)) as Float32Array)).toEqual(Array.from(all.subarray(offset, offset + size)));
+      expect(Array.from((await b.download(m.store.workingCopy!)) as Float32Array)).toEqual(Array.from(work));
+      expect(((await b.download(m.store.grad)) as Float32Array).every((x) => x === 0)).toBe(true);
+      expect(() => m.store.list[0]!.value).toThrow(/the f32 masters are sharded \(train.zero 1\)/);
+      m.destroy();
+    }
+  });
 });
