@@ -75,12 +75,13 @@ describe('train.zero 1 on the CPU', () => {
     }
   });
 
-  it('in bf16 (each rank keeping the f32 masters of its shard, the bf16 working copy gathered), 2 ranks give the bits of plain data parallelism', async () => {
-    await run([...args('bf16-zero0', { 'train.gradClip': 0, 'train.precision': 'bf16', steps: 10 }), ...ranks(2)]);
-    const e = await run([...args('bf16-zero1', { 'train.gradClip': 0, 'train.precision': 'bf16', steps: 10, 'train.zero': 1 }), ...ranks(2)]);
+  it.each(['bf16', 'fp16'])('in %s (each rank keeping the f32 masters of its shard, the working copy gathered), 2 ranks give the bits of plain data parallelism', async (precision) => {
+    await run([...args(`${precision}-zero0`, { 'train.gradClip': 0, 'train.precision': precision, steps: 10 }), ...ranks(2)]);
+    const e = await run([...args(`${precision}-zero1`, { 'train.gradClip': 0, 'train.precision': precision, steps: 10, 'train.zero': 1 }), ...ranks(2)]);
     expect(e.stderr).toContain('a rank (train.zero 1: the AdamW state sharded over 2 ranks)');
-    expect(losses('bf16-zero1')).toEqual(losses('bf16-zero0'));
-    expect(valLoss('bf16-zero1')).toBe(valLoss('bf16-zero0'));
+    expect(losses(`${precision}-zero1`)).toEqual(losses(`${precision}-zero0`));
+    expect(gradNorms(`${precision}-zero1`).every((g) => g > 0 && Number.isFinite(g))).toBe(true);
+    expect(valLoss(`${precision}-zero1`)).toBe(valLoss(`${precision}-zero0`));
   });
 
   it('with clipping, 2 ranks give the losses of plain data parallelism within 1e-6 a step', async () => {
