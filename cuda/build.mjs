@@ -5,14 +5,14 @@
 // link against libcudart and libcublasLt. Objects whose sources, headers and flags did not change
 // are not rebuilt.
 //
-//   npm run build:cuda                      # sm_80, sm_89 and sm_90a
+//   npm run build:cuda                      # sm_80, sm_89, sm_90a, and sm_100 with CUDA 12.8 and newer
 //   MDLM_CUDA_ARCHS=90a npm run build:cuda  # one architecture: a quick build for the GPU at hand
 //
 // Environment: CUDA_HOME (the toolkit; default from nvcc's location or /usr/local/cuda), NVCC,
 // CXX (default g++), MDLM_CUBLAS_HOME (a cuBLAS outside the toolkit, e.g. the nvidia-cublas wheel:
 // include/ and lib/), MDLM_NODE_INCLUDE (Node's headers; default <node prefix>/include/node, then
 // /usr/include/node), MDLM_CUDA_JOBS (parallel compiles; default the number of CPUs).
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, readdirSync, realpathSync, statSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism } from 'node:os';
@@ -25,6 +25,8 @@ const OBJ_DIR = join(BUILD_DIR, 'obj');
 export const ADDON_PATH = join(BUILD_DIR, 'Release', 'mdlm_cuda.node');
 
 export const DEFAULT_ARCHS = ['80', '89', '90a'];
+/** Blackwell's datacenter GPUs, built by default where the toolkit knows them (CUDA 12.8 and newer). */
+const BLACKWELL_ARCH = '100';
 /** nvcc flags every kernel builds with (the compile-check test uses them too). */
 export const NVCC_FLAGS = ['-std=c++17', '-O3', '-Xcompiler', '-fPIC'];
 
@@ -93,9 +95,16 @@ function firstDir(dirs, file) {
   return dirs.find((d) => d && existsSync(join(d, file))) ?? null;
 }
 
-function parseArchs() {
+/** DEFAULT_ARCHS, and sm_100 where `nvcc --list-gpu-arch` lists it. */
+function defaultArchs(nvcc) {
+  const listed = spawnSync(nvcc, ['--list-gpu-arch'], { encoding: 'utf8' });
+  const known = listed.status === 0 && listed.stdout.split(/\s+/).includes(`compute_${BLACKWELL_ARCH}`);
+  return known ? [...DEFAULT_ARCHS, BLACKWELL_ARCH] : DEFAULT_ARCHS;
+}
+
+function parseArchs(nvcc) {
   const raw = process.env.MDLM_CUDA_ARCHS?.trim();
-  const archs = raw ? raw.split(/[\s,;]+/).filter(Boolean) : DEFAULT_ARCHS;
+  const archs = raw ? raw.split(/[\s,;]+/).filter(Boolean) : defaultArchs(nvcc);
   for (const a of archs) if (!/^\d{2,3}[af]?$/.test(a)) fail(`MDLM_CUDA_ARCHS: '${a}' is not an SM architecture such as 80, 89, 90a or 100a`);
   return archs;
 }
@@ -196,8 +205,8 @@ async function pool(tasks, jobs) {
 
 export async function build() {
   const t0 = performance.now();
-  const archs = parseArchs();
   const tools = locate();
+  const archs = parseArchs(tools.nvcc);
   mkdirSync(OBJ_DIR, { recursive: true });
   mkdirSync(dirname(ADDON_PATH), { recursive: true });
   const gencode = gencodeFlags(archs);
