@@ -3,6 +3,8 @@
  * ELBO bound at the objective's fixed noise levels — the trainer's eval, src/train/evaluate.ts),
  * and `--save-logits`: one forward on given ids written as safetensors (ids I32 [T], logits
  * F32 [T, vocab]) — what bench/hf_interop.py compares with Hugging Face transformers.
+ * `--task FILE.jsonl`: accuracy on a likelihood-scored multiple-choice / cloze task (src/eval/tasks.ts);
+ * `--gen-ppl FILE`: generative perplexity and entropy of samples under an AR model (src/eval/genppl.ts).
  */
 import { existsSync, statSync } from 'node:fs';
 import { Command } from 'commander';
@@ -12,6 +14,9 @@ import { ObjectiveSchema, TrainConfigSchema } from '../config/schema.js';
 import { ConversationPlan, evalBatchCount, isMegatronDataset, isPreparedDataset, openPreparedData, openTokenSource, tokenizeText } from '../data/index.js';
 import type { TokenSource } from '../data/source.js';
 import { fail } from '../errors.js';
+import { genPerplexity, readSamplesFile } from '../eval/genppl.js';
+import { scoreCandidates } from '../eval/score.js';
+import { readTaskFile, summarizeTask, taskCandidates } from '../eval/tasks.js';
 import { modelLogits } from '../model/logits.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { checkWritableFile } from '../runtime/files.js';
@@ -37,6 +42,10 @@ interface EvalFlags {
   saveLogits?: string;
   ids?: string;
   text?: string;
+  task?: string;
+  elboSamples: number;
+  seed?: number;
+  genPpl?: string;
 }
 
 export function evalCommand(): Command {
@@ -56,8 +65,12 @@ export function evalCommand(): Command {
     .option('--save-logits <file>', 'run one forward and write ids and logits to this .safetensors file')
     .option('--ids <list>', 'with --save-logits: comma-separated token ids')
     .option('--text <text>', "with --save-logits: text, tokenised with the model's tokenizer")
+    .option('--task <file>', 'a JSONL task, one item a line {"context": ..., "choices": [...], "gold": index}: accuracy by log-likelihood (ar) or its ELBO (mdlm)')
+    .option('--elbo-samples <n>', 'with --task on an mdlm model: Monte Carlo samples of the ELBO per choice', intOption('--elbo-samples', 1), 32)
+    .option('--seed <n>', "with --task on an mdlm model: seed of the ELBO's masks (default: the run's train.seed, else 0)", intOption('--seed', 0))
+    .option('--gen-ppl <file>', 'samples (a .jsonl file\'s --field, else one a line) to score under this AR model: generative perplexity and sample entropy')
     .action(async (o: EvalFlags) => {
-      if (!o.data && !o.saveLogits) fail('BAD_ARGUMENT', 'nothing to do: pass --data PATH to evaluate, and/or --save-logits FILE with --ids or --text');
+      if (!o.data && !o.saveLogits && !o.task && !o.genPpl) fail('BAD_ARGUMENT', 'nothing to do: pass --data PATH to evaluate, --task FILE.jsonl, --gen-ppl SAMPLES, and/or --save-logits FILE with --ids or --text');
       if (o.saveLogits && (o.ids === undefined) === (o.text === undefined)) fail('BAD_ARGUMENT', '--save-logits needs exactly one of --ids 1,2,3 or --text TEXT');
       if (!o.saveLogits && (o.ids !== undefined || o.text !== undefined)) fail('BAD_ARGUMENT', '--ids and --text go with --save-logits FILE');
       if (o.saveLogits) checkWritableFile(o.saveLogits, '--save-logits'); // before the model runs
@@ -65,6 +78,9 @@ export function evalCommand(): Command {
       const objective: ObjectiveKind = o.objective ?? m.objective;
       const logitIds = o.saveLogits ? parseLogitIds(m, o) : undefined;
       const source = o.data ? await openEvalData(m, o) : undefined;
+      if (o.genPpl && objective !== 'ar') fail('BAD_ARGUMENT', `--gen-ppl scores samples under an AR model; ${m.loaded.dir} runs as ${objective} (pass an ar checkpoint, or --objective ar)`);
+      const task = o.task ? readTaskFile(o.task) : undefined;
+      const samples = o.genPpl ? readSamplesFile(o.genPpl, o.field) : undefined;
       const log = (line: string): void => {
         if (!o.json) console.error(line);
       };
@@ -77,6 +93,42 @@ export function evalCommand(): Command {
           Object.assign(report, { loss: e.loss, ppl: e.ppl, tokens: e.tokens, batches: e.batches, noise_levels: e.noiseLevels, data: source.path });
           const bound = objective === 'mdlm';
           if (!o.json) console.log(`${bound ? 'ELBO' : 'loss'} ${e.loss.toFixed(4)} nats/token  ppl${bound ? ' ≤' : ''} ${e.ppl.toFixed(3)}  (${e.batches} batches, ${e.tokens} tokens${bound ? `, ${e.noiseLevels} noise levels` : ''})`);
+        }
+        if (task && o.task) {
+          const tok = requireTokenizer(m, '--task');
+          const mdlmScoring = objective === 'mdlm';
+          const candidates = taskCandidates(task, tok, m.loaded.model.seqLen, o.task, !mdlmScoring);
+          const seqLen = Math.max(...candidates.map((c) => c.context.length + c.continuation.length));
+          const rows = candidates.length * (mdlmScoring ? o.elboSamples : 1);
+          const model = buildModel(backend, m, Math.min(o.batchSize ?? m.loaded.config?.train.batchSize ?? 8, rows), seqLen);
+          let scores;
+          try {
+            const seed = o.seed ?? m.loaded.config?.train.seed ?? 0;
+            scores = await scoreCandidates(model, candidates, mdlmScoring ? { kind: 'mdlm', maskId: m.maskId, samples: o.elboSamples, seed } : { kind: 'ar' });
+          } finally {
+            model.destroy();
+          }
+          const r = summarizeTask(task, scores);
+          report.task = {
+            file: o.task, items: r.items, acc: r.acc, acc_stderr: r.accStderr, acc_norm: r.accNorm, acc_norm_stderr: r.accNormStderr, chance: r.chance,
+            scoring: mdlmScoring ? 'elbo' : 'log-likelihood', ...(mdlmScoring ? { elbo_samples: o.elboSamples, score_stderr_mean: r.meanScoreStderr } : {}),
+          };
+          const how = mdlmScoring ? `ELBO over ${o.elboSamples} samples a choice, mean standard error of a score ${r.meanScoreStderr.toFixed(3)} nats` : 'log-likelihood';
+          if (!o.json) console.log(`task ${o.task}: acc ${r.acc.toFixed(4)} ± ${r.accStderr.toFixed(4)}  acc_norm ${r.accNorm.toFixed(4)} ± ${r.accNormStderr.toFixed(4)}  (${r.items} items, chance ${r.chance.toFixed(4)}; ${how})`);
+        }
+        if (samples && o.genPpl) {
+          const tok = requireTokenizer(m, '--gen-ppl');
+          const ids = samples.map((text) => tok.encode(text));
+          const seqLen = Math.min(m.loaded.model.seqLen, Math.max(...ids.map((x) => x.length)));
+          const model = buildModel(backend, m, Math.min(o.batchSize ?? 8, ids.length), Math.max(seqLen, 2));
+          try {
+            const g = await genPerplexity(model, ids, o.genPpl);
+            report.gen_ppl = { file: o.genPpl, samples: g.samples, tokens: g.tokens, nll: g.nll, gen_ppl: g.genPpl, entropy: g.entropy, truncated: g.truncated };
+            if (g.truncated > 0) log(`note: ${g.truncated} samples exceed the model's context of ${m.loaded.model.seqLen} tokens and are scored on their first ${m.loaded.model.seqLen}`);
+            if (!o.json) console.log(`gen ppl ${g.genPpl.toFixed(3)} (nll ${g.nll.toFixed(4)} nats/token over ${g.tokens} tokens of ${g.samples} samples)  entropy ${g.entropy.toFixed(4)} nats`);
+          } finally {
+            model.destroy();
+          }
         }
         if (logitIds && o.saveLogits) {
           await saveLogits(backend, m, objective, logitIds, o.saveLogits);
