@@ -22,19 +22,26 @@
  *   layers.{i}.mlp.w_down      model.layers.{i}.mlp.down_proj.weight            [d, F]
  *   final_norm                 model.norm.weight                                [d]
  *   lm_head                    lm_head.weight                                   [V, d] (untied only)
+ *
+ * LLaDA checkpoints name the same tensors otherwise (src/checkpoint/llada.ts): paramSpecs gives
+ * either naming, and fromHfTensors reads whichever a checkpoint has.
  */
 import { fail } from '../errors.js';
 import { defaultFfnHidden, ModelSchema, type ModelConfig, type ObjectiveConfig, type TrainConfig } from '../config/schema.js';
 import { parseConfig } from '../config/load.js';
 import type { LoadedTensor, TensorMap, TensorSource, WritableDType } from './safetensors.js';
 import { toFloat32 } from './safetensors.js';
+import { LLADA_MODEL_TYPE, hasLladaNames, lladaName, lladaToLlamaConfig } from './llada.js';
+
+/** How a checkpoint names its tensors: Hugging Face Llama / Qwen (hf) or LLaDA's. */
+export type TensorNaming = 'hf' | 'llada';
 
 export type ParamKind = 'embedding' | 'linear' | 'norm' | 'bias';
 
 export interface ParamSpec {
   /** mdlm name. */
   name: string;
-  /** Hugging Face name. */
+  /** The tensor's name in the checkpoint (Hugging Face, or LLaDA under that naming). */
   hf: string;
   /** Shape (identical in mdlm and HF: [out, in] for linears). */
   shape: number[];
@@ -43,8 +50,13 @@ export interface ParamSpec {
   layer?: number;
 }
 
-/** Every parameter of the model, in a stable order (embedding, blocks, final norm, lm_head). */
-export function paramSpecs(m: ModelConfig): ParamSpec[] {
+/** Every parameter of the model, in a stable order (embedding, blocks, final norm, lm_head), named as `naming` names them. */
+export function paramSpecs(m: ModelConfig, naming: TensorNaming = 'hf'): ParamSpec[] {
+  const specs = hfParamSpecs(m);
+  return naming === 'hf' ? specs : specs.map((s) => ({ ...s, hf: lladaName(s.name) }));
+}
+
+function hfParamSpecs(m: ModelConfig): ParamSpec[] {
   const d = m.dModel;
   const hd = d / m.nHeads;
   const q = m.nHeads * hd;
@@ -85,9 +97,9 @@ function listSome(xs: string[], n = 6): string {
   return xs.length <= n ? xs.join(', ') : `${xs.slice(0, n).join(', ')} and ${xs.length - n} more`;
 }
 
-/** mdlm tensors (Float32Array by mdlm name) → safetensors entries by HF name. */
-export function toHfTensors(m: ModelConfig, params: Record<string, Float32Array>, dtype: Exclude<WritableDType, 'I32'> = 'F32'): TensorMap {
-  const specs = paramSpecs(m);
+/** mdlm tensors (Float32Array by mdlm name) → safetensors entries by HF (or LLaDA) name. */
+export function toHfTensors(m: ModelConfig, params: Record<string, Float32Array>, dtype: Exclude<WritableDType, 'I32'> = 'F32', naming: TensorNaming = 'hf'): TensorMap {
+  const specs = paramSpecs(m, naming);
   const missing = specs.filter((s) => !(s.name in params)).map((s) => s.name);
   if (missing.length) fail('BAD_ARGUMENT', `toHfTensors: model parameters missing: ${listSome(missing)}`);
   const known = new Set(specs.map((s) => s.name));
@@ -106,8 +118,8 @@ export function toHfTensors(m: ModelConfig, params: Record<string, Float32Array>
 const IGNORED = /(^|\.)rotary_emb\.inv_freq$|(^|\.)masked_bias$|(^|\.)attn\.bias$/;
 
 /**
- * Read HF-named tensors into mdlm parameters (Float32Array by mdlm name), checking that every
- * parameter is there with its shape and that nothing is left over that the model cannot hold.
+ * Read HF-named (or LLaDA-named) tensors into mdlm parameters (Float32Array by mdlm name), checking
+ * that every parameter is there with its shape and that nothing is left over that the model cannot hold.
  */
 export function fromHfTensors(m: ModelConfig, src: TensorSource | Record<string, LoadedTensor>, source: string): Record<string, Float32Array> {
   const isSource = typeof (src as TensorSource).names === 'function';
@@ -115,7 +127,7 @@ export function fromHfTensors(m: ModelConfig, src: TensorSource | Record<string,
   const shapeOf = (n: string) => (isSource ? (src as TensorSource).info(n)!.shape : (src as Record<string, LoadedTensor>)[n]!.shape);
   const read = (n: string) => (isSource ? (src as TensorSource).readFloat32(n) : toFloat32((src as Record<string, LoadedTensor>)[n]!, n, source));
   const have = new Set(names);
-  const specs = paramSpecs(m);
+  const specs = paramSpecs(m, hasLladaNames(names) ? 'llada' : 'hf');
   const expected = new Set(specs.map((s) => s.hf));
   const problems: string[] = [];
 
@@ -272,15 +284,19 @@ const isBaseModelType = (v: unknown): v is BaseModelType => v === 'llama' || v =
 export function modelFromHfConfig(json: unknown, source = 'config.json'): ModelFromHf {
   const bad = (msg: string): never => fail('BAD_FILE', `${source}: ${msg}`);
   if (typeof json !== 'object' || json === null || Array.isArray(json)) return bad('must be a JSON object');
-  const c = json as Record<string, unknown>;
+  // A LLaDA config is a Llama decoder's under other field names, made masked diffusion.
+  const c = (json as Record<string, unknown>).model_type === LLADA_MODEL_TYPE ? lladaToLlamaConfig(json as Record<string, unknown>, source) : (json as Record<string, unknown>);
   let modelType = c.model_type;
   if (modelType === DIFFUSION_MODEL_TYPE) {
     const base = (c.mdlm as Record<string, unknown> | undefined)?.base_model_type;
     if (!isBaseModelType(base)) return bad(`model_type ${DIFFUSION_MODEL_TYPE} needs mdlm.base_model_type llama, qwen2 or qwen3, got ${JSON.stringify(base)}`);
     modelType = base;
   }
+  if (typeof modelType === 'string' && modelType.toLowerCase() === 'dream') {
+    bad("model_type Dream is not read yet: Dream's logits at position i predict token i + 1 (its Qwen2 weights keep the AR shift), while mdlm's diffusion models predict each masked token at its own position");
+  }
   if (!isBaseModelType(modelType)) {
-    return bad(`model_type ${JSON.stringify(modelType)} is not supported; mdlm reads llama, qwen2 and qwen3 configs`);
+    return bad(`model_type ${JSON.stringify(modelType)} is not supported; mdlm reads llama, qwen2, qwen3 and llada configs`);
   }
   const int = (k: string, dflt?: number): number => {
     const v = c[k] ?? dflt;

@@ -10,6 +10,7 @@ import { benchCommand } from './bench.js';
 import { chatCommand } from './chat.js';
 import { dataCommand } from './data.js';
 import { evalCommand } from './eval.js';
+import { modelCommand } from './model.js';
 import { probeCommand } from './probe.js';
 import { sampleCommand } from './sample.js';
 import { trainCommand } from './train.js';
@@ -32,6 +33,7 @@ export function buildCli(): Command {
   program.addCommand(chatCommand());
   program.addCommand(evalCommand());
   program.addCommand(dataCommand());
+  program.addCommand(modelCommand());
   program.addCommand(probeCommand());
   program.addCommand(benchCommand());
   return program;
