@@ -15,6 +15,7 @@ import { loadModel } from '../../src/checkpoint/checkpoint.js';
 import { modelFromHfConfig } from '../../src/checkpoint/hf.js';
 import { type TensorMap, openTensors, readSafetensors, writeSafetensors } from '../../src/checkpoint/safetensors.js';
 import { openModel } from '../../src/cli/model.js';
+import { resolveRunConfig } from '../../src/config/run.js';
 import { MdlmError } from '../../src/errors.js';
 import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
 import { mdlm } from '../support/cli.js';
@@ -39,11 +40,11 @@ const LLADA_CONFIG = {
 let root: string;
 let weights: Record<string, Float32Array>;
 
-function lladaTensors(): Record<string, { shape: number[]; data: Float32Array }> {
+function lladaTensors(vocab = C.vocab): Record<string, { shape: number[]; data: Float32Array }> {
   const rng = new PhiloxStream(9, RngPurpose.harness);
   const hd = C.d / C.heads;
   const t = (shape: number[], scale = 0.3, offset = 0) => ({ shape, data: Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, () => offset + scale * (2 * rng.uniform() - 1)) });
-  const out: Record<string, { shape: number[]; data: Float32Array }> = { 'model.transformer.wte.weight': t([C.vocab, C.d], 1) };
+  const out: Record<string, { shape: number[]; data: Float32Array }> = { 'model.transformer.wte.weight': t([vocab, C.d], 1) };
   for (let i = 0; i < C.layers; i++) {
     const b = `model.transformer.blocks.${i}.`;
     out[`${b}attn_norm.weight`] = t([C.d], 0.2, 1);
@@ -57,7 +58,7 @@ function lladaTensors(): Record<string, { shape: number[]; data: Float32Array }>
     out[`${b}ff_out.weight`] = t([C.d, C.hidden]);
   }
   out['model.transformer.ln_f.weight'] = t([C.d], 0.2, 1);
-  out['model.transformer.ff_out.weight'] = t([C.vocab, C.d]);
+  out['model.transformer.ff_out.weight'] = t([vocab, C.d]);
   return out;
 }
 
@@ -248,4 +249,30 @@ describe('LLaDA checkpoints', () => {
     const dream = err(() => modelFromHfConfig({ model_type: 'Dream', hidden_size: 16, num_attention_heads: 4, num_hidden_layers: 1, vocab_size: 40 }));
     expect(dream).toMatch(/Dream is not read yet: Dream's logits at position i predict token i \+ 1/);
   });
+
+  it('mdlm train --init-from a LLaDA directory: a masked-diffusion run with its mask token id, started from its weights', async () => {
+    // The byte tokenizer's vocabulary padded as mdlm pads it (264), LLaDA's fields otherwise.
+    const dir = join(root, 'llada-byte');
+    mkdirSync(dir);
+    const tensors = lladaTensors(264);
+    const map: TensorMap = {};
+    for (const [n, t] of Object.entries(tensors)) map[n] = { dtype: 'F32', shape: t.shape, data: t.data };
+    writeSafetensors(join(dir, 'model.safetensors'), map, { metadata: { format: 'pt' } });
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...LLADA_CONFIG, vocab_size: 264, embedding_size: 264, mask_token_id: 257, eos_token_id: 256, max_sequence_length: 64 }));
+    writeFileSync(join(root, 'corpus.txt'), Array.from({ length: 40 }, (_, d) => `document ${d} says the cat sat on the mat and the dog ran by the river.`).join('\n\n') + '\n');
+    const r = await resolveRunConfig({ preset: 'nano', initFrom: dir, overrides: { 'data.path': join(root, 'corpus.txt'), 'data.tokenizer': 'byte', out: join(root, 'ft') } });
+    expect(r.config.objective.kind).toBe('mdlm');
+    expect(r.config.objective.maskTokenId).toBe(257);
+    expect(r.config.model).toMatchObject({ vocabSize: 264, dModel: C.d, nHeads: C.heads, nKvHeads: C.kvHeads, ffnHidden: C.hidden });
+    const out = join(root, 'ft');
+    const t = mdlm('train', '--init-from', dir, '--data.path', join(root, 'corpus.txt'), '--data.tokenizer', 'byte', '--steps', '1', '--train.lr', '1e-6', '--train.minLr', '1e-7', '--backend', 'cpu', '--out', out,
+      '--train.batchSize', '2', '--train.evalBatches', '1', '--data.valFraction', '0.2');
+    expect(t.code, t.stderr).toBe(0);
+    expect(t.stderr).toContain(`initialised parameters from ${dir}`);
+    const trained = loadModel(join(out, 'step-0000001'));
+    expect(trained.mdlm).toMatchObject({ objective: 'mdlm', mask_token_id: 257 });
+    const wte = tensors['model.transformer.wte.weight']!.data;
+    const moved = trained.tensors.embed!.reduce((a, v, i) => Math.max(a, Math.abs(v - wte[i]!)), 0);
+    expect(moved).toBeLessThan(1e-4);
+  }, 120_000);
 });
