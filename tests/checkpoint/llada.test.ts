@@ -150,6 +150,7 @@ beforeAll(() => {
   });
   writeFileSync(join(dir, 'model.safetensors.index.json'), JSON.stringify({ metadata: { total_size: 0 }, weight_map: weightMap }));
   writeFileSync(join(dir, 'config.json'), JSON.stringify(LLADA_CONFIG));
+  writeFileSync(join(root, 'corpus.txt'), Array.from({ length: 40 }, (_, d) => `document ${d} says the cat sat on the mat and the dog ran by the river.`).join('\n\n') + '\n');
 });
 
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -259,7 +260,6 @@ describe('LLaDA checkpoints', () => {
     for (const [n, t] of Object.entries(tensors)) map[n] = { dtype: 'F32', shape: t.shape, data: t.data };
     writeSafetensors(join(dir, 'model.safetensors'), map, { metadata: { format: 'pt' } });
     writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...LLADA_CONFIG, vocab_size: 264, embedding_size: 264, mask_token_id: 257, eos_token_id: 256, max_sequence_length: 64 }));
-    writeFileSync(join(root, 'corpus.txt'), Array.from({ length: 40 }, (_, d) => `document ${d} says the cat sat on the mat and the dog ran by the river.`).join('\n\n') + '\n');
     const r = await resolveRunConfig({ preset: 'nano', initFrom: dir, overrides: { 'data.path': join(root, 'corpus.txt'), 'data.tokenizer': 'byte', out: join(root, 'ft') } });
     expect(r.config.objective.kind).toBe('mdlm');
     expect(r.config.objective.maskTokenId).toBe(257);
@@ -274,5 +274,25 @@ describe('LLaDA checkpoints', () => {
     const wte = tensors['model.transformer.wte.weight']!.data;
     const moved = trained.tensors.embed!.reduce((a, v, i) => Math.max(a, Math.abs(v - wte[i]!)), 0);
     expect(moved).toBeLessThan(1e-4);
+  }, 120_000);
+
+  it('a trained mdlm checkpoint exported as LLaDA reads back with the same bits, run config and mask id, and evaluates to the same ELBO', () => {
+    const out = join(root, 'run');
+    const t = mdlm('train', '--preset', 'nano', '--data.path', join(root, 'corpus.txt'), '--steps', '2', '--backend', 'cpu', '--out', out,
+      '--train.batchSize', '2', '--train.evalBatches', '1', '--data.valFraction', '0.2', '--model.seqLen', '32');
+    expect(t.code, t.stderr).toBe(0);
+    const ck = join(out, 'step-0000002');
+    const exported = join(root, 'run-llada');
+    const e = mdlm('model', 'export', '--model', ck, '--out', exported, '--format', 'llada');
+    expect(e.code, e.stderr).toBe(0);
+    expect(readdirSync(exported)).toEqual(expect.arrayContaining(['config.json', 'model.safetensors', 'tokenizer_config.json']));
+    const a = loadModel(ck);
+    const b = loadModel(exported);
+    expect(JSON.parse(readFileSync(join(exported, 'config.json'), 'utf8'))).toMatchObject({ model_type: 'llada', mask_token_id: 257 });
+    expect(b.model).toEqual(a.model);
+    expect(b.config).toEqual(a.config);
+    for (const [k, v] of Object.entries(a.tensors)) expect(b.tensors[k], k).toEqual(v);
+    const elbo = (dir: string) => JSON.parse(mdlm('eval', '--model', dir, '--data', join(root, 'corpus.txt'), '--backend', 'cpu', '--batches', '2', '--json').stdout) as { loss: number };
+    expect(elbo(exported).loss).toBe(elbo(ck).loss);
   }, 120_000);
 });
