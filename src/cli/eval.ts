@@ -15,7 +15,7 @@ import { ConversationPlan, evalBatchCount, isMegatronDataset, isPreparedDataset,
 import type { TokenSource } from '../data/source.js';
 import { fail } from '../errors.js';
 import { genPerplexity, readSamplesFile } from '../eval/genppl.js';
-import { scoreCandidates } from '../eval/score.js';
+import { type CandidateScore, scoreCandidates } from '../eval/score.js';
 import { readTaskFile, summarizeTask, taskCandidates } from '../eval/tasks.js';
 import { modelLogits } from '../model/logits.js';
 import { createBackend, parseBackendChoice } from '../runtime/backends.js';
@@ -101,7 +101,7 @@ export function evalCommand(): Command {
           const seqLen = Math.max(...candidates.map((c) => c.context.length + c.continuation.length));
           const rows = candidates.length * (mdlmScoring ? o.elboSamples : 1);
           const model = buildModel(backend, m, Math.min(o.batchSize ?? m.loaded.config?.train.batchSize ?? 8, rows), seqLen);
-          let scores;
+          let scores: CandidateScore[];
           try {
             const seed = o.seed ?? m.loaded.config?.train.seed ?? 0;
             scores = await scoreCandidates(model, candidates, mdlmScoring ? { kind: 'mdlm', maskId: m.maskId, samples: o.elboSamples, seed } : { kind: 'ar' });
