@@ -274,6 +274,12 @@ describe('LLaDA checkpoints', () => {
     const wte = tensors['model.transformer.wte.weight']!.data;
     const moved = trained.tensors.embed!.reduce((a, v, i) => Math.max(a, Math.abs(v - wte[i]!)), 0);
     expect(moved).toBeLessThan(1e-4);
+    // mdlm sample runs it as masked diffusion: every [MASK] (257) of the canvas is filled.
+    const sample = mdlm('sample', '--checkpoint', dir, '--tokenizer', 'byte', '--length', '8', '--steps', '4', '--backend', 'cpu');
+    expect(sample.code, sample.stderr).toBe(0);
+    expect(sample.stdout).not.toContain('[MASK]');
+    expect(sample.stdout).not.toContain('░');
+    expect(sample.stdout.length).toBeGreaterThan(0);
   }, 120_000);
 
   it('a trained mdlm checkpoint exported as LLaDA reads back with the same bits, run config and mask id, and evaluates to the same ELBO', () => {
