@@ -12,6 +12,7 @@ import { dataCommand } from './data.js';
 import { evalCommand } from './eval.js';
 import { modelCommand } from './model.js';
 import { probeCommand } from './probe.js';
+import { rlCommand } from './rl.js';
 import { sampleCommand } from './sample.js';
 import { trainCommand } from './train.js';
 
@@ -31,6 +32,7 @@ export function buildCli(): Command {
   program.addCommand(trainCommand());
   program.addCommand(sampleCommand());
   program.addCommand(chatCommand());
+  program.addCommand(rlCommand());
   program.addCommand(evalCommand());
   program.addCommand(dataCommand());
   program.addCommand(modelCommand());

@@ -88,3 +88,30 @@ export async function scoreAll(reward: Reward, items: readonly { prompt: RlPromp
   }
   return out;
 }
+
+/**
+ * The prompts of an RL prompt file: JSONL rows {"prompt": "...", "answer": "..."} (the answer
+ * optional: the exact-match reward needs it, a module may use it). A malformed row is an error
+ * naming its line.
+ */
+export function parsePrompts(text: string, file: string): RlPrompt[] {
+  const out: RlPrompt[] = [];
+  text.split('\n').forEach((line, i) => {
+    if (line.trim() === '') return;
+    const where = `${file}:${i + 1}`;
+    let row: unknown;
+    try {
+      row = JSON.parse(line);
+    } catch (e) {
+      fail('BAD_FILE', `${where}: not JSON (${(e as Error).message}); expected {"prompt": "...", "answer": "..."}`);
+    }
+    const r = row as Record<string, unknown>;
+    if (typeof row !== 'object' || row === null || Array.isArray(row) || typeof r.prompt !== 'string') fail('BAD_FILE', `${where}: expected {"prompt": "...", "answer": "..."} with a string "prompt"`);
+    const extra = Object.keys(r).filter((k) => k !== 'prompt' && k !== 'answer');
+    if (extra.length) fail('BAD_FILE', `${where}: unknown keys ${extra.join(', ')}; a prompt row has "prompt" and, optionally, "answer"`);
+    if (r.answer !== undefined && typeof r.answer !== 'string') fail('BAD_FILE', `${where}: "answer" must be a string`);
+    out.push({ prompt: r.prompt, ...(r.answer !== undefined ? { answer: r.answer as string } : {}), where });
+  });
+  if (out.length === 0) fail('BAD_FILE', `${file}: no prompts`);
+  return out;
+}

@@ -5,7 +5,7 @@
  * exact-match reward against the gold answers (8 prompts × 8 completions a step, two updates on
  * each batch of rollouts) raises its held-out exact-match rate by at least 20 points.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -59,6 +59,9 @@ beforeAll(async () => {
   }
   train.push(...words.map((w, i) => ({ prompt: w, answer: reverse(w), where: `train:${i + 1}` })));
   writeFileSync(join(root, 'reverse.jsonl'), words.map((w) => JSON.stringify({ prompt: w, response: reverse(w) })).join('\n') + '\n');
+  const rows = (ps: RlPrompt[]) => ps.map((p) => JSON.stringify({ prompt: p.prompt, answer: p.answer })).join('\n') + '\n';
+  writeFileSync(join(root, 'rl.jsonl'), rows(train.slice(0, 40)));
+  writeFileSync(join(root, 'held.jsonl'), rows(held.slice(0, 10)));
   writeFileSync(join(root, 'words.txt'), Array.from({ length: 200 }, () => Array.from({ length: 12 }, word).join(' ')).join('\n\n') + '\n');
   const tok = join(root, 'tokenizer');
   mkdirSync(tok);
@@ -114,5 +117,31 @@ describe('GRPO, ar', () => {
       model.destroy();
       backend.destroy();
     }
+  }, 300_000);
+
+  it('mdlm rl: metrics.jsonl, a checkpoint mdlm chat answers from, and a reward module\'s bad value named with its prompt', () => {
+    const out = join(root, 'rl');
+    const reward = join(root, 'reward.mjs');
+    writeFileSync(reward, 'export default (prompt, completion, answer) => (completion === answer ? 1 : 0) + (completion.length === 3 ? 0.5 : 0);');
+    const common = ['--checkpoint', join(root, 'sft'), '--prompts', join(root, 'rl.jsonl'), '--group-size', '4', '--prompts-per-step', '2', '--max-new-tokens', '6', '--lr', '1e-3', '--backend', 'cpu'];
+    const r = mdlm('rl', ...common, '--reward', reward, '--eval-prompts', join(root, 'held.jsonl'), '--steps', '3', '--out', out);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toMatch(/step 3: reward [\d.]+ ± [\d.]+, kl [\d.]+, clip [\d.]+, length [\d.]+, held-out reward [\d.]+/);
+    const lines = readFileSync(join(out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, number>);
+    expect(lines.map((l) => l.step)).toEqual([1, 2, 3]);
+    for (const key of ['reward_mean', 'reward_std', 'kl', 'clip_fraction', 'completion_len', 'loss', 'grad_norm', 'lr']) expect(Number.isFinite(lines[2]![key])).toBe(true);
+    expect(lines[2]!.eval_reward).toBeGreaterThanOrEqual(0);
+    expect(existsSync(join(out, 'step-0000003'))).toBe(true);
+    const chat = mdlm('chat', '--checkpoint', out, '--prompt', 'abc', '--backend', 'cpu');
+    expect(chat.stderr).toBe('');
+    expect(chat.code).toBe(0);
+    expect(chat.stdout.trim()).toMatch(/^[a-j]*$/);
+
+    const bad = join(root, 'bad.mjs');
+    writeFileSync(bad, "export default () => 'yes';");
+    const b = mdlm('rl', ...common, '--reward', bad, '--steps', '1', '--out', join(root, 'rl-bad'));
+    expect(b.code).toBe(1);
+    expect(b.stderr).toContain(`reward ${bad} returned a string for the prompt at ${join(root, 'rl.jsonl')}:`);
   }, 300_000);
 });

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { exactMatchReward, formatReward, rewardFrom, scoreAll } from '../../src/rl/reward.js';
+import { exactMatchReward, formatReward, parsePrompts, rewardFrom, scoreAll } from '../../src/rl/reward.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'mdlm-reward-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -50,5 +50,19 @@ describe('reward modules', () => {
     const none = module('none.mjs', 'export const reward = () => 1;');
     await expect(rewardFrom(none)).rejects.toThrow(`reward module ${none}: its default export is missing`);
     await expect(rewardFrom(join(dir, 'absent.mjs'))).rejects.toThrow(/reward module .*absent\.mjs: cannot be loaded/);
+  });
+});
+
+describe('prompt files', () => {
+  it('reads {"prompt", "answer"} rows with their file:line and refuses malformed rows by line', () => {
+    expect(parsePrompts('{"prompt": "abc", "answer": "cba"}\n\n{"prompt": "de"}\n', 'p.jsonl')).toEqual([
+      { prompt: 'abc', answer: 'cba', where: 'p.jsonl:1' },
+      { prompt: 'de', where: 'p.jsonl:3' },
+    ]);
+    expect(() => parsePrompts('{"prompt": "a"}\n{"prompt": 3}\n', 'p.jsonl')).toThrow(/p\.jsonl:2: expected \{"prompt"/);
+    expect(() => parsePrompts('{"prompt": "a", "answer": 4}\n', 'p.jsonl')).toThrow(/p\.jsonl:1: "answer" must be a string/);
+    expect(() => parsePrompts('{"prompt": "a", "response": "b"}\n', 'p.jsonl')).toThrow(/p\.jsonl:1: unknown keys response/);
+    expect(() => parsePrompts('{"prompt": \n', 'p.jsonl')).toThrow(/p\.jsonl:1: not JSON/);
+    expect(() => parsePrompts('\n', 'p.jsonl')).toThrow(/p\.jsonl: no prompts/);
   });
 });
