@@ -11,48 +11,25 @@
  * that ar's does) over the seeds tried.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
 import { ChatSession } from '../src/cli/chat.js';
 import { openModel, requireTokenizer } from '../src/cli/model.js';
-import { resolveRunConfig } from '../src/config/run.js';
 import { ChatTemplate } from '../src/data/chat.js';
-import { prepareData } from '../src/data/prepare.js';
-import { PhiloxStream, RngPurpose } from '../src/rng/philox.js';
-import { openRunData } from '../src/train/data.js';
-import { Trainer } from '../src/train/trainer.js';
 import { mdlm } from './support/cli.js';
-
-const LETTERS = 'abcdefghij';
-/** The user's word then "=", the assistant's reply then EOS. */
-const TEMPLATE = "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}={% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}";
-const reverse = (w: string) => [...w].reverse().join('');
+import { TEMPLATE, makeReversalTask, reverse, trainAsCli } from './support/reversal.js';
 
 let root: string;
 const held: string[] = [];
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), 'mdlm-sft-'));
-  const rng = new PhiloxStream(7, RngPurpose.dataOrder);
-  const word = () => Array.from({ length: 3 }, () => LETTERS[Math.floor(rng.uniform() * LETTERS.length)]).join('');
-  const heldOut = new Set<string>();
-  while (heldOut.size < 50) heldOut.add(word());
-  held.push(...heldOut);
-  const train: string[] = [];
-  while (train.length < 600) {
-    const w = word();
-    if (!heldOut.has(w)) train.push(w);
-  }
-  writeFileSync(join(root, 'reverse.jsonl'), train.map((w) => JSON.stringify({ prompt: w, response: reverse(w) })).join('\n') + '\n');
-  writeFileSync(join(root, 'words.txt'), Array.from({ length: 200 }, () => Array.from({ length: 12 }, word).join(' ')).join('\n\n') + '\n');
-  const tok = join(root, 'tokenizer');
-  mkdirSync(tok);
-  writeFileSync(join(tok, 'tokenizer_config.json'), JSON.stringify({ mdlm_tokenizer: 'byte', eos_token: '<|endoftext|>', mask_token: '[MASK]', chat_template: TEMPLATE }));
-  await prepareData({ input: join(root, 'words.txt'), tokenizer: 'byte', out: join(root, 'words'), valFraction: 0.05, seed: 1 });
-  const prep = mdlm('data', 'prepare', '--format', 'chat', '--input', join(root, 'reverse.jsonl'), '--tokenizer', tok, '--out', join(root, 'chat'), '--val-fraction', '0.2', '--val-tokens', '1200', '--seed', '1', '--no-progress');
+  const task = await makeReversalTask(root, { maskToken: true });
+  held.push(...task.held);
+  const prep = task.prepared;
   expect(prep.stderr).toBe('');
   expect(prep.stdout).toMatch(/chat template: tokenizer; \d+ of \d+ tokens are the assistant's/);
   expect(prep.code).toBe(0);
@@ -60,18 +37,7 @@ beforeAll(async () => {
 
 afterAll(() => rmSync(root, { recursive: true, force: true }));
 
-/** Train one run as `mdlm train` resolves it (with --init-from where given). */
-async function train(overrides: Record<string, string>, initFrom?: string): Promise<void> {
-  const { config, tokenizer, init } = await resolveRunConfig({ preset: 'nano', overrides, ...(initFrom ? { initFrom } : {}), log: () => {} });
-  const data = await openRunData(config, () => {});
-  const t = new Trainer({ config, backend: new CpuBackend(), train: data.train, val: data.val, tokenizer, resume: false, log: () => {} });
-  try {
-    if (init) t.initFrom(init);
-    await t.run();
-  } finally {
-    t.destroy();
-  }
-}
+const train = trainAsCli;
 
 const RUNS = {
   ar: { batch: '16', lr: '1e-2', seqLen: '32', steps: '200' },

@@ -25,7 +25,7 @@ import { createBackend, parseBackendChoice } from '../runtime/backends.js';
 import { type Remasking, sampleAr, sampleDiffusion } from '../sampling/index.js';
 import { type OpenedModel, buildModel, openModel, requireTokenizer } from './model.js';
 import { choiceOption, intOption, numberOption } from './options.js';
-import { AR_FLAGS, DIFFUSION_FLAGS, TextStream, untilEos } from './sample.js';
+import { TextStream, refuseOtherObjectiveFlags, untilEos } from './sample.js';
 
 type ChatFlags = {
   checkpoint: string;
@@ -64,11 +64,7 @@ export function chatCommand(): Command {
     .action(async (o: ChatFlags) => {
       const m = await openModel(o.checkpoint, o.tokenizer);
       const tokenizer = requireTokenizer(m, 'chat');
-      const wrong = m.objective === 'ar' ? DIFFUSION_FLAGS : AR_FLAGS;
-      const given: Partial<Record<string, unknown>> = o;
-      for (const [key, flag] of wrong) {
-        if (given[key] !== undefined) fail('BAD_ARGUMENT', `${flag} applies to ${m.objective === 'ar' ? 'mdlm (diffusion)' : 'ar'} checkpoints; ${m.loaded.dir} is an ${m.objective} model`);
-      }
+      refuseOtherObjectiveFlags(m, o);
       if (tokenizer.chatTemplate === undefined) console.error(`note: ${m.loaded.dir} has no chat template (it was not fine-tuned on chat data); using the built-in one`);
       const template = chatTemplateFor(tokenizer, `${m.loaded.dir}/tokenizer_config.json`);
       const backend = await createBackend(parseBackendChoice(o.backend));

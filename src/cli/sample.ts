@@ -35,8 +35,16 @@ interface SampleFlags {
 }
 
 /** Flags of one kind of checkpoint only, refused for the other (mdlm chat shares them). */
-export const AR_FLAGS = [['maxNewTokens', '--max-new-tokens'], ['topK', '--top-k'], ['topP', '--top-p'], ['ignoreEos', '--ignore-eos']] as const;
-export const DIFFUSION_FLAGS = [['length', '--length'], ['steps', '--steps'], ['blockLength', '--block-length'], ['remasking', '--remasking']] as const;
+const AR_FLAGS = [['maxNewTokens', '--max-new-tokens'], ['topK', '--top-k'], ['topP', '--top-p'], ['ignoreEos', '--ignore-eos']] as const;
+const DIFFUSION_FLAGS = [['length', '--length'], ['steps', '--steps'], ['blockLength', '--block-length'], ['remasking', '--remasking']] as const;
+
+/** Refuses the sampling flags of the other objective than the checkpoint's (an ar flag for an mdlm model, and the reverse). */
+export function refuseOtherObjectiveFlags(m: { readonly objective: string; readonly loaded: { readonly dir: string } }, flags: object): void {
+  const given: Partial<Record<string, unknown>> = flags;
+  for (const [key, flag] of m.objective === 'ar' ? DIFFUSION_FLAGS : AR_FLAGS) {
+    if (given[key] !== undefined) fail('BAD_ARGUMENT', `${flag} applies to ${m.objective === 'ar' ? 'mdlm (diffusion)' : 'ar'} checkpoints; ${m.loaded.dir} is an ${m.objective} model`);
+  }
+}
 
 export function sampleCommand(): Command {
   return new Command('sample')
@@ -59,10 +67,7 @@ export function sampleCommand(): Command {
     .action(async (o: SampleFlags) => {
       const m = await openModel(o.checkpoint, o.tokenizer);
       const tokenizer = requireTokenizer(m, 'sampling');
-      const wrong = m.objective === 'ar' ? DIFFUSION_FLAGS : AR_FLAGS;
-      for (const [key, flag] of wrong) {
-        if (o[key] !== undefined) fail('BAD_ARGUMENT', `${flag} applies to ${m.objective === 'ar' ? 'mdlm (diffusion)' : 'ar'} checkpoints; ${m.loaded.dir} is an ${m.objective} model`);
-      }
+      refuseOtherObjectiveFlags(m, o);
       if (o.numSamples > 1 && o.temperature === 0) console.error('note: --temperature 0 is deterministic: every sample will be the same');
       // Every check runs before the backend starts.
       const run = m.objective === 'ar' ? planAr(m, tokenizer, o) : planDiffusion(m, tokenizer, o);

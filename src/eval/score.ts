@@ -15,6 +15,7 @@
  *         continuation's estimate carries no 1/t blow-up, unlike drawing t and forcing a mask.
  */
 import type { LlamaModel } from '../model/llama.js';
+import { paddedLogits } from '../model/logits.js';
 import { PhiloxStream, RngPurpose, uniformInt } from '../rng/philox.js';
 
 export interface Candidate {
@@ -113,23 +114,9 @@ function mdlmRows(c: Candidate, candidate: number, s: Extract<Scoring, { kind: '
 
 /** One forward over up to model.batch rows: each row's Σ weight · log p(token) at its scored positions. */
 async function runRows(model: LlamaModel, rows: readonly Row[], causal: boolean): Promise<Float64Array> {
-  const B = model.batch;
   const T = model.cfg.seqLen;
   const V = model.cfg.vocabSize;
-  const inputs = new Int32Array(B * T);
-  const targets = new Int32Array(B * T).fill(-1);
-  const segIds = new Int32Array(B * T).fill(1);
-  const positions = new Int32Array(B * T);
-  for (let r = 0; r < B; r++) {
-    for (let i = 0; i < T; i++) positions[r * T + i] = i;
-    const row = rows[r];
-    if (!row) continue;
-    inputs.set(row.inputs, r * T);
-    segIds.fill(0, r * T, r * T + row.inputs.length);
-  }
-  model.setBatch({ inputs, targets, segIds, positions }, causal);
-  model.forwardLogits();
-  const logits = await model.downloadLogits();
+  const logits = await paddedLogits(model, rows.map((row) => row.inputs), causal);
   return Float64Array.from(rows, (row, r) => {
     let sum = 0;
     for (const { logitAt, token, weight } of row.scored) sum += weight * logSoftmaxAt(logits, (r * T + logitAt) * V, V, token);

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, launchWorkers } from '../../src/cli/launch.js';
-import { type CliExit, startCli, rankEnv } from '../support/dist_spawn.js';
+import { startCli, rankEnv } from '../support/dist_spawn.js';
+import { relative, runMetrics, runOk, tinyTrainArgs } from '../support/dist_train.js';
 import { tinyRunRoot } from '../support/train.js';
 import { hasWebGpu } from '../support/webgpu.js';
 
@@ -21,44 +22,11 @@ beforeAll(async () => {
 });
 afterAll(() => remove());
 
-/** A 0.03M-parameter model: a step takes milliseconds, so process start-up dominates. */
-function args(out: string, extra: Record<string, string | number>): string[] {
-  const fields: Record<string, string | number> = {
-    preset: 'nano', backend: 'cpu', 'data.path': dataDir, steps: 20,
-    'model.dModel': 32, 'model.nLayers': 2, 'model.nHeads': 2, 'model.ffnHidden': 64, 'model.seqLen': 32,
-    'train.warmupSteps': 5, 'train.evalEvery': 0, 'train.saveEvery': 0, 'train.evalBatches': 2, 'train.logEvery': 1,
-    ...extra,
-    out: join(root, out),
-  };
-  return ['train', ...Object.entries(fields).flatMap(([k, v]) => [`--${k}`, String(v)])];
-}
+const args = (out: string, extra: Record<string, string | number>): string[] => tinyTrainArgs(root, dataDir, out, extra);
 
-async function run(argv: readonly string[], env: Record<string, string> = {}): Promise<CliExit> {
-  const e = await startCli(argv, env).exit;
-  expect(e.code, e.stderr).toBe(0);
-  return e;
-}
+const run = runOk;
+const { metrics, losses, gradNorms, valLoss } = runMetrics(() => root);
 
-interface Row {
-  step: number;
-  loss?: number;
-  grad_norm?: number;
-  val_loss?: number;
-}
-
-function metrics(out: string): Row[] {
-  return readFileSync(join(root, out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Row);
-}
-
-const losses = (out: string): number[] => metrics(out).filter((r) => r.loss !== undefined).map((r) => r.loss!);
-const gradNorms = (out: string): number[] => metrics(out).filter((r) => r.grad_norm !== undefined).map((r) => r.grad_norm!);
-const valLoss = (out: string): number => metrics(out).find((r) => r.val_loss !== undefined)!.val_loss!;
-
-/** Per step |a − b| / a. */
-function relative(a: readonly number[], b: readonly number[]): number[] {
-  expect(b.length).toBe(a.length);
-  return a.map((x, i) => Math.abs(b[i]! - x) / x);
-}
 
 /**
  * W ranks of train.batchSize B see what one process of B·W sees: the same windows (the loader),

@@ -4,10 +4,11 @@
  * against plain data parallelism (train.zero 0) on as many ranks; checkpoints of sharded moments
  * resumed on another number of ranks and another train.zero.
  */
-import { cpSync, readFileSync } from 'node:fs';
+import { cpSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type CliExit, startCli } from '../support/dist_spawn.js';
+import { startCli } from '../support/dist_spawn.js';
+import { relative, runMetrics, runOk, tinyTrainArgs } from '../support/dist_train.js';
 import { tinyRunRoot } from '../support/train.js';
 
 let root: string;
@@ -19,44 +20,13 @@ beforeAll(async () => {
 });
 afterAll(() => remove());
 
-function args(out: string, extra: Record<string, string | number>): string[] {
-  const fields: Record<string, string | number> = {
-    preset: 'nano', backend: 'cpu', 'data.path': dataDir, steps: 20,
-    'model.dModel': 32, 'model.nLayers': 2, 'model.nHeads': 2, 'model.ffnHidden': 64, 'model.seqLen': 32,
-    'train.warmupSteps': 5, 'train.evalEvery': 0, 'train.saveEvery': 0, 'train.evalBatches': 2, 'train.logEvery': 1,
-    'train.batchSize': 2,
-    ...extra,
-    out: join(root, out),
-  };
-  return ['train', ...Object.entries(fields).flatMap(([k, v]) => [`--${k}`, String(v)])];
-}
+const args = (out: string, extra: Record<string, string | number>): string[] => tinyTrainArgs(root, dataDir, out, { 'train.batchSize': 2, ...extra });
 
 const ranks = (n: number): string[] => ['--nproc-per-node', String(n)];
 
-async function run(argv: readonly string[]): Promise<CliExit> {
-  const e = await startCli(argv).exit;
-  expect(e.code, e.stderr).toBe(0);
-  return e;
-}
+const run = runOk;
+const { losses, gradNorms, valLoss } = runMetrics(() => root);
 
-interface Row {
-  step: number;
-  loss?: number;
-  grad_norm?: number;
-  val_loss?: number;
-}
-
-function metrics(out: string): Row[] {
-  return readFileSync(join(root, out, 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Row);
-}
-const losses = (out: string): number[] => metrics(out).filter((r) => r.loss !== undefined).map((r) => r.loss!);
-const gradNorms = (out: string): number[] => metrics(out).filter((r) => r.grad_norm !== undefined).map((r) => r.grad_norm!);
-const valLoss = (out: string): number => metrics(out).find((r) => r.val_loss !== undefined)!.val_loss!;
-
-function relative(a: readonly number[], b: readonly number[]): number[] {
-  expect(b.length).toBe(a.length);
-  return a.map((x, i) => Math.abs(b[i]! - x) / x);
-}
 
 describe('train.zero 1 on the CPU', () => {
   it('without clipping, 2 and 3 ranks give the bits of plain data parallelism on as many ranks', async () => {

@@ -5,26 +5,19 @@
  * exact-match reward against the gold answers (8 prompts × 8 completions a step, two updates on
  * each batch of rollouts) raises its held-out exact-match rate by at least 20 points.
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../../src/backend/cpu/cpu.js';
 import { buildModel, openModel, requireTokenizer } from '../../src/cli/model.js';
-import { resolveRunConfig } from '../../src/config/run.js';
 import { ChatTemplate } from '../../src/data/chat.js';
-import { prepareData } from '../../src/data/prepare.js';
 import { AdamW } from '../../src/optim/adamw.js';
-import { PhiloxStream, RngPurpose } from '../../src/rng/philox.js';
 import { GrpoAr, type GrpoMetrics, promptsOfStep } from '../../src/rl/grpo_ar.js';
 import { exactMatchReward, type RlPrompt } from '../../src/rl/reward.js';
-import { openRunData } from '../../src/train/data.js';
-import { Trainer } from '../../src/train/trainer.js';
 import { mdlm } from '../support/cli.js';
+import { TEMPLATE, makeReversalTask, reverse, trainAsCli } from '../support/reversal.js';
 
-const LETTERS = 'abcdefghij';
-const TEMPLATE = "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}={% else %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}";
-const reverse = (w: string) => [...w].reverse().join('');
 /** Fine-tuning steps: the sft test's 200 bring this model to >= 90%; at 100 it answers 58% of the held-out words. */
 const SFT_STEPS = 100;
 const RL_STEPS = 40;
@@ -33,41 +26,17 @@ let root: string;
 const held: RlPrompt[] = [];
 const train: RlPrompt[] = [];
 
-async function trainRun(overrides: Record<string, string>, initFrom?: string): Promise<void> {
-  const { config, tokenizer, init } = await resolveRunConfig({ preset: 'nano', overrides, ...(initFrom ? { initFrom } : {}), log: () => {} });
-  const data = await openRunData(config, () => {});
-  const t = new Trainer({ config, backend: new CpuBackend(), train: data.train, val: data.val, tokenizer, resume: false, log: () => {} });
-  try {
-    if (init) t.initFrom(init);
-    await t.run();
-  } finally {
-    t.destroy();
-  }
-}
+const trainRun = trainAsCli;
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), 'mdlm-grpo-'));
-  const rng = new PhiloxStream(7, RngPurpose.dataOrder);
-  const word = () => Array.from({ length: 3 }, () => LETTERS[Math.floor(rng.uniform() * LETTERS.length)]).join('');
-  const heldOut = new Set<string>();
-  while (heldOut.size < 50) heldOut.add(word());
-  held.push(...[...heldOut].map((w, i) => ({ prompt: w, answer: reverse(w), where: `held-out:${i + 1}` })));
-  const words: string[] = [];
-  while (words.length < 600) {
-    const w = word();
-    if (!heldOut.has(w)) words.push(w);
-  }
-  train.push(...words.map((w, i) => ({ prompt: w, answer: reverse(w), where: `train:${i + 1}` })));
-  writeFileSync(join(root, 'reverse.jsonl'), words.map((w) => JSON.stringify({ prompt: w, response: reverse(w) })).join('\n') + '\n');
+  const task = await makeReversalTask(root, { maskToken: false });
+  held.push(...task.held.map((w, i) => ({ prompt: w, answer: reverse(w), where: `held-out:${i + 1}` })));
+  train.push(...task.train.map((w, i) => ({ prompt: w, answer: reverse(w), where: `train:${i + 1}` })));
   const rows = (ps: RlPrompt[]) => ps.map((p) => JSON.stringify({ prompt: p.prompt, answer: p.answer })).join('\n') + '\n';
   writeFileSync(join(root, 'rl.jsonl'), rows(train.slice(0, 40)));
   writeFileSync(join(root, 'held.jsonl'), rows(held.slice(0, 10)));
-  writeFileSync(join(root, 'words.txt'), Array.from({ length: 200 }, () => Array.from({ length: 12 }, word).join(' ')).join('\n\n') + '\n');
-  const tok = join(root, 'tokenizer');
-  mkdirSync(tok);
-  writeFileSync(join(tok, 'tokenizer_config.json'), JSON.stringify({ mdlm_tokenizer: 'byte', eos_token: '<|endoftext|>', chat_template: TEMPLATE }));
-  await prepareData({ input: join(root, 'words.txt'), tokenizer: 'byte', out: join(root, 'words'), valFraction: 0.05, seed: 1 });
-  const prep = mdlm('data', 'prepare', '--format', 'chat', '--input', join(root, 'reverse.jsonl'), '--tokenizer', tok, '--out', join(root, 'chat'), '--val-fraction', '0.2', '--val-tokens', '1200', '--seed', '1', '--no-progress');
+  const prep = task.prepared;
   expect(prep.code).toBe(0);
   const model = {
     'objective.kind': 'ar', 'model.dModel': '32', 'model.nLayers': '1', 'model.nHeads': '4', 'model.ffnHidden': '96', 'model.initStd': '0.08',
