@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CpuBackend } from '../src/backend/cpu/cpu.js';
-import { ChatSession } from '../src/cli/chat.js';
+import { Conversation } from '../src/cli/chat.js';
 import { openModel, requireTokenizer } from '../src/cli/model.js';
 import { ChatTemplate } from '../src/data/chat.js';
 import { mdlm } from './support/cli.js';
@@ -60,17 +60,17 @@ describe('pretrain, fine-tune, chat', () => {
         'data.path': join(root, 'chat'), 'data.format': 'chat', out: sft,
       }, pre);
 
-      // The held-out words through mdlm chat's own session: template, greedy sampling, the end of the reply.
+      // The held-out words through mdlm chat's own conversation: template, greedy sampling, the end of the reply.
       const m = await openModel(sft, undefined);
       const tok = requireTokenizer(m, 'chat');
       expect(tok.chatTemplate).toBe(TEMPLATE);
-      const session = new ChatSession(new CpuBackend(), m, tok, new ChatTemplate(TEMPLATE, tok, sft), { seed: 0 });
+      const conversation = new Conversation(new CpuBackend(), m, tok, new ChatTemplate(TEMPLATE, tok, sft), { seed: 0 });
       const wrong: string[] = [];
       for (const w of held) {
-        const reply = await session.reply([{ role: 'user', content: w }], () => {});
+        const reply = await conversation.reply([{ role: 'user', content: w }], () => {});
         if (reply !== reverse(w)) wrong.push(`${w} -> ${reply}`);
       }
-      session.destroy();
+      conversation.destroy();
       expect(wrong.length, wrong.join(', ')).toBeLessThanOrEqual(5);
 
       const asked = held.find((w) => !wrong.some((x) => x.startsWith(w)))!;

@@ -68,24 +68,24 @@ export function chatCommand(): Command {
       if (tokenizer.chatTemplate === undefined) console.error(`note: ${m.loaded.dir} has no chat template (it was not fine-tuned on chat data); using the built-in one`);
       const template = chatTemplateFor(tokenizer, `${m.loaded.dir}/tokenizer_config.json`);
       const backend = await createBackend(parseBackendChoice(o.backend));
-      const session = new ChatSession(backend, m, tokenizer, template, o);
+      const conversation = new Conversation(backend, m, tokenizer, template, o);
       try {
         const system: ChatMessage[] = o.system !== undefined ? [{ role: 'system', content: o.system }] : [];
         if (o.prompt !== undefined) {
-          const reply = await session.reply([...system, { role: 'user', content: o.prompt }], (text) => process.stdout.write(text));
+          const reply = await conversation.reply([...system, { role: 'user', content: o.prompt }], (text) => process.stdout.write(text));
           process.stdout.write(reply.endsWith('\n') ? '' : '\n');
         } else {
-          await converse(session, system);
+          await converse(conversation, system);
         }
       } finally {
-        session.destroy();
+        conversation.destroy();
         backend.destroy();
       }
     });
 }
 
 /** Read user turns line by line and answer each, keeping the conversation. */
-async function converse(session: ChatSession, system: ChatMessage[]): Promise<void> {
+async function converse(conversation: Conversation, system: ChatMessage[]): Promise<void> {
   const tty = process.stdin.isTTY === true;
   const rl = createInterface({ input: process.stdin, ...(tty ? { output: process.stdout, prompt: '> ' } : {}), terminal: tty });
   if (tty) process.stdout.write('mdlm chat: type a message; /reset forgets the conversation, /exit (or Ctrl-D) ends it\n');
@@ -99,7 +99,7 @@ async function converse(session: ChatSession, system: ChatMessage[]): Promise<vo
       process.stdout.write('(conversation reset)\n');
     } else if (text !== '') {
       const turn: ChatMessage[] = [...history, { role: 'user', content: line }];
-      const reply = await session.reply(turn, (t) => process.stdout.write(t));
+      const reply = await conversation.reply(turn, (t) => process.stdout.write(t));
       process.stdout.write(reply.endsWith('\n') ? '' : '\n');
       history = [...turn, { role: 'assistant', content: reply }];
     }
@@ -109,7 +109,7 @@ async function converse(session: ChatSession, system: ChatMessage[]): Promise<vo
 }
 
 /** A model loaded once, answering conversations. */
-export class ChatSession {
+export class Conversation {
   private readonly model: LlamaModel;
   private readonly decoder: Decoder | undefined;
   private replies = 0;

@@ -366,14 +366,14 @@ export class Fp8Context {
   /** A layer's input x: Q(x) row-major [x.rows, x.cols] in the E4M3 scratch, and Q(xᵀ) where the layer keeps it. */
   private quantizeInput(l: Fp8Linear, x: Matrix): Quantized {
     const target = this.target(this.xScratch!, this.xScale, x.rows, x.cols);
-    this.quantizeInto(x, l.x, '1x128', target, l.saved ? this.savedTarget(l.saved, x) : null);
+    this.quantizeInto(x, l.x, '1x128', target, l.saved ? this.savedTarget(l.saved, x.rows) : null);
     return this.operand(target, l.x, '1x128');
   }
 
-  /** Where Q(xᵀ) of a layer's input x is kept: its first x.cols × x.rows elements (and their factors). */
-  private savedTarget(s: SavedInput, x: Matrix): Target {
+  /** Where Q(xᵀ) [in, rows] of a layer's input of `rows` rows is kept (and its factors). */
+  private savedTarget(s: SavedInput, rows: number): Target {
     const b = this.backend;
-    return { t: b.view(s.t, 0, [x.cols, x.rows]), scaleInv: s.scaleInv ? b.view(s.scaleInv, 0, blockScaleShape(x.cols, x.rows, '1x128')) : null };
+    return { t: b.view(s.t, 0, [s.inFeatures, rows]), scaleInv: s.scaleInv ? b.view(s.scaleInv, 0, blockScaleShape(s.inFeatures, rows, '1x128')) : null };
   }
 
   /**
@@ -451,7 +451,7 @@ export class Fp8Context {
     this.quantizeInto(dy, l.dy, '1x128', dx ? dyq : null, dyT);
     let xT: Target;
     if (l.saved) {
-      xT = this.savedTarget(l.saved, matrix(l.saved.t, dy.rows, l.saved.inFeatures));
+      xT = this.savedTarget(l.saved, dy.rows);
     } else {
       if (!x) throw new Error('fp8: a layer that keeps no Q(xᵀ) needs its input in backward');
       xT = this.target(this.xScratch!, this.xScale, x.cols, x.rows);
